@@ -1,0 +1,115 @@
+//! `agentplane node-agent`: flags, logging and signals around the node agent server.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use agentplane_node_agent::{Config, Limits, Server};
+use anyhow::{Context, bail};
+use clap::Args;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Args, Debug)]
+pub struct NodeAgentArgs {
+    /// Address to listen on.
+    #[arg(long, env = "AGENTPLANE_LISTEN", default_value = "127.0.0.1:2468")]
+    listen: SocketAddr,
+    /// Bearer token every client must present (at least 8 characters).
+    #[arg(long, env = "AGENTPLANE_TOKEN", hide_env_values = true, conflicts_with = "no_token")]
+    token: Option<String>,
+    /// Serve without authentication: for local experiments only.
+    #[arg(long, env = "AGENTPLANE_NO_TOKEN")]
+    no_token: bool,
+    /// Where the node agent keeps its state (default ~/.local/share/agentplane/node-agent).
+    #[arg(long, env = "AGENTPLANE_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+    /// A browser origin allowed to call the API (repeat for several; none by default).
+    #[arg(long = "cors-origin", env = "AGENTPLANE_CORS_ORIGINS", value_delimiter = ',')]
+    cors_origins: Vec<String>,
+    /// Most processes running at once.
+    #[arg(long, env = "AGENTPLANE_MAX_PROCESSES", default_value_t = 256)]
+    max_processes: usize,
+    /// Exited processes remembered before the oldest are forgotten.
+    #[arg(long, env = "AGENTPLANE_MAX_EXITED", default_value_t = 256)]
+    max_exited: usize,
+    /// Bytes of output kept per stream of each process.
+    #[arg(long, env = "AGENTPLANE_OUTPUT_BUFFER_BYTES", default_value_t = 1024 * 1024)]
+    output_buffer_bytes: usize,
+    /// Seconds between a stop signal and SIGKILL.
+    #[arg(long, env = "AGENTPLANE_STOP_TIMEOUT", default_value_t = 10.0)]
+    stop_timeout: f64,
+    /// Milliseconds output waits for an attached client that fell behind before it
+    /// is overwritten (that client then gets a gap marker).
+    #[arg(long, env = "AGENTPLANE_SLOW_CLIENT_TIMEOUT_MS", default_value_t = 500)]
+    slow_client_timeout_ms: u64,
+}
+
+pub async fn run(args: NodeAgentArgs) -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,tower_http=warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let token = match (args.token, args.no_token) {
+        (Some(token), false) => Some(token),
+        (None, true) => None,
+        _ => bail!("give a token (--token or AGENTPLANE_TOKEN), or --no-token to serve without authentication"),
+    };
+    if args.output_buffer_bytes == 0 {
+        bail!("--output-buffer-bytes must be positive");
+    }
+    if !args.stop_timeout.is_finite() || args.stop_timeout < 0.0 {
+        bail!("--stop-timeout must be a positive number of seconds");
+    }
+    let data_dir = match args.data_dir {
+        Some(dir) => dir,
+        None => default_data_dir()?,
+    };
+    let config = Config {
+        listen: args.listen,
+        token,
+        data_dir,
+        cors_origins: args.cors_origins,
+        limits: Limits {
+            max_running: args.max_processes,
+            max_exited: args.max_exited,
+            output_buffer_bytes: args.output_buffer_bytes,
+            slow_client_timeout: Duration::from_millis(args.slow_client_timeout_ms),
+            stop_timeout: Duration::from_secs_f64(args.stop_timeout),
+        },
+    };
+    let shutdown = CancellationToken::new();
+    let server = Server::bind(config.clone(), shutdown.clone()).await?;
+    tracing::info!(
+        listen = %server.local_addr(),
+        data_dir = %config.data_dir.display(),
+        auth = config.token.is_some(),
+        "node agent ready"
+    );
+    tokio::spawn(stop_on_signal(shutdown));
+    server.run().await?;
+    tracing::info!("node agent stopped");
+    Ok(())
+}
+
+async fn stop_on_signal(shutdown: CancellationToken) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+        tracing::error!("cannot listen for SIGTERM/SIGINT");
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+        _ = int.recv() => tracing::info!("SIGINT: shutting down"),
+    }
+    shutdown.cancel();
+}
+
+fn default_data_dir() -> anyhow::Result<PathBuf> {
+    if let Some(dir) = std::env::var_os("XDG_DATA_HOME").filter(|d| !d.is_empty()) {
+        return Ok(PathBuf::from(dir).join("agentplane/node-agent"));
+    }
+    let home = std::env::var_os("HOME").context("HOME is not set: pass --data-dir")?;
+    Ok(PathBuf::from(home).join(".local/share/agentplane/node-agent"))
+}

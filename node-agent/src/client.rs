@@ -1,0 +1,324 @@
+//! A typed client of the node agent's API: what the CLI, the tests and the
+//! controller use to drive a node agent.
+
+use futures_util::{Stream, StreamExt};
+use reqwest::{Method, RequestBuilder, Url};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::http::HeaderValue;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+use crate::error::Problem;
+use crate::model::*;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The node agent answered with a problem document.
+    #[error("{}: {}", .0.title, .0.detail)]
+    Problem(Problem),
+    #[error("request to {url} failed: {source}")]
+    Http {
+        url: String,
+        #[source]
+        source: reqwest::Error,
+    },
+    #[error("unexpected answer {status} from {url}: {body}")]
+    Unexpected { url: String, status: u16, body: String },
+    #[error("WebSocket to {url}: {source}")]
+    WebSocket {
+        url: String,
+        #[source]
+        source: Box<tokio_tungstenite::tungstenite::Error>,
+    },
+    #[error("invalid node agent URL {0:?}")]
+    InvalidUrl(String),
+}
+
+impl ClientError {
+    /// The problem's code (`process_not_found`, ...), when the server sent one.
+    pub fn problem_code(&self) -> Option<&str> {
+        match self {
+            ClientError::Problem(p) => Some(p.code()),
+            _ => None,
+        }
+    }
+}
+
+pub type ClientResult<T> = std::result::Result<T, ClientError>;
+
+pub type TerminalSocket = WebSocketStream<MaybeTlsStream<tokio::net::TcpStream>>;
+
+#[derive(Clone, Debug)]
+pub struct Client {
+    base: Url,
+    token: Option<String>,
+    http: reqwest::Client,
+}
+
+impl Client {
+    pub fn new(base: &str, token: Option<String>) -> ClientResult<Self> {
+        let base = Url::parse(base).map_err(|_| ClientError::InvalidUrl(base.to_string()))?;
+        if !matches!(base.scheme(), "http" | "https") || base.cannot_be_a_base() {
+            return Err(ClientError::InvalidUrl(base.to_string()));
+        }
+        let http = reqwest::Client::builder()
+            .tcp_nodelay(true)
+            .build()
+            .map_err(|source| ClientError::Http { url: base.to_string(), source })?;
+        Ok(Client { base, token, http })
+    }
+
+    pub fn base_url(&self) -> &Url {
+        &self.base
+    }
+
+    /// `base/v1/<segments...>`, each segment percent-encoded.
+    pub fn url(&self, segments: &[&str]) -> Url {
+        let mut url = self.base.clone();
+        {
+            let mut path = url.path_segments_mut().expect("checked in new");
+            path.pop_if_empty().push("v1");
+            path.extend(segments);
+        }
+        url
+    }
+
+    fn request(&self, method: Method, segments: &[&str]) -> RequestBuilder {
+        let builder = self.http.request(method, self.url(segments));
+        match &self.token {
+            Some(token) => builder.bearer_auth(token),
+            None => builder,
+        }
+    }
+
+    async fn send<T: DeserializeOwned>(&self, builder: RequestBuilder) -> ClientResult<T> {
+        let (client, request) = builder.build_split();
+        let request = request.map_err(|source| ClientError::Http { url: String::new(), source })?;
+        let url = request.url().to_string();
+        let response = client
+            .execute(request)
+            .await
+            .map_err(|source| ClientError::Http { url: url.clone(), source })?;
+        let status = response.status();
+        let bytes = response.bytes().await.map_err(|source| ClientError::Http { url: url.clone(), source })?;
+        if status.is_success() {
+            return serde_json::from_slice(&bytes).map_err(|e| ClientError::Unexpected {
+                url,
+                status: status.as_u16(),
+                body: format!("{e}: {}", String::from_utf8_lossy(&bytes)),
+            });
+        }
+        match serde_json::from_slice::<Problem>(&bytes) {
+            Ok(problem) => Err(ClientError::Problem(problem)),
+            Err(_) => Err(ClientError::Unexpected {
+                url,
+                status: status.as_u16(),
+                body: String::from_utf8_lossy(&bytes).into_owned(),
+            }),
+        }
+    }
+
+    pub async fn health(&self) -> ClientResult<Health> {
+        self.send(self.request(Method::GET, &["health"])).await
+    }
+
+    pub async fn create_process(&self, request: &CreateProcessRequest) -> ClientResult<ProcessInfo> {
+        self.send(self.request(Method::POST, &["processes"]).json(request)).await
+    }
+
+    pub async fn list_processes(&self, query: &ListProcessesQuery) -> ClientResult<Vec<ProcessInfo>> {
+        let list: ProcessList = self.send(self.request(Method::GET, &["processes"]).query(query)).await?;
+        Ok(list.processes)
+    }
+
+    pub async fn get_process(&self, id: &str) -> ClientResult<ProcessInfo> {
+        self.send(self.request(Method::GET, &["processes", id])).await
+    }
+
+    pub async fn delete_process(&self, id: &str, query: &DeleteProcessQuery) -> ClientResult<ProcessInfo> {
+        self.send(self.request(Method::DELETE, &["processes", id]).query(query)).await
+    }
+
+    pub async fn signal(&self, id: &str, request: &SignalRequest) -> ClientResult<ProcessInfo> {
+        self.send(self.request(Method::POST, &["processes", id, "signal"]).json(request)).await
+    }
+
+    pub async fn resize(&self, id: &str, size: PtySize) -> ClientResult<ProcessInfo> {
+        self.send(self.request(Method::POST, &["processes", id, "resize"]).json(&size)).await
+    }
+
+    pub async fn input(&self, id: &str, request: &InputRequest) -> ClientResult<ProcessInfo> {
+        self.send(self.request(Method::POST, &["processes", id, "input"]).json(request)).await
+    }
+
+    pub async fn output(&self, id: &str, query: &OutputQuery) -> ClientResult<OutputChunk> {
+        self.send(self.request(Method::GET, &["processes", id, "output"]).query(query)).await
+    }
+
+    pub async fn ticket(&self, id: &str) -> ClientResult<Ticket> {
+        self.send(self.request(Method::POST, &["processes", id, "ticket"])).await
+    }
+
+    /// The URL of a process's terminal WebSocket (without credentials).
+    pub fn connect_url(&self, id: &str, query: &ConnectQuery) -> Url {
+        let mut url = self.url(&["processes", id, "connect"]);
+        let scheme = if url.scheme() == "https" { "wss" } else { "ws" };
+        url.set_scheme(scheme).expect("ws and wss are valid schemes");
+        let encoded = serde_urlencoded(query);
+        url.set_query((!encoded.is_empty()).then_some(encoded.as_str()));
+        url
+    }
+
+    /// Opens the terminal WebSocket, authenticated with the bearer token.
+    pub async fn connect(&self, id: &str, query: &ConnectQuery) -> ClientResult<TerminalSocket> {
+        let url = self.connect_url(id, query);
+        let ws_error = |source| ClientError::WebSocket { url: url.to_string(), source: Box::new(source) };
+        let mut request = url.as_str().into_client_request().map_err(ws_error)?;
+        if let Some(token) = &self.token {
+            let value = HeaderValue::from_str(&format!("Bearer {token}"))
+                .map_err(|_| ClientError::InvalidUrl("the token is not a valid header value".into()))?;
+            request.headers_mut().insert("authorization", value);
+        }
+        match tokio_tungstenite::connect_async_with_config(request, None, true).await {
+            Ok((socket, _)) => Ok(socket),
+            Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
+                let body = response.body().as_deref().unwrap_or_default();
+                match serde_json::from_slice::<Problem>(body) {
+                    Ok(problem) => Err(ClientError::Problem(problem)),
+                    Err(_) => Err(ClientError::Unexpected {
+                        url: url.to_string(),
+                        status: response.status().as_u16(),
+                        body: String::from_utf8_lossy(body).into_owned(),
+                    }),
+                }
+            }
+            Err(e) => Err(ws_error(e)),
+        }
+    }
+
+    /// Lifecycle events over SSE, resuming after `last_event_id` when given.
+    pub async fn lifecycle_events(
+        &self,
+        last_event_id: Option<u64>,
+    ) -> ClientResult<impl Stream<Item = ClientResult<SseMessage>> + use<>> {
+        let mut builder = self.request(Method::GET, &["events", "sse"]);
+        if let Some(id) = last_event_id {
+            builder = builder.header("last-event-id", id.to_string());
+        }
+        let url = self.url(&["events", "sse"]).to_string();
+        let response = builder.send().await.map_err(|source| ClientError::Http { url: url.clone(), source })?;
+        if !response.status().is_success() {
+            let status = response.status().as_u16();
+            let body = response.text().await.unwrap_or_default();
+            return Err(match serde_json::from_str::<Problem>(&body) {
+                Ok(problem) => ClientError::Problem(problem),
+                Err(_) => ClientError::Unexpected { url, status, body },
+            });
+        }
+        Ok(sse_messages(response.bytes_stream(), url))
+    }
+}
+
+fn serde_urlencoded<T: Serialize>(value: &T) -> String {
+    // reqwest's own encoder, borrowed through a throwaway request.
+    reqwest::Client::new()
+        .get("http://x/")
+        .query(value)
+        .build()
+        .ok()
+        .and_then(|r| r.url().query().map(str::to_string))
+        .unwrap_or_default()
+}
+
+/// One server-sent event.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SseMessage {
+    pub id: Option<String>,
+    pub event: Option<String>,
+    pub data: String,
+}
+
+fn sse_messages(
+    bytes: impl Stream<Item = reqwest::Result<bytes::Bytes>> + Send + 'static,
+    url: String,
+) -> impl Stream<Item = ClientResult<SseMessage>> {
+    struct State<S> {
+        bytes: std::pin::Pin<Box<S>>,
+        buffer: Vec<u8>,
+        url: String,
+    }
+    let state = State { bytes: Box::pin(bytes), buffer: Vec::new(), url };
+    futures_util::stream::unfold(state, |mut state| async move {
+        loop {
+            if let Some(end) = find_event_end(&state.buffer) {
+                let block: Vec<u8> = state.buffer.drain(..end.1).collect();
+                let message = parse_sse_block(&String::from_utf8_lossy(&block[..end.0]));
+                match message {
+                    Some(message) => return Some((Ok(message), state)),
+                    None => continue, // a comment (keep-alive)
+                }
+            }
+            match state.bytes.next().await {
+                Some(Ok(chunk)) => state.buffer.extend_from_slice(&chunk),
+                Some(Err(source)) => return Some((Err(ClientError::Http { url: state.url.clone(), source }), state)),
+                None => return None,
+            }
+        }
+    })
+}
+
+/// (end of the block, end including the blank line)
+fn find_event_end(buffer: &[u8]) -> Option<(usize, usize)> {
+    let lf = buffer.windows(2).position(|w| w == b"\n\n").map(|i| (i, i + 2));
+    let crlf = buffer.windows(4).position(|w| w == b"\r\n\r\n").map(|i| (i, i + 4));
+    match (lf, crlf) {
+        (Some(a), Some(b)) => Some(if a.0 < b.0 { a } else { b }),
+        (a, b) => a.or(b),
+    }
+}
+
+fn parse_sse_block(block: &str) -> Option<SseMessage> {
+    let mut message = SseMessage::default();
+    let mut data_lines = Vec::new();
+    for line in block.lines() {
+        if line.starts_with(':') {
+            continue;
+        }
+        let (field, value) = line.split_once(':').map_or((line, ""), |(f, v)| (f, v.strip_prefix(' ').unwrap_or(v)));
+        match field {
+            "id" => message.id = Some(value.to_string()),
+            "event" => message.event = Some(value.to_string()),
+            "data" => data_lines.push(value),
+            _ => {}
+        }
+    }
+    if message.id.is_none() && message.event.is_none() && data_lines.is_empty() {
+        return None;
+    }
+    message.data = data_lines.join("\n");
+    Some(message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_encode_segments_and_queries() {
+        let client = Client::new("http://127.0.0.1:2468/", None).unwrap();
+        assert_eq!(client.url(&["processes", "a b/c"]).as_str(), "http://127.0.0.1:2468/v1/processes/a%20b%2Fc");
+        let url = client.connect_url("p1", &ConnectQuery { offset: Some(5), ..Default::default() });
+        assert_eq!(url.as_str(), "ws://127.0.0.1:2468/v1/processes/p1/connect?offset=5");
+        assert!(Client::new("not a url", None).is_err());
+    }
+
+    #[test]
+    fn sse_blocks() {
+        assert_eq!(
+            parse_sse_block("id: 3\nevent: process.created\ndata: {\"a\":1}"),
+            Some(SseMessage { id: Some("3".into()), event: Some("process.created".into()), data: "{\"a\":1}".into() })
+        );
+        assert_eq!(parse_sse_block(":keep-alive"), None);
+    }
+}

@@ -1,0 +1,178 @@
+//! Errors of the node agent, and their RFC 7807 `application/problem+json` form.
+//!
+//! Every failure a client can see has a stable `type` URN, so programs branch on
+//! the URN and people read `detail`.
+
+use axum::{
+    http::{HeaderValue, StatusCode, header},
+    response::{IntoResponse, Response},
+};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What went wrong, named for what failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{0}")]
+    InvalidRequest(String),
+    #[error("no process with id or tag {0:?}")]
+    ProcessNotFound(String),
+    #[error("a process with id {0:?} already exists")]
+    ProcessAlreadyExists(String),
+    #[error("process {0:?} is not running")]
+    ProcessNotRunning(String),
+    #[error("stdin of process {0:?} is not open (create it with \"stdin\": true or a pty)")]
+    StdinClosed(String),
+    #[error("could not start {command:?}: {source}")]
+    SpawnFailed {
+        command: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    LimitExceeded(String),
+    #[error("missing or invalid bearer token")]
+    Unauthorized,
+    #[error("{0}")]
+    Forbidden(String),
+    #[error("no route for {0}")]
+    RouteNotFound(String),
+    #[error("method not allowed for this route")]
+    MethodNotAllowed,
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl Error {
+    pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        Error::Io {
+            context: context.into(),
+            source,
+        }
+    }
+
+    /// The stable machine-readable name of this error; the URN is `urn:agentplane:error:<code>`.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Error::InvalidRequest(_) => "invalid_request",
+            Error::ProcessNotFound(_) => "process_not_found",
+            Error::ProcessAlreadyExists(_) => "process_already_exists",
+            Error::ProcessNotRunning(_) => "process_not_running",
+            Error::StdinClosed(_) => "stdin_closed",
+            Error::SpawnFailed { .. } => "spawn_failed",
+            Error::LimitExceeded(_) => "limit_exceeded",
+            Error::Unauthorized => "unauthorized",
+            Error::Forbidden(_) => "forbidden",
+            Error::RouteNotFound(_) => "not_found",
+            Error::MethodNotAllowed => "method_not_allowed",
+            Error::Io { .. } => "internal",
+        }
+    }
+
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Error::InvalidRequest(_) => StatusCode::BAD_REQUEST,
+            Error::ProcessNotFound(_) | Error::RouteNotFound(_) => StatusCode::NOT_FOUND,
+            Error::ProcessAlreadyExists(_) | Error::ProcessNotRunning(_) | Error::StdinClosed(_) => {
+                StatusCode::CONFLICT
+            }
+            Error::SpawnFailed { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+            Error::LimitExceeded(_) => StatusCode::TOO_MANY_REQUESTS,
+            Error::Unauthorized => StatusCode::UNAUTHORIZED,
+            Error::Forbidden(_) => StatusCode::FORBIDDEN,
+            Error::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            Error::Io { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    fn title(&self) -> &'static str {
+        match self {
+            Error::InvalidRequest(_) => "Invalid request",
+            Error::ProcessNotFound(_) => "Process not found",
+            Error::ProcessAlreadyExists(_) => "Process already exists",
+            Error::ProcessNotRunning(_) => "Process not running",
+            Error::StdinClosed(_) => "Stdin not open",
+            Error::SpawnFailed { .. } => "Spawn failed",
+            Error::LimitExceeded(_) => "Limit exceeded",
+            Error::Unauthorized => "Unauthorized",
+            Error::Forbidden(_) => "Forbidden",
+            Error::RouteNotFound(_) => "Not found",
+            Error::MethodNotAllowed => "Method not allowed",
+            Error::Io { .. } => "Internal error",
+        }
+    }
+
+    pub fn to_problem(&self) -> Problem {
+        Problem {
+            kind: format!("{PROBLEM_TYPE_PREFIX}{}", self.code()),
+            title: self.title().to_string(),
+            status: self.status().as_u16(),
+            detail: self.to_string(),
+        }
+    }
+}
+
+pub const PROBLEM_TYPE_PREFIX: &str = "urn:agentplane:error:";
+pub const PROBLEM_CONTENT_TYPE: &str = "application/problem+json";
+
+/// An RFC 7807 problem document.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
+pub struct Problem {
+    /// A stable URN, `urn:agentplane:error:<code>`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub title: String,
+    pub status: u16,
+    pub detail: String,
+}
+
+impl Problem {
+    /// The `<code>` part of the type URN.
+    pub fn code(&self) -> &str {
+        self.kind.strip_prefix(PROBLEM_TYPE_PREFIX).unwrap_or(&self.kind)
+    }
+}
+
+impl IntoResponse for Error {
+    fn into_response(self) -> Response {
+        if matches!(self, Error::Io { .. }) {
+            tracing::error!(error = %self, "internal error");
+        }
+        let problem = self.to_problem();
+        let mut response = (self.status(), axum::Json(problem)).into_response();
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static(PROBLEM_CONTENT_TYPE),
+        );
+        if matches!(self, Error::Unauthorized) {
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        response
+    }
+}
+
+impl From<axum::extract::rejection::JsonRejection> for Error {
+    fn from(rejection: axum::extract::rejection::JsonRejection) -> Self {
+        Error::InvalidRequest(rejection.body_text())
+    }
+}
+
+impl From<axum::extract::rejection::QueryRejection> for Error {
+    fn from(rejection: axum::extract::rejection::QueryRejection) -> Self {
+        Error::InvalidRequest(rejection.body_text())
+    }
+}
+
+impl From<axum::extract::rejection::PathRejection> for Error {
+    fn from(rejection: axum::extract::rejection::PathRejection) -> Self {
+        Error::InvalidRequest(rejection.body_text())
+    }
+}

@@ -1,0 +1,18 @@
+//! The agentplane node agent: one per sandbox, it runs processes and terminals and
+//! serves them over HTTP (REST, SSE, WebSocket). It knows nothing of Kubernetes; the
+//! controller is just one of its clients, and [`client::Client`] is how they all talk to it.
+
+pub mod api;
+pub mod auth;
+pub mod client;
+pub mod error;
+pub mod events;
+pub mod model;
+pub mod output;
+pub mod process;
+pub mod server;
+pub mod signals;
+
+pub use error::{Error, Problem, Result};
+pub use process::Limits;
+pub use server::{Config, Server};

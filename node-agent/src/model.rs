@@ -1,0 +1,308 @@
+//! The wire types of the node agent's API, shared by the server and the typed client.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
+use utoipa::{IntoParams, ToSchema};
+
+/// Body of `POST /v1/processes`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CreateProcessRequest {
+    /// A stable id chosen by the caller (letters, digits, `.`, `_`, `-`; at most 63).
+    /// Omit it and the node agent picks one. Controllers derive it from a resource uid
+    /// so that a restarted controller finds what it started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// The program, found on `PATH` unless it contains a `/`.
+    pub command: String,
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// Working directory; the node agent's own when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    /// Variables added to (or overriding) the node agent's environment.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Present means: run on a pseudo-terminal of this size (`TERM=xterm-256color` unless `env` sets it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pty: Option<PtySize>,
+    /// Keep stdin open for a process without a PTY (a PTY always has input).
+    #[serde(default)]
+    pub stdin: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tag: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PtySize {
+    #[schema(minimum = 1, maximum = 4096)]
+    pub rows: u16,
+    #[schema(minimum = 1, maximum = 4096)]
+    pub cols: u16,
+}
+
+impl PtySize {
+    pub fn validate(&self) -> Result<(), String> {
+        if self.rows == 0 || self.cols == 0 || self.rows > 4096 || self.cols > 4096 {
+            return Err(format!(
+                "terminal size {}x{} is out of range (rows and cols must be 1..=4096)",
+                self.rows, self.cols
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ProcessStatus {
+    Running,
+    Exited,
+}
+
+/// A process as the node agent knows it.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ProcessInfo {
+    pub id: String,
+    pub tag: Option<String>,
+    pub label: Option<String>,
+    pub command: String,
+    pub args: Vec<String>,
+    pub cwd: String,
+    pub pid: u32,
+    /// Whether it runs on a pseudo-terminal.
+    pub pty: bool,
+    /// The terminal size, for a PTY process.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<PtySize>,
+    /// Whether its stdin is open for input.
+    pub stdin: bool,
+    pub status: ProcessStatus,
+    pub exit_code: Option<i32>,
+    /// The signal that ended it, if one did (e.g. `SIGTERM`).
+    pub signal: Option<String>,
+    #[serde(with = "time::serde::rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
+    pub created_at: OffsetDateTime,
+    #[serde(with = "time::serde::rfc3339::option")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub exited_at: Option<OffsetDateTime>,
+    /// Bytes of output so far: the terminal's for a PTY, stdout's otherwise.
+    pub output_offset: u64,
+    /// Bytes written to stderr so far (processes without a PTY).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stderr_offset: Option<u64>,
+}
+
+/// Query of `GET /v1/processes`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct ListProcessesQuery {
+    /// Only processes with this tag.
+    pub tag: Option<String>,
+    /// Only processes with (true) or without (false) a PTY.
+    pub pty: Option<bool>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ProcessList {
+    pub processes: Vec<ProcessInfo>,
+}
+
+/// Query of `DELETE /v1/processes/{id}`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct DeleteProcessQuery {
+    /// The stop signal sent to the whole process group (default `SIGHUP` for a PTY, as when a
+    /// terminal closes; `SIGTERM` otherwise).
+    pub signal: Option<String>,
+    /// Seconds to wait after the stop signal before `SIGKILL` (default: the node agent's stop timeout).
+    pub timeout: Option<f64>,
+    /// Forget the record too, instead of keeping it as exited.
+    #[serde(default)]
+    pub purge: bool,
+}
+
+/// Who receives a signal.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum SignalTarget {
+    /// The process group the node agent started (the default).
+    #[default]
+    Group,
+    /// The terminal's foreground process group, as if typed at the keyboard (PTY only).
+    Foreground,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SignalRequest {
+    /// A signal name (`SIGINT`, `INT`) or number.
+    pub signal: String,
+    #[serde(default)]
+    pub target: SignalTarget,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct InputRequest {
+    /// Text to write, or base64 when `base64` is true.
+    #[serde(default)]
+    pub data: String,
+    #[serde(default)]
+    pub base64: bool,
+    /// Close stdin after writing (`^D` on a PTY).
+    #[serde(default)]
+    pub eof: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum OutputStream {
+    /// stdout, or the terminal for a PTY process.
+    #[default]
+    Stdout,
+    Stderr,
+    /// The terminal of a PTY process.
+    Pty,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum OutputEncoding {
+    /// UTF-8 text; invalid sequences become U+FFFD (offsets still count raw bytes).
+    #[default]
+    Utf8,
+    Base64,
+}
+
+/// Query of `GET /v1/processes/{id}/output`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct OutputQuery {
+    /// Absolute byte offset to read from (default 0: the oldest retained byte).
+    pub offset: Option<u64>,
+    pub stream: Option<OutputStream>,
+    /// Most bytes to return (default and maximum 1 MiB).
+    pub limit: Option<usize>,
+    pub encoding: Option<OutputEncoding>,
+    /// Seconds to wait for output past `offset` when there is none yet (at most 60).
+    pub wait: Option<f64>,
+}
+
+/// A range of output that was lost to the client: overwritten before it was read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Gap {
+    pub from: u64,
+    pub to: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OutputChunk {
+    pub stream: OutputStream,
+    /// The offset of the first byte of `data`.
+    pub offset: u64,
+    /// The offset to ask for next.
+    pub next_offset: u64,
+    /// Bytes between the requested offset and `offset` that are no longer retained.
+    pub gap: Option<Gap>,
+    pub encoding: OutputEncoding,
+    pub data: String,
+    /// True when the stream is closed and `nextOffset` is its end: nothing more will come.
+    pub eof: bool,
+    pub status: ProcessStatus,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Ticket {
+    /// Single use, for `GET /v1/processes/{id}/connect?ticket=`.
+    pub ticket: String,
+    #[serde(with = "time::serde::rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
+    pub expires_at: OffsetDateTime,
+}
+
+/// Query of `GET /v1/processes/{id}/connect`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct ConnectQuery {
+    /// Resume from this byte offset; absent: from the oldest retained byte.
+    pub offset: Option<u64>,
+    /// For a process without a PTY: which output to stream (default stdout).
+    pub stream: Option<OutputStream>,
+    /// A single-use ticket from `POST /v1/processes/{id}/ticket`, for clients that cannot set headers.
+    pub ticket: Option<String>,
+}
+
+/// JSON control messages of the terminal WebSocket (text frames), both directions.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(tag = "type", rename_all = "lowercase", deny_unknown_fields)]
+pub enum ControlMessage {
+    /// Client → server: resize the terminal.
+    Resize { rows: u16, cols: u16 },
+    /// Client → server: send a signal (to the terminal's foreground group on a PTY).
+    Signal { signal: String },
+    /// Server → client, first: binary frames that follow start at this offset.
+    Ready { offset: u64 },
+    /// Server → client: bytes in `[from, to)` were lost to this client.
+    Gap { from: u64, to: u64 },
+    /// Server → client, last: the process ended.
+    #[serde(rename_all = "camelCase")]
+    Exit { exit_code: Option<i32>, signal: Option<String> },
+    /// Server → client: a control message could not be carried out.
+    Error { message: String },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub enum LifecycleEventType {
+    #[serde(rename = "process.created")]
+    ProcessCreated,
+    #[serde(rename = "process.updated")]
+    ProcessUpdated,
+    #[serde(rename = "process.exited")]
+    ProcessExited,
+    #[serde(rename = "process.deleted")]
+    ProcessDeleted,
+}
+
+impl LifecycleEventType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LifecycleEventType::ProcessCreated => "process.created",
+            LifecycleEventType::ProcessUpdated => "process.updated",
+            LifecycleEventType::ProcessExited => "process.exited",
+            LifecycleEventType::ProcessDeleted => "process.deleted",
+        }
+    }
+}
+
+/// One entry of `GET /v1/events/sse`; the SSE `id:` is `sequence`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LifecycleEvent {
+    pub sequence: u64,
+    #[serde(rename = "type")]
+    pub kind: LifecycleEventType,
+    #[serde(with = "time::serde::rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
+    pub time: OffsetDateTime,
+    pub process: ProcessInfo,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct Health {
+    pub status: String,
+    pub version: String,
+}

@@ -1,0 +1,385 @@
+//! Output retention: one fixed-size ring per stream, addressed by absolute byte offsets.
+//!
+//! Offsets count every byte since the process started, so a client that reconnects
+//! with `offset=N` gets exactly what it missed, or a [`Gap`] saying which bytes are
+//! gone. Live subscribers (attached terminals) hold a cursor: the writer waits for a
+//! lagging subscriber before overwriting bytes it has not read, but never longer than
+//! `stall_timeout`, so one stuck client cannot stall a program forever. Past that the
+//! bytes are overwritten and that subscriber is told so with a gap: never a silently
+//! shortened stream, never unbounded memory.
+
+use std::sync::{
+    Arc, Condvar, Mutex, Weak,
+    atomic::{AtomicBool, AtomicU64, Ordering},
+};
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+
+use crate::model::Gap;
+
+/// The writer-visible state that subscribers wait on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OutputState {
+    pub total: u64,
+    pub closed: bool,
+}
+
+struct Ring {
+    /// Grows up to `capacity`, then wraps: untouched memory is never allocated.
+    buf: Vec<u8>,
+    capacity: usize,
+    total: u64,
+    closed: bool,
+    cursors: Vec<Weak<AtomicU64>>,
+}
+
+impl Ring {
+    fn start(&self) -> u64 {
+        self.total - self.buf.len() as u64
+    }
+
+    fn write(&mut self, mut data: &[u8]) {
+        if data.len() > self.capacity {
+            let skip = data.len() - self.capacity;
+            self.total += skip as u64;
+            data = &data[skip..];
+        }
+        let mut pos = (self.total % self.capacity as u64) as usize;
+        while !data.is_empty() {
+            if self.buf.len() < self.capacity {
+                // Still growing: `pos == buf.len()` because nothing has wrapped yet.
+                let n = data.len().min(self.capacity - self.buf.len());
+                self.buf.extend_from_slice(&data[..n]);
+                data = &data[n..];
+                self.total += n as u64;
+                pos = self.buf.len() % self.capacity;
+            } else {
+                let n = data.len().min(self.capacity - pos);
+                self.buf[pos..pos + n].copy_from_slice(&data[..n]);
+                data = &data[n..];
+                self.total += n as u64;
+                pos = (pos + n) % self.capacity;
+            }
+        }
+    }
+
+    fn copy_out(&self, from: u64, max: usize, out: &mut Vec<u8>) {
+        let n = ((self.total - from) as usize).min(max);
+        if n == 0 {
+            return;
+        }
+        let len = self.buf.len();
+        let pos = if len < self.capacity {
+            (from - self.start()) as usize
+        } else {
+            (from % self.capacity as u64) as usize
+        };
+        let first = n.min(len - pos);
+        out.extend_from_slice(&self.buf[pos..pos + first]);
+        out.extend_from_slice(&self.buf[..n - first]);
+    }
+
+    /// The lowest offset a live subscriber still needs, ignoring those already past
+    /// saving (behind the retained start: they will get a gap anyway).
+    fn min_live_cursor(&mut self) -> Option<u64> {
+        let start = self.start();
+        let mut min = None::<u64>;
+        self.cursors.retain(|weak| match weak.upgrade() {
+            Some(cursor) => {
+                let at = cursor.load(Ordering::SeqCst);
+                if at >= start {
+                    min = Some(min.map_or(at, |m| m.min(at)));
+                }
+                true
+            }
+            None => false,
+        });
+        min
+    }
+}
+
+/// What a read found.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct ReadResult {
+    /// Set when the requested offset is older than the oldest retained byte.
+    pub gap: Option<Gap>,
+    /// Offset of the first byte of `data`.
+    pub offset: u64,
+    pub data: Vec<u8>,
+    pub total: u64,
+    pub closed: bool,
+}
+
+pub struct OutputBuffer {
+    ring: Mutex<Ring>,
+    writer_waiting: AtomicBool,
+    progress: Condvar,
+    state: watch::Sender<OutputState>,
+    stall_timeout: Duration,
+}
+
+impl std::fmt::Debug for OutputBuffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OutputBuffer").field("state", &*self.state.borrow()).finish()
+    }
+}
+
+impl OutputBuffer {
+    pub fn new(capacity: usize, stall_timeout: Duration) -> Arc<Self> {
+        assert!(capacity > 0, "output buffer capacity must be positive");
+        Arc::new(OutputBuffer {
+            ring: Mutex::new(Ring {
+                buf: Vec::new(),
+                capacity,
+                total: 0,
+                closed: false,
+                cursors: Vec::new(),
+            }),
+            writer_waiting: AtomicBool::new(false),
+            progress: Condvar::new(),
+            state: watch::Sender::new(OutputState { total: 0, closed: false }),
+            stall_timeout,
+        })
+    }
+
+    pub fn state(&self) -> OutputState {
+        *self.state.borrow()
+    }
+
+    /// Appends bytes. Blocking: call it from the reader thread, never from async code.
+    /// Waits (up to the stall timeout) for live subscribers that have not yet read the
+    /// bytes this write would overwrite.
+    pub fn append(&self, data: &[u8]) {
+        if data.is_empty() {
+            return;
+        }
+        let mut ring = self.ring.lock().unwrap_or_else(|e| e.into_inner());
+        let mut deadline: Option<Instant> = None;
+        loop {
+            // Set before looking at cursors: a subscriber that moves after this sees
+            // the flag and wakes us (see `advance`).
+            self.writer_waiting.store(true, Ordering::SeqCst);
+            let new_total = ring.total + data.len() as u64;
+            let evict_to = new_total.saturating_sub(ring.capacity as u64).min(ring.total);
+            let blocked = matches!(ring.min_live_cursor(), Some(min) if min < evict_to);
+            if !blocked {
+                break;
+            }
+            let deadline = *deadline.get_or_insert_with(|| Instant::now() + self.stall_timeout);
+            let now = Instant::now();
+            if now >= deadline {
+                tracing::debug!(evict_to, "a subscriber fell behind; overwriting what it has not read");
+                break;
+            }
+            ring = self
+                .progress
+                .wait_timeout(ring, deadline - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        self.writer_waiting.store(false, Ordering::SeqCst);
+        ring.write(data);
+        let state = OutputState { total: ring.total, closed: ring.closed };
+        drop(ring);
+        self.state.send_replace(state);
+    }
+
+    /// Marks the stream finished: nothing more will be appended.
+    pub fn close(&self) {
+        let mut ring = self.ring.lock().unwrap_or_else(|e| e.into_inner());
+        ring.closed = true;
+        let state = OutputState { total: ring.total, closed: true };
+        drop(ring);
+        self.state.send_replace(state);
+    }
+
+    /// Reads at most `max` bytes from absolute offset `from` (clamped to the end).
+    pub fn read(&self, from: u64, max: usize) -> ReadResult {
+        let ring = self.ring.lock().unwrap_or_else(|e| e.into_inner());
+        let start = ring.start();
+        let from = from.min(ring.total);
+        let (gap, from) = if from < start {
+            (Some(Gap { from, to: start }), start)
+        } else {
+            (None, from)
+        };
+        let mut data = Vec::with_capacity(((ring.total - from) as usize).min(max));
+        ring.copy_out(from, max, &mut data);
+        ReadResult { gap, offset: from, data, total: ring.total, closed: ring.closed }
+    }
+
+    /// The oldest retained offset.
+    pub fn start(&self) -> u64 {
+        self.ring.lock().unwrap_or_else(|e| e.into_inner()).start()
+    }
+
+    /// Waits until the stream holds bytes past `offset`, is closed, or `changed` resolves.
+    pub async fn wait_past(&self, offset: u64) {
+        let mut rx = self.state.subscribe();
+        let _ = rx.wait_for(|s| s.total > offset || s.closed).await;
+    }
+
+    /// A live reader starting at `from` (absent: the oldest retained byte). Its cursor
+    /// holds the writer back for up to the stall timeout.
+    pub fn subscribe(self: &Arc<Self>, from: Option<u64>) -> Subscription {
+        let mut ring = self.ring.lock().unwrap_or_else(|e| e.into_inner());
+        let pos = from.unwrap_or_else(|| ring.start()).min(ring.total);
+        let cursor = Arc::new(AtomicU64::new(pos));
+        ring.cursors.push(Arc::downgrade(&cursor));
+        drop(ring);
+        Subscription { buffer: Arc::clone(self), rx: self.state.subscribe(), cursor, pos }
+    }
+
+    fn advance(&self) {
+        if self.writer_waiting.load(Ordering::SeqCst) {
+            // Taking the lock orders this wake-up after the writer's wait began.
+            let _ring = self.ring.lock().unwrap_or_else(|e| e.into_inner());
+            self.progress.notify_all();
+        }
+    }
+}
+
+/// What a subscriber gets next.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Next {
+    Data { offset: u64, data: Vec<u8> },
+    Gap(Gap),
+    /// The stream is closed and everything has been read.
+    Closed,
+}
+
+pub struct Subscription {
+    buffer: Arc<OutputBuffer>,
+    rx: watch::Receiver<OutputState>,
+    cursor: Arc<AtomicU64>,
+    pos: u64,
+}
+
+impl Subscription {
+    /// The offset of the next byte this subscriber will get.
+    pub fn position(&self) -> u64 {
+        self.pos
+    }
+
+    /// Returns what is available now, without waiting: `None` when caught up with an open stream.
+    pub fn try_next(&mut self, max: usize) -> Option<Next> {
+        self.rx.borrow_and_update();
+        let read = self.buffer.read(self.pos, max);
+        if let Some(gap) = read.gap {
+            self.set_position(gap.to);
+            return Some(Next::Gap(gap));
+        }
+        if !read.data.is_empty() {
+            self.set_position(read.offset + read.data.len() as u64);
+            return Some(Next::Data { offset: read.offset, data: read.data });
+        }
+        if read.closed {
+            return Some(Next::Closed);
+        }
+        None
+    }
+
+    /// Waits for the next data, gap, or the end of the stream.
+    pub async fn next(&mut self, max: usize) -> Next {
+        loop {
+            if let Some(next) = self.try_next(max) {
+                return next;
+            }
+            if self.rx.changed().await.is_err() {
+                return Next::Closed;
+            }
+        }
+    }
+
+    /// Resolves when the buffer changes after the last `try_next`.
+    pub async fn changed(&mut self) {
+        if self.rx.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+
+    fn set_position(&mut self, pos: u64) {
+        self.pos = pos;
+        self.cursor.store(pos, Ordering::SeqCst);
+        self.buffer.advance();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn buffer(capacity: usize) -> Arc<OutputBuffer> {
+        OutputBuffer::new(capacity, Duration::from_millis(50))
+    }
+
+    #[test]
+    fn offsets_are_absolute_and_wrap() {
+        let b = buffer(8);
+        b.append(b"abcdef");
+        assert_eq!(b.read(2, 100).data, b"cdef");
+        b.append(b"ghijk");
+        let r = b.read(0, 100);
+        assert_eq!(r.gap, Some(Gap { from: 0, to: 3 }));
+        assert_eq!((r.offset, r.data.as_slice(), r.total), (3, &b"defghijk"[..], 11));
+        assert_eq!(b.read(9, 1).data, b"j");
+        assert_eq!(b.read(99, 10).data, b"");
+    }
+
+    #[test]
+    fn a_write_larger_than_the_ring_keeps_its_tail() {
+        let b = buffer(4);
+        b.append(b"0123456789");
+        let r = b.read(0, 100);
+        assert_eq!(r.gap, Some(Gap { from: 0, to: 6 }));
+        assert_eq!(r.data, b"6789");
+    }
+
+    #[test]
+    fn a_stalled_subscriber_gets_a_gap_after_the_timeout() {
+        let b = buffer(4);
+        let mut sub = b.subscribe(Some(0));
+        b.append(b"abcd");
+        let started = Instant::now();
+        b.append(b"ef"); // would overwrite "ab", unread: waits for the stall timeout
+        assert!(started.elapsed() >= Duration::from_millis(50));
+        assert_eq!(sub.try_next(100), Some(Next::Gap(Gap { from: 0, to: 2 })));
+        assert_eq!(sub.try_next(100), Some(Next::Data { offset: 2, data: b"cdef".to_vec() }));
+        assert_eq!(sub.try_next(100), None);
+        b.close();
+        assert_eq!(sub.try_next(100), Some(Next::Closed));
+    }
+
+    #[test]
+    fn a_subscriber_that_reads_holds_the_writer_back_without_loss() {
+        let b = OutputBuffer::new(16, Duration::from_secs(30));
+        let mut sub = b.subscribe(Some(0));
+        let writer = {
+            let b = Arc::clone(&b);
+            std::thread::spawn(move || {
+                for i in 0..10_000u32 {
+                    b.append(&i.to_le_bytes());
+                }
+                b.close();
+            })
+        };
+        let mut got = Vec::new();
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        rt.block_on(async {
+            loop {
+                match sub.next(5).await {
+                    Next::Data { offset, data } => {
+                        assert_eq!(offset, got.len() as u64);
+                        got.extend_from_slice(&data);
+                    }
+                    Next::Gap(gap) => panic!("lost bytes {gap:?}"),
+                    Next::Closed => break,
+                }
+            }
+        });
+        writer.join().unwrap();
+        let expected: Vec<u8> = (0..10_000u32).flat_map(|i| i.to_le_bytes()).collect();
+        assert_eq!(got, expected);
+    }
+}

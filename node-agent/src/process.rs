@@ -1,0 +1,685 @@
+//! The process manager: spawns programs on PTYs or pipes, keeps their output, takes
+//! their input, and stops whole process groups.
+//!
+//! Every blocking call lives on a thread of its own (PTY and pipe reads, stdin
+//! writes, `waitpid`), never on the async runtime. A process outlives every client
+//! connection; only `stop`, its own exit, or the node agent's shutdown ends it.
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use nix::errno::Errno;
+use nix::sys::signal::{Signal, killpg};
+use nix::sys::wait::{WaitStatus, waitpid};
+use nix::unistd::Pid;
+use portable_pty::{CommandBuilder, MasterPty, native_pty_system};
+use time::OffsetDateTime;
+use tokio::sync::{mpsc, watch};
+
+use crate::error::{Error, Result};
+use crate::events::EventLog;
+use crate::model::{
+    CreateProcessRequest, LifecycleEventType, OutputStream, ProcessInfo, ProcessStatus, PtySize,
+    SignalTarget,
+};
+use crate::output::OutputBuffer;
+
+/// Threads here only copy bytes or wait: a small stack is plenty, and with many
+/// processes the default 2 MiB per thread would be address space wasted.
+const IO_THREAD_STACK: usize = 256 * 1024;
+/// Size of one read from a PTY or pipe.
+const READ_CHUNK: usize = 64 * 1024;
+/// Input chunks queued per process. Bounded so that a program that stops reading its
+/// input pushes back on the clients typing into it instead of growing memory.
+const STDIN_QUEUE: usize = 64;
+/// After the program exits, how long to let the readers drain what it wrote last
+/// before the exit is announced (a background child may keep the pipe open forever).
+const EXIT_DRAIN: Duration = Duration::from_millis(200);
+
+/// Limits and defaults of the process manager.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Most processes running at once; more answers `limit_exceeded`.
+    pub max_running: usize,
+    /// Most exited records kept; the oldest are forgotten past this.
+    pub max_exited: usize,
+    /// Bytes retained per output stream.
+    pub output_buffer_bytes: usize,
+    /// How long the output writer waits for a live client that fell behind before overwriting.
+    pub slow_client_timeout: Duration,
+    /// Default time between the stop signal and SIGKILL.
+    pub stop_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_running: 256,
+            max_exited: 256,
+            output_buffer_bytes: 1024 * 1024,
+            slow_client_timeout: Duration::from_millis(500),
+            stop_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum RunState {
+    Running,
+    Exited {
+        code: Option<i32>,
+        signal: Option<Signal>,
+        at: OffsetDateTime,
+    },
+}
+
+impl RunState {
+    pub fn is_exited(&self) -> bool {
+        matches!(self, RunState::Exited { .. })
+    }
+}
+
+enum StdinMessage {
+    Data(Bytes),
+}
+
+pub struct Process {
+    pub id: String,
+    seq: u64,
+    command: String,
+    args: Vec<String>,
+    cwd: String,
+    tag: Option<String>,
+    label: Option<String>,
+    created_at: OffsetDateTime,
+    pid: u32,
+    pty: Option<Mutex<PtyHandle>>,
+    primary: Arc<OutputBuffer>,
+    stderr: Option<Arc<OutputBuffer>>,
+    stdin: Mutex<Option<mpsc::Sender<StdinMessage>>>,
+    state: watch::Sender<RunState>,
+}
+
+struct PtyHandle {
+    master: Box<dyn MasterPty + Send>,
+    size: PtySize,
+}
+
+impl Process {
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    pub fn is_pty(&self) -> bool {
+        self.pty.is_some()
+    }
+
+    pub fn run_state(&self) -> RunState {
+        *self.state.borrow()
+    }
+
+    pub fn watch_state(&self) -> watch::Receiver<RunState> {
+        self.state.subscribe()
+    }
+
+    fn pgid(&self) -> Pid {
+        // Both spawn paths make the child the leader of a new process group.
+        Pid::from_raw(self.pid as i32)
+    }
+
+    /// The output buffer of a stream; `stdout` and `pty` both name a PTY's terminal.
+    pub fn output(&self, stream: OutputStream) -> Result<&Arc<OutputBuffer>> {
+        match (stream, self.is_pty()) {
+            (OutputStream::Stdout | OutputStream::Pty, true) | (OutputStream::Stdout, false) => Ok(&self.primary),
+            (OutputStream::Stderr, false) => Ok(self.stderr.as_ref().expect("pipe processes keep stderr")),
+            (OutputStream::Stderr, true) => Err(Error::InvalidRequest(format!(
+                "process {:?} runs on a PTY: its stdout and stderr are one stream, `pty`",
+                self.id
+            ))),
+            (OutputStream::Pty, false) => Err(Error::InvalidRequest(format!(
+                "process {:?} has no PTY: ask for `stdout` or `stderr`",
+                self.id
+            ))),
+        }
+    }
+
+    pub fn info(&self) -> ProcessInfo {
+        let state = self.run_state();
+        let (status, exit_code, signal, exited_at) = match state {
+            RunState::Running => (ProcessStatus::Running, None, None, None),
+            RunState::Exited { code, signal, at } => (
+                ProcessStatus::Exited,
+                code,
+                signal.map(|s| s.as_str().to_string()),
+                Some(at),
+            ),
+        };
+        ProcessInfo {
+            id: self.id.clone(),
+            tag: self.tag.clone(),
+            label: self.label.clone(),
+            command: self.command.clone(),
+            args: self.args.clone(),
+            cwd: self.cwd.clone(),
+            pid: self.pid,
+            pty: self.is_pty(),
+            size: self.pty.as_ref().map(|p| p.lock().unwrap_or_else(|e| e.into_inner()).size),
+            stdin: !state.is_exited()
+                && self.stdin.lock().unwrap_or_else(|e| e.into_inner()).is_some(),
+            status,
+            exit_code,
+            signal,
+            created_at: self.created_at,
+            exited_at,
+            output_offset: self.primary.state().total,
+            stderr_offset: self.stderr.as_ref().map(|b| b.state().total),
+        }
+    }
+
+    /// Queues bytes for the program's input; waits while the queue is full.
+    pub async fn write_input(&self, data: Bytes) -> Result<()> {
+        if self.run_state().is_exited() {
+            return Err(Error::ProcessNotRunning(self.id.clone()));
+        }
+        let sender = self.stdin.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let Some(sender) = sender else {
+            return Err(Error::StdinClosed(self.id.clone()));
+        };
+        if data.is_empty() {
+            return Ok(());
+        }
+        sender
+            .send(StdinMessage::Data(data))
+            .await
+            .map_err(|_| Error::ProcessNotRunning(self.id.clone()))
+    }
+
+    /// Closes the program's input once what is queued has been written.
+    pub fn close_input(&self) -> Result<()> {
+        match self.stdin.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            Some(_) => Ok(()),
+            None => Err(Error::StdinClosed(self.id.clone())),
+        }
+    }
+
+    pub fn resize(&self, size: PtySize) -> Result<()> {
+        size.validate().map_err(Error::InvalidRequest)?;
+        let Some(pty) = &self.pty else {
+            return Err(Error::InvalidRequest(format!(
+                "process {:?} has no PTY to resize",
+                self.id
+            )));
+        };
+        if self.run_state().is_exited() {
+            return Err(Error::ProcessNotRunning(self.id.clone()));
+        }
+        let mut pty = pty.lock().unwrap_or_else(|e| e.into_inner());
+        pty.master
+            .resize(to_portable(size))
+            .map_err(|e| Error::io("resizing the terminal", std::io::Error::other(e.to_string())))?;
+        pty.size = size;
+        Ok(())
+    }
+
+    pub fn signal(&self, signal: Signal, target: SignalTarget) -> Result<()> {
+        if self.run_state().is_exited() {
+            return Err(Error::ProcessNotRunning(self.id.clone()));
+        }
+        let group = match target {
+            SignalTarget::Group => self.pgid(),
+            SignalTarget::Foreground => {
+                let Some(pty) = &self.pty else {
+                    return Err(Error::InvalidRequest(format!(
+                        "process {:?} has no PTY, so no foreground group: use target \"group\"",
+                        self.id
+                    )));
+                };
+                let leader = pty.lock().unwrap_or_else(|e| e.into_inner()).master.process_group_leader();
+                match leader {
+                    Some(pgid) if pgid > 0 => Pid::from_raw(pgid),
+                    _ => self.pgid(),
+                }
+            }
+        };
+        match killpg(group, signal) {
+            Ok(()) | Err(Errno::ESRCH) => Ok(()),
+            Err(e) => Err(Error::io(format!("sending {signal} to process group {group}"), e.into())),
+        }
+    }
+
+    fn group_alive(&self) -> bool {
+        killpg(self.pgid(), None::<Signal>).is_ok()
+    }
+}
+
+fn to_portable(size: PtySize) -> portable_pty::PtySize {
+    portable_pty::PtySize {
+        rows: size.rows,
+        cols: size.cols,
+        pixel_width: 0,
+        pixel_height: 0,
+    }
+}
+
+struct Shared {
+    processes: Mutex<HashMap<String, Arc<Process>>>,
+    running: AtomicUsize,
+    next_seq: AtomicU64,
+    events: EventLog,
+    limits: Limits,
+}
+
+/// Owns every process of the node agent. Cheap to clone.
+#[derive(Clone)]
+pub struct ProcessManager {
+    shared: Arc<Shared>,
+}
+
+impl ProcessManager {
+    pub fn new(limits: Limits) -> Self {
+        ProcessManager {
+            shared: Arc::new(Shared {
+                processes: Mutex::new(HashMap::new()),
+                running: AtomicUsize::new(0),
+                next_seq: AtomicU64::new(0),
+                // Enough history for a client reconnecting after a short outage.
+                events: EventLog::new(4096),
+                limits,
+            }),
+        }
+    }
+
+    pub fn limits(&self) -> &Limits {
+        &self.shared.limits
+    }
+
+    pub fn events(&self) -> &EventLog {
+        &self.shared.events
+    }
+
+    pub fn spawn(&self, request: CreateProcessRequest) -> Result<Arc<Process>> {
+        validate(&request)?;
+        let shared = &self.shared;
+        let id = match &request.id {
+            Some(id) => id.clone(),
+            None => new_id(),
+        };
+        if self.lock().contains_key(&id) {
+            return Err(Error::ProcessAlreadyExists(id));
+        }
+        let running = shared.running.fetch_add(1, Ordering::SeqCst);
+        if running >= shared.limits.max_running {
+            shared.running.fetch_sub(1, Ordering::SeqCst);
+            return Err(Error::LimitExceeded(format!(
+                "{running} processes are running, the limit is {} (--max-processes)",
+                shared.limits.max_running
+            )));
+        }
+        let result = self.start(id, request);
+        if result.is_err() {
+            shared.running.fetch_sub(1, Ordering::SeqCst);
+        }
+        result
+    }
+
+    fn start(&self, id: String, request: CreateProcessRequest) -> Result<Arc<Process>> {
+        let limits = &self.shared.limits;
+        let cwd = match &request.cwd {
+            Some(cwd) => cwd.clone(),
+            None => std::env::current_dir()
+                .map_err(|e| Error::io("reading the node agent's working directory", e))?
+                .to_string_lossy()
+                .into_owned(),
+        };
+        if !Path::new(&cwd).is_dir() {
+            return Err(Error::SpawnFailed {
+                command: request.command.clone(),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    format!("working directory {cwd:?} does not exist"),
+                ),
+            });
+        }
+        let new_buffer = || OutputBuffer::new(limits.output_buffer_bytes, limits.slow_client_timeout);
+        let primary = new_buffer();
+        let (state_tx, _) = watch::channel(RunState::Running);
+        let (stdin_tx, stdin_rx) = mpsc::channel(STDIN_QUEUE);
+        let mut readers = Vec::new();
+
+        let (pid, pty, stderr, stdin) = if let Some(size) = request.pty {
+            let pair = native_pty_system()
+                .openpty(to_portable(size))
+                .map_err(|e| Error::io("opening a PTY", std::io::Error::other(e.to_string())))?;
+            let mut cmd = CommandBuilder::new(&request.command);
+            cmd.args(&request.args);
+            cmd.cwd(&cwd);
+            for (key, value) in &request.env {
+                cmd.env(key, value);
+            }
+            if !request.env.contains_key("TERM") {
+                cmd.env("TERM", "xterm-256color");
+            }
+            let child = pair.slave.spawn_command(cmd).map_err(|e| Error::SpawnFailed {
+                command: request.command.clone(),
+                source: std::io::Error::other(e.to_string()),
+            })?;
+            // Only the child may hold the slave side, so its exit closes the terminal.
+            drop(pair.slave);
+            let pid = child.process_id().ok_or_else(|| {
+                Error::io("spawning on a PTY", std::io::Error::other("the child has no pid"))
+            })?;
+            // We reap it ourselves with waitpid, which reports the exact signal.
+            drop(child);
+            let reader = pair.master.try_clone_reader().map_err(pty_io("cloning the PTY reader"))?;
+            let writer = pair.master.take_writer().map_err(pty_io("taking the PTY writer"))?;
+            readers.push(spawn_reader(&id, "pty", reader, Arc::clone(&primary))?);
+            spawn_writer(&id, writer, stdin_rx)?;
+            let pty = Mutex::new(PtyHandle { master: pair.master, size });
+            (pid, Some(pty), None, Some(stdin_tx))
+        } else {
+            use std::os::unix::process::CommandExt;
+            let mut cmd = std::process::Command::new(&request.command);
+            cmd.args(&request.args)
+                .current_dir(&cwd)
+                .envs(&request.env)
+                .stdin(if request.stdin { Stdio::piped() } else { Stdio::null() })
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .process_group(0);
+            let mut child = cmd.spawn().map_err(|source| Error::SpawnFailed {
+                command: request.command.clone(),
+                source,
+            })?;
+            let stderr = new_buffer();
+            let out = child.stdout.take().expect("stdout is piped");
+            let err = child.stderr.take().expect("stderr is piped");
+            readers.push(spawn_reader(&id, "stdout", out, Arc::clone(&primary))?);
+            readers.push(spawn_reader(&id, "stderr", err, Arc::clone(&stderr))?);
+            let stdin = match child.stdin.take() {
+                Some(pipe) => {
+                    spawn_writer(&id, Box::new(pipe), stdin_rx)?;
+                    Some(stdin_tx)
+                }
+                None => None,
+            };
+            (child.id(), None, Some(stderr), stdin)
+        };
+
+        let process = Arc::new(Process {
+            id: id.clone(),
+            seq: self.shared.next_seq.fetch_add(1, Ordering::SeqCst),
+            command: request.command,
+            args: request.args,
+            cwd,
+            tag: request.tag,
+            label: request.label,
+            created_at: OffsetDateTime::now_utc(),
+            pid,
+            pty,
+            primary,
+            stderr,
+            stdin: Mutex::new(stdin),
+            state: state_tx,
+        });
+        {
+            let mut processes = self.lock();
+            if processes.contains_key(&id) {
+                // Lost a race with a create of the same id: this one must not run.
+                let _ = killpg(process.pgid(), Signal::SIGKILL);
+                drop(processes);
+                self.spawn_waiter(Arc::clone(&process), readers, false)?;
+                return Err(Error::ProcessAlreadyExists(id));
+            }
+            processes.insert(id.clone(), Arc::clone(&process));
+        }
+        self.shared.events.publish(LifecycleEventType::ProcessCreated, process.info());
+        self.spawn_waiter(Arc::clone(&process), readers, true)?;
+        tracing::info!(process = %id, pid, command = %process.command, pty = process.is_pty(), "process started");
+        Ok(process)
+    }
+
+    fn spawn_waiter(
+        &self,
+        process: Arc<Process>,
+        readers: Vec<std::sync::mpsc::Receiver<()>>,
+        announce: bool,
+    ) -> Result<()> {
+        let manager = self.clone();
+        std::thread::Builder::new()
+            .name(format!("wait-{}", process.id))
+            .stack_size(IO_THREAD_STACK)
+            .spawn(move || {
+                let (code, signal) = wait_for_exit(process.pid);
+                let deadline = std::time::Instant::now() + EXIT_DRAIN;
+                for done in readers {
+                    let left = deadline.saturating_duration_since(std::time::Instant::now());
+                    let _ = done.recv_timeout(left);
+                }
+                // The program is gone: input has nowhere to go.
+                process.stdin.lock().unwrap_or_else(|e| e.into_inner()).take();
+                process.state.send_replace(RunState::Exited { code, signal, at: OffsetDateTime::now_utc() });
+                manager.shared.running.fetch_sub(1, Ordering::SeqCst);
+                if announce {
+                    tracing::info!(process = %process.id, exit_code = ?code, signal = ?signal, "process exited");
+                    manager.shared.events.publish(LifecycleEventType::ProcessExited, process.info());
+                    manager.prune_exited();
+                }
+            })
+            .map_err(|e| Error::io("starting the wait thread", e))?;
+        Ok(())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Process>>> {
+        self.shared.processes.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Finds a process by id, or else the newest one with that tag.
+    pub fn get(&self, id_or_tag: &str) -> Result<Arc<Process>> {
+        let processes = self.lock();
+        if let Some(process) = processes.get(id_or_tag) {
+            return Ok(Arc::clone(process));
+        }
+        processes
+            .values()
+            .filter(|p| p.tag.as_deref() == Some(id_or_tag))
+            .max_by_key(|p| p.seq)
+            .cloned()
+            .ok_or_else(|| Error::ProcessNotFound(id_or_tag.to_string()))
+    }
+
+    /// Processes in the order they were created.
+    pub fn list(&self, tag: Option<&str>, pty: Option<bool>) -> Vec<Arc<Process>> {
+        let mut list: Vec<_> = self
+            .lock()
+            .values()
+            .filter(|p| tag.is_none_or(|t| p.tag.as_deref() == Some(t)))
+            .filter(|p| pty.is_none_or(|want| p.is_pty() == want))
+            .cloned()
+            .collect();
+        list.sort_by_key(|p| p.seq);
+        list
+    }
+
+    pub fn publish_updated(&self, process: &Process) {
+        self.shared.events.publish(LifecycleEventType::ProcessUpdated, process.info());
+    }
+
+    /// Stops a process: `signal` to its whole group, SIGKILL to whatever of the group
+    /// is left after `timeout`. Returns once the program has exited.
+    pub async fn stop(&self, process: &Arc<Process>, signal: Signal, timeout: Duration) -> Result<ProcessInfo> {
+        if process.run_state().is_exited() {
+            return Ok(process.info());
+        }
+        let deadline = tokio::time::Instant::now() + timeout;
+        let _ = killpg(process.pgid(), signal);
+        let mut state = process.watch_state();
+        if tokio::time::timeout_at(deadline, state.wait_for(RunState::is_exited)).await.is_err() {
+            tracing::info!(process = %process.id, "stop timeout passed; killing the process group");
+            let _ = killpg(process.pgid(), Signal::SIGKILL);
+            let _ = state.wait_for(RunState::is_exited).await;
+        }
+        // The leader is gone; members it left behind get until the deadline too.
+        let mut delay = Duration::from_millis(2);
+        while process.group_alive() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_millis(100));
+        }
+        if process.group_alive() {
+            let _ = killpg(process.pgid(), Signal::SIGKILL);
+        }
+        Ok(process.info())
+    }
+
+    /// Forgets an exited process.
+    pub fn purge(&self, process: &Arc<Process>) -> Result<()> {
+        if !process.run_state().is_exited() {
+            return Err(Error::InvalidRequest(format!(
+                "process {:?} is still running: stop it before purging",
+                process.id
+            )));
+        }
+        if self.lock().remove(&process.id).is_some() {
+            self.shared.events.publish(LifecycleEventType::ProcessDeleted, process.info());
+        }
+        Ok(())
+    }
+
+    fn prune_exited(&self) {
+        let removed: Vec<Arc<Process>> = {
+            let mut processes = self.lock();
+            let mut exited: Vec<_> = processes
+                .values()
+                .filter(|p| p.run_state().is_exited())
+                .map(|p| (p.seq, p.id.clone()))
+                .collect();
+            if exited.len() <= self.shared.limits.max_exited {
+                return;
+            }
+            exited.sort();
+            let excess = exited.len() - self.shared.limits.max_exited;
+            exited[..excess].iter().filter_map(|(_, id)| processes.remove(id)).collect()
+        };
+        for process in removed {
+            self.shared.events.publish(LifecycleEventType::ProcessDeleted, process.info());
+        }
+    }
+
+    /// Stops every running process (for the node agent's shutdown).
+    pub async fn shutdown(&self, timeout: Duration) {
+        let running: Vec<_> = self.list(None, None).into_iter().filter(|p| !p.run_state().is_exited()).collect();
+        if running.is_empty() {
+            return;
+        }
+        tracing::info!(count = running.len(), "stopping processes");
+        let stops = running.iter().map(|p| {
+            let signal = if p.is_pty() { Signal::SIGHUP } else { Signal::SIGTERM };
+            self.stop(p, signal, timeout)
+        });
+        futures_util::future::join_all(stops).await;
+    }
+}
+
+/// portable-pty reports errors as `anyhow::Error`; keep their text.
+fn pty_io<E: std::fmt::Display>(context: &'static str) -> impl Fn(E) -> Error {
+    move |e| Error::io(context, std::io::Error::other(e.to_string()))
+}
+
+fn validate(request: &CreateProcessRequest) -> Result<()> {
+    if request.command.is_empty() {
+        return Err(Error::InvalidRequest("`command` must not be empty".into()));
+    }
+    if let Some(id) = &request.id {
+        let ok = !id.is_empty()
+            && id.len() <= 63
+            && id.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
+            && id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+        if !ok {
+            return Err(Error::InvalidRequest(format!(
+                "id {id:?} is invalid: use 1 to 63 letters, digits, '.', '_' or '-', starting with a letter or digit"
+            )));
+        }
+    }
+    if let Some(size) = &request.pty {
+        size.validate().map_err(Error::InvalidRequest)?;
+    }
+    for key in request.env.keys() {
+        if key.is_empty() || key.contains('=') || key.contains('\0') {
+            return Err(Error::InvalidRequest(format!("environment variable name {key:?} is invalid")));
+        }
+    }
+    Ok(())
+}
+
+fn new_id() -> String {
+    let mut bytes = [0u8; 6];
+    getrandom::fill(&mut bytes).expect("the OS random source works");
+    let mut id = String::from("p-");
+    for b in bytes {
+        id.push_str(&format!("{b:02x}"));
+    }
+    id
+}
+
+fn spawn_reader(
+    id: &str,
+    stream: &str,
+    mut source: impl Read + Send + 'static,
+    buffer: Arc<OutputBuffer>,
+) -> Result<std::sync::mpsc::Receiver<()>> {
+    let (done_tx, done_rx) = std::sync::mpsc::sync_channel(1);
+    std::thread::Builder::new()
+        .name(format!("read-{stream}-{id}"))
+        .stack_size(IO_THREAD_STACK)
+        .spawn(move || {
+            let mut chunk = vec![0u8; READ_CHUNK];
+            loop {
+                match source.read(&mut chunk) {
+                    Ok(0) => break,
+                    Ok(n) => buffer.append(&chunk[..n]),
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    // EIO: the PTY's last slave fd closed. Anything else also ends the stream.
+                    Err(_) => break,
+                }
+            }
+            buffer.close();
+            let _ = done_tx.send(());
+        })
+        .map_err(|e| Error::io("starting the output reader thread", e))?;
+    Ok(done_rx)
+}
+
+fn spawn_writer(id: &str, mut sink: Box<dyn Write + Send>, mut input: mpsc::Receiver<StdinMessage>) -> Result<()> {
+    std::thread::Builder::new()
+        .name(format!("write-{id}"))
+        .stack_size(IO_THREAD_STACK)
+        .spawn(move || {
+            while let Some(StdinMessage::Data(data)) = input.blocking_recv() {
+                if sink.write_all(&data).and_then(|()| sink.flush()).is_err() {
+                    break;
+                }
+            }
+            // Dropping the sink closes a pipe, or sends ^D to a PTY.
+        })
+        .map_err(|e| Error::io("starting the input writer thread", e))?;
+    Ok(())
+}
+
+fn wait_for_exit(pid: u32) -> (Option<i32>, Option<Signal>) {
+    loop {
+        match waitpid(Pid::from_raw(pid as i32), None) {
+            Ok(WaitStatus::Exited(_, code)) => return (Some(code), None),
+            Ok(WaitStatus::Signaled(_, signal, _)) => return (None, Some(signal)),
+            Ok(_) | Err(Errno::EINTR) => continue,
+            Err(e) => {
+                tracing::error!(pid, error = %e, "waitpid failed");
+                return (None, None);
+            }
+        }
+    }
+}

@@ -1,0 +1,88 @@
+//! Binding, serving, and the orderly shutdown: stop accepting, end open streams,
+//! stop every process (stop signal to each group, then SIGKILL), return.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use axum::http::HeaderValue;
+use axum::serve::ListenerExt;
+use tokio_util::sync::CancellationToken;
+
+use crate::api::{AppState, router};
+use crate::auth::Auth;
+use crate::error::{Error, Result};
+use crate::process::{Limits, ProcessManager};
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub listen: SocketAddr,
+    /// `None` serves without authentication (`--no-token`).
+    pub token: Option<String>,
+    pub data_dir: PathBuf,
+    /// Origins allowed to call from a browser; none by default.
+    pub cors_origins: Vec<String>,
+    pub limits: Limits,
+}
+
+pub struct Server {
+    listener: tokio::net::TcpListener,
+    state: AppState,
+}
+
+impl Server {
+    /// Validates the configuration, prepares the data directory and binds the socket.
+    pub async fn bind(config: Config, shutdown: CancellationToken) -> Result<Self> {
+        if let Some(token) = &config.token
+            && token.len() < 8
+        {
+            return Err(Error::InvalidRequest("the token must be at least 8 characters".into()));
+        }
+        let allowed_origins = config
+            .cors_origins
+            .iter()
+            .map(|o| {
+                HeaderValue::from_str(o.trim_end_matches('/'))
+                    .map_err(|_| Error::InvalidRequest(format!("--cors-origin {o:?} is not a valid origin")))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        tokio::fs::create_dir_all(&config.data_dir)
+            .await
+            .map_err(|e| Error::io(format!("creating the data directory {}", config.data_dir.display()), e))?;
+        let listener = tokio::net::TcpListener::bind(config.listen)
+            .await
+            .map_err(|e| Error::io(format!("listening on {}", config.listen), e))?;
+        let state = AppState {
+            processes: ProcessManager::new(config.limits.clone()),
+            auth: Arc::new(Auth::new(config.token.clone())),
+            allowed_origins: Arc::new(allowed_origins),
+            shutdown,
+        };
+        Ok(Server { listener, state })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener.local_addr().expect("a bound listener has an address")
+    }
+
+    pub fn processes(&self) -> ProcessManager {
+        self.state.processes.clone()
+    }
+
+    /// Serves until the shutdown token fires, then stops every process.
+    pub async fn run(self) -> Result<()> {
+        let Server { listener, state } = self;
+        let shutdown = state.shutdown.clone();
+        let processes = state.processes.clone();
+        let stop_timeout = processes.limits().stop_timeout;
+        // Keystrokes and echoes are tiny writes: Nagle would hold them back.
+        let listener = listener.tap_io(|tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
+        let served = axum::serve(listener, router(state))
+            .with_graceful_shutdown(shutdown.clone().cancelled_owned())
+            .await;
+        processes.shutdown(stop_timeout).await;
+        served.map_err(|e| Error::io("serving HTTP", e))
+    }
+}
