@@ -201,7 +201,7 @@ impl Client {
     pub async fn lifecycle_events(
         &self,
         last_event_id: Option<u64>,
-    ) -> ClientResult<impl Stream<Item = ClientResult<SseMessage>> + use<>> {
+    ) -> ClientResult<futures_util::stream::BoxStream<'static, ClientResult<SseMessage>>> {
         let mut builder = self.request(Method::GET, &["events", "sse"]);
         if let Some(id) = last_event_id {
             builder = builder.header("last-event-id", id.to_string());
@@ -216,7 +216,7 @@ impl Client {
                 Err(_) => ClientError::Unexpected { url, status, body },
             });
         }
-        Ok(sse_messages(response.bytes_stream(), url))
+        Ok(sse_messages(response.bytes_stream(), url).boxed())
     }
 }
 
@@ -242,7 +242,7 @@ pub struct SseMessage {
 fn sse_messages(
     bytes: impl Stream<Item = reqwest::Result<bytes::Bytes>> + Send + 'static,
     url: String,
-) -> impl Stream<Item = ClientResult<SseMessage>> {
+) -> impl Stream<Item = ClientResult<SseMessage>> + Send + 'static {
     struct State<S> {
         bytes: std::pin::Pin<Box<S>>,
         buffer: Vec<u8>,

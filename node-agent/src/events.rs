@@ -36,7 +36,15 @@ impl EventLog {
     }
 
     pub fn publish(&self, kind: LifecycleEventType, process: ProcessInfo) -> u64 {
+        self.publish_with(kind, || Some(process)).expect("an event was given")
+    }
+
+    /// Makes a change and records its event as one step: `change` runs under the log's
+    /// lock, so whoever observes the change and then publishes an event of their own
+    /// is sequenced after this one. `None` from `change` records nothing.
+    pub fn publish_with(&self, kind: LifecycleEventType, change: impl FnOnce() -> Option<ProcessInfo>) -> Option<u64> {
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let process = change()?;
         let sequence = inner.next;
         inner.next += 1;
         if inner.events.len() == inner.capacity {
@@ -50,7 +58,7 @@ impl EventLog {
         });
         drop(inner);
         self.latest.send_replace(sequence);
-        sequence
+        Some(sequence)
     }
 
     /// The sequence number of the newest event (0 when none).

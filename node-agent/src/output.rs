@@ -39,29 +39,27 @@ impl Ring {
         self.total - self.buf.len() as u64
     }
 
+    /// The byte at absolute offset `o` lives at index `o % capacity`, both while the
+    /// ring grows (then `total <= capacity` and the index is just `o`) and once full.
     fn write(&mut self, mut data: &[u8]) {
-        if data.len() > self.capacity {
-            let skip = data.len() - self.capacity;
+        let capacity = self.capacity;
+        if self.total + data.len() as u64 <= capacity as u64 {
+            self.buf.extend_from_slice(data);
+            self.total += data.len() as u64;
+            return;
+        }
+        // This write wraps: from now on the ring is full-size.
+        self.buf.resize(capacity, 0);
+        if data.len() > capacity {
+            let skip = data.len() - capacity;
             self.total += skip as u64;
             data = &data[skip..];
         }
-        let mut pos = (self.total % self.capacity as u64) as usize;
-        while !data.is_empty() {
-            if self.buf.len() < self.capacity {
-                // Still growing: `pos == buf.len()` because nothing has wrapped yet.
-                let n = data.len().min(self.capacity - self.buf.len());
-                self.buf.extend_from_slice(&data[..n]);
-                data = &data[n..];
-                self.total += n as u64;
-                pos = self.buf.len() % self.capacity;
-            } else {
-                let n = data.len().min(self.capacity - pos);
-                self.buf[pos..pos + n].copy_from_slice(&data[..n]);
-                data = &data[n..];
-                self.total += n as u64;
-                pos = (pos + n) % self.capacity;
-            }
-        }
+        let pos = (self.total % capacity as u64) as usize;
+        let first = data.len().min(capacity - pos);
+        self.buf[pos..pos + first].copy_from_slice(&data[..first]);
+        self.buf[..data.len() - first].copy_from_slice(&data[first..]);
+        self.total += data.len() as u64;
     }
 
     fn copy_out(&self, from: u64, max: usize, out: &mut Vec<u8>) {
@@ -70,11 +68,7 @@ impl Ring {
             return;
         }
         let len = self.buf.len();
-        let pos = if len < self.capacity {
-            (from - self.start()) as usize
-        } else {
-            (from % self.capacity as u64) as usize
-        };
+        let pos = (from % self.capacity as u64) as usize;
         let first = n.min(len - pos);
         out.extend_from_slice(&self.buf[pos..pos + first]);
         out.extend_from_slice(&self.buf[..n - first]);
@@ -334,6 +328,32 @@ mod tests {
         let r = b.read(0, 100);
         assert_eq!(r.gap, Some(Gap { from: 0, to: 6 }));
         assert_eq!(r.data, b"6789");
+    }
+
+    #[test]
+    fn matches_a_plain_vector_for_any_write_sizes() {
+        for capacity in [1, 3, 7, 16] {
+            let b = buffer(capacity);
+            let mut model: Vec<u8> = Vec::new();
+            let mut seed = 0x9e37_79b9_u32;
+            for round in 0..200u32 {
+                seed ^= seed << 13;
+                seed ^= seed >> 17;
+                seed ^= seed << 5;
+                let len = (seed % 40) as usize;
+                let chunk: Vec<u8> = (0..len).map(|i| (round as usize * 31 + i) as u8).collect();
+                b.append(&chunk);
+                model.extend_from_slice(&chunk);
+                let start = model.len().saturating_sub(capacity);
+                for from in [0, start, (start + model.len()) / 2, model.len()] {
+                    let r = b.read(from as u64, usize::MAX);
+                    let from_kept = from.max(start);
+                    assert_eq!(r.offset, from_kept as u64);
+                    assert_eq!(r.data, &model[from_kept..], "capacity {capacity}, round {round}, from {from}");
+                    assert_eq!(r.gap.is_some(), from < start);
+                }
+            }
+        }
     }
 
     #[test]

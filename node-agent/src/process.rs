@@ -427,18 +427,21 @@ impl ProcessManager {
             stdin: Mutex::new(stdin),
             state: state_tx,
         });
-        {
+        // Registered and announced as one step, so no event about it can precede `created`.
+        let registered = self.shared.events.publish_with(LifecycleEventType::ProcessCreated, || {
             let mut processes = self.lock();
             if processes.contains_key(&id) {
-                // Lost a race with a create of the same id: this one must not run.
-                let _ = killpg(process.pgid(), Signal::SIGKILL);
-                drop(processes);
-                self.spawn_waiter(Arc::clone(&process), readers, false)?;
-                return Err(Error::ProcessAlreadyExists(id));
+                return None;
             }
             processes.insert(id.clone(), Arc::clone(&process));
+            Some(process.info())
+        });
+        if registered.is_none() {
+            // Lost a race with a create of the same id: this one must not run.
+            let _ = killpg(process.pgid(), Signal::SIGKILL);
+            self.spawn_waiter(Arc::clone(&process), readers, false)?;
+            return Err(Error::ProcessAlreadyExists(id));
         }
-        self.shared.events.publish(LifecycleEventType::ProcessCreated, process.info());
         self.spawn_waiter(Arc::clone(&process), readers, true)?;
         tracing::info!(process = %id, pid, command = %process.command, pty = process.is_pty(), "process started");
         Ok(process)
@@ -463,13 +466,20 @@ impl ProcessManager {
                 }
                 // The program is gone: input has nowhere to go.
                 process.stdin.lock().unwrap_or_else(|e| e.into_inner()).take();
-                process.state.send_replace(RunState::Exited { code, signal, at: OffsetDateTime::now_utc() });
+                let exited = RunState::Exited { code, signal, at: OffsetDateTime::now_utc() };
                 manager.shared.running.fetch_sub(1, Ordering::SeqCst);
-                if announce {
-                    tracing::info!(process = %process.id, exit_code = ?code, signal = ?signal, "process exited");
-                    manager.shared.events.publish(LifecycleEventType::ProcessExited, process.info());
-                    manager.prune_exited();
+                if !announce {
+                    process.state.send_replace(exited);
+                    return;
                 }
+                // The state change and its event as one step: whoever sees the process
+                // exited (and deletes it, say) publishes after `process.exited`.
+                manager.shared.events.publish_with(LifecycleEventType::ProcessExited, || {
+                    process.state.send_replace(exited);
+                    Some(process.info())
+                });
+                tracing::info!(process = %process.id, exit_code = ?code, signal = ?signal, "process exited");
+                manager.prune_exited();
             })
             .map_err(|e| Error::io("starting the wait thread", e))?;
         Ok(())

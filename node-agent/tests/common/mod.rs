@@ -1,0 +1,266 @@
+//! A real node agent on a loopback port, and a terminal client that reads its
+//! WebSocket the way a person's terminal would. Waits are on bytes and events; the
+//! timeouts only turn a hang into a failure.
+
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use agentplane_node_agent::client::{Client, TerminalSocket};
+use agentplane_node_agent::model::{ConnectQuery, ControlMessage, CreateProcessRequest, ProcessInfo, PtySize};
+use agentplane_node_agent::{Config, Limits, Server};
+use futures_util::{SinkExt, StreamExt};
+use tokio_tungstenite::tungstenite::Message;
+use tokio_util::sync::CancellationToken;
+
+/// Long enough for a loaded CI machine; a correct run never gets near it.
+pub const PATIENCE: Duration = Duration::from_secs(20);
+
+pub const TOKEN: &str = "test-token-0123456789";
+
+pub struct TestServer {
+    pub url: String,
+    pub client: Client,
+    pub shutdown: CancellationToken,
+    pub task: Option<tokio::task::JoinHandle<agentplane_node_agent::Result<()>>>,
+    _data: tempfile::TempDir,
+}
+
+impl TestServer {
+    pub async fn start() -> Self {
+        Self::start_with(Limits::default()).await
+    }
+
+    pub async fn start_with(limits: Limits) -> Self {
+        let data = tempfile::tempdir().unwrap();
+        let shutdown = CancellationToken::new();
+        let config = Config {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            token: Some(TOKEN.into()),
+            data_dir: data.path().join("data"),
+            cors_origins: vec!["https://app.example".into()],
+            limits,
+        };
+        let server = Server::bind(config, shutdown.clone()).await.unwrap();
+        let url = format!("http://{}", server.local_addr());
+        let task = tokio::spawn(server.run());
+        let client = Client::new(&url, Some(TOKEN.into())).unwrap();
+        TestServer { url, client, shutdown, task: Some(task), _data: data }
+    }
+
+    pub fn anonymous(&self) -> Client {
+        Client::new(&self.url, None).unwrap()
+    }
+
+    pub async fn stop(mut self) {
+        self.shutdown.cancel();
+        if let Some(task) = self.task.take() {
+            tokio::time::timeout(PATIENCE, task).await.expect("the server stops").unwrap().unwrap();
+        }
+    }
+
+    pub async fn spawn_pty(&self, command: &str, args: &[&str]) -> ProcessInfo {
+        self.client
+            .create_process(&CreateProcessRequest {
+                command: command.into(),
+                args: args.iter().map(|a| a.to_string()).collect(),
+                pty: Some(PtySize { rows: 24, cols: 80 }),
+                env: [("PS1".to_string(), "$ ".to_string())].into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+    }
+
+    /// An interactive bash without the user's rc files, prompt `$ `.
+    pub async fn spawn_bash(&self) -> ProcessInfo {
+        self.spawn_pty("bash", &["--norc", "--noprofile", "-i"]).await
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+pub async fn within<T>(what: &str, future: impl std::future::Future<Output = T>) -> T {
+    match tokio::time::timeout(PATIENCE, future).await {
+        Ok(value) => value,
+        Err(_) => panic!("timed out waiting for {what}"),
+    }
+}
+
+/// What a terminal client received, in order.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Frame {
+    Bytes(Vec<u8>),
+    Control(ControlMessage),
+    Closed,
+}
+
+pub struct Term {
+    socket: TerminalSocket,
+    /// Offset announced by `ready`.
+    pub ready: u64,
+    /// Every byte received since `ready`.
+    pub bytes: Vec<u8>,
+    /// Every control message received after `ready`.
+    pub controls: Vec<ControlMessage>,
+    /// Where the next `read_until` starts looking.
+    mark: usize,
+    pub closed: bool,
+}
+
+impl Term {
+    pub async fn open(client: &Client, id: &str, offset: Option<u64>) -> Term {
+        let socket = client.connect(id, &ConnectQuery { offset, ..Default::default() }).await.unwrap();
+        Self::from_socket(socket).await
+    }
+
+    pub async fn from_socket(socket: TerminalSocket) -> Term {
+        let mut term = Term { socket, ready: 0, bytes: Vec::new(), controls: Vec::new(), mark: 0, closed: false };
+        match term.next_frame().await {
+            Frame::Control(ControlMessage::Ready { offset }) => term.ready = offset,
+            other => panic!("expected ready first, got {other:?}"),
+        }
+        term.controls.clear();
+        term
+    }
+
+    pub async fn next_frame(&mut self) -> Frame {
+        loop {
+            let Ok(message) = tokio::time::timeout(PATIENCE, self.socket.next()).await else {
+                panic!(
+                    "timed out waiting for a frame; since the last match got {:?} and controls {:?}",
+                    String::from_utf8_lossy(&self.bytes[self.mark..]),
+                    self.controls
+                );
+            };
+            let frame = match message {
+                Some(Ok(Message::Binary(bytes))) => Frame::Bytes(bytes.to_vec()),
+                Some(Ok(Message::Text(text))) => Frame::Control(serde_json::from_str(text.as_str()).unwrap()),
+                Some(Ok(Message::Close(_))) | None | Some(Err(_)) => Frame::Closed,
+                Some(Ok(_)) => continue,
+            };
+            match &frame {
+                Frame::Bytes(bytes) => self.bytes.extend_from_slice(bytes),
+                Frame::Control(control) => self.controls.push(control.clone()),
+                Frame::Closed => self.closed = true,
+            }
+            return frame;
+        }
+    }
+
+    /// Reads until `needle` appears after the previous match; returns the text up to it.
+    pub async fn read_until(&mut self, needle: &str) -> String {
+        loop {
+            if let Some(at) = find(&self.bytes[self.mark..], needle.as_bytes()) {
+                let text = String::from_utf8_lossy(&self.bytes[self.mark..self.mark + at + needle.len()]).into_owned();
+                self.mark += at + needle.len();
+                return text;
+            }
+            if self.closed {
+                panic!(
+                    "connection closed before {needle:?} appeared; got {:?}",
+                    String::from_utf8_lossy(&self.bytes[self.mark..])
+                );
+            }
+            self.next_frame().await;
+        }
+    }
+
+    /// Reads until every needle has appeared after the previous match, in any order.
+    pub async fn read_until_all(&mut self, needles: &[&str]) {
+        loop {
+            let window = &self.bytes[self.mark..];
+            if needles.iter().all(|n| find(window, n.as_bytes()).is_some()) {
+                self.mark = self.bytes.len();
+                return;
+            }
+            if self.closed {
+                panic!("connection closed before all of {needles:?} appeared; got {:?}", String::from_utf8_lossy(window));
+            }
+            self.next_frame().await;
+        }
+    }
+
+    pub async fn type_text(&mut self, text: &str) {
+        self.socket.send(Message::Binary(text.as_bytes().to_vec().into())).await.unwrap();
+    }
+
+    pub async fn control(&mut self, message: &ControlMessage) {
+        let text = serde_json::to_string(message).unwrap();
+        self.socket.send(Message::Text(text.into())).await.unwrap();
+    }
+
+    /// Reads to the end; returns the exit message.
+    pub async fn wait_exit(&mut self) -> ControlMessage {
+        loop {
+            if let Some(exit) = self.controls.iter().find(|c| matches!(c, ControlMessage::Exit { .. })) {
+                return exit.clone();
+            }
+            if self.closed {
+                panic!("closed without an exit message");
+            }
+            self.next_frame().await;
+        }
+    }
+
+    pub async fn close(mut self) {
+        let _ = self.socket.close(None).await;
+    }
+
+    /// The absolute offset just past the last byte received.
+    pub fn offset(&self) -> u64 {
+        self.ready + self.bytes.len() as u64
+    }
+}
+
+pub fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+/// Live (not zombie) processes whose process group is `pgid`, from /proc.
+pub fn live_group_members(pgid: u32) -> Vec<u32> {
+    let mut members = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+        // Fields after the command name, which is in parentheses and may hold spaces.
+        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 2..]) else { continue };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let (state, pgrp) = (fields[0], fields[2].parse::<u32>().unwrap_or(0));
+        if pgrp == pgid && state != "Z" && state != "X" {
+            members.push(pid);
+        }
+    }
+    members
+}
+
+/// Children of `pid` whose command is `comm`.
+pub fn children_named(pid: u32, comm: &str) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(child) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{child}/stat")) else { continue };
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else { continue };
+        let fields: Vec<&str> = stat[close + 2..].split_whitespace().collect();
+        if &stat[open + 1..close] == comm && fields[1].parse::<u32>() == Ok(pid) && fields[0] != "Z" {
+            found.push(child);
+        }
+    }
+    found
+}
+
+/// Polls a condition of the operating system (no event exists for it), failing after PATIENCE.
+pub async fn until(what: &str, mut condition: impl FnMut() -> bool) {
+    within(what, async {
+        let mut delay = Duration::from_millis(1);
+        while !condition() {
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_millis(50));
+        }
+    })
+    .await
+}
