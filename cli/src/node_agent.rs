@@ -50,6 +50,8 @@ pub async fn run(args: NodeAgentArgs) -> anyhow::Result<()> {
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,tower_http=warn".into()),
         )
         .with_writer(std::io::stderr)
+        // Colour only for a person watching; logs collected to files stay plain.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let token = match (args.token, args.no_token) {
         (Some(token), false) => Some(token),
