@@ -82,6 +82,8 @@ pub async fn run(args: NodeAgentArgs) -> anyhow::Result<()> {
         },
     };
     let shutdown = CancellationToken::new();
+    // Before any process can start: see `watch_stop_signals`.
+    watch_stop_signals(shutdown.clone())?;
     let server = Server::bind(config.clone(), shutdown.clone()).await?;
     tracing::info!(
         listen = %server.local_addr(),
@@ -89,23 +91,57 @@ pub async fn run(args: NodeAgentArgs) -> anyhow::Result<()> {
         auth = config.token.is_some(),
         "node agent ready"
     );
-    tokio::spawn(stop_on_signal(shutdown));
     server.run().await?;
     tracing::info!("node agent stopped");
     Ok(())
 }
 
-async fn stop_on_signal(shutdown: CancellationToken) {
+/// Shuts down cleanly on SIGTERM, SIGINT, SIGQUIT and SIGHUP.
+///
+/// The handlers matter for the programs we run too: a signal *ignored* by the node
+/// agent stays ignored in every child across exec, and a node agent started from a
+/// script (`agentplane node-agent &` ignores SIGINT and SIGQUIT) or under `nohup`
+/// would hand that on, so Ctrl-C or a stop signal would do nothing to its processes.
+/// A handler, unlike an ignore, is reset to the default at exec. Under `nohup` a
+/// hangup still does not stop the node agent: that is what the user asked for.
+fn watch_stop_signals(shutdown: CancellationToken) -> anyhow::Result<()> {
     use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
-        tracing::error!("cannot listen for SIGTERM/SIGINT");
-        return;
-    };
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
-        _ = int.recv() => tracing::info!("SIGINT: shutting down"),
-    }
-    shutdown.cancel();
+    let hangup_ignored = ignored_at_start(1);
+    let mut term = signal(SignalKind::terminate()).context("handling SIGTERM")?;
+    let mut int = signal(SignalKind::interrupt()).context("handling SIGINT")?;
+    let mut quit = signal(SignalKind::quit()).context("handling SIGQUIT")?;
+    let mut hup = signal(SignalKind::hangup()).context("handling SIGHUP")?;
+    tokio::spawn(async move {
+        let name = loop {
+            tokio::select! {
+                _ = term.recv() => break "SIGTERM",
+                _ = int.recv() => break "SIGINT",
+                _ = quit.recv() => break "SIGQUIT",
+                _ = hup.recv() => {
+                    if hangup_ignored {
+                        tracing::info!("SIGHUP ignored: started under nohup");
+                        continue;
+                    }
+                    break "SIGHUP";
+                }
+            }
+        };
+        tracing::info!(signal = name, "shutting down");
+        shutdown.cancel();
+    });
+    Ok(())
+}
+
+/// Whether signal `number` was ignored when this process started (from /proc, which
+/// needs no unsafe code to read).
+fn ignored_at_start(number: u32) -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            let mask = status.lines().find_map(|l| l.strip_prefix("SigIgn:"))?;
+            u64::from_str_radix(mask.trim(), 16).ok()
+        })
+        .is_some_and(|mask| mask & (1 << (number - 1)) != 0)
 }
 
 fn default_data_dir() -> anyhow::Result<PathBuf> {
