@@ -38,6 +38,9 @@ impl Server {
         {
             return Err(Error::InvalidRequest("the token must be at least 8 characters".into()));
         }
+        if config.limits.output_buffer_bytes == 0 {
+            return Err(Error::InvalidRequest("the output buffer size must be positive".into()));
+        }
         let allowed_origins = config
             .cors_origins
             .iter()
