@@ -32,11 +32,14 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use agentplane_node_agent::client::{Client, TerminalSocket};
-use agentplane_node_agent::model::{ConnectQuery, ControlMessage, CreateProcessRequest, PtySize};
+use agentplane_node_agent::model::{
+    ConnectQuery, ControlMessage, CreateProcessRequest, DeleteProcessQuery, ListProcessesQuery, PtySize,
+};
 use anyhow::{Context, bail, ensure};
 use futures_util::{SinkExt, StreamExt};
+use nix::sys::resource::{UsageWho, getrusage};
 use nix::sys::signal::{Signal, kill};
-use nix::unistd::{Pid, SysconfVar, sysconf};
+use nix::unistd::Pid;
 use tokio_tungstenite::tungstenite::Message;
 
 /// The bearer token of the node agent under test.
@@ -60,10 +63,7 @@ const TARGET_ECHO_P99_US: f64 = 1000.0;
 const TARGET_IDLE_RSS_MIB: f64 = 10.0;
 
 fn main() {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("the tokio runtime starts");
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("the tokio runtime starts");
     if let Err(error) = runtime.block_on(run()) {
         eprintln!("pty_throughput: {error:#}");
         std::process::exit(1);
@@ -72,9 +72,12 @@ fn main() {
 
 async fn run() -> anyhow::Result<()> {
     let mib = match std::env::var("AGENTPLANE_BENCH_MIB") {
-        Ok(value) => value.trim().parse::<usize>().ok().filter(|&n| n > 0).with_context(|| {
-            format!("AGENTPLANE_BENCH_MIB={value:?}: expected a positive number of MiB")
-        })?,
+        Ok(value) => value
+            .trim()
+            .parse::<usize>()
+            .ok()
+            .filter(|&n| n > 0)
+            .with_context(|| format!("AGENTPLANE_BENCH_MIB={value:?}: expected a positive number of MiB"))?,
         Err(_) => DEFAULT_MIB,
     };
     let work = tempfile::tempdir().context("creating a temporary directory")?;
@@ -96,16 +99,7 @@ async fn run() -> anyhow::Result<()> {
     let mut runs = Vec::new();
     for _ in 0..THROUGHPUT_RUNS {
         let stats = pty_cat(&client, &agent, &file, &payload).await?;
-        eprintln!(
-            "  {:.1} MiB/s, {} of {} bytes, {} missing, {} gap frame(s), node agent CPU {:.2} s{}",
-            stats.mib_per_sec(),
-            stats.received,
-            stats.expected,
-            stats.missing,
-            stats.gaps,
-            stats.cpu_seconds,
-            stats.mismatch_at.map(|at| format!(", FIRST DIFFERENT BYTE AT {at}")).unwrap_or_default(),
-        );
+        eprintln!("  {}", stats.describe());
         runs.push(stats);
     }
 
@@ -113,6 +107,11 @@ async fn run() -> anyhow::Result<()> {
     let mut echo = keystroke_echo(&client).await?;
     let end_rss = agent.rss_bytes()?;
     let peak_rss = agent.status_kib("VmHWM")? * 1024;
+    // Exited processes keep their output rings until purged: what is left without them.
+    for process in client.list_processes(&ListProcessesQuery::default()).await? {
+        client.delete_process(&process.id, &DeleteProcessQuery { purge: true, ..Default::default() }).await?;
+    }
+    let purged_rss = agent.rss_bytes()?;
     agent.stop()?;
 
     // The report.
@@ -123,7 +122,7 @@ async fn run() -> anyhow::Result<()> {
     let missing: u64 = runs.iter().map(|r| r.missing).sum();
     let gaps: u64 = runs.iter().map(|r| r.gaps).sum();
     let intact = runs.iter().all(|r| r.intact());
-    echo.sort_unstable();
+    echo.sort_unstable_by(f64::total_cmp);
     let p50 = percentile_us(&echo, 0.50);
     let p99 = percentile_us(&echo, 0.99);
 
@@ -145,7 +144,7 @@ async fn run() -> anyhow::Result<()> {
     );
     table.row("gap frames, all runs", gaps.to_string(), "0", Some(gaps == 0));
     table.row(
-        "node agent CPU per 256 MiB",
+        "node agent CPU per 256 MiB, best run",
         format!("{cpu_per_256:.2} s"),
         "<= 2.5 s",
         Some(cpu_per_256 <= TARGET_CPU_PER_256_MIB),
@@ -159,11 +158,11 @@ async fn run() -> anyhow::Result<()> {
         Some((idle_rss as f64 / MIB) < TARGET_IDLE_RSS_MIB),
     );
     table.row("node agent RSS, end (all exited)", format!("{:.1} MiB", end_rss as f64 / MIB), "-", None);
+    table.row("node agent RSS, end, records purged", format!("{:.1} MiB", purged_rss as f64 / MIB), "-", None);
     table.row("node agent peak RSS (VmHWM)", format!("{:.1} MiB", peak_rss as f64 / MIB), "-", None);
     println!();
-    println!(
-        "agentplane PTY benchmark: {mib} MiB file, {THROUGHPUT_RUNS} runs each, {ECHO_MEASURED} keystrokes after {ECHO_WARMUP} warm-up"
-    );
+    println!("agentplane PTY benchmark: {mib} MiB file, {THROUGHPUT_RUNS} throughput runs each,");
+    println!("{ECHO_MEASURED} keystrokes timed after {ECHO_WARMUP} warm-up");
     print!("{}", table.render());
 
     ensure!(gaps == 0 && missing == 0 && intact, "integrity check failed: the terminal stream differs from the file");
@@ -212,6 +211,8 @@ struct CatRun {
     expected: u64,
     /// Bytes received in binary frames.
     received: u64,
+    /// Binary frames received.
+    frames: u64,
     /// Bytes never received: in gaps, or missing at the end.
     missing: u64,
     gaps: u64,
@@ -221,12 +222,33 @@ struct CatRun {
     elapsed: Duration,
     /// Node agent utime + stime over the same interval.
     cpu_seconds: f64,
+    /// This benchmark's own CPU time (the client) over the same interval.
+    client_cpu_seconds: f64,
     file_len: u64,
 }
 
 impl CatRun {
     fn mib_per_sec(&self) -> f64 {
         self.file_len as f64 / MIB / self.elapsed.as_secs_f64()
+    }
+
+    /// One line: speed, integrity, frames and CPU.
+    fn describe(&self) -> String {
+        let mut line = format!(
+            "{:.1} MiB/s, {} of {} bytes in {} frames ({:.1} KiB each), {} missing, {} gap frame(s)",
+            self.mib_per_sec(),
+            self.received,
+            self.expected,
+            self.frames,
+            self.received as f64 / self.frames as f64 / 1024.0,
+            self.missing,
+            self.gaps,
+        );
+        let _ = write!(line, ", node agent CPU {:.2} s, client CPU {:.2} s", self.cpu_seconds, self.client_cpu_seconds);
+        if let Some(at) = self.mismatch_at {
+            let _ = write!(line, ", FIRST DIFFERENT BYTE AT OFFSET {at}");
+        }
+        line
     }
 
     fn intact(&self) -> bool {
@@ -256,11 +278,13 @@ async fn pty_cat(client: &Client, agent: &NodeAgent, file: &Path, payload: &[u8]
     let mut run = CatRun {
         expected,
         received: 1,
+        frames: 1,
         missing: 0,
         gaps: 0,
         mismatch_at: None,
         elapsed: Duration::ZERO,
         cpu_seconds: 0.0,
+        client_cpu_seconds: 0.0,
         file_len: payload.len() as u64,
     };
     let mut pos: u64 = 1;
@@ -268,6 +292,7 @@ async fn pty_cat(client: &Client, agent: &NodeAgent, file: &Path, payload: &[u8]
     let deadline = Duration::from_secs(60 + (payload.len() >> 20) as u64 / 5);
 
     let cpu_before = agent.cpu_seconds()?;
+    let client_cpu_before = own_cpu_seconds()?;
     let started = Instant::now();
     socket.send(Message::binary(b"\n".to_vec())).await?;
     let exit = within(deadline, "the transfer", async {
@@ -275,6 +300,7 @@ async fn pty_cat(client: &Client, agent: &NodeAgent, file: &Path, payload: &[u8]
             match message? {
                 Message::Binary(data) => {
                     run.received += data.len() as u64;
+                    run.frames += 1;
                     if run.mismatch_at.is_none() {
                         run.mismatch_at = first_difference(&data, payload, pos - 1).map(|i| pos + i as u64);
                     }
@@ -298,9 +324,17 @@ async fn pty_cat(client: &Client, agent: &NodeAgent, file: &Path, payload: &[u8]
     .await??;
     run.elapsed = started.elapsed();
     run.cpu_seconds = agent.cpu_seconds()? - cpu_before;
+    run.client_cpu_seconds = own_cpu_seconds()? - client_cpu_before;
     run.missing += expected.saturating_sub(pos);
     ensure!(exit == (Some(0), None), "cat ended with exit code {:?}, signal {:?}", exit.0, exit.1);
     Ok(run)
+}
+
+/// utime + stime of this process, in seconds.
+fn own_cpu_seconds() -> anyhow::Result<f64> {
+    let usage = getrusage(UsageWho::RUSAGE_SELF)?;
+    let seconds = |t: nix::sys::time::TimeVal| t.tv_sec() as f64 + t.tv_usec() as f64 / 1e6;
+    Ok(seconds(usage.user_time()) + seconds(usage.system_time()))
 }
 
 /// Where `data`, expected at `at` in `payload`, first differs (bytes past its end count as different).
@@ -413,6 +447,8 @@ fn percentile_us(sorted: &[f64], q: f64) -> f64 {
 struct NodeAgent {
     child: Child,
     url: String,
+    /// Clock ticks per second of `/proc/PID/stat`.
+    clock_ticks: u64,
     stopped: bool,
 }
 
@@ -447,7 +483,7 @@ impl NodeAgent {
                 }
             }
         });
-        let mut agent = NodeAgent { child, url: String::new(), stopped: false };
+        let mut agent = NodeAgent { child, url: String::new(), clock_ticks: clock_ticks(), stopped: false };
         let deadline = Instant::now() + Duration::from_secs(15);
         let mut log = String::new();
         let port = loop {
@@ -470,12 +506,12 @@ impl NodeAgent {
     fn cpu_seconds(&self) -> anyhow::Result<f64> {
         let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid()))?;
         // Fields after the command name (which may hold spaces) start at field 3.
-        let fields: Vec<&str> = stat.rsplit_once(')').context("malformed /proc/PID/stat")?.1.split_whitespace().collect();
+        let fields: Vec<&str> =
+            stat.rsplit_once(')').context("malformed /proc/PID/stat")?.1.split_whitespace().collect();
         let ticks = |field: usize| -> anyhow::Result<u64> {
             Ok(fields.get(field - 3).context("short /proc/PID/stat")?.parse()?)
         };
-        let per_second = sysconf(SysconfVar::CLK_TCK).ok().flatten().filter(|&t| t > 0).unwrap_or(100);
-        Ok((ticks(14)? + ticks(15)?) as f64 / per_second as f64)
+        Ok((ticks(14)? + ticks(15)?) as f64 / self.clock_ticks as f64)
     }
 
     /// A `kB` field of `/proc/PID/status`, in KiB.
@@ -525,6 +561,18 @@ impl Drop for NodeAgent {
             let _ = self.child.wait();
         }
     }
+}
+
+/// `sysconf(_SC_CLK_TCK)` through `getconf` (nix's `sysconf` needs a feature this
+/// crate does not enable); Linux's 100 when that fails.
+fn clock_ticks() -> u64 {
+    Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|out| String::from_utf8(out.stdout).ok()?.trim().parse().ok())
+        .filter(|&ticks| ticks > 0)
+        .unwrap_or(100)
 }
 
 /// The port in `... node agent ready listen=127.0.0.1:PORT data_dir=...`.
