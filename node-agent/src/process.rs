@@ -253,9 +253,63 @@ impl Process {
         }
     }
 
-    fn group_alive(&self) -> bool {
-        killpg(self.pgid(), None::<Signal>).is_ok()
+    /// What a stop must reach. A terminal's shell puts each job in a process group of
+    /// its own, so for a PTY that is the whole session (as a hangup reaches every job);
+    /// otherwise the process group the node agent started.
+    fn stop_scope(&self) -> Scope {
+        let leader = self.pgid().as_raw();
+        if self.is_pty() { Scope::Session(leader) } else { Scope::Group(leader) }
     }
+
+    /// Sends `signal` to every process group in the stop scope.
+    fn signal_scope(&self, signal: Signal) {
+        let mut groups = vec![self.pgid().as_raw()];
+        if let Scope::Session(_) = self.stop_scope() {
+            for (_, group) in live_members(self.stop_scope()) {
+                if !groups.contains(&group) {
+                    groups.push(group);
+                }
+            }
+        }
+        for group in groups {
+            let _ = killpg(Pid::from_raw(group), signal);
+        }
+    }
+}
+
+/// A process group, or a session (every group in it).
+#[derive(Debug, Clone, Copy)]
+pub enum Scope {
+    Group(i32),
+    Session(i32),
+}
+
+/// Live (not zombie) processes in a scope, as (pid, process group), read from /proc.
+pub fn live_members(scope: Scope) -> Vec<(i32, i32)> {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    let mut members = Vec::new();
+    for entry in entries.flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else { continue };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+        // Fields after the command name, which is in parentheses and may hold anything.
+        let Some(rest) = stat.rfind(')').and_then(|i| stat.get(i + 2..)) else { continue };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let (Some(state), Some(group), Some(session)) = (
+            fields.first(),
+            fields.get(2).and_then(|f| f.parse::<i32>().ok()),
+            fields.get(3).and_then(|f| f.parse::<i32>().ok()),
+        ) else {
+            continue;
+        };
+        let inside = match scope {
+            Scope::Group(g) => group == g,
+            Scope::Session(s) => session == s,
+        };
+        if inside && !matches!(*state, "Z" | "X") {
+            members.push((pid, group));
+        }
+    }
+    members
 }
 
 fn to_portable(size: PtySize) -> portable_pty::PtySize {
@@ -520,28 +574,44 @@ impl ProcessManager {
         self.shared.events.publish(LifecycleEventType::ProcessUpdated, process.info());
     }
 
-    /// Stops a process: `signal` to its whole group, SIGKILL to whatever of the group
-    /// is left after `timeout`. Returns once the program has exited.
+    /// Stops a process: `signal` to its whole group (a terminal: to every group of its
+    /// session), SIGKILL to whatever is left of them after `timeout`. Returns once the
+    /// program has exited and nothing of it is left.
     pub async fn stop(&self, process: &Arc<Process>, signal: Signal, timeout: Duration) -> Result<ProcessInfo> {
         if process.run_state().is_exited() {
             return Ok(process.info());
         }
         let deadline = tokio::time::Instant::now() + timeout;
-        let _ = killpg(process.pgid(), signal);
+        let scope = process.stop_scope();
+        process.signal_scope(signal);
+        // A stopped process (a job suspended with ^Z, or by reading a terminal it does
+        // not own) acts on the stop signal only once continued, as systemd also knows.
+        if !matches!(signal, Signal::SIGKILL | Signal::SIGCONT) {
+            process.signal_scope(Signal::SIGCONT);
+        }
         let mut state = process.watch_state();
         if tokio::time::timeout_at(deadline, state.wait_for(RunState::is_exited)).await.is_err() {
-            tracing::info!(process = %process.id, "stop timeout passed; killing the process group");
-            let _ = killpg(process.pgid(), Signal::SIGKILL);
+            tracing::info!(process = %process.id, "stop timeout passed; killing what is left");
+            process.signal_scope(Signal::SIGKILL);
             let _ = state.wait_for(RunState::is_exited).await;
         }
-        // The leader is gone; members it left behind get until the deadline too.
+        // The leader is gone; what it left behind gets until the deadline too. Nothing
+        // announces a process group emptying, so /proc is looked at with a backoff.
         let mut delay = Duration::from_millis(2);
-        while process.group_alive() && tokio::time::Instant::now() < deadline {
+        loop {
+            let left = tokio::task::spawn_blocking(move || live_members(scope)).await.unwrap_or_default();
+            if left.is_empty() {
+                break;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                tracing::info!(process = %process.id, left = left.len(), "killing processes left behind");
+                for (_, group) in left {
+                    let _ = killpg(Pid::from_raw(group), Signal::SIGKILL);
+                }
+                break;
+            }
             tokio::time::sleep(delay).await;
             delay = (delay * 2).min(Duration::from_millis(100));
-        }
-        if process.group_alive() {
-            let _ = killpg(process.pgid(), Signal::SIGKILL);
         }
         Ok(process.info())
     }

@@ -106,6 +106,29 @@ async fn a_group_member_that_ignores_the_stop_signal_is_killed_after_the_timeout
 }
 
 #[tokio::test]
+async fn a_suspended_process_is_continued_so_it_can_shut_down_gracefully() {
+    let server = TestServer::start().await;
+    // A program that handles SIGTERM (as vim or a shell does).
+    let script = "trap 'echo graceful; exit 0' TERM; while :; do sleep 0.05; done";
+    let info = server.client.create_process(&sh(script)).await.unwrap();
+    until("the loop", || !children_named(info.pid, "sleep").is_empty()).await;
+    // Suspended by a user; a handled signal then waits for SIGCONT.
+    server.client.signal(&info.id, &SignalRequest { signal: "STOP".into(), target: SignalTarget::Group }).await.unwrap();
+    let leader_state = || {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", info.pid)).unwrap_or_default();
+        stat.rfind(')').and_then(|i| stat.get(i + 2..i + 3)).unwrap_or("").to_string()
+    };
+    until("the leader to be stopped", || leader_state() == "T").await;
+
+    // Without SIGCONT it would sit on its SIGTERM until the SIGKILL 30 s later.
+    let query = DeleteProcessQuery { timeout: Some(30.0), ..Default::default() };
+    let done = within("the stop", server.client.delete_process(&info.id, &query)).await.unwrap();
+    assert_eq!((done.exit_code, done.signal.as_deref()), (Some(0), None), "it ran its handler: {done:?}");
+    assert_eq!(read_to_end(&server, &info.id, OutputStream::Stdout).await, "graceful\n");
+    assert_eq!(live_group_members(info.pid), Vec::<u32>::new());
+}
+
+#[tokio::test]
 async fn signals_by_name_reach_the_group() {
     let server = TestServer::start().await;
     let info = server.client.create_process(&sh("trap 'echo got-usr1; exit 3' USR1; while :; do sleep 0.05; done")).await.unwrap();

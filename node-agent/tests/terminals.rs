@@ -185,8 +185,8 @@ async fn closing_a_connection_never_stops_the_process_and_delete_does() {
 
     let info = server.client.delete_process(&bash.id, &DeleteProcessQuery::default()).await.unwrap();
     assert_eq!(info.status, ProcessStatus::Exited);
-    assert_eq!(info.signal.as_deref(), Some("SIGHUP"), "a terminal's default stop signal");
-    assert!(live_group_members(bash.pid).is_empty());
+    assert!(info.signal.is_some(), "stopped by a signal: {info:?}");
+    assert!(live_session_members(bash.pid).is_empty());
     // The record stays until purged.
     assert_eq!(server.client.get_process(&bash.id).await.unwrap().status, ProcessStatus::Exited);
     let purge = DeleteProcessQuery { purge: true, ..Default::default() };
@@ -219,6 +219,27 @@ async fn a_ticket_opens_one_websocket_without_the_token() {
 }
 
 #[tokio::test]
+async fn stopping_a_terminal_hangs_up_every_job_of_its_shell() {
+    let server = TestServer::start().await;
+    let bash = server.spawn_bash().await;
+    let mut term = Term::open(&server.client, &bash.id, None).await;
+    term.read_until("$ ").await;
+    // bash forwards a hangup to its jobs, but not to one it was told to disown.
+    term.type_text("sleep 1001 & disown\r").await;
+    term.read_until("$ ").await;
+    term.type_text("sleep 1002\r").await;
+    until("both jobs", || children_named(bash.pid, "sleep").len() == 2).await;
+    // Job control: each job has a process group of its own, outside the shell's.
+    let groups: Vec<i32> = live_session_members(bash.pid).iter().map(|&(_, g)| g).collect();
+    assert_eq!(groups.iter().filter(|&&g| g != bash.pid as i32).count(), 2, "{groups:?}");
+
+    let info = server.client.delete_process(&bash.id, &DeleteProcessQuery::default()).await.unwrap();
+    assert_eq!(info.signal.as_deref(), Some("SIGHUP"), "{info:?}");
+    assert_eq!(live_session_members(bash.pid), vec![], "no job of the terminal survives");
+    server.stop().await;
+}
+
+#[tokio::test]
 async fn shutdown_stops_every_process_group() {
     let server = TestServer::start().await;
     let bash = server.spawn_bash().await;
@@ -236,8 +257,8 @@ async fn shutdown_stops_every_process_group() {
         .await
         .unwrap();
     until("both sleeps", || live_group_members(pipe.pid).len() == 3).await;
+    until("the background job", || live_session_members(bash.pid).len() == 2).await;
     server.stop().await;
     assert!(live_group_members(pipe.pid).is_empty());
-    assert!(live_group_members(bash.pid).is_empty());
-    assert!(children_named(bash.pid, "sleep").is_empty());
+    assert_eq!(live_session_members(bash.pid), vec![], "the shell and its background job");
 }

@@ -32,6 +32,11 @@ impl TestServer {
     }
 
     pub async fn start_with(limits: Limits) -> Self {
+        // The node agent's log, shown with a failing test's output (RUST_LOG to change).
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "agentplane_node_agent=debug".into()))
+            .with_test_writer()
+            .try_init();
         let data = tempfile::tempdir().unwrap();
         let shutdown = CancellationToken::new();
         let config = Config {
@@ -236,6 +241,11 @@ pub fn live_group_members(pgid: u32) -> Vec<u32> {
         }
     }
     members
+}
+
+/// Live processes of the session `sid` (a terminal's shell and all of its jobs), as (pid, process group).
+pub fn live_session_members(sid: u32) -> Vec<(i32, i32)> {
+    agentplane_node_agent::process::live_members(agentplane_node_agent::process::Scope::Session(sid as i32))
 }
 
 /// Children of `pid` whose command is `comm`.
