@@ -154,6 +154,63 @@ async fn a_resume_older_than_the_buffer_gets_a_gap_then_the_rest() {
 }
 
 #[tokio::test]
+async fn a_client_too_slow_to_keep_up_is_told_exactly_what_it_missed() {
+    let limits = Limits {
+        output_buffer_bytes: 64 * 1024,
+        slow_client_timeout: std::time::Duration::from_millis(20),
+        ..Limits::default()
+    };
+    let server = TestServer::start_with(limits).await;
+    let writer = server
+        .client
+        .create_process(&CreateProcessRequest {
+            command: "sh".into(),
+            // Waits for a line, so the client is attached before the flood starts.
+            args: vec!["-c".into(), "read go; head -c 20000000 /dev/zero".into()],
+            stdin: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let mut term = Term::open(&server.client, &writer.id, Some(0)).await;
+    let go = InputRequest { data: "go\n".into(), base64: false, eof: false };
+    server.client.input(&writer.id, &go).await.unwrap();
+    // The client reads nothing until the program is done: far more than the socket
+    // buffers and the 64 KiB ring can hold.
+    let mut info = server.client.get_process(&writer.id).await.unwrap();
+    while info.status != ProcessStatus::Exited {
+        let query = OutputQuery { offset: Some(info.output_offset), wait: Some(5.0), limit: Some(1), ..Default::default() };
+        within("output", server.client.output(&writer.id, &query)).await.unwrap();
+        info = server.client.get_process(&writer.id).await.unwrap();
+    }
+    assert_eq!(info.output_offset, 20_000_000);
+
+    let (mut at, mut lost, mut gaps) = (term.ready, 0u64, 0);
+    loop {
+        match term.next_frame().await {
+            Frame::Bytes(bytes) => at += bytes.len() as u64,
+            Frame::Control(ControlMessage::Gap { from, to }) => {
+                assert_eq!(from, at, "a gap starts where the stream stood");
+                assert!(to > from);
+                lost += to - from;
+                at = to;
+                gaps += 1;
+            }
+            Frame::Control(ControlMessage::Exit { exit_code, .. }) => {
+                assert_eq!(exit_code, Some(0));
+                break;
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert!(gaps > 0, "the client fell behind");
+    assert_eq!(at, 20_000_000, "every byte is either received or reported lost");
+    assert_eq!(term.bytes.len() as u64 + lost, 20_000_000);
+    assert!(term.bytes.iter().all(|&b| b == 0));
+    server.stop().await;
+}
+
+#[tokio::test]
 async fn sigint_reaches_the_foreground_job_inside_a_pty_shell() {
     let server = TestServer::start().await;
     let bash = server.spawn_bash().await;
