@@ -32,6 +32,9 @@ use crate::signals::parse_signal;
 /// Largest binary frame sent to a terminal client: big enough that a fast producer
 /// costs few frames, small enough to keep latency and memory per client low.
 const MAX_FRAME: usize = 256 * 1024;
+/// Largest message a terminal client may send: keystrokes and pastes, not files. With
+/// the bounded input queue this caps what one client can make the node agent hold.
+const MAX_CLIENT_MESSAGE: usize = 1024 * 1024;
 /// Largest response of `GET .../output`.
 const MAX_OUTPUT_READ: usize = 1024 * 1024;
 
@@ -149,22 +152,35 @@ fn ticket_grants(state: &AppState, request: &Request) -> bool {
         signal_process, resize_process, write_input, read_output, issue_ticket, connect, lifecycle_events
     ),
     components(schemas(Problem, ControlMessage, LifecycleEvent)),
-    modifiers(&BearerAuth),
+    modifiers(&ApiConventions),
     tags((name = "processes", description = "Processes and terminals"), (name = "system", description = "Health and the API document"))
 )]
 pub struct ApiDoc;
 
-struct BearerAuth;
+/// What holds for every route: the bearer token, and errors as problem documents
+/// (a `default` response, so every status an operation can fail with is described).
+struct ApiConventions;
 
-impl utoipa::Modify for BearerAuth {
+impl utoipa::Modify for ApiConventions {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
         use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme};
+        use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
         let components = openapi.components.get_or_insert_with(Default::default);
         components.add_security_scheme(
             "bearer",
             SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
         );
         openapi.security = Some(vec![SecurityRequirement::new("bearer", Vec::<String>::new())]);
+        let problem = ResponseBuilder::new()
+            .description("An RFC 7807 problem document; `type` is `urn:agentplane:error:<code>`")
+            .content("application/problem+json", ContentBuilder::new().schema(Some(Ref::from_schema_name("Problem"))).build())
+            .build();
+        for item in openapi.paths.paths.values_mut() {
+            let operations = [&mut item.get, &mut item.post, &mut item.put, &mut item.delete, &mut item.patch];
+            for operation in operations.into_iter().flatten() {
+                operation.responses.responses.insert("default".to_string(), problem.clone().into());
+            }
+        }
     }
 }
 
@@ -360,6 +376,7 @@ async fn connect(
         }
     }
     let upgrade = upgrade.map_err(|e| Error::InvalidRequest(format!("not a WebSocket request: {}", e.body_text())))?;
+    let upgrade = upgrade.max_message_size(MAX_CLIENT_MESSAGE).max_frame_size(MAX_CLIENT_MESSAGE);
     Ok(upgrade.on_upgrade(move |socket| terminal_session(socket, state, process, buffer, query.offset)))
 }
 

@@ -14,8 +14,10 @@ pub struct CreateProcessRequest {
     /// Omit it and the node agent picks one. Controllers derive it from a resource uid
     /// so that a restarted controller finds what it started.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")]
     pub id: Option<String>,
     /// The program, found on `PATH` unless it contains a `/`.
+    #[schema(min_length = 1)]
     pub command: String,
     #[serde(default)]
     pub args: Vec<String>,
