@@ -85,10 +85,6 @@ impl RunState {
     }
 }
 
-enum StdinMessage {
-    Data(Bytes),
-}
-
 pub struct Process {
     pub id: String,
     seq: u64,
@@ -102,7 +98,7 @@ pub struct Process {
     pty: Option<Mutex<PtyHandle>>,
     primary: Arc<OutputBuffer>,
     stderr: Option<Arc<OutputBuffer>>,
-    stdin: Mutex<Option<mpsc::Sender<StdinMessage>>>,
+    stdin: Mutex<Option<mpsc::Sender<Bytes>>>,
     state: watch::Sender<RunState>,
 }
 
@@ -195,7 +191,7 @@ impl Process {
             return Ok(());
         }
         sender
-            .send(StdinMessage::Data(data))
+            .send(data)
             .await
             .map_err(|_| Error::ProcessNotRunning(self.id.clone()))
     }
@@ -279,13 +275,13 @@ impl Process {
 
 /// A process group, or a session (every group in it).
 #[derive(Debug, Clone, Copy)]
-pub enum Scope {
+enum Scope {
     Group(i32),
     Session(i32),
 }
 
 /// Live (not zombie) processes in a scope, as (pid, process group), read from /proc.
-pub fn live_members(scope: Scope) -> Vec<(i32, i32)> {
+fn live_members(scope: Scope) -> Vec<(i32, i32)> {
     let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
     let mut members = Vec::new();
     for entry in entries.flatten() {
@@ -405,6 +401,7 @@ impl ProcessManager {
         let (state_tx, _) = watch::channel(RunState::Running);
         let (stdin_tx, stdin_rx) = mpsc::channel(STDIN_QUEUE);
         let mut readers = Vec::new();
+        let mut guard = SpawnGuard(None);
 
         let (pid, pty, stderr, stdin) = if let Some(size) = request.pty {
             let pair = native_pty_system()
@@ -430,6 +427,7 @@ impl ProcessManager {
             })?;
             // We reap it ourselves with waitpid, which reports the exact signal.
             drop(child);
+            guard.arm(pid);
             let reader = pair.master.try_clone_reader().map_err(pty_io("cloning the PTY reader"))?;
             let writer = pair.master.take_writer().map_err(pty_io("taking the PTY writer"))?;
             readers.push(spawn_reader(&id, "pty", reader, Arc::clone(&primary))?);
@@ -450,6 +448,7 @@ impl ProcessManager {
                 command: request.command.clone(),
                 source,
             })?;
+            guard.arm(child.id());
             let stderr = new_buffer();
             let out = child.stdout.take().expect("stdout is piped");
             let err = child.stderr.take().expect("stderr is piped");
@@ -491,12 +490,19 @@ impl ProcessManager {
             Some(process.info())
         });
         if registered.is_none() {
-            // Lost a race with a create of the same id: this one must not run.
-            let _ = killpg(process.pgid(), Signal::SIGKILL);
-            self.spawn_waiter(Arc::clone(&process), readers, false)?;
+            // Lost a race with a create of the same id: this one must not run (the
+            // guard kills and reaps it).
             return Err(Error::ProcessAlreadyExists(id));
         }
-        self.spawn_waiter(Arc::clone(&process), readers, true)?;
+        if let Err(e) = self.spawn_waiter(Arc::clone(&process), readers) {
+            // No thread to reap it with: the guard kills it, and the record goes too.
+            if self.lock().remove(&id).is_some() {
+                self.shared.events.publish(LifecycleEventType::ProcessDeleted, process.info());
+            }
+            return Err(e);
+        }
+        // The waiter thread owns the child now: it reaps it whatever happens next.
+        guard.disarm();
         tracing::info!(process = %id, pid, command = %process.command, pty = process.is_pty(), "process started");
         Ok(process)
     }
@@ -505,7 +511,6 @@ impl ProcessManager {
         &self,
         process: Arc<Process>,
         readers: Vec<std::sync::mpsc::Receiver<()>>,
-        announce: bool,
     ) -> Result<()> {
         let manager = self.clone();
         std::thread::Builder::new()
@@ -522,10 +527,6 @@ impl ProcessManager {
                 process.stdin.lock().unwrap_or_else(|e| e.into_inner()).take();
                 let exited = RunState::Exited { code, signal, at: OffsetDateTime::now_utc() };
                 manager.shared.running.fetch_sub(1, Ordering::SeqCst);
-                if !announce {
-                    process.state.send_replace(exited);
-                    return;
-                }
                 // The state change and its event as one step: whoever sees the process
                 // exited (and deletes it, say) publishes after `process.exited`.
                 manager.shared.events.publish_with(LifecycleEventType::ProcessExited, || {
@@ -665,6 +666,29 @@ impl ProcessManager {
     }
 }
 
+/// Kills and reaps a child whose start failed half-way (a thread or a descriptor could
+/// not be had), so that nothing runs that the node agent does not know about.
+struct SpawnGuard(Option<u32>);
+
+impl SpawnGuard {
+    fn arm(&mut self, pid: u32) {
+        self.0 = Some(pid);
+    }
+
+    fn disarm(&mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for SpawnGuard {
+    fn drop(&mut self) {
+        if let Some(pid) = self.0 {
+            let _ = killpg(Pid::from_raw(pid as i32), Signal::SIGKILL);
+            let _ = std::thread::Builder::new().name("reap".into()).spawn(move || wait_for_exit(pid));
+        }
+    }
+}
+
 /// portable-pty reports errors as `anyhow::Error`; keep their text.
 fn pty_io<E: std::fmt::Display>(context: &'static str) -> impl Fn(E) -> Error {
     move |e| Error::io(context, std::io::Error::other(e.to_string()))
@@ -734,12 +758,12 @@ fn spawn_reader(
     Ok(done_rx)
 }
 
-fn spawn_writer(id: &str, mut sink: Box<dyn Write + Send>, mut input: mpsc::Receiver<StdinMessage>) -> Result<()> {
+fn spawn_writer(id: &str, mut sink: Box<dyn Write + Send>, mut input: mpsc::Receiver<Bytes>) -> Result<()> {
     std::thread::Builder::new()
         .name(format!("write-{id}"))
         .stack_size(IO_THREAD_STACK)
         .spawn(move || {
-            while let Some(StdinMessage::Data(data)) = input.blocking_recv() {
+            while let Some(data) = input.blocking_recv() {
                 if sink.write_all(&data).and_then(|()| sink.flush()).is_err() {
                     break;
                 }

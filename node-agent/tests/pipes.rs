@@ -114,11 +114,7 @@ async fn a_suspended_process_is_continued_so_it_can_shut_down_gracefully() {
     until("the loop", || !children_named(info.pid, "sleep").is_empty()).await;
     // Suspended by a user; a handled signal then waits for SIGCONT.
     server.client.signal(&info.id, &SignalRequest { signal: "STOP".into(), target: SignalTarget::Group }).await.unwrap();
-    let leader_state = || {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", info.pid)).unwrap_or_default();
-        stat.rfind(')').and_then(|i| stat.get(i + 2..i + 3)).unwrap_or("").to_string()
-    };
-    until("the leader to be stopped", || leader_state() == "T").await;
+    until("the leader to be stopped", || proc_stat(info.pid).is_some_and(|p| p.state == 'T')).await;
 
     // Without SIGCONT it would sit on its SIGTERM until the SIGKILL 30 s later.
     let query = DeleteProcessQuery { timeout: Some(30.0), ..Default::default() };

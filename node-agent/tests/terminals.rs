@@ -287,8 +287,8 @@ async fn stopping_a_terminal_hangs_up_every_job_of_its_shell() {
     term.type_text("sleep 1002\r").await;
     until("both jobs", || children_named(bash.pid, "sleep").len() == 2).await;
     // Job control: each job has a process group of its own, outside the shell's.
-    let groups: Vec<i32> = live_session_members(bash.pid).iter().map(|&(_, g)| g).collect();
-    assert_eq!(groups.iter().filter(|&&g| g != bash.pid as i32).count(), 2, "{groups:?}");
+    let groups: Vec<u32> = live_session_members(bash.pid).iter().map(|&(_, g)| g).collect();
+    assert_eq!(groups.iter().filter(|&&g| g != bash.pid).count(), 2, "{groups:?}");
 
     let info = server.client.delete_process(&bash.id, &DeleteProcessQuery::default()).await.unwrap();
     assert_eq!(info.signal.as_deref(), Some("SIGHUP"), "{info:?}");

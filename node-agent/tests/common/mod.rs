@@ -226,41 +226,57 @@ pub fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     haystack.windows(needle.len()).position(|w| w == needle)
 }
 
-/// Live (not zombie) processes whose process group is `pgid`, from /proc.
+/// One process as /proc shows it. Parsed here, independently of the node agent's
+/// own /proc reading, so that the tests check it rather than agree with it.
+#[derive(Debug, Clone)]
+pub struct ProcStat {
+    pub pid: u32,
+    pub comm: String,
+    pub state: char,
+    pub ppid: u32,
+    pub pgrp: u32,
+    pub session: u32,
+}
+
+pub fn proc_stat(pid: u32) -> Option<ProcStat> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name is in parentheses and may hold spaces and parentheses.
+    let (open, close) = (stat.find('(')?, stat.rfind(')')?);
+    let fields: Vec<&str> = stat.get(close + 2..)?.split_whitespace().collect();
+    Some(ProcStat {
+        pid,
+        comm: stat[open + 1..close].to_string(),
+        state: fields.first()?.chars().next()?,
+        ppid: fields.get(1)?.parse().ok()?,
+        pgrp: fields.get(2)?.parse().ok()?,
+        session: fields.get(3)?.parse().ok()?,
+    })
+}
+
+/// Every process that is alive (not a zombie).
+pub fn live_processes() -> Vec<ProcStat> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_string_lossy().parse::<u32>().ok())
+        .filter_map(proc_stat)
+        .filter(|p| !matches!(p.state, 'Z' | 'X'))
+        .collect()
+}
+
+/// Live processes whose process group is `pgid`.
 pub fn live_group_members(pgid: u32) -> Vec<u32> {
-    let mut members = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
-        // Fields after the command name, which is in parentheses and may hold spaces.
-        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 2..]) else { continue };
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        let (state, pgrp) = (fields[0], fields[2].parse::<u32>().unwrap_or(0));
-        if pgrp == pgid && state != "Z" && state != "X" {
-            members.push(pid);
-        }
-    }
-    members
+    live_processes().into_iter().filter(|p| p.pgrp == pgid).map(|p| p.pid).collect()
 }
 
 /// Live processes of the session `sid` (a terminal's shell and all of its jobs), as (pid, process group).
-pub fn live_session_members(sid: u32) -> Vec<(i32, i32)> {
-    agentplane_node_agent::process::live_members(agentplane_node_agent::process::Scope::Session(sid as i32))
+pub fn live_session_members(sid: u32) -> Vec<(u32, u32)> {
+    live_processes().into_iter().filter(|p| p.session == sid).map(|p| (p.pid, p.pgrp)).collect()
 }
 
-/// Children of `pid` whose command is `comm`.
+/// Live children of `pid` whose command is `comm`.
 pub fn children_named(pid: u32, comm: &str) -> Vec<u32> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(child) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{child}/stat")) else { continue };
-        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else { continue };
-        let fields: Vec<&str> = stat[close + 2..].split_whitespace().collect();
-        if &stat[open + 1..close] == comm && fields[1].parse::<u32>() == Ok(pid) && fields[0] != "Z" {
-            found.push(child);
-        }
-    }
-    found
+    live_processes().into_iter().filter(|p| p.ppid == pid && p.comm == comm).map(|p| p.pid).collect()
 }
 
 /// Polls a condition of the operating system (no event exists for it), failing after PATIENCE.
