@@ -1,0 +1,534 @@
+//! The agentplane resources: `Session`, `Process` and `Sandbox` (group `agentplane.dev`,
+//! version `v1alpha1`). The one place the schema lives: the same types are read from
+//! YAML in a watched directory and served as CustomResourceDefinitions, and
+//! `cargo run -p agentplane-crds --bin crdgen` writes the CRD YAML in `crds/` from them.
+
+// kube's `printcolumn(name = .., type_ = ..)` repeats its keys by design.
+#![allow(clippy::duplicated_attributes)]
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::{CustomResource, CustomResourceExt};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+pub const GROUP: &str = "agentplane.dev";
+pub const VERSION: &str = "v1alpha1";
+/// The sandbox every resource runs on unless it names another: the node agent that
+/// `agentplane up` embeds.
+pub const LOCAL_SANDBOX: &str = "local";
+
+fn local_sandbox() -> String {
+    LOCAL_SANDBOX.to_string()
+}
+
+fn is_false(value: &bool) -> bool {
+    !*value
+}
+
+fn is_zero(value: &u32) -> bool {
+    *value == 0
+}
+
+// ---------------------------------------------------------------------------------
+// Shared pieces
+
+/// An environment variable: a value, or a reference to where the value is kept.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct EnvVar {
+    /// The variable's name.
+    #[schemars(length(min = 1), regex(pattern = r"^[^=\x00]+$"))]
+    pub name: String,
+    /// A literal value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    /// Where to read the value from instead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value_from: Option<EnvVarSource>,
+}
+
+/// A value kept elsewhere.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct EnvVarSource {
+    /// A key of a Secret in the resource's namespace (cluster store).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_key_ref: Option<SecretKeySelector>,
+    /// A key of a `KEY=VALUE` file, relative to the resource's file (directory store).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file_key_ref: Option<FileKeySelector>,
+}
+
+/// Every variable of a source at once.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct EnvFromSource {
+    /// All keys of a Secret in the resource's namespace (cluster store).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_ref: Option<SecretReference>,
+    /// All lines of a `KEY=VALUE` file, relative to the resource's file (directory store);
+    /// keep it out of version control.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SecretKeySelector {
+    /// The Secret's name.
+    #[schemars(length(min = 1))]
+    pub name: String,
+    /// The key within it.
+    #[schemars(length(min = 1))]
+    pub key: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SecretReference {
+    /// The Secret's name.
+    #[schemars(length(min = 1))]
+    pub name: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FileKeySelector {
+    /// The file, relative to the resource's own file.
+    #[schemars(length(min = 1))]
+    pub path: String,
+    /// The key within it.
+    #[schemars(length(min = 1))]
+    pub key: String,
+}
+
+// ---------------------------------------------------------------------------------
+// Process
+
+/// A command or an interactive terminal, kept in its desired state on a sandbox.
+#[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "agentplane.dev",
+    version = "v1alpha1",
+    kind = "Process",
+    namespaced,
+    derive = "PartialEq",
+    status = "ProcessStatus",
+    shortname = "proc",
+    category = "agentplane",
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(name = "Command", type_ = "string", json_path = ".spec.command"),
+    printcolumn(name = "Restarts", type_ = "integer", json_path = ".status.restarts"),
+    printcolumn(name = "Exit", type_ = "integer", json_path = ".status.exitCode"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    printcolumn(name = "Sandbox", type_ = "string", json_path = ".spec.sandbox", priority = 1),
+    printcolumn(name = "PID", type_ = "integer", json_path = ".status.pid", priority = 1)
+)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ProcessSpec {
+    /// The sandbox (node agent) to run on; `local` is the one `agentplane up` embeds.
+    #[serde(default = "local_sandbox")]
+    #[schemars(length(min = 1))]
+    pub sandbox: String,
+    /// The program, found on `PATH` unless it contains a `/`.
+    #[schemars(length(min = 1))]
+    pub command: String,
+    /// Its arguments.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
+    /// Working directory; the node agent's own when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    /// Environment variables, added to the node agent's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<EnvVar>,
+    /// Environment variables from Secrets or files, all keys at once.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env_from: Vec<EnvFromSource>,
+    /// Run on a terminal of this size (`tty: {}` for 24x80). Absent: plain pipes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tty: Option<TtySize>,
+    /// Keep stdin open (a terminal always has input).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub stdin: bool,
+    /// A tag to find it by on the node agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tag: Option<String>,
+    /// A Session (same namespace) whose agent gets this process's output as context.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_ref: Option<String>,
+    /// Running (the default) or Stopped.
+    #[serde(default)]
+    pub desired_state: DesiredState,
+    /// What to do when it exits while it should be running.
+    #[serde(default)]
+    pub restart_policy: RestartPolicy,
+    /// The signal that stops it (default SIGHUP on a terminal, SIGTERM otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^(SIG)?[A-Z0-9+-]+$|^[0-9]+$"))]
+    pub stop_signal: Option<String>,
+    /// Seconds between the stop signal and SIGKILL (default 10).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = 3600))]
+    pub stop_timeout_seconds: Option<u32>,
+}
+
+/// A terminal's size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TtySize {
+    #[serde(default = "default_rows")]
+    #[schemars(range(min = 1, max = 4096))]
+    pub rows: u16,
+    #[serde(default = "default_cols")]
+    #[schemars(range(min = 1, max = 4096))]
+    pub cols: u16,
+}
+
+fn default_rows() -> u16 {
+    24
+}
+
+fn default_cols() -> u16 {
+    80
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum DesiredState {
+    #[default]
+    Running,
+    Stopped,
+}
+
+/// As a Pod's: restarts back off exponentially (10 s doubling to 5 min), reset after
+/// 10 minutes of running.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum RestartPolicy {
+    #[default]
+    Never,
+    OnFailure,
+    Always,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProcessStatus {
+    /// The `metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<ProcessPhase>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    /// The signal that ended the last run, if one did (e.g. `SIGTERM`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exited_at: Option<Time>,
+    /// Restarts under the restart policy.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub restarts: u32,
+    /// The terminal WebSocket on the node agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connect_url: Option<String>,
+    /// `Ready` (running as desired), `Valid` (the spec parsed and validated), and others.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum ProcessPhase {
+    /// Accepted, not started yet (e.g. its sandbox is not ready).
+    Pending,
+    Running,
+    /// Waiting to be restarted after a failure.
+    BackOff,
+    /// Stopped because `desiredState: Stopped`.
+    Stopped,
+    /// Exited with 0 and will not be restarted.
+    Succeeded,
+    /// Exited otherwise and will not be restarted, or could not start.
+    Failed,
+}
+
+// ---------------------------------------------------------------------------------
+// Session
+
+/// One conversation with a coding agent.
+#[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "agentplane.dev",
+    version = "v1alpha1",
+    kind = "Session",
+    namespaced,
+    derive = "PartialEq",
+    status = "SessionStatus",
+    shortname = "sess",
+    category = "agentplane",
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(name = "Agent", type_ = "string", json_path = ".spec.agent"),
+    printcolumn(name = "Model", type_ = "string", json_path = ".spec.model"),
+    printcolumn(name = "Delivered", type_ = "integer", json_path = ".status.deliveredMessages"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    printcolumn(name = "Sandbox", type_ = "string", json_path = ".spec.sandbox", priority = 1),
+    printcolumn(name = "Agent Session", type_ = "string", json_path = ".status.agentSessionId", priority = 1)
+)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SessionSpec {
+    /// The sandbox (node agent) to run on; `local` is the one `agentplane up` embeds.
+    #[serde(default = "local_sandbox")]
+    #[schemars(length(min = 1))]
+    pub sandbox: String,
+    /// Which coding agent.
+    pub agent: AgentKind,
+    /// The agent's version, pinned (its npm version); the node agent's default when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_version: Option<String>,
+    /// The agent's own mode (e.g. `build` or `plan` for OpenCode), as it names them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_mode: Option<String>,
+    /// Whether the agent asks before acting.
+    #[serde(default)]
+    pub permission_mode: PermissionMode,
+    /// The model, as the agent names it; the agent's default when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// A model variant (e.g. a reasoning effort), where the agent has them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub variant: Option<String>,
+    /// The directory the agent works in, on the sandbox.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub working_dir: Option<String>,
+    /// Environment variables for the agent (API keys, base URLs), added to the node agent's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<EnvVar>,
+    /// Environment variables from Secrets or files, all keys at once.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env_from: Vec<EnvFromSource>,
+    /// What to say, in order. Append-only: each entry is delivered once.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub messages: Vec<String>,
+    /// Answers to the agent's questions and permission requests (ids from the status).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub replies: Vec<Reply>,
+    /// End the conversation.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub ended: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum AgentKind {
+    Claude,
+    Codex,
+    Opencode,
+    Amp,
+    Pi,
+    Gemini,
+    /// Built in, scripted, nothing to install: for demos and tests.
+    Mock,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum PermissionMode {
+    /// Ask before acting, as the agent does by default.
+    #[default]
+    Default,
+    /// Plan only, change nothing.
+    Plan,
+    /// Never ask.
+    Bypass,
+}
+
+/// An answer to a pending question or permission request. Give `decision` for a
+/// permission, `answers` or `reject` for a question.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Reply {
+    /// The id of the question or permission request (from the status).
+    #[schemars(length(min = 1))]
+    pub id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision: Option<PermissionDecision>,
+    /// One list of chosen options (or free text) per question asked.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub answers: Vec<Vec<String>>,
+    /// Decline to answer the question.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub reject: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum PermissionDecision {
+    Once,
+    Always,
+    Reject,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionStatus {
+    /// The `metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<SessionPhase>,
+    /// The agent's own id of the conversation (used to resume it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_session_id: Option<String>,
+    /// How many entries of `spec.messages` were delivered.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub delivered_messages: u32,
+    /// The sequence number of the last universal event seen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_event_sequence: Option<u64>,
+    /// Questions waiting for a reply in `spec.replies`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pending_questions: Vec<PendingQuestion>,
+    /// Permission requests waiting for a reply in `spec.replies`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pending_permissions: Vec<PendingPermission>,
+    /// The universal event stream (SSE) on the node agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub events_url: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum SessionPhase {
+    Pending,
+    /// The agent's CLI is being installed.
+    Installing,
+    Starting,
+    /// A turn is in progress.
+    Running,
+    /// A question or permission request waits for `spec.replies`.
+    AwaitingInput,
+    /// Between turns: every message so far has been answered.
+    Idle,
+    Ended,
+    Failed,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingQuestion {
+    /// Reply with this id.
+    pub id: String,
+    pub questions: Vec<Question>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Question {
+    pub question: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub header: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub options: Vec<String>,
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub multi_select: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingPermission {
+    /// Reply with this id.
+    pub id: String,
+    /// The tool the agent wants to use.
+    pub tool: String,
+    /// What it wants to do with it, shortened for reading.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<String>,
+    /// The decisions on offer.
+    pub options: Vec<PermissionDecision>,
+}
+
+// ---------------------------------------------------------------------------------
+// Sandbox
+
+/// One node agent. In the directory store a sandbox named `local` is implicit.
+#[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "agentplane.dev",
+    version = "v1alpha1",
+    kind = "Sandbox",
+    namespaced,
+    derive = "PartialEq",
+    status = "SandboxStatus",
+    shortname = "sbx",
+    category = "agentplane",
+    printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),
+    printcolumn(name = "Endpoint", type_ = "string", json_path = ".spec.endpoint"),
+    printcolumn(name = "Version", type_ = "string", json_path = ".status.nodeAgentVersion"),
+    printcolumn(name = "Heartbeat", type_ = "date", json_path = ".status.lastHeartbeat"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SandboxSpec {
+    /// The node agent's URL, e.g. `http://10.0.0.7:2468`.
+    #[schemars(regex(pattern = r"^https?://"))]
+    pub endpoint: String,
+    /// The Secret key holding the node agent's bearer token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_secret_ref: Option<SecretKeySelector>,
+    /// Agents to install ahead of the first session.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub agents: Vec<AgentInstall>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AgentInstall {
+    pub agent: AgentKind,
+    /// A pinned version; the node agent's default when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SandboxStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// The last time the node agent reported in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_heartbeat: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_agent_version: Option<String>,
+    /// Installed agents and their versions.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub installed_agents: BTreeMap<AgentKind, String>,
+    /// `Ready`: the node agent answers and its heartbeat is recent.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+// ---------------------------------------------------------------------------------
+// The CRDs
+
+/// The three CustomResourceDefinitions, generated from the types above.
+pub fn crds() -> Vec<CustomResourceDefinition> {
+    vec![Session::crd(), Process::crd(), Sandbox::crd()]
+}
+
+/// The file name of a CRD in `crds/`: `<plural>.<group>.yaml`.
+pub fn crd_file_name(crd: &CustomResourceDefinition) -> String {
+    format!("{}.yaml", crd.metadata.name.as_deref().unwrap_or("unnamed"))
+}
+
+/// A CRD as the YAML committed in `crds/`.
+pub fn crd_yaml(crd: &CustomResourceDefinition) -> String {
+    let body = serde_yaml_ng::to_string(crd).expect("a CRD serializes to YAML");
+    format!("# Generated by `cargo run -p agentplane-crds --bin crdgen` from crds/src/lib.rs: do not edit.\n{body}")
+}
