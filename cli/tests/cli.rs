@@ -84,6 +84,14 @@ impl NodeAgent {
 
 impl Drop for NodeAgent {
     fn drop(&mut self) {
+        // SIGTERM, so that it stops what it started; SIGKILL would orphan all of it.
+        if let Ok(None) = self.child.try_wait() {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), nix::sys::signal::Signal::SIGTERM);
+            let deadline = Instant::now() + PATIENCE;
+            while matches!(self.child.try_wait(), Ok(None)) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

@@ -651,6 +651,16 @@ impl ProcessManager {
         }
     }
 
+    /// SIGKILL to everything still running, at once and without waiting: for a teardown
+    /// that cannot wait for [`ProcessManager::shutdown`] (an embedding being dropped).
+    pub fn kill_all(&self) {
+        for process in self.list(None, None) {
+            if !process.run_state().is_exited() {
+                process.signal_scope(Signal::SIGKILL);
+            }
+        }
+    }
+
     /// Stops every running process (for the node agent's shutdown).
     pub async fn shutdown(&self, timeout: Duration) {
         let running: Vec<_> = self.list(None, None).into_iter().filter(|p| !p.run_state().is_exited()).collect();

@@ -20,6 +20,7 @@ pub const TOKEN: &str = "test-token-0123456789";
 
 pub struct TestServer {
     pub url: String,
+    processes: agentplane_node_agent::process::ProcessManager,
     pub client: Client,
     pub shutdown: CancellationToken,
     pub task: Option<tokio::task::JoinHandle<agentplane_node_agent::Result<()>>>,
@@ -48,9 +49,10 @@ impl TestServer {
         };
         let server = Server::bind(config, shutdown.clone()).await.unwrap();
         let url = format!("http://{}", server.local_addr());
+        let processes = server.processes();
         let task = tokio::spawn(server.run());
         let client = Client::new(&url, Some(TOKEN.into())).unwrap();
-        TestServer { url, client, shutdown, task: Some(task), _data: data }
+        TestServer { url, processes, client, shutdown, task: Some(task), _data: data }
     }
 
     pub fn anonymous(&self) -> Client {
@@ -86,6 +88,8 @@ impl TestServer {
 impl Drop for TestServer {
     fn drop(&mut self) {
         self.shutdown.cancel();
+        // A test that ended (or failed) without `stop` leaves nothing running behind it.
+        self.processes.kill_all();
     }
 }
 
