@@ -42,6 +42,10 @@ const STDIN_QUEUE: usize = 64;
 /// before the exit is announced (a background child may keep the pipe open forever).
 const EXIT_DRAIN: Duration = Duration::from_millis(200);
 
+/// How long SIGKILLed processes get to disappear before a stop gives up on them (only
+/// a process in uninterruptible sleep takes longer).
+const KILL_GRACE: Duration = Duration::from_secs(2);
+
 /// Limits and defaults of the process manager.
 #[derive(Debug, Clone)]
 pub struct Limits {
@@ -599,17 +603,27 @@ impl ProcessManager {
         // The leader is gone; what it left behind gets until the deadline too. Nothing
         // announces a process group emptying, so /proc is looked at with a backoff.
         let mut delay = Duration::from_millis(2);
+        let mut killed_at: Option<tokio::time::Instant> = None;
         loop {
             let left = tokio::task::spawn_blocking(move || live_members(scope)).await.unwrap_or_default();
             if left.is_empty() {
                 break;
             }
-            if tokio::time::Instant::now() >= deadline {
-                tracing::info!(process = %process.id, left = left.len(), "killing processes left behind");
-                for (_, group) in left {
-                    let _ = killpg(Pid::from_raw(group), Signal::SIGKILL);
+            let now = tokio::time::Instant::now();
+            match killed_at {
+                None if now >= deadline => {
+                    tracing::info!(process = %process.id, left = left.len(), "killing processes left behind");
+                    for (_, group) in left {
+                        let _ = killpg(Pid::from_raw(group), Signal::SIGKILL);
+                    }
+                    // SIGKILL lands asynchronously: answer once they are really gone.
+                    killed_at = Some(now);
                 }
-                break;
+                Some(at) if now >= at + KILL_GRACE => {
+                    tracing::warn!(process = %process.id, left = left.len(), "processes outlived SIGKILL (uninterruptible sleep?)");
+                    break;
+                }
+                _ => {}
             }
             tokio::time::sleep(delay).await;
             delay = (delay * 2).min(Duration::from_millis(100));
