@@ -261,20 +261,42 @@ impl Process {
         if self.is_pty() { Scope::Session(leader) } else { Scope::Group(leader) }
     }
 
-    /// Sends `signal` to every process group in the stop scope.
-    fn signal_scope(&self, signal: Signal) {
-        let mut groups = vec![self.pgid().as_raw()];
-        if let Scope::Session(_) = self.stop_scope() {
-            for (_, group) in live_members(self.stop_scope()) {
-                if !groups.contains(&group) {
-                    groups.push(group);
+    /// The process groups a stop must signal: the leader's, and for a terminal every
+    /// group of its session. Blocking (reads /proc for a terminal).
+    fn stop_groups(&self) -> Vec<i32> {
+        let leader = self.pgid().as_raw();
+        match self.stop_scope() {
+            Scope::Group(_) => vec![leader],
+            scope @ Scope::Session(_) => {
+                let mut groups = groups_of(&live_members(scope));
+                if !groups.contains(&leader) {
+                    groups.push(leader);
                 }
+                groups
             }
         }
-        for group in groups {
-            let _ = killpg(Pid::from_raw(group), signal);
-        }
     }
+}
+
+/// The distinct process groups of some (pid, group) members.
+fn groups_of(members: &[(i32, i32)]) -> Vec<i32> {
+    let mut groups: Vec<i32> = members.iter().map(|&(_, group)| group).collect();
+    groups.sort_unstable();
+    groups.dedup();
+    groups
+}
+
+fn signal_groups(groups: &[i32], signal: Signal) {
+    for &group in groups {
+        let _ = killpg(Pid::from_raw(group), signal);
+    }
+}
+
+/// [`Process::stop_groups`] off the async runtime.
+async fn stop_groups(process: &Arc<Process>) -> Vec<i32> {
+    let process = Arc::clone(process);
+    let leader = process.pgid().as_raw();
+    tokio::task::spawn_blocking(move || process.stop_groups()).await.unwrap_or_else(|_| vec![leader])
 }
 
 /// A process group, or a session (every group in it).
@@ -588,16 +610,18 @@ impl ProcessManager {
         }
         let deadline = tokio::time::Instant::now() + timeout;
         let scope = process.stop_scope();
-        process.signal_scope(signal);
+        let groups = stop_groups(process).await;
+        signal_groups(&groups, signal);
         // A stopped process (a job suspended with ^Z, or by reading a terminal it does
         // not own) acts on the stop signal only once continued, as systemd also knows.
         if !matches!(signal, Signal::SIGKILL | Signal::SIGCONT) {
-            process.signal_scope(Signal::SIGCONT);
+            signal_groups(&groups, Signal::SIGCONT);
         }
         let mut state = process.watch_state();
         if tokio::time::timeout_at(deadline, state.wait_for(RunState::is_exited)).await.is_err() {
             tracing::info!(process = %process.id, "stop timeout passed; killing what is left");
-            process.signal_scope(Signal::SIGKILL);
+            // Looked up again: the shell may have started jobs since.
+            signal_groups(&stop_groups(process).await, Signal::SIGKILL);
             let _ = state.wait_for(RunState::is_exited).await;
         }
         // The leader is gone; what it left behind gets until the deadline too. Nothing
@@ -613,9 +637,7 @@ impl ProcessManager {
             match killed_at {
                 None if now >= deadline => {
                     tracing::info!(process = %process.id, left = left.len(), "killing processes left behind");
-                    for (_, group) in left {
-                        let _ = killpg(Pid::from_raw(group), Signal::SIGKILL);
-                    }
+                    signal_groups(&groups_of(&left), Signal::SIGKILL);
                     // SIGKILL lands asynchronously: answer once they are really gone.
                     killed_at = Some(now);
                 }
@@ -668,16 +690,18 @@ impl ProcessManager {
     /// SIGKILL to everything still running, at once and without waiting: for a teardown
     /// that cannot wait for [`ProcessManager::shutdown`] (an embedding being dropped).
     pub fn kill_all(&self) {
-        for process in self.list(None, None) {
-            if !process.run_state().is_exited() {
-                process.signal_scope(Signal::SIGKILL);
-            }
+        for process in self.running() {
+            signal_groups(&process.stop_groups(), Signal::SIGKILL);
         }
+    }
+
+    fn running(&self) -> Vec<Arc<Process>> {
+        self.list(None, None).into_iter().filter(|p| !p.run_state().is_exited()).collect()
     }
 
     /// Stops every running process (for the node agent's shutdown).
     pub async fn shutdown(&self, timeout: Duration) {
-        let running: Vec<_> = self.list(None, None).into_iter().filter(|p| !p.run_state().is_exited()).collect();
+        let running = self.running();
         if running.is_empty() {
             return;
         }
