@@ -163,6 +163,7 @@ pub async fn run(args: ProcArgs) -> anyhow::Result<i32> {
                 stdin: run.stdin,
                 tag: run.tag,
                 label: run.label,
+                annotations: Default::default(),
             };
             let info = client.create_process(&request).await?;
             if run.attach {

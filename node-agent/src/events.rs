@@ -90,6 +90,7 @@ mod tests {
             id: "p".into(),
             tag: None,
             label: None,
+            annotations: Default::default(),
             command: "true".into(),
             args: vec![],
             cwd: "/".into(),

@@ -37,6 +37,11 @@ pub struct CreateProcessRequest {
     pub tag: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub label: Option<String>,
+    /// Caller's metadata kept with the process and returned as given (at most 64
+    /// entries, 16 KiB in all). A controller records here which resource, and which
+    /// version of its spec, a process was started for.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -74,6 +79,8 @@ pub struct ProcessInfo {
     pub id: String,
     pub tag: Option<String>,
     pub label: Option<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
     pub command: String,
     pub args: Vec<String>,
     pub cwd: String,

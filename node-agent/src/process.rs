@@ -5,7 +5,7 @@
 //! writes, `waitpid`), never on the async runtime. A process outlives every client
 //! connection; only `stop`, its own exit, or the node agent's shutdown ends it.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::{Read, Write};
 use std::path::Path;
 use std::process::Stdio;
@@ -97,6 +97,7 @@ pub struct Process {
     cwd: String,
     tag: Option<String>,
     label: Option<String>,
+    annotations: BTreeMap<String, String>,
     created_at: OffsetDateTime,
     pid: u32,
     pty: Option<Mutex<PtyHandle>>,
@@ -164,6 +165,7 @@ impl Process {
             id: self.id.clone(),
             tag: self.tag.clone(),
             label: self.label.clone(),
+            annotations: self.annotations.clone(),
             command: self.command.clone(),
             args: self.args.clone(),
             cwd: self.cwd.clone(),
@@ -498,6 +500,7 @@ impl ProcessManager {
             cwd,
             tag: request.tag,
             label: request.label,
+            annotations: request.annotations,
             created_at: OffsetDateTime::now_utc(),
             pid,
             pty,
@@ -742,6 +745,10 @@ fn pty_io<E: std::fmt::Display>(context: &'static str) -> impl Fn(E) -> Error {
     move |e| Error::io(context, std::io::Error::other(e.to_string()))
 }
 
+/// Annotations are metadata, not storage: small enough that listing many processes stays cheap.
+const MAX_ANNOTATIONS: usize = 64;
+const MAX_ANNOTATION_BYTES: usize = 16 * 1024;
+
 fn validate(request: &CreateProcessRequest) -> Result<()> {
     if request.command.is_empty() {
         return Err(Error::InvalidRequest("`command` must not be empty".into()));
@@ -759,6 +766,15 @@ fn validate(request: &CreateProcessRequest) -> Result<()> {
     }
     if let Some(size) = &request.pty {
         size.validate().map_err(Error::InvalidRequest)?;
+    }
+    let annotation_bytes: usize = request.annotations.iter().map(|(k, v)| k.len() + v.len()).sum();
+    if request.annotations.len() > MAX_ANNOTATIONS || annotation_bytes > MAX_ANNOTATION_BYTES {
+        return Err(Error::InvalidRequest(format!(
+            "annotations are limited to {MAX_ANNOTATIONS} entries and {MAX_ANNOTATION_BYTES} bytes in all"
+        )));
+    }
+    if request.annotations.keys().any(|k| k.is_empty()) {
+        return Err(Error::InvalidRequest("an annotation key must not be empty".into()));
     }
     for key in request.env.keys() {
         if key.is_empty() || key.contains('=') || key.contains('\0') {

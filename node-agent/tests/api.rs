@@ -92,6 +92,7 @@ async fn every_error_is_problem_json_with_a_stable_type() {
         ("unknown field", json(r#"{"command":"true","colour":"red"}"#), 400, "invalid_request"),
         ("wrong type", json(r#"{"command":["true"]}"#), 400, "invalid_request"),
         ("empty command", json(r#"{"command":""}"#), 400, "invalid_request"),
+        ("annotation too large", json(&format!(r#"{{"command":"true","annotations":{{"k":"{}"}}}}"#, "x".repeat(17 * 1024))), 400, "invalid_request"),
         ("zero-size terminal", json(r#"{"command":"true","pty":{"rows":0,"cols":80}}"#), 400, "invalid_request"),
         ("no JSON content type", authed(http().post(url("/v1/processes"))).body("{}"), 400, "invalid_request"),
         ("command that does not exist", json(r#"{"command":"definitely-not-a-command-xyz"}"#), 422, "spawn_failed"),

@@ -43,6 +43,7 @@ async fn stdout_and_stderr_are_kept_apart_with_the_exit_code() {
     let mut request = sh("echo to-out; echo to-err >&2; echo more-out; exit 7");
     request.tag = Some("build".into());
     request.label = Some("a build step".into());
+    request.annotations.insert("agentplane.dev/spec-hash".into(), "abc".into());
     let info = server.client.create_process(&request).await.unwrap();
     assert!(!info.pty && info.pid > 0);
     assert_eq!(read_to_end(&server, &info.id, OutputStream::Stdout).await, "to-out\nmore-out\n");
@@ -54,6 +55,7 @@ async fn stdout_and_stderr_are_kept_apart_with_the_exit_code() {
     // By tag, too.
     assert_eq!(server.client.get_process("build").await.unwrap().id, info.id);
     assert_eq!(done.label.as_deref(), Some("a build step"));
+    assert_eq!(done.annotations, request.annotations, "annotations come back as given");
 }
 
 #[tokio::test]
