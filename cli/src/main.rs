@@ -4,6 +4,7 @@ mod attach;
 mod node_agent;
 mod printing;
 mod proc;
+mod up;
 
 use clap::{Parser, Subcommand};
 
@@ -16,6 +17,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run the controller and a node agent on a watched directory of YAML resources:
+    /// the embedded default, no cluster needed.
+    Up(up::UpArgs),
     /// Run the node agent: the per-sandbox daemon that runs processes and terminals over HTTP.
     NodeAgent(node_agent::NodeAgentArgs),
     /// Start, list, stop, and attach to processes and terminals on a node agent.
@@ -35,6 +39,7 @@ fn main() {
         .expect("the tokio runtime starts");
     let code = runtime.block_on(async {
         let result = match cli.command {
+            Command::Up(args) => up::run(args).await.map(|()| 0),
             Command::NodeAgent(args) => node_agent::run(args).await.map(|()| 0),
             Command::Proc(args) => proc::run(args).await,
         };

@@ -45,14 +45,7 @@ pub struct NodeAgentArgs {
 }
 
 pub async fn run(args: NodeAgentArgs) -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,tower_http=warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        // Colour only for a person watching; logs collected to files stay plain.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    init_logging();
     let token = match (args.token, args.no_token) {
         (Some(token), false) => Some(token),
         (None, true) => None,
@@ -96,6 +89,17 @@ pub async fn run(args: NodeAgentArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+pub fn init_logging() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,tower_http=warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        // Colour only for a person watching; logs collected to files stay plain.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+}
+
 /// Shuts down cleanly on SIGTERM, SIGINT, SIGQUIT and SIGHUP.
 ///
 /// The handlers matter for the programs we run too: a signal *ignored* by the node
@@ -104,7 +108,7 @@ pub async fn run(args: NodeAgentArgs) -> anyhow::Result<()> {
 /// would hand that on, so Ctrl-C or a stop signal would do nothing to its processes.
 /// A handler, unlike an ignore, is reset to the default at exec. Under `nohup` a
 /// hangup still does not stop the node agent: that is what the user asked for.
-fn watch_stop_signals(shutdown: CancellationToken) -> anyhow::Result<()> {
+pub fn watch_stop_signals(shutdown: CancellationToken) -> anyhow::Result<()> {
     use tokio::signal::unix::{SignalKind, signal};
     let hangup_ignored = ignored_at_start(1);
     let mut term = signal(SignalKind::terminate()).context("handling SIGTERM")?;

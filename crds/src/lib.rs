@@ -238,6 +238,10 @@ pub struct ProcessStatus {
     /// The terminal WebSocket on the node agent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub connect_url: Option<String>,
+    /// A digest of what the current or last run was started from (command, args, cwd,
+    /// env, tty, stdin, tag, sessionRef): when the spec's differs, the process is started anew.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec_hash: Option<String>,
     /// `Ready` (running as desired), `Valid` (the spec parsed and validated), and others.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,

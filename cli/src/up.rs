@@ -1,0 +1,107 @@
+//! `agentplane up`: the embedded default. A node agent (the sandbox `local`) and the
+//! controller on a watched directory, in one process, with no cluster.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentplane_controller::dir::state::{StateDir, UpInfo};
+use agentplane_controller::dir::store::{DirStore, DirStoreConfig};
+use agentplane_controller::sandboxes::Sandboxes;
+use agentplane_node_agent::client::Client;
+use agentplane_node_agent::{Config, Limits, Server};
+use anyhow::{Context, bail};
+use clap::Args;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Args, Debug)]
+pub struct UpArgs {
+    /// The directory of resources to watch (created if missing): `*.yaml` and `*.yml`
+    /// files, in any subfolders, several documents per file.
+    #[arg(long, env = "AGENTPLANE_DIR", default_value = "agentplane.d")]
+    dir: PathBuf,
+    /// Where status is kept (default DIR/.agentplane). Never the user's files.
+    #[arg(long, env = "AGENTPLANE_STATE_DIR")]
+    state_dir: Option<PathBuf>,
+    /// Address of the embedded node agent (port 0 picks a free one; the CLI finds it
+    /// from the directory).
+    #[arg(long, env = "AGENTPLANE_LISTEN", default_value = "127.0.0.1:0")]
+    listen: SocketAddr,
+    /// Bearer token for the node agent (default: a random one, kept in the state directory).
+    #[arg(long, env = "AGENTPLANE_TOKEN", hide_env_values = true, conflicts_with = "no_token")]
+    token: Option<String>,
+    /// Serve the node agent without authentication: for local experiments only.
+    #[arg(long, env = "AGENTPLANE_NO_TOKEN")]
+    no_token: bool,
+    /// Resources reconciled at once.
+    #[arg(long, env = "AGENTPLANE_WORKERS", default_value_t = 32)]
+    workers: usize,
+    /// Most processes running at once.
+    #[arg(long, env = "AGENTPLANE_MAX_PROCESSES", default_value_t = 4096)]
+    max_processes: usize,
+    /// Seconds between full rescans of the directory, besides the file events.
+    #[arg(long, env = "AGENTPLANE_RESYNC_SECONDS", default_value_t = 30)]
+    resync_seconds: u64,
+}
+
+pub async fn run(args: UpArgs) -> anyhow::Result<()> {
+    crate::node_agent::init_logging();
+    std::fs::create_dir_all(&args.dir).with_context(|| format!("creating {}", args.dir.display()))?;
+    let dir = args.dir.canonicalize().with_context(|| format!("resolving {}", args.dir.display()))?;
+    let mut store_config = DirStoreConfig::new(&dir);
+    if let Some(state_dir) = &args.state_dir {
+        store_config.state_dir = state_dir.clone();
+    }
+    store_config.workers = args.workers;
+    store_config.resync = Duration::from_secs(args.resync_seconds.max(1));
+    let state = StateDir::new(&store_config.state_dir);
+    state.create()?;
+    let _lock = state.lock()?;
+    let token = match (args.token, args.no_token) {
+        (Some(token), _) => Some(token),
+        (None, true) => None,
+        (None, false) => Some(random_token()),
+    };
+    if token.as_ref().is_some_and(|t| t.len() < 8) {
+        bail!("the token must be at least 8 characters");
+    }
+
+    let shutdown = CancellationToken::new();
+    crate::node_agent::watch_stop_signals(shutdown.clone())?;
+    let config = Config {
+        listen: args.listen,
+        token: token.clone(),
+        data_dir: state.node_agent_dir(),
+        cors_origins: Vec::new(),
+        limits: Limits { max_running: args.max_processes, max_exited: args.max_processes, ..Limits::default() },
+    };
+    let server = Server::bind(config, shutdown.clone()).await?;
+    let url = format!("http://{}", server.local_addr());
+    let sandboxes = Arc::new(Sandboxes::new());
+    sandboxes.insert(agentplane_crds::LOCAL_SANDBOX, Client::new(&url, token.clone())?);
+    let store = DirStore::open(store_config, sandboxes)?;
+    state.write_up(&UpInfo { url: url.clone(), token, pid: std::process::id(), dir: dir.clone() })?;
+
+    let shown = args.dir.display();
+    eprintln!("agentplane up: watching {} (status in {})", dir.display(), state.root().display());
+    eprintln!("  node agent (sandbox `local`): {url}");
+    eprintln!("  see:    agentplane get processes --dir {shown}");
+    eprintln!("  attach: agentplane attach process/NAME --dir {shown}");
+
+    let server_task = tokio::spawn(server.run());
+    let store_result = store.run(shutdown.clone()).await;
+    shutdown.cancel();
+    let served = server_task.await.context("the node agent task")?;
+    state.remove_up();
+    store_result?;
+    served?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+fn random_token() -> String {
+    let mut bytes = [0u8; 24];
+    getrandom::fill(&mut bytes).expect("the OS random source works");
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}

@@ -1,0 +1,85 @@
+//! Conditions in the Kubernetes `metav1.Condition` shape.
+//!
+//! `lastTransitionTime` moves only when a condition's status flips, so a reconcile that
+//! changes nothing computes a status equal to the stored one and writes nothing.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use time::OffsetDateTime;
+
+pub const READY: &str = "Ready";
+/// The spec as stored parsed and validated (directory store: the file is good).
+pub const VALID: &str = "Valid";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    True,
+    False,
+    Unknown,
+}
+
+impl Status {
+    fn as_str(self) -> &'static str {
+        match self {
+            Status::True => "True",
+            Status::False => "False",
+            Status::Unknown => "Unknown",
+        }
+    }
+}
+
+impl From<bool> for Status {
+    fn from(value: bool) -> Self {
+        if value { Status::True } else { Status::False }
+    }
+}
+
+pub fn now() -> Time {
+    Time(jiff_now())
+}
+
+fn jiff_now() -> k8s_openapi::jiff::Timestamp {
+    k8s_openapi::jiff::Timestamp::now()
+}
+
+/// Sets one condition, keeping its transition time unless its status changes.
+pub fn set(
+    conditions: &mut Vec<Condition>,
+    type_: &str,
+    status: impl Into<Status>,
+    reason: &str,
+    message: impl Into<String>,
+    generation: Option<i64>,
+) {
+    let status = status.into().as_str().to_string();
+    let message = message.into();
+    match conditions.iter_mut().find(|c| c.type_ == type_) {
+        Some(existing) => {
+            if existing.status != status {
+                existing.last_transition_time = now();
+            }
+            existing.status = status;
+            existing.reason = reason.to_string();
+            existing.message = message;
+            existing.observed_generation = generation;
+        }
+        None => conditions.push(Condition {
+            type_: type_.to_string(),
+            status,
+            reason: reason.to_string(),
+            message,
+            observed_generation: generation,
+            last_transition_time: now(),
+        }),
+    }
+}
+
+pub fn get<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
+    conditions.iter().find(|c| c.type_ == type_)
+}
+
+/// A node agent's timestamp as a Kubernetes `Time`.
+pub fn time(at: OffsetDateTime) -> Time {
+    let ts = k8s_openapi::jiff::Timestamp::new(at.unix_timestamp(), at.nanosecond() as i32)
+        .unwrap_or_else(|_| jiff_now());
+    Time(ts)
+}

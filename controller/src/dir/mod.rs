@@ -1,0 +1,1 @@
+pub mod store; pub mod parse; pub mod state; pub mod watch;

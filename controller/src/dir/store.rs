@@ -1,0 +1,715 @@
+//! The directory store behind `agentplane up`: resources are the YAML files under a
+//! directory, status lives in the state directory beside them.
+//!
+//! The store is level-triggered: any change wakes a rescan, and the rescan compares the
+//! directory as it is now with what the store holds. A file that does not parse keeps
+//! the resources it last declared at their last good spec, with the error in their
+//! `Valid` condition; a resource declared by two files is an error on both, and keeps
+//! its last good spec too. A resource no file declares any more is cleaned up (its
+//! process stopped) before it is forgotten, even when the file went away while no
+//! controller was running: the state directory remembers it.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use agentplane_crds::{EnvFromSource, EnvVar, SandboxStatus};
+use agentplane_node_agent::client::Client;
+use agentplane_node_agent::model::{LifecycleEvent, LifecycleEventType};
+use futures_util::StreamExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use super::parse::{Declared, FileError, Key, Kind, Object, parse_file};
+use super::state::StateDir;
+use crate::conditions::{self, READY};
+use crate::process::{Backoff, ProcessInput, ProcessReconciler};
+use crate::queue::WorkQueue;
+use crate::sandboxes::Sandboxes;
+use crate::{Result, annotations};
+
+/// How long a burst of file events may keep arriving before the rescan: long enough
+/// to take an editor's save or a `git checkout` as one change, short enough not to be
+/// felt. Never longer than `SETTLE_MAX`.
+const SETTLE: Duration = Duration::from_millis(5);
+const SETTLE_MAX: Duration = Duration::from_millis(100);
+/// How soon a failed cleanup is tried again.
+const CLEANUP_RETRY: Duration = Duration::from_secs(5);
+/// Deeper than any sensible repository; stops a symlink loop.
+const MAX_DEPTH: usize = 32;
+
+#[derive(Debug, Clone)]
+pub struct DirStoreConfig {
+    /// The watched directory.
+    pub dir: PathBuf,
+    /// Where status is kept (usually `dir/.agentplane`).
+    pub state_dir: PathBuf,
+    /// How many resources are reconciled at once.
+    pub workers: usize,
+    /// How often everything is looked at again without being asked.
+    pub resync: Duration,
+    pub backoff: Backoff,
+}
+
+impl DirStoreConfig {
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        let dir = dir.into();
+        DirStoreConfig {
+            state_dir: dir.join(super::state::DEFAULT_STATE_DIR),
+            dir,
+            workers: 32,
+            resync: Duration::from_secs(30),
+            backoff: Backoff::default(),
+        }
+    }
+}
+
+/// What identifies a file's content without reading it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    mtime: i64,
+    mtime_nsec: i64,
+    ctime: i64,
+    ctime_nsec: i64,
+}
+
+impl Stamp {
+    fn of(meta: &fs::Metadata) -> Stamp {
+        use std::os::unix::fs::MetadataExt;
+        Stamp {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            len: meta.len(),
+            mtime: meta.mtime(),
+            mtime_nsec: meta.mtime_nsec(),
+            ctime: meta.ctime(),
+            ctime_nsec: meta.ctime_nsec(),
+        }
+    }
+}
+
+struct FileEntry {
+    stamp: Stamp,
+    parsed: std::result::Result<Vec<Declared>, FileError>,
+}
+
+struct Entry {
+    object: Object,
+    /// Why the latest declaration was not taken, if it was not.
+    problem: Option<String>,
+}
+
+impl Entry {
+    fn source_file(&self) -> Option<&str> {
+        source_file(self.object.meta())
+    }
+}
+
+fn source_file(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Option<&str> {
+    let source = meta.annotations.as_ref()?.get(annotations::SOURCE)?;
+    Some(source.rsplit_once('#').map_or(source.as_str(), |(file, _)| file))
+}
+
+#[derive(Default)]
+struct Index {
+    files: HashMap<String, FileEntry>,
+    resources: BTreeMap<Key, Entry>,
+    errors: BTreeMap<String, FileError>,
+}
+
+struct Inner {
+    dir: PathBuf,
+    state: StateDir,
+    index: Mutex<Index>,
+    queue: Arc<WorkQueue<Key>>,
+    processes: ProcessReconciler,
+    sandboxes: Arc<Sandboxes>,
+    config: DirStoreConfig,
+    wake: mpsc::Sender<()>,
+    wake_rx: Mutex<Option<mpsc::Receiver<()>>>,
+}
+
+#[derive(Clone)]
+pub struct DirStore {
+    inner: Arc<Inner>,
+}
+
+impl DirStore {
+    /// Opens the store: the state directory is created if missing and what it remembers
+    /// is loaded, so resources keep their uid across restarts.
+    pub fn open(config: DirStoreConfig, sandboxes: Arc<Sandboxes>) -> Result<Self> {
+        let state = StateDir::new(&config.state_dir);
+        state.create()?;
+        let mut index = Index::default();
+        for record in state.load_all() {
+            match record {
+                Ok(object) => {
+                    index.resources.insert(object.key(), Entry { object, problem: None });
+                }
+                Err(e) => warn!(error = %e, "a state record could not be read; it is ignored"),
+            }
+        }
+        let mut processes = ProcessReconciler::new(Arc::clone(&sandboxes));
+        processes.backoff = config.backoff;
+        // One slot: a pending wake-up already means "rescan".
+        let (wake, wake_rx) = mpsc::channel(1);
+        Ok(DirStore {
+            inner: Arc::new(Inner {
+                dir: config.dir.clone(),
+                state,
+                index: Mutex::new(index),
+                queue: WorkQueue::new(),
+                processes,
+                sandboxes,
+                config,
+                wake,
+                wake_rx: Mutex::new(Some(wake_rx)),
+            }),
+        })
+    }
+
+    pub fn state(&self) -> &StateDir {
+        &self.inner.state
+    }
+
+    /// Watches, reconciles and writes status until `shutdown`.
+    pub async fn run(&self, shutdown: CancellationToken) -> Result<()> {
+        let inner = &self.inner;
+        let mut wake_rx = inner.wake_rx.lock().unwrap_or_else(|e| e.into_inner()).take().expect("run is called once");
+        let _watcher = super::watch::watch(&inner.dir, inner.state.root().to_path_buf(), inner.wake.clone())?;
+        // Everything is looked at once after a start: the node agent may have lost what it ran.
+        inner.clone().scan().await;
+        inner.enqueue_all();
+        let mut workers = tokio::task::JoinSet::new();
+        for _ in 0..inner.config.workers.max(1) {
+            let inner = Arc::clone(inner);
+            workers.spawn(async move {
+                while let Some(key) = inner.queue.next().await {
+                    inner.reconcile(&key).await;
+                    inner.queue.done(&key);
+                }
+            });
+        }
+        if let Ok(local) = inner.sandboxes.get(agentplane_crds::LOCAL_SANDBOX) {
+            workers.spawn(follow_node_agent(Arc::clone(inner), local.client.clone(), shutdown.clone()));
+        }
+        let mut resync = tokio::time::interval(inner.config.resync);
+        resync.reset();
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                Some(()) = wake_rx.recv() => {
+                    settle(&mut wake_rx).await;
+                    let changed = inner.clone().scan().await;
+                    for key in changed {
+                        inner.queue.add(key);
+                    }
+                }
+                _ = resync.tick() => {
+                    inner.clone().scan().await;
+                    inner.enqueue_all();
+                }
+            }
+        }
+        inner.queue.close();
+        workers.abort_all();
+        while workers.join_next().await.is_some() {}
+        Ok(())
+    }
+}
+
+async fn settle(wake_rx: &mut mpsc::Receiver<()>) {
+    let deadline = tokio::time::Instant::now() + SETTLE_MAX;
+    loop {
+        let quiet = tokio::time::sleep(SETTLE);
+        tokio::select! {
+            _ = quiet => return,
+            _ = tokio::time::sleep_until(deadline) => return,
+            Some(()) = wake_rx.recv() => continue,
+        }
+    }
+}
+
+/// Turns the node agent's lifecycle events into reconciles of the resources they
+/// concern, so an exit is recorded (and a restart made) without waiting for a resync.
+async fn follow_node_agent(inner: Arc<Inner>, client: Client, shutdown: CancellationToken) {
+    let mut last: Option<u64> = None;
+    let mut delay = Duration::from_millis(100);
+    loop {
+        let stream = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            s = client.lifecycle_events(last) => s,
+        };
+        match stream {
+            Ok(mut events) => {
+                delay = Duration::from_millis(100);
+                while let Some(message) = tokio::select! { _ = shutdown.cancelled() => return, m = events.next() => m } {
+                    let Ok(message) = message else { break };
+                    if let Some(id) = message.id.as_deref().and_then(|id| id.parse().ok()) {
+                        last = Some(id);
+                    }
+                    if message.event.as_deref() == Some("gap") {
+                        inner.enqueue_all();
+                        continue;
+                    }
+                    let Ok(event) = serde_json::from_str::<LifecycleEvent>(&message.data) else { continue };
+                    if !matches!(event.kind, LifecycleEventType::ProcessExited | LifecycleEventType::ProcessDeleted) {
+                        continue;
+                    }
+                    if let Some(key) = event.process.annotations.get(annotations::RESOURCE).and_then(|r| parse_resource(r)) {
+                        inner.queue.add(key);
+                    }
+                }
+            }
+            Err(e) => debug!(error = %e, "node agent events unavailable"),
+        }
+        // Whatever happened while we were away is looked at again.
+        inner.enqueue_all();
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(delay) => {}
+        }
+        delay = (delay * 2).min(Duration::from_secs(5));
+    }
+}
+
+fn parse_resource(value: &str) -> Option<Key> {
+    let mut parts = value.splitn(3, '/');
+    let kind = match parts.next()? {
+        "Process" => Kind::Process,
+        "Session" => Kind::Session,
+        "Sandbox" => Kind::Sandbox,
+        _ => return None,
+    };
+    Some(Key { kind, namespace: parts.next()?.to_string(), name: parts.next()?.to_string() })
+}
+
+/// The `*.yaml` and `*.yml` files under `dir`, by path relative to it. Hidden entries
+/// (the state directory, `.git`, editors' swap files, the `..data` directories of a
+/// Kubernetes volume) are skipped; symlinks are followed.
+fn walk(dir: &Path, skip: &Path) -> BTreeMap<String, (PathBuf, Stamp)> {
+    let mut found = BTreeMap::new();
+    let mut stack = vec![(dir.to_path_buf(), 0usize)];
+    while let Some((current, depth)) = stack.pop() {
+        let Ok(entries) = fs::read_dir(&current) else { continue };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if name.starts_with('.') {
+                continue;
+            }
+            let path = entry.path();
+            if path.starts_with(skip) {
+                continue;
+            }
+            let Ok(meta) = fs::metadata(&path) else { continue };
+            if meta.is_dir() {
+                if depth < MAX_DEPTH {
+                    stack.push((path, depth + 1));
+                }
+            } else if meta.is_file() && (name.ends_with(".yaml") || name.ends_with(".yml")) {
+                let relative = path.strip_prefix(dir).unwrap_or(&path).to_string_lossy().into_owned();
+                found.insert(relative, (path, Stamp::of(&meta)));
+            }
+        }
+    }
+    found
+}
+
+impl Inner {
+    fn lock(&self) -> MutexGuard<'_, Index> {
+        self.index.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn enqueue_all(&self) {
+        let keys: Vec<Key> = self.lock().resources.keys().cloned().collect();
+        for key in keys {
+            self.queue.add(key);
+        }
+    }
+
+    /// Rescans the directory off the async runtime; returns what changed.
+    async fn scan(self: Arc<Self>) -> Vec<Key> {
+        tokio::task::spawn_blocking(move || self.scan_now()).await.unwrap_or_default()
+    }
+
+    fn scan_now(&self) -> Vec<Key> {
+        let found = walk(&self.dir, self.state.root());
+        let mut index = self.lock();
+        let index = &mut *index;
+        index.files.retain(|path, _| found.contains_key(path));
+        for (relative, (path, stamp)) in &found {
+            if index.files.get(relative).is_some_and(|f| f.stamp == *stamp) {
+                continue;
+            }
+            let parsed = match fs::read_to_string(path) {
+                Ok(text) => parse_file(relative, &text),
+                Err(e) => Err(FileError { file: relative.clone(), line: None, column: None, message: format!("cannot read it: {e}") }),
+            };
+            index.files.insert(relative.clone(), FileEntry { stamp: *stamp, parsed });
+        }
+
+        // Who declares what.
+        let mut claims: BTreeMap<Key, Vec<(&str, &Declared)>> = BTreeMap::new();
+        let mut errors: BTreeMap<String, FileError> = BTreeMap::new();
+        for (file, entry) in &index.files {
+            match &entry.parsed {
+                Ok(declared) => {
+                    for d in declared {
+                        claims.entry(d.object.key()).or_default().push((file.as_str(), d));
+                    }
+                }
+                Err(e) => {
+                    errors.insert(file.clone(), e.clone());
+                }
+            }
+        }
+        let mut problems: BTreeMap<Key, String> = BTreeMap::new();
+        let mut taken: BTreeMap<Key, (&str, &Declared)> = BTreeMap::new();
+        for (key, claimants) in claims {
+            if claimants.len() == 1 {
+                taken.insert(key, claimants[0]);
+                continue;
+            }
+            let files: Vec<&str> = claimants.iter().map(|(f, _)| *f).collect();
+            let message = format!("{key} is declared in {}: keep it in one file", files.join(" and "));
+            for (file, declared) in &claimants {
+                errors.entry(file.to_string()).or_insert_with(|| FileError {
+                    file: file.to_string(),
+                    line: Some(declared.line),
+                    column: None,
+                    message: message.clone(),
+                });
+            }
+            problems.insert(key, message);
+        }
+
+        let mut changed = Vec::new();
+        let now = conditions::now();
+        for (key, (file, declared)) in &taken {
+            let source = format!("{file}#{}", declared.document);
+            match index.resources.get_mut(key) {
+                // Being cleaned up: declared again, it comes back as a new resource
+                // once the cleanup is done.
+                Some(entry) if entry.object.meta().deletion_timestamp.is_some() => {}
+                Some(entry) => {
+                    let mut dirty = false;
+                    if !entry.object.same_spec(&declared.object) {
+                        entry.object.take_spec(&declared.object);
+                        let meta = entry.object.meta_mut();
+                        meta.generation = Some(meta.generation.unwrap_or(0) + 1);
+                        dirty = true;
+                    }
+                    let declared_meta = declared.object.meta();
+                    let meta = entry.object.meta_mut();
+                    let mut annotations = declared_meta.annotations.clone().unwrap_or_default();
+                    annotations.insert(annotations::SOURCE.to_string(), source.clone());
+                    if meta.labels != declared_meta.labels || meta.annotations.as_ref() != Some(&annotations) {
+                        meta.labels = declared_meta.labels.clone();
+                        meta.annotations = Some(annotations);
+                        dirty = true;
+                    }
+                    let requeue = dirty || entry.problem.is_some();
+                    entry.problem = None;
+                    if dirty && let Err(e) = self.state.write(&entry.object) {
+                        warn!(resource = %key, error = %e, "cannot record the resource");
+                    }
+                    if requeue {
+                        changed.push(key.clone());
+                    }
+                }
+                None => {
+                    let mut object = declared.object.clone();
+                    let meta = object.meta_mut();
+                    meta.uid = Some(uuid::Uuid::new_v4().to_string());
+                    meta.generation = Some(1);
+                    meta.creation_timestamp = Some(now.clone());
+                    meta.annotations.get_or_insert_with(BTreeMap::new).insert(annotations::SOURCE.to_string(), source);
+                    // Recorded (with its uid) before anything is started for it, so a
+                    // controller killed right after starting it adopts it after a restart.
+                    if let Err(e) = self.state.write(&object) {
+                        warn!(resource = %key, error = %e, "cannot record the resource");
+                        continue;
+                    }
+                    index.resources.insert(key.clone(), Entry { object, problem: None });
+                    changed.push(key.clone());
+                }
+            }
+        }
+
+        // What is no longer declared: held at its last good spec when its file is broken
+        // or its name is claimed twice, cleaned up otherwise.
+        let held_files: BTreeSet<&str> = index.files.iter().filter(|(_, f)| f.parsed.is_err()).map(|(p, _)| p.as_str()).collect();
+        for (key, entry) in index.resources.iter_mut() {
+            if taken.contains_key(key) {
+                continue;
+            }
+            let problem = match problems.get(key) {
+                Some(problem) => Some(problem.clone()),
+                None => entry.source_file().filter(|f| held_files.contains(f)).and_then(|f| errors.get(f)).map(|e| e.to_string()),
+            };
+            if let Some(problem) = problem {
+                if entry.problem.as_ref() != Some(&problem) {
+                    entry.problem = Some(problem);
+                    changed.push(key.clone());
+                }
+                continue;
+            }
+            if entry.object.meta().deletion_timestamp.is_none() {
+                entry.object.meta_mut().deletion_timestamp = Some(now.clone());
+                if let Err(e) = self.state.write(&entry.object) {
+                    warn!(resource = %key, error = %e, "cannot record the deletion");
+                }
+                changed.push(key.clone());
+            }
+        }
+
+        if errors != index.errors {
+            for error in errors.values().filter(|e| !index.errors.contains_key(&e.file)) {
+                warn!(error = %error, "file not taken");
+            }
+            if let Err(e) = self.state.write_errors(&errors) {
+                warn!(error = %e, "cannot record the file errors");
+            }
+            index.errors = errors;
+        }
+        changed
+    }
+
+    async fn reconcile(self: &Arc<Self>, key: &Key) {
+        let this = Arc::clone(self);
+        let k = key.clone();
+        let prepared = tokio::task::spawn_blocking(move || this.prepare(&k)).await.ok().flatten();
+        let Some((object, problem, env)) = prepared else { return };
+        match object {
+            Object::Process(process) => {
+                if process.metadata.deletion_timestamp.is_some() {
+                    match self.processes.cleanup(&process).await {
+                        Ok(()) => self.forget(key, process.metadata.uid.clone()).await,
+                        Err(e) => {
+                            warn!(resource = %key, error = %e, "cleanup failed; trying again");
+                            self.queue.add_after(key.clone(), CLEANUP_RETRY);
+                        }
+                    }
+                    return;
+                }
+                let reconciled = self.processes.reconcile(ProcessInput { process: &process, env, spec_problem: problem }).await;
+                let status = reconciled.status;
+                self.write_status(key, process.metadata.uid.clone(), move |object| match object {
+                    Object::Process(p) if p.status.as_ref() != Some(&status) => {
+                        p.status = Some(status);
+                        true
+                    }
+                    _ => false,
+                })
+                .await;
+                if let Some(after) = reconciled.requeue_after {
+                    self.queue.add_after(key.clone(), after);
+                }
+            }
+            Object::Sandbox(sandbox) => {
+                if sandbox.metadata.deletion_timestamp.is_some() {
+                    self.sandboxes.remove(&key.name);
+                    self.forget(key, sandbox.metadata.uid.clone()).await;
+                    return;
+                }
+                let status = self.reconcile_sandbox(&sandbox, problem).await;
+                self.write_status(key, sandbox.metadata.uid.clone(), move |object| match object {
+                    Object::Sandbox(s) if s.status.as_ref() != Some(&status) => {
+                        s.status = Some(status);
+                        true
+                    }
+                    _ => false,
+                })
+                .await;
+                self.queue.add_after(key.clone(), Duration::from_secs(30));
+            }
+            Object::Session(session) => {
+                if session.metadata.deletion_timestamp.is_some() {
+                    self.forget(key, session.metadata.uid.clone()).await;
+                }
+            }
+        }
+    }
+
+    /// A snapshot of the resource, its problem, and (for a Process) its environment.
+    #[allow(clippy::type_complexity)]
+    fn prepare(&self, key: &Key) -> Option<(Object, Option<String>, std::result::Result<BTreeMap<String, String>, String>)> {
+        let (object, problem) = {
+            let index = self.lock();
+            let entry = index.resources.get(key)?;
+            (entry.object.clone(), entry.problem.clone())
+        };
+        let env = match &object {
+            Object::Process(p) => {
+                let base = source_file(&p.metadata).map(|f| self.dir.join(f)).and_then(|f| f.parent().map(Path::to_path_buf));
+                resolve_env(base.as_deref().unwrap_or(&self.dir), &p.spec.env, &p.spec.env_from)
+            }
+            _ => Ok(BTreeMap::new()),
+        };
+        Some((object, problem, env))
+    }
+
+    async fn write_status(self: &Arc<Self>, key: &Key, uid: Option<String>, update: impl FnOnce(&mut Object) -> bool + Send + 'static) {
+        let this = Arc::clone(self);
+        let key = key.clone();
+        let _ = tokio::task::spawn_blocking(move || {
+            let mut index = this.lock();
+            let Some(entry) = index.resources.get_mut(&key) else { return };
+            // Replaced by another resource of the same name meanwhile: not ours to write.
+            if entry.object.meta().uid != uid {
+                return;
+            }
+            if update(&mut entry.object)
+                && let Err(e) = this.state.write(&entry.object)
+            {
+                warn!(resource = %key, error = %e, "cannot write the status");
+            }
+        })
+        .await;
+    }
+
+    /// Forgets a cleaned-up resource; a file that declares it again brings it back new.
+    async fn forget(self: &Arc<Self>, key: &Key, uid: Option<String>) {
+        let this = Arc::clone(self);
+        let k = key.clone();
+        let _ = tokio::task::spawn_blocking(move || {
+            let mut index = this.lock();
+            if index.resources.get(&k).is_some_and(|e| e.object.meta().uid == uid) {
+                index.resources.remove(&k);
+                if let Err(e) = this.state.remove(&k) {
+                    warn!(resource = %k, error = %e, "cannot remove the record");
+                }
+            }
+        })
+        .await;
+        info!(resource = %key, "cleaned up and forgotten");
+        let _ = self.wake.try_send(());
+    }
+
+    async fn reconcile_sandbox(&self, sandbox: &agentplane_crds::Sandbox, problem: Option<String>) -> SandboxStatus {
+        let mut status = sandbox.status.clone().unwrap_or_default();
+        let generation = sandbox.metadata.generation;
+        status.observed_generation = generation;
+        let name = sandbox.metadata.name.as_deref().unwrap_or_default();
+        if let Some(problem) = problem {
+            conditions::set(&mut status.conditions, conditions::VALID, false, "InvalidSpec", problem, generation);
+        } else {
+            conditions::set(&mut status.conditions, conditions::VALID, true, "Valid", "", generation);
+        }
+        if name == agentplane_crds::LOCAL_SANDBOX {
+            conditions::set(&mut status.conditions, READY, false, "Reserved", "`local` is the embedded node agent; give this sandbox another name", generation);
+            return status;
+        }
+        let client = match Client::new(&sandbox.spec.endpoint, None) {
+            Ok(client) => client,
+            Err(e) => {
+                conditions::set(&mut status.conditions, READY, false, "InvalidEndpoint", e.to_string(), generation);
+                return status;
+            }
+        };
+        match client.health().await {
+            Ok(health) => {
+                status.node_agent_version = Some(health.version);
+                status.last_heartbeat = Some(Time(conditions::now().0.round(k8s_openapi::jiff::Unit::Second).unwrap_or(conditions::now().0)));
+                conditions::set(&mut status.conditions, READY, true, "Healthy", "the node agent answers", generation);
+                self.sandboxes.insert(name, client);
+            }
+            Err(e) => {
+                conditions::set(&mut status.conditions, READY, false, "Unreachable", e.to_string(), generation);
+                self.sandboxes.remove(name);
+            }
+        }
+        status
+    }
+}
+
+/// Resolves `env` and `envFrom` against files beside the resource's own: `envFrom`
+/// first, `env` over it, as Kubernetes does.
+pub fn resolve_env(base: &Path, env: &[EnvVar], env_from: &[EnvFromSource]) -> std::result::Result<BTreeMap<String, String>, String> {
+    let mut out = BTreeMap::new();
+    for source in env_from {
+        if let Some(file) = &source.file {
+            out.extend(read_env_file(&base.join(file))?);
+        } else if let Some(secret) = &source.secret_ref {
+            return Err(format!("envFrom.secretRef {:?} needs the cluster store; in a directory use envFrom.file", secret.name));
+        }
+    }
+    for var in env {
+        let value = match (&var.value, &var.value_from) {
+            (Some(value), _) => value.clone(),
+            (None, Some(from)) => {
+                if let Some(file_ref) = &from.file_key_ref {
+                    let values = read_env_file(&base.join(&file_ref.path))?;
+                    values.get(&file_ref.key).cloned().ok_or_else(|| {
+                        format!("env {}: {} has no key {:?}", var.name, file_ref.path, file_ref.key)
+                    })?
+                } else if let Some(secret) = &from.secret_key_ref {
+                    return Err(format!("env {}: secretKeyRef {:?} needs the cluster store; in a directory use fileKeyRef", var.name, secret.name));
+                } else {
+                    String::new()
+                }
+            }
+            (None, None) => String::new(),
+        };
+        out.insert(var.name.clone(), value);
+    }
+    Ok(out)
+}
+
+/// `KEY=VALUE` lines; blank lines and `#` comments skipped, `export ` and matching
+/// quotes around the value allowed.
+fn read_env_file(path: &Path) -> std::result::Result<BTreeMap<String, String>, String> {
+    let text = fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let mut out = BTreeMap::new();
+    for (number, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let line = line.strip_prefix("export ").unwrap_or(line);
+        let Some((key, value)) = line.split_once('=') else {
+            return Err(format!("{}:{}: expected KEY=VALUE", path.display(), number + 1));
+        };
+        let value = value.trim();
+        let value = ['"', '\'']
+            .iter()
+            .find_map(|q| value.strip_prefix(*q).and_then(|v| v.strip_suffix(*q)))
+            .unwrap_or(value);
+        out.insert(key.trim().to_string(), value.to_string());
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn env_files_resolve_with_env_over_env_from() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join("app.env"), "# keys\nexport A=1\nB=\"two words\"\n\nC='3'\n").unwrap();
+        let env: Vec<EnvVar> = serde_json::from_str(r#"[{"name":"A","value":"override"},{"name":"D","valueFrom":{"fileKeyRef":{"path":"app.env","key":"C"}}}]"#).unwrap();
+        let env_from: Vec<EnvFromSource> = serde_json::from_str(r#"[{"file":"app.env"}]"#).unwrap();
+        let resolved = resolve_env(dir.path(), &env, &env_from).unwrap();
+        let expected: BTreeMap<String, String> =
+            [("A", "override"), ("B", "two words"), ("C", "3"), ("D", "3")].map(|(k, v)| (k.to_string(), v.to_string())).into();
+        assert_eq!(resolved, expected);
+        let missing: Vec<EnvVar> = serde_json::from_str(r#"[{"name":"X","valueFrom":{"fileKeyRef":{"path":"app.env","key":"NOPE"}}}]"#).unwrap();
+        assert!(resolve_env(dir.path(), &missing, &[]).unwrap_err().contains("no key \"NOPE\""));
+        assert!(resolve_env(dir.path(), &[], &serde_json::from_str::<Vec<EnvFromSource>>(r#"[{"file":"gone.env"}]"#).unwrap()).is_err());
+    }
+
+    #[test]
+    fn resource_annotations_parse_back_to_keys() {
+        assert_eq!(parse_resource("Process/team/web").unwrap().to_string(), "Process/team/web");
+        assert!(parse_resource("Pod/a/b").is_none());
+    }
+}

@@ -1,0 +1,477 @@
+//! Reconciling a `Process`: converge the node agent's process to the spec and say how
+//! it went.
+//!
+//! The node-agent process id derives from the resource's uid, so a reconcile first
+//! looks for what exists and adopts it. The process carries the digest of what it was
+//! started from (`agentplane.dev/spec-hash`): a spec whose digest differs means a new
+//! run. The status is computed from the spec, the last status and what the node agent
+//! reports; restart back-off is derived from the recorded exit time, never from when
+//! the reconcile happens to run.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentplane_crds::{DesiredState, Process, ProcessPhase, ProcessStatus, RestartPolicy};
+use agentplane_node_agent::client::{Client, ClientError};
+use agentplane_node_agent::model::{
+    ConnectQuery, CreateProcessRequest, DeleteProcessQuery, ProcessInfo, ProcessStatus as NodeStatus, PtySize,
+};
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use time::OffsetDateTime;
+
+use crate::conditions::{self, READY, Status, VALID};
+use crate::sandboxes::Sandboxes;
+use crate::{Error, Reconciled, Result, annotations};
+
+/// How long to wait before looking again at something that could not be reached.
+const RETRY_UNREACHABLE: Duration = Duration::from_secs(5);
+/// How long before trying again to start a program that could not be started.
+const RETRY_START: Duration = Duration::from_secs(30);
+
+/// Restart back-off, as the kubelet's: the first restart is immediate, then 10 s
+/// doubling to 5 min; a run that lasted 10 minutes resets it.
+#[derive(Debug, Clone, Copy)]
+pub struct Backoff {
+    pub initial: Duration,
+    pub max: Duration,
+    pub reset_after: Duration,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff { initial: Duration::from_secs(10), max: Duration::from_secs(300), reset_after: Duration::from_secs(600) }
+    }
+}
+
+impl Backoff {
+    /// The wait before the next restart, given the restarts so far and how long the
+    /// last run lasted.
+    pub fn delay(&self, restarts: u32, ran_for: Option<Duration>) -> Duration {
+        if restarts == 0 || ran_for.is_some_and(|d| d >= self.reset_after) {
+            return Duration::ZERO;
+        }
+        let factor = 2u32.saturating_pow(restarts.saturating_sub(1).min(16));
+        self.initial.saturating_mul(factor).min(self.max)
+    }
+}
+
+/// The node-agent id of a Process resource's process.
+pub fn node_process_id(uid: &str) -> String {
+    format!("proc-{uid}")
+}
+
+/// What a store hands the reconcile besides the resource itself.
+pub struct ProcessInput<'a> {
+    pub process: &'a Process,
+    /// The spec's environment with every reference resolved, or why it could not be.
+    pub env: std::result::Result<BTreeMap<String, String>, String>,
+    /// Why the latest declared spec was not taken (the store keeps the last good one).
+    pub spec_problem: Option<String>,
+}
+
+pub struct ProcessReconciler {
+    pub sandboxes: Arc<Sandboxes>,
+    pub backoff: Backoff,
+}
+
+/// The launch-relevant part of a spec: a change to any of it starts a new run. Size,
+/// desired state, restart policy and stop settings are applied to a running process.
+#[derive(Serialize)]
+struct Launch<'a> {
+    command: &'a str,
+    args: &'a [String],
+    cwd: &'a Option<String>,
+    env: &'a BTreeMap<String, String>,
+    tty: bool,
+    stdin: bool,
+    tag: &'a Option<String>,
+    session_ref: &'a Option<String>,
+}
+
+pub fn spec_hash(process: &Process, env: &BTreeMap<String, String>) -> String {
+    let spec = &process.spec;
+    let launch = Launch {
+        command: &spec.command,
+        args: &spec.args,
+        cwd: &spec.cwd,
+        env,
+        tty: spec.tty.is_some(),
+        stdin: spec.stdin,
+        tag: &spec.tag,
+        session_ref: &spec.session_ref,
+    };
+    let digest = Sha256::digest(serde_json::to_vec(&launch).expect("a launch serializes"));
+    digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
+}
+
+fn resource_key(process: &Process) -> String {
+    format!(
+        "Process/{}/{}",
+        process.metadata.namespace.as_deref().unwrap_or("default"),
+        process.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+fn not_found(e: &ClientError) -> bool {
+    e.problem_code() == Some("process_not_found")
+}
+
+enum Exit {
+    Succeeded,
+    Failed,
+    Restart,
+}
+
+fn after_exit(policy: RestartPolicy, exit_code: Option<i32>) -> Exit {
+    let succeeded = exit_code == Some(0);
+    match (policy, succeeded) {
+        (RestartPolicy::Never, true) | (RestartPolicy::OnFailure, true) => Exit::Succeeded,
+        (RestartPolicy::Never, false) => Exit::Failed,
+        _ => Exit::Restart,
+    }
+}
+
+/// A status under construction, with the facts that every path sets.
+struct Step<'a> {
+    process: &'a Process,
+    status: ProcessStatus,
+    generation: Option<i64>,
+}
+
+impl Step<'_> {
+    fn ready(&mut self, status: impl Into<Status>, reason: &str, message: impl Into<String>) {
+        conditions::set(&mut self.status.conditions, READY, status, reason, message, self.generation);
+    }
+
+    fn done(self, requeue_after: Option<Duration>) -> Reconciled<ProcessStatus> {
+        Reconciled { status: self.status, requeue_after }
+    }
+
+    fn unreachable(mut self, sandbox: &str, e: &ClientError) -> Reconciled<ProcessStatus> {
+        if self.status.phase.is_none() {
+            self.status.phase = Some(ProcessPhase::Pending);
+        }
+        self.ready(Status::Unknown, "NodeAgentUnreachable", format!("sandbox {sandbox:?}: {e}"));
+        self.done(Some(RETRY_UNREACHABLE))
+    }
+
+    fn running(&mut self, info: &ProcessInfo, hash: &str) {
+        let status = &mut self.status;
+        status.phase = Some(ProcessPhase::Running);
+        status.pid = Some(info.pid);
+        status.started_at = Some(conditions::time(info.created_at));
+        status.exit_code = None;
+        status.signal = None;
+        status.exited_at = None;
+        status.spec_hash = Some(hash.to_string());
+        self.ready(true, "Running", format!("running as pid {}", info.pid));
+    }
+
+    fn exited(&mut self, info: &ProcessInfo) {
+        let status = &mut self.status;
+        status.pid = None;
+        status.started_at = Some(conditions::time(info.created_at));
+        status.exit_code = info.exit_code;
+        status.signal = info.signal.clone();
+        status.exited_at = info.exited_at.map(conditions::time);
+    }
+
+    fn exit_description(&self) -> String {
+        match (&self.status.signal, self.status.exit_code) {
+            (Some(signal), _) => format!("killed by {signal}"),
+            (None, Some(code)) => format!("exited with code {code}"),
+            (None, None) => "exited".to_string(),
+        }
+    }
+}
+
+impl ProcessReconciler {
+    pub fn new(sandboxes: Arc<Sandboxes>) -> Self {
+        ProcessReconciler { sandboxes, backoff: Backoff::default() }
+    }
+
+    pub async fn reconcile(&self, input: ProcessInput<'_>) -> Reconciled<ProcessStatus> {
+        let process = input.process;
+        let spec = &process.spec;
+        let generation = process.metadata.generation;
+        let prev = process.status.clone().unwrap_or_default();
+        let mut step = Step { process, status: prev.clone(), generation };
+        step.status.observed_generation = generation;
+        match &input.spec_problem {
+            None => conditions::set(&mut step.status.conditions, VALID, true, "Valid", "", generation),
+            Some(problem) => conditions::set(
+                &mut step.status.conditions,
+                VALID,
+                false,
+                "InvalidSpec",
+                format!("{problem} (the last valid spec stays in force)"),
+                generation,
+            ),
+        }
+        let Some(uid) = process.metadata.uid.as_deref() else {
+            step.status.phase.get_or_insert(ProcessPhase::Pending);
+            step.ready(false, "NoUid", "the store gave this resource no uid");
+            return step.done(None);
+        };
+        let sandbox = match self.sandboxes.get(&spec.sandbox) {
+            Ok(sandbox) => sandbox,
+            Err(e) => {
+                step.status.phase.get_or_insert(ProcessPhase::Pending);
+                step.ready(false, "SandboxNotFound", e.to_string());
+                return step.done(Some(RETRY_START));
+            }
+        };
+        let client = &sandbox.client;
+        let id = node_process_id(uid);
+        step.status.connect_url = spec.tty.map(|_| client.connect_url(&id, &ConnectQuery::default()).to_string());
+        let env = match input.env {
+            Ok(env) => env,
+            Err(problem) => {
+                step.status.phase.get_or_insert(ProcessPhase::Pending);
+                step.ready(false, "EnvNotResolved", problem);
+                return step.done(Some(RETRY_START));
+            }
+        };
+        let hash = spec_hash(process, &env);
+        let mut observed = match client.get_process(&id).await {
+            Ok(info) => Some(info),
+            Err(e) if not_found(&e) => None,
+            Err(e) => return step.unreachable(&spec.sandbox, &e),
+        };
+
+        if spec.desired_state == DesiredState::Stopped {
+            if let Some(info) = &observed {
+                let info = if info.status == NodeStatus::Running {
+                    match client.delete_process(&id, &self.stop_query(process, false)).await {
+                        Ok(info) => info,
+                        Err(e) if not_found(&e) => info.clone(),
+                        Err(e) => return step.unreachable(&spec.sandbox, &e),
+                    }
+                } else {
+                    info.clone()
+                };
+                step.exited(&info);
+            }
+            step.status.phase = Some(ProcessPhase::Stopped);
+            step.status.pid = None;
+            step.ready(true, "Stopped", "stopped, as desired");
+            return step.done(None);
+        }
+
+        // A run of another spec (or of an earlier, stopped life) makes way for a new one.
+        let fresh = prev.phase == Some(ProcessPhase::Stopped) || prev.spec_hash.as_deref() != Some(hash.as_str());
+        let stale = observed.as_ref().is_some_and(|info| {
+            info.annotations.get(annotations::SPEC_HASH) != Some(&hash)
+                || (fresh && info.status == NodeStatus::Exited)
+        });
+        if stale {
+            if let Err(e) = client.delete_process(&id, &self.stop_query(process, true)).await
+                && !not_found(&e)
+            {
+                return step.unreachable(&spec.sandbox, &e);
+            }
+            observed = None;
+        }
+        if fresh {
+            step.status.restarts = 0;
+            return self.start(step, client, &id, &hash, env).await;
+        }
+
+        let exited = match observed {
+            Some(info) if info.status == NodeStatus::Running => {
+                if let Some(tty) = spec.tty {
+                    let want = PtySize { rows: tty.rows, cols: tty.cols };
+                    if info.size != Some(want)
+                        && let Err(e) = client.resize(&id, want).await
+                        && !not_found(&e)
+                    {
+                        return step.unreachable(&spec.sandbox, &e);
+                    }
+                }
+                step.running(&info, &hash);
+                return step.done(None);
+            }
+            Some(info) => {
+                step.exited(&info);
+                true
+            }
+            // Exited earlier (its exit is in the status, the record may be gone), or lost
+            // with its node agent while running: then it runs again.
+            None => matches!(prev.phase, Some(ProcessPhase::Succeeded | ProcessPhase::Failed | ProcessPhase::BackOff)),
+        };
+        if !exited {
+            return self.start(step, client, &id, &hash, env).await;
+        }
+        if step.status.exit_code.is_none() && step.status.signal.is_none() && step.status.exited_at.is_none() {
+            // It never started (the start failed): try again now and then unless told never to.
+            if spec.restart_policy == RestartPolicy::Never {
+                return step.done(None);
+            }
+            return self.start(step, client, &id, &hash, env).await;
+        }
+        match after_exit(spec.restart_policy, step.status.exit_code) {
+            Exit::Succeeded => {
+                step.status.phase = Some(ProcessPhase::Succeeded);
+                step.ready(false, "Succeeded", "exited with code 0");
+                step.done(None)
+            }
+            Exit::Failed => {
+                step.status.phase = Some(ProcessPhase::Failed);
+                let message = step.exit_description();
+                step.ready(false, "Failed", message);
+                step.done(None)
+            }
+            Exit::Restart => {
+                let now = OffsetDateTime::now_utc();
+                let exited_at = step.status.exited_at.as_ref().map(|t| t.0);
+                let started_at = step.status.started_at.as_ref().map(|t| t.0);
+                let ran_for = match (started_at, exited_at) {
+                    (Some(s), Some(e)) => e.duration_since(s).try_into().ok(),
+                    _ => None,
+                };
+                let delay = self.backoff.delay(step.status.restarts, ran_for);
+                let due = exited_at.map(|e| to_offset(e) + delay).unwrap_or(now);
+                if due > now {
+                    step.status.phase = Some(ProcessPhase::BackOff);
+                    let message = format!("{}; restarting in {:.0} s", step.exit_description(), (due - now).as_seconds_f64().ceil());
+                    step.ready(false, "BackOff", message);
+                    let wait = (due - now).try_into().unwrap_or(Duration::from_secs(1));
+                    return step.done(Some(wait));
+                }
+                if let Err(e) = client.delete_process(&id, &self.stop_query(process, true)).await
+                    && !not_found(&e)
+                {
+                    return step.unreachable(&spec.sandbox, &e);
+                }
+                step.status.restarts = step.status.restarts.saturating_add(1);
+                self.start(step, client, &id, &hash, env).await
+            }
+        }
+    }
+
+    fn stop_query(&self, process: &Process, purge: bool) -> DeleteProcessQuery {
+        DeleteProcessQuery {
+            signal: process.spec.stop_signal.clone(),
+            timeout: process.spec.stop_timeout_seconds.map(f64::from),
+            purge,
+        }
+    }
+
+    async fn start(
+        &self,
+        mut step: Step<'_>,
+        client: &Client,
+        id: &str,
+        hash: &str,
+        env: BTreeMap<String, String>,
+    ) -> Reconciled<ProcessStatus> {
+        let process = step.process;
+        let spec = &process.spec;
+        let uid = process.metadata.uid.clone().unwrap_or_default();
+        let request = CreateProcessRequest {
+            id: Some(id.to_string()),
+            command: spec.command.clone(),
+            args: spec.args.clone(),
+            cwd: spec.cwd.clone(),
+            env,
+            pty: spec.tty.map(|t| PtySize { rows: t.rows, cols: t.cols }),
+            stdin: spec.stdin,
+            tag: spec.tag.clone(),
+            label: Some(resource_key(process)),
+            annotations: BTreeMap::from([
+                (annotations::RESOURCE.to_string(), resource_key(process)),
+                (annotations::UID.to_string(), uid),
+                (annotations::SPEC_HASH.to_string(), hash.to_string()),
+            ]),
+        };
+        let created = match client.create_process(&request).await {
+            Ok(info) => Ok(info),
+            // Started by an earlier pass whose answer was lost: adopt it.
+            Err(e) if e.problem_code() == Some("process_already_exists") => client.get_process(id).await,
+            Err(e) => Err(e),
+        };
+        match created {
+            Ok(info) if info.status == NodeStatus::Running => {
+                step.running(&info, hash);
+                step.done(None)
+            }
+            Ok(info) => {
+                // Exited before we looked: judge it on the next pass, which the exit event brings.
+                step.status.spec_hash = Some(hash.to_string());
+                step.exited(&info);
+                step.status.phase = Some(ProcessPhase::Running);
+                step.done(Some(Duration::ZERO))
+            }
+            Err(e @ ClientError::Problem(_)) if matches!(e.problem_code(), Some("spawn_failed" | "invalid_request" | "limit_exceeded")) => {
+                step.status.phase = Some(ProcessPhase::Failed);
+                step.status.pid = None;
+                step.status.exit_code = None;
+                step.status.signal = None;
+                step.status.exited_at = None;
+                step.status.spec_hash = Some(hash.to_string());
+                step.ready(false, "StartFailed", e.to_string());
+                let retry = spec.restart_policy != RestartPolicy::Never;
+                step.done(retry.then_some(RETRY_START))
+            }
+            Err(e) => step.unreachable(&spec.sandbox, &e),
+        }
+    }
+
+    /// Stops and forgets the resource's process. Idempotent; nothing to do is success.
+    pub async fn cleanup(&self, process: &Process) -> Result<()> {
+        let Some(uid) = process.metadata.uid.as_deref() else { return Ok(()) };
+        let sandbox = match self.sandboxes.get(&process.spec.sandbox) {
+            Ok(sandbox) => sandbox,
+            // Nothing can run on a sandbox we never knew.
+            Err(Error::SandboxNotFound(_)) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        match sandbox.client.delete_process(&node_process_id(uid), &self.stop_query(process, true)).await {
+            Ok(_) => Ok(()),
+            Err(e) if not_found(&e) => Ok(()),
+            Err(source) => Err(Error::NodeAgent { sandbox: process.spec.sandbox.clone(), source }),
+        }
+    }
+}
+
+fn to_offset(ts: k8s_openapi::jiff::Timestamp) -> OffsetDateTime {
+    OffsetDateTime::from_unix_timestamp_nanos(ts.as_nanosecond()).unwrap_or(OffsetDateTime::UNIX_EPOCH)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_is_immediate_then_doubles_to_a_cap_and_resets_after_a_long_run() {
+        let b = Backoff::default();
+        let quick = Some(Duration::from_secs(1));
+        let delays: Vec<u64> = (0..8).map(|n| b.delay(n, quick).as_secs()).collect();
+        assert_eq!(delays, [0, 10, 20, 40, 80, 160, 300, 300]);
+        assert_eq!(b.delay(5, Some(Duration::from_secs(601))), Duration::ZERO);
+        assert_eq!(b.delay(u32::MAX, quick), b.max);
+    }
+
+    #[test]
+    fn the_hash_covers_what_starts_a_new_run_and_not_what_a_running_process_takes() {
+        let yaml = "apiVersion: agentplane.dev/v1alpha1\nkind: Process\nmetadata: {name: a}\nspec: {command: sleep, args: ['1'], tty: {rows: 24, cols: 80}}\n";
+        let base: Process = serde_yaml_ng::from_str(yaml).unwrap();
+        let env = BTreeMap::new();
+        let h = spec_hash(&base, &env);
+        let mut resized = base.clone();
+        resized.spec.tty = Some(agentplane_crds::TtySize { rows: 50, cols: 100 });
+        resized.spec.desired_state = DesiredState::Stopped;
+        resized.spec.restart_policy = RestartPolicy::Always;
+        assert_eq!(spec_hash(&resized, &env), h);
+        let mut other = base.clone();
+        other.spec.args = vec!["2".into()];
+        assert_ne!(spec_hash(&other, &env), h);
+        let mut piped = base.clone();
+        piped.spec.tty = None;
+        assert_ne!(spec_hash(&piped, &env), h);
+        let env2 = BTreeMap::from([("A".to_string(), "1".to_string())]);
+        assert_ne!(spec_hash(&base, &env2), h);
+    }
+}
