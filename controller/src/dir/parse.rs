@@ -329,10 +329,17 @@ fn typed_object<S: DeserializeOwned>(doc: serde_yaml_ng::Deserializer<'_>) -> Re
 
 /// serde_yaml appends " at line L column C"; the location is reported on its own.
 fn strip_location(message: &str) -> String {
-    match message.rfind(" at line ") {
-        Some(i) => message[..i].to_string(),
-        None => message.to_string(),
+    let Some(start) = message.find(" at line ") else { return message.to_string() };
+    let rest = &message[start + " at line ".len()..];
+    let mut words = rest.splitn(4, ' ');
+    let located = words.next().is_some_and(|w| w.bytes().all(|b| b.is_ascii_digit()))
+        && words.next() == Some("column")
+        && words.next().is_some_and(|w| w.trim_end_matches(',').bytes().all(|b| b.is_ascii_digit()));
+    if !located {
+        return message.to_string();
     }
+    let end = rest.find(',').map_or(message.len(), |i| start + " at line ".len() + i);
+    format!("{}{}", &message[..start], &message[end..])
 }
 
 /// A DNS-1123 name, as Kubernetes requires of names (subdomain) and namespaces (label).
@@ -460,6 +467,8 @@ mod tests {
     fn errors_say_where_and_what() {
         let syntax = err("apiVersion: agentplane.dev/v1alpha1\nkind: Process\nmetadata: {name: a\nspec: {}\n");
         assert_eq!(syntax.line, Some(4), "{syntax}");
+        // Where it was noticed is the location; where the unclosed mapping began stays in the message.
+        assert_eq!(syntax.message, "did not find expected ',' or '}', while parsing a flow mapping at line 3 column 11", "{syntax}");
         let typo = err("apiVersion: agentplane.dev/v1alpha1\nkind: Process\nmetadata: {name: a}\nspec:\n  command: sleep\n  comand: x\n");
         assert_eq!((typo.line, typo.column), (Some(6), Some(3)), "{typo}");
         assert!(typo.message.contains("unknown field `comand`"), "{typo}");

@@ -1,0 +1,359 @@
+//! `agentplane up` as people use it: real YAML files saved, edited, broken, removed and
+//! swapped by `git checkout` in a watched directory, and the processes they declare
+//! checked on the node agent and on the machine.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use agentplane_controller::dir::state::{StateDir, UpInfo};
+use agentplane_node_agent::client::Client;
+use agentplane_node_agent::model::{ListProcessesQuery, ProcessInfo, ProcessStatus};
+use notify::Watcher;
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_agentplane");
+/// Only turns a hang into a failure; a correct run never gets near it.
+const PATIENCE: Duration = Duration::from_secs(30);
+
+struct Up {
+    child: Option<Child>,
+    dir: PathBuf,
+    log: PathBuf,
+}
+
+impl Up {
+    fn start(dir: &Path) -> Up {
+        fs::create_dir_all(dir).unwrap();
+        let log = dir.parent().unwrap().join(format!("up-{}.log", std::process::id()));
+        let log_file = fs::OpenOptions::new().create(true).append(true).open(&log).unwrap();
+        let child = Command::new(BIN)
+            .args(["up", "--dir"])
+            .arg(dir)
+            .env("RUST_LOG", "info,agentplane_node_agent=warn")
+            .env_remove("AGENTPLANE_TOKEN")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log_file)
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let up = Up { child: Some(child), dir: dir.to_path_buf(), log };
+        // Ready once it has said where its node agent listens.
+        up.wait("up.json of this run", || up.state().read_up().filter(|i| i.pid == pid));
+        up
+    }
+
+    fn state(&self) -> StateDir {
+        StateDir::new(self.dir.join(".agentplane"))
+    }
+
+    fn info(&self) -> UpInfo {
+        self.state().read_up().expect("up is running")
+    }
+
+    fn client(&self) -> Client {
+        let info = self.info();
+        Client::new(&info.url, info.token).unwrap()
+    }
+
+    fn kill9(&mut self) {
+        let mut child = self.child.take().unwrap();
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+
+    fn record(&self, name: &str) -> Option<Value> {
+        let path = self.dir.join(".agentplane/resources/processes/default").join(format!("{name}.json"));
+        fs::read(path).ok().and_then(|b| serde_json::from_slice(&b).ok())
+    }
+
+    /// Waits for `check` to give something, looking again whenever the state directory
+    /// changes (and at least every 200 ms, for changes elsewhere).
+    fn wait<T>(&self, what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let mut watcher = notify::recommended_watcher(move |_| {
+            let _ = tx.try_send(());
+        })
+        .unwrap();
+        let state = self.dir.join(".agentplane");
+        fs::create_dir_all(&state).unwrap();
+        watcher.watch(&state, notify::RecursiveMode::Recursive).unwrap();
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            if let Some(value) = check() {
+                return value;
+            }
+            if Instant::now() > deadline {
+                let log = fs::read_to_string(&self.log).unwrap_or_default();
+                panic!("timed out waiting for {what}\n--- up's log:\n{log}");
+            }
+            let _ = rx.recv_timeout(Duration::from_millis(200));
+        }
+    }
+
+    /// Waits until the Process `name` has a status for its current generation that `check` accepts.
+    fn wait_status(&self, name: &str, what: &str, check: impl Fn(&Value) -> bool) -> Value {
+        self.wait(&format!("{name}: {what}"), || {
+            let record = self.record(name)?;
+            let current = record["status"]["observedGeneration"] == record["metadata"]["generation"];
+            (current && check(&record)).then_some(record)
+        })
+    }
+
+    fn processes(&self) -> Vec<ProcessInfo> {
+        let client = self.client();
+        block_on(client.list_processes(&ListProcessesQuery::default())).unwrap()
+    }
+
+    /// Running processes on the node agent, by the resource they belong to.
+    fn running_by_resource(&self) -> BTreeMap<String, usize> {
+        let mut counts = BTreeMap::new();
+        for p in self.processes().into_iter().filter(|p| p.status == ProcessStatus::Running) {
+            let resource = p.annotations.get("agentplane.dev/resource").cloned().unwrap_or_default();
+            *counts.entry(resource).or_default() += 1;
+        }
+        counts
+    }
+}
+
+impl Drop for Up {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
+            let deadline = Instant::now() + PATIENCE;
+            while child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(future)
+}
+
+fn phase(record: &Value) -> &str {
+    record["status"]["phase"].as_str().unwrap_or_default()
+}
+
+fn condition<'a>(record: &'a Value, type_: &str) -> &'a Value {
+    record["status"]["conditions"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == type_))
+        .unwrap_or(&Value::Null)
+}
+
+fn process_yaml(name: &str, spec: &str) -> String {
+    format!("apiVersion: agentplane.dev/v1alpha1\nkind: Process\nmetadata:\n  name: {name}\nspec:\n{spec}")
+}
+
+/// Writes a file the way editors that save in place do: truncate, then write.
+fn save(path: &Path, text: &str) {
+    fs::write(path, text).unwrap();
+}
+
+/// Processes on this machine whose command line holds `marker`.
+fn count_on_machine(marker: &str) -> usize {
+    let mut count = 0;
+    for entry in fs::read_dir("/proc").unwrap().flatten() {
+        if let Ok(cmdline) = fs::read(entry.path().join("cmdline")) {
+            let text = String::from_utf8_lossy(&cmdline);
+            if text.split('\0').any(|arg| arg == marker) {
+                count += 1;
+            }
+        }
+    }
+    count
+}
+
+#[test]
+fn a_process_file_is_started_stopped_restarted_and_removed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("d");
+    let up = Up::start(&dir);
+    let file = dir.join("web.yaml");
+    save(&file, &process_yaml("web", "  command: sleep\n  args: ['1000']\n"));
+    let running = up.wait_status("web", "running", |r| phase(r) == "Running");
+    let pid = running["status"]["pid"].as_u64().unwrap();
+    assert_eq!(running["metadata"]["generation"], 1);
+    assert_eq!(condition(&running, "Ready")["status"], "True");
+    assert_eq!(condition(&running, "Valid")["status"], "True");
+    assert_eq!(up.running_by_resource(), BTreeMap::from([("Process/default/web".to_string(), 1)]));
+    let on_node = &up.processes()[0];
+    assert_eq!((on_node.pid as u64, on_node.command.as_str()), (pid, "sleep"));
+    assert_eq!(fs::read_to_string(&file).unwrap(), process_yaml("web", "  command: sleep\n  args: ['1000']\n"), "the user's file is never written");
+
+    // Stopped: the stop signal ends it and the exit is recorded.
+    save(&file, &process_yaml("web", "  command: sleep\n  args: ['1000']\n  desiredState: Stopped\n"));
+    let stopped = up.wait_status("web", "stopped", |r| phase(r) == "Stopped");
+    assert_eq!(stopped["metadata"]["generation"], 2);
+    assert_eq!(stopped["status"]["signal"], "SIGTERM");
+    assert!(stopped["status"]["exitedAt"].is_string());
+    assert!(up.running_by_resource().is_empty());
+
+    // Running again with another command: a new run.
+    save(&file, &process_yaml("web", "  command: sleep\n  args: ['2000']\n"));
+    let restarted = up.wait_status("web", "running the new command", |r| phase(r) == "Running");
+    assert_eq!(restarted["metadata"]["generation"], 3);
+    assert_ne!(restarted["status"]["pid"].as_u64().unwrap(), pid);
+    assert_ne!(restarted["status"]["specHash"], running["status"]["specHash"]);
+    let now_running: Vec<_> = up.processes().into_iter().filter(|p| p.status == ProcessStatus::Running).collect();
+    assert_eq!(now_running.len(), 1);
+    assert_eq!(now_running[0].args, ["2000"]);
+
+    // Removed: cleaned up, then forgotten.
+    fs::remove_file(&file).unwrap();
+    up.wait("the record to go", || up.record("web").is_none().then_some(()));
+    assert!(up.processes().is_empty(), "the process is gone from the node agent");
+}
+
+#[test]
+fn a_broken_file_keeps_the_last_good_spec_and_says_where_it_is_wrong() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("d");
+    let up = Up::start(&dir);
+    let file = dir.join("app.yml");
+    let good = process_yaml("app", "  command: sleep\n  args: ['1000']\n");
+    save(&file, &good);
+    let running = up.wait_status("app", "running", |r| phase(r) == "Running");
+    let pid = running["status"]["pid"].clone();
+
+    // Half a file, as an editor might leave it.
+    save(&file, &process_yaml("app", "  command: sleep\n  args: ['1000'\n"));
+    let broken = up.wait_status("app", "the error", |r| condition(r, "Valid")["status"] == "False");
+    let message = condition(&broken, "Valid")["message"].as_str().unwrap().to_string();
+    // The parser notices the unclosed `[` where the input ends.
+    assert!(message.starts_with("app.yml:8:1: did not find expected ',' or ']', while parsing a flow sequence"), "file, line and column: {message}");
+    assert_eq!(phase(&broken), "Running");
+    assert_eq!(broken["status"]["pid"], pid, "the running process is untouched");
+    assert_eq!(broken["metadata"]["generation"], 1, "the last good spec stays");
+    let errors = up.state().read_errors();
+    assert_eq!(errors.len(), 1);
+    assert_eq!((errors[0].file.as_str(), errors[0].line, errors[0].column), ("app.yml", Some(8), Some(1)));
+
+    // A value the schema refuses is just as harmless.
+    save(&file, &process_yaml("app", "  command: sleep\n  args: ['1000']\n  stopTimeoutSeconds: 999999\n"));
+    let refused = up.wait_status("app", "the schema error", |r| {
+        condition(r, "Valid")["message"].as_str().is_some_and(|m| m.contains("stopTimeoutSeconds"))
+    });
+    assert_eq!(refused["status"]["pid"], pid);
+
+    // Fixed: converges to the new spec.
+    save(&file, &process_yaml("app", "  command: sleep\n  args: ['3000']\n"));
+    let fixed = up.wait_status("app", "the fixed spec", |r| condition(r, "Valid")["status"] == "True" && phase(r) == "Running");
+    assert_eq!(fixed["metadata"]["generation"], 2);
+    assert_ne!(fixed["status"]["pid"], pid);
+    assert!(up.state().read_errors().is_empty());
+    assert_eq!(up.running_by_resource().values().sum::<usize>(), 1);
+}
+
+#[test]
+fn a_name_declared_by_two_files_is_an_error_on_both_not_a_coin_toss() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("d");
+    let up = Up::start(&dir);
+    save(&dir.join("a.yaml"), &process_yaml("same", "  command: sleep\n  args: ['1000']\n"));
+    let first = up.wait_status("same", "running", |r| phase(r) == "Running");
+    fs::create_dir_all(dir.join("team")).unwrap();
+    save(&dir.join("team/b.yaml"), &process_yaml("same", "  command: sleep\n  args: ['2000']\n"));
+    let conflicted = up.wait_status("same", "the conflict", |r| condition(r, "Valid")["status"] == "False");
+    let message = condition(&conflicted, "Valid")["message"].as_str().unwrap();
+    assert!(message.contains("a.yaml") && message.contains("team/b.yaml"), "{message}");
+    assert_eq!(conflicted["status"]["pid"], first["status"]["pid"], "the first spec keeps running");
+    let files: Vec<String> = up.state().read_errors().into_iter().map(|e| e.file).collect();
+    assert_eq!(files, ["a.yaml", "team/b.yaml"]);
+    // Resolved by removing one: the other one's spec is taken.
+    fs::remove_file(dir.join("a.yaml")).unwrap();
+    let resolved = up.wait_status("same", "the remaining file's spec", |r| {
+        condition(r, "Valid")["status"] == "True" && phase(r) == "Running"
+    });
+    assert_eq!(resolved["metadata"]["annotations"]["agentplane.dev/source"], "team/b.yaml#1");
+    let running: Vec<_> = up.processes().into_iter().filter(|p| p.status == ProcessStatus::Running).collect();
+    assert_eq!(running.len(), 1);
+    assert_eq!(running[0].args, ["2000"]);
+}
+
+#[test]
+fn restart_policies_restart_failures_with_back_off_and_leave_successes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("d");
+    let up = Up::start(&dir);
+    let docs = [
+        process_yaml("flaky", "  command: sh\n  args: ['-c', 'exit 3']\n  restartPolicy: OnFailure\n"),
+        process_yaml("done", "  command: sh\n  args: ['-c', 'exit 0']\n  restartPolicy: OnFailure\n"),
+        process_yaml("once", "  command: sh\n  args: ['-c', 'exit 4']\n"),
+    ];
+    save(&dir.join("jobs.yaml"), &docs.join("---\n"));
+    // Restarted at once after the first failure, then backing off (10 s, as the kubelet).
+    let flaky = up.wait_status("flaky", "backing off", |r| phase(r) == "BackOff");
+    assert_eq!(flaky["status"]["restarts"], 1);
+    assert_eq!(flaky["status"]["exitCode"], 3);
+    assert_eq!(condition(&flaky, "Ready")["reason"], "BackOff");
+    let done = up.wait_status("done", "succeeded", |r| phase(r) == "Succeeded");
+    assert_eq!((done["status"]["exitCode"].as_i64(), done["status"].get("restarts")), (Some(0), None));
+    let once = up.wait_status("once", "failed", |r| phase(r) == "Failed");
+    assert_eq!(once["status"]["exitCode"], 4);
+    assert_eq!(condition(&once, "Ready")["message"], "exited with code 4");
+}
+
+#[test]
+fn git_checkout_of_another_branch_converges_to_the_new_tree() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("repo");
+    fs::create_dir_all(dir.join("apps")).unwrap();
+    let git = |args: &[&str]| {
+        let out = Command::new("git").args(args).current_dir(&dir).output().unwrap();
+        assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    git(&["init", "-q", "-b", "main"]);
+    git(&["config", "user.email", "t@example.invalid"]);
+    git(&["config", "user.name", "t"]);
+    fs::write(dir.join(".gitignore"), ".agentplane/\n").unwrap();
+    fs::write(dir.join("apps/keep.yaml"), process_yaml("keep", "  command: sleep\n  args: ['1000']\n")).unwrap();
+    fs::write(dir.join("apps/change.yaml"), process_yaml("change", "  command: sleep\n  args: ['1000']\n")).unwrap();
+    fs::write(dir.join("old.yaml"), process_yaml("old", "  command: sleep\n  args: ['1000']\n")).unwrap();
+    git(&["add", "-A"]);
+    git(&["commit", "-qm", "main"]);
+    git(&["checkout", "-qb", "next"]);
+    fs::write(dir.join("apps/change.yaml"), process_yaml("change", "  command: sleep\n  args: ['2000']\n")).unwrap();
+    fs::remove_file(dir.join("old.yaml")).unwrap();
+    fs::create_dir_all(dir.join("team-b")).unwrap();
+    fs::write(dir.join("team-b/new.yaml"), process_yaml("new", "  command: sleep\n  args: ['1000']\n")).unwrap();
+    git(&["add", "-A"]);
+    git(&["commit", "-qm", "next"]);
+    git(&["checkout", "-q", "main"]);
+
+    let up = Up::start(&dir);
+    for name in ["keep", "change", "old"] {
+        up.wait_status(name, "running", |r| phase(r) == "Running");
+    }
+    let keep_pid = up.record("keep").unwrap()["status"]["pid"].clone();
+    git(&["checkout", "-q", "next"]);
+    up.wait("the tree of branch next", || {
+        let expected = BTreeMap::from([
+            ("Process/default/change".to_string(), 1),
+            ("Process/default/keep".to_string(), 1),
+            ("Process/default/new".to_string(), 1),
+        ]);
+        let converged = up.record("old").is_none()
+            && up.record("new").is_some_and(|r| phase(&r) == "Running")
+            && up.record("change").is_some_and(|r| r["metadata"]["generation"] == 2 && phase(&r) == "Running");
+        (converged && up.running_by_resource() == expected).then_some(())
+    });
+    assert_eq!(up.record("keep").unwrap()["status"]["pid"], keep_pid, "an unchanged file's process is left alone");
+    let change: Vec<_> = up.processes().into_iter().filter(|p| p.label.as_deref() == Some("Process/default/change") && p.status == ProcessStatus::Running).collect();
+    assert_eq!(change[0].args, ["2000"]);
+    // And back.
+    git(&["checkout", "-q", "main"]);
+    up.wait("the tree of branch main again", || {
+        let converged = up.record("new").is_none()
+            && up.record("old").is_some_and(|r| phase(&r) == "Running")
+            && up.record("change").is_some_and(|r| r["metadata"]["generation"] == 3 && phase(&r) == "Running");
+        (converged && up.running_by_resource().len() == 3).then_some(())
+    });
+}
