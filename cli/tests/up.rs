@@ -357,3 +357,43 @@ fn git_checkout_of_another_branch_converges_to_the_new_tree() {
         (converged && up.running_by_resource().len() == 3).then_some(())
     });
 }
+
+#[test]
+fn kill_9_while_200_files_converge_then_start_again_runs_each_exactly_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("d");
+    let marker = format!("mark-{}", tmp.path().file_name().unwrap().to_string_lossy());
+    let mut up = Up::start(&dir);
+    for n in 0..200 {
+        let spec = format!("  command: sh\n  args: ['-c', 'sleep 1000; exit 0', '{marker}']\n");
+        save(&dir.join(format!("p{n:03}.yaml")), &process_yaml(&format!("p{n:03}"), &spec));
+    }
+    let started = up.wait("some to be running", || {
+        let running = up.running_by_resource().values().sum::<usize>();
+        (running >= 20).then_some(running)
+    });
+    up.kill9();
+    let uids_before: BTreeMap<String, Value> =
+        (0..200).filter_map(|n| up.record(&format!("p{n:03}")).map(|r| (format!("p{n:03}"), r["metadata"]["uid"].clone()))).collect();
+    assert!(uids_before.len() >= started);
+    // What it ran keeps running on pipes: a kill -9 gives no chance to stop anything.
+    let orphans = count_on_machine(&marker);
+    assert!(orphans >= started, "{orphans} of {started} still run after kill -9");
+
+    let up = Up::start(&dir);
+    let expected: BTreeMap<String, usize> = (0..200).map(|n| (format!("Process/default/p{n:03}"), 1)).collect();
+    up.wait("all 200 running once", || {
+        let all_recorded = (0..200).all(|n| up.record(&format!("p{n:03}")).is_some_and(|r| phase(&r) == "Running"));
+        (all_recorded && up.running_by_resource() == expected).then_some(())
+    });
+    // Each resource's process runs once on the node agent, and the previous run's
+    // leftovers were killed: once on the machine too.
+    assert_eq!(up.processes().len(), 200);
+    up.wait("the previous run's leftovers to be gone", || (count_on_machine(&marker) == 200).then_some(()));
+    // The resources recorded before the kill kept their uid: the same resources, not new ones.
+    for (name, uid) in &uids_before {
+        assert_eq!(&up.record(name).unwrap()["metadata"]["uid"], uid, "{name}");
+    }
+    drop(up);
+    assert_eq!(count_on_machine(&marker), 0, "a clean stop of up stops everything it ran");
+}

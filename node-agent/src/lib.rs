@@ -7,6 +7,7 @@ pub mod auth;
 pub mod client;
 pub mod error;
 pub mod events;
+pub mod leftovers;
 pub mod model;
 pub mod output;
 pub mod process;

@@ -24,6 +24,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::error::{Error, Result};
 use crate::events::EventLog;
+use crate::leftovers::ChildRegistry;
 use crate::model::{
     CreateProcessRequest, LifecycleEventType, OutputStream, ProcessInfo, ProcessStatus, PtySize,
     SignalTarget,
@@ -281,14 +282,14 @@ impl Process {
 }
 
 /// The distinct process groups of some (pid, group) members.
-fn groups_of(members: &[(i32, i32)]) -> Vec<i32> {
+pub(crate) fn groups_of(members: &[(i32, i32)]) -> Vec<i32> {
     let mut groups: Vec<i32> = members.iter().map(|&(_, group)| group).collect();
     groups.sort_unstable();
     groups.dedup();
     groups
 }
 
-fn signal_groups(groups: &[i32], signal: Signal) {
+pub(crate) fn signal_groups(groups: &[i32], signal: Signal) {
     for &group in groups {
         let _ = killpg(Pid::from_raw(group), signal);
     }
@@ -303,13 +304,13 @@ async fn stop_groups(process: &Arc<Process>) -> Vec<i32> {
 
 /// A process group, or a session (every group in it).
 #[derive(Debug, Clone, Copy)]
-enum Scope {
+pub(crate) enum Scope {
     Group(i32),
     Session(i32),
 }
 
 /// Live (not zombie) processes in a scope, as (pid, process group), read from /proc.
-fn live_members(scope: Scope) -> Vec<(i32, i32)> {
+pub(crate) fn live_members(scope: Scope) -> Vec<(i32, i32)> {
     let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
     let mut members = Vec::new();
     for entry in entries.flatten() {
@@ -351,6 +352,7 @@ struct Shared {
     next_seq: AtomicU64,
     events: EventLog,
     limits: Limits,
+    children: Option<ChildRegistry>,
 }
 
 /// Owns every process of the node agent. Cheap to clone.
@@ -361,6 +363,12 @@ pub struct ProcessManager {
 
 impl ProcessManager {
     pub fn new(limits: Limits) -> Self {
+        Self::with_registry(limits, None)
+    }
+
+    /// A manager that notes its children in `children`, so a node agent started after
+    /// a crash can kill what this one left running.
+    pub fn with_registry(limits: Limits, children: Option<ChildRegistry>) -> Self {
         ProcessManager {
             shared: Arc::new(Shared {
                 processes: Mutex::new(HashMap::new()),
@@ -369,6 +377,7 @@ impl ProcessManager {
                 // Enough history for a client reconnecting after a short outage.
                 events: EventLog::new(4096),
                 limits,
+                children,
             }),
         }
     }
@@ -532,6 +541,9 @@ impl ProcessManager {
         }
         // The waiter thread owns the child now: it reaps it whatever happens next.
         guard.disarm();
+        if let Some(children) = &self.shared.children {
+            children.record(pid, process.is_pty());
+        }
         tracing::info!(process = %id, pid, command = %process.command, pty = process.is_pty(), "process started");
         Ok(process)
     }
@@ -547,6 +559,9 @@ impl ProcessManager {
             .stack_size(IO_THREAD_STACK)
             .spawn(move || {
                 let (code, signal) = wait_for_exit(process.pid);
+                if let Some(children) = &manager.shared.children {
+                    children.forget(process.pid);
+                }
                 let deadline = std::time::Instant::now() + EXIT_DRAIN;
                 for done in readers {
                     let left = deadline.saturating_duration_since(std::time::Instant::now());

@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use crate::api::{AppState, router};
 use crate::auth::Auth;
 use crate::error::{Error, Result};
+use crate::leftovers::ChildRegistry;
 use crate::process::{Limits, ProcessManager};
 
 #[derive(Debug, Clone)]
@@ -55,8 +56,15 @@ impl Server {
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
             .map_err(|e| Error::io(format!("listening on {}", config.listen), e))?;
+        let children = ChildRegistry::open(config.data_dir.join("children"))
+            .map_err(|e| Error::io("creating the children directory", e))?;
+        let reaper = children.clone();
+        let killed = tokio::task::spawn_blocking(move || reaper.kill_leftovers()).await.unwrap_or(0);
+        if killed > 0 {
+            tracing::warn!(killed, "killed processes left running by a node agent that did not stop cleanly");
+        }
         let state = AppState {
-            processes: ProcessManager::new(config.limits.clone()),
+            processes: ProcessManager::with_registry(config.limits.clone(), Some(children)),
             auth: Arc::new(Auth::new(config.token.clone())),
             allowed_origins: Arc::new(allowed_origins),
             shutdown,
