@@ -1,5 +1,5 @@
-//! The agentplane node agent: one per sandbox, it runs processes and terminals and
-//! serves them over HTTP (REST, SSE, WebSocket). It knows nothing of Kubernetes; the
+//! The agentplane node agent: one per sandbox, it runs processes, terminals and agent
+//! sessions and serves them over HTTP (REST, SSE, WebSocket). It knows nothing of Kubernetes; the
 //! controller is just one of its clients, and [`client::Client`] is how they all talk to it.
 
 pub mod api;
@@ -12,6 +12,7 @@ pub mod output;
 pub mod process;
 pub mod server;
 pub mod signals;
+pub mod universal;
 
 pub use error::{Error, Problem, Result};
 pub use process::Limits;
