@@ -202,7 +202,11 @@ async fn the_mock_emits_every_event_type() {
     server.client.reply_question("all", &question.id, vec![vec!["yes".into()]]).await.unwrap();
     events.turn().await;
     server.client.send_message("all", "now fail").await.unwrap();
-    events.turn().await;
+    let failed = events.turn().await;
+    assert_eq!(turn_status(&failed), TurnStatus::Failed);
+    assert!(failed.iter().any(|e| matches!(&e.data, EventData::Error { code: Some(c), .. } if c == "mock_failure")));
+    server.client.send_message("all", "still there?").await.unwrap();
+    assert_eq!(reply_text(&events.turn().await), "mock reply #3 to: still there?", "a failed turn leaves the session usable");
     server.client.end_session("all").await.unwrap();
     while events.next().await.is_some() {}
     let mut seen: Vec<EventType> = kinds(&events.seen);
@@ -460,9 +464,9 @@ async fn a_restarted_node_agent_resumes_its_sessions() {
     server.client.send_message("long", "queued behind it").await.unwrap();
     let before = server.client.get_session("long").await.unwrap();
     server.client.end_session("done").await.unwrap();
-    drop(events);
 
     let server = server.restart().await;
+    assert!(events.next().await.is_none(), "open streams end when the node agent stops");
     let after = server.client.get_session("long").await.unwrap();
     assert_eq!(after.pending_permissions, vec![request.clone()], "the pending request is offered again");
     assert_eq!(after.state, SessionState::AwaitingInput);

@@ -196,9 +196,7 @@ impl EventLog {
             lines.push(b'\n');
             events.push(event);
         }
-        if !lines.is_empty() {
-            self.write(&mut writer, &lines).await;
-        }
+        let written = lines.is_empty() || self.write(&mut writer, &lines).await;
         writer.closed |= batch.close;
         let closed = writer.closed;
         let newest = writer.next - 1;
@@ -213,6 +211,12 @@ impl EventLog {
             }
             memory.next = newest + 1;
             memory.closed = closed;
+            // A finished session is read rarely: its events are served from the file
+            // (as after a restart), so ended sessions hold no events in memory.
+            if closed && written && writer.file.is_some() {
+                memory.events.clear();
+                memory.capacity = 0;
+            }
         }
         drop(writer);
         self.latest.send_replace(newest);
@@ -221,20 +225,24 @@ impl EventLog {
 
     /// Writes and flushes; on failure the events stay in memory only (a later reader of
     /// the file is told of the gap), and a partial line is rolled back.
-    async fn write(&self, writer: &mut Writer, lines: &[u8]) {
-        let Some(file) = writer.file.as_mut() else { return };
+    async fn write(&self, writer: &mut Writer, lines: &[u8]) -> bool {
+        let Some(file) = writer.file.as_mut() else { return false };
         let written = async {
             file.write_all(lines).await?;
             file.flush().await
         }
         .await;
         match written {
-            Ok(()) => writer.position += lines.len() as u64,
+            Ok(()) => {
+                writer.position += lines.len() as u64;
+                true
+            }
             Err(error) => {
                 tracing::error!(path = %self.path.display(), %error, "could not write session events; they are kept in memory only");
                 if file.set_len(writer.position).await.is_err() {
                     writer.file = None;
                 }
+                false
             }
         }
     }
@@ -391,6 +399,8 @@ mod tests {
         .await;
         assert!(log.is_closed());
         assert!(!log.append(draft(5)).await, "closed");
+        assert!(log.memory().events.is_empty(), "a closed log is read from its file");
+        assert_eq!(sequences(&log.read(2, 100).await.1), vec![3, 4]);
         drop(log);
         let mut file = OpenOptions::new().append(true).open(&path).unwrap();
         std::io::Write::write_all(&mut file, b"{\"sequence\":5,\"ti").unwrap();

@@ -733,7 +733,15 @@ impl SessionManager {
     }
 
     fn spawn_runner(&self, session: Arc<Session>, resumed: bool) {
-        let runner = tokio::spawn(run(session, self.inner.shutdown.clone(), resumed));
+        use futures_util::FutureExt;
+        let shutdown = self.inner.shutdown.clone();
+        let runner = tokio::spawn(async move {
+            // A driver that panics fails its session instead of leaving it running forever.
+            let ran = std::panic::AssertUnwindSafe(run(Arc::clone(&session), shutdown, resumed)).catch_unwind().await;
+            if ran.is_err() {
+                session.fail("the agent driver panicked".into()).await;
+            }
+        });
         let mut runners = self.inner.runners.lock().unwrap_or_else(|e| e.into_inner());
         runners.retain(|r| !r.is_finished());
         runners.push(runner);
