@@ -1,6 +1,6 @@
 //! The HTTP API under `/v1`: REST lifecycle calls, output by offset, the terminal
-//! WebSocket, lifecycle events over SSE, and the OpenAPI document generated from
-//! these handlers.
+//! WebSocket, lifecycle events over SSE, agents and sessions (events by offset and
+//! over SSE), and the OpenAPI document generated from these handlers.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -22,11 +22,14 @@ use tokio_util::sync::CancellationToken;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 use utoipa::OpenApi;
 
+use crate::agents::AgentId;
 use crate::auth::Auth;
 use crate::error::{Error, Problem, Result};
 use crate::model::*;
 use crate::output::{Next, OutputBuffer};
 use crate::process::{Process, ProcessManager, RunState};
+use crate::sessions::SessionManager;
+use crate::universal::*;
 use crate::signals::parse_signal;
 
 /// Largest binary frame sent to a terminal client: big enough that a fast producer
@@ -37,11 +40,18 @@ const MAX_FRAME: usize = 256 * 1024;
 const MAX_CLIENT_MESSAGE: usize = 1024 * 1024;
 /// Largest response of `GET .../output`.
 const MAX_OUTPUT_READ: usize = 1024 * 1024;
+/// Session events per `GET .../events` by default, and at most.
+const DEFAULT_EVENTS_READ: usize = 1000;
+const MAX_EVENTS_READ: usize = 10_000;
+/// Session events an SSE stream reads from the log at a time: the stream pulls at
+/// the client's pace, so this bounds what it holds, not what it can catch up on.
+const SSE_EVENTS_READ: usize = 256;
 
 /// Everything a handler needs. Cheap to clone.
 #[derive(Clone)]
 pub struct AppState {
     pub processes: ProcessManager,
+    pub sessions: SessionManager,
     pub auth: Arc<Auth>,
     pub allowed_origins: Arc<Vec<HeaderValue>>,
     /// Fired on shutdown: open streams and sockets end so the server can stop.
@@ -75,6 +85,18 @@ impl<S: Send + Sync> FromRequestParts<S> for PathId {
     }
 }
 
+/// The `{id}` and the `{pid}` or `{qid}` of a session request route.
+struct PathIds(String, String);
+
+impl<S: Send + Sync> FromRequestParts<S> for PathIds {
+    type Rejection = Error;
+
+    async fn from_request_parts(parts: &mut axum::http::request::Parts, state: &S) -> Result<Self> {
+        let axum::extract::Path((id, request)) = axum::extract::Path::<(String, String)>::from_request_parts(parts, state).await?;
+        Ok(PathIds(id, request))
+    }
+}
+
 pub fn router(state: AppState) -> Router {
     let api = Router::new()
         .route("/v1/health", get(health))
@@ -88,6 +110,16 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/processes/{id}/ticket", post(issue_ticket))
         .route("/v1/processes/{id}/connect", get(connect))
         .route("/v1/events/sse", get(lifecycle_events))
+        .route("/v1/agents", get(list_agents))
+        .route("/v1/agents/{agent}", get(get_agent))
+        .route("/v1/sessions", get(list_sessions))
+        .route("/v1/sessions/{id}", get(get_session).post(create_session).delete(end_session))
+        .route("/v1/sessions/{id}/messages", post(send_message))
+        .route("/v1/sessions/{id}/events", get(session_events))
+        .route("/v1/sessions/{id}/events/sse", get(session_events_sse))
+        .route("/v1/sessions/{id}/permissions/{pid}/reply", post(reply_permission))
+        .route("/v1/sessions/{id}/questions/{qid}/reply", post(reply_question))
+        .route("/v1/sessions/{id}/questions/{qid}/reject", post(reject_question))
         .fallback(|uri: axum::http::Uri| async move { Error::RouteNotFound(uri.path().to_string()) })
         .method_not_allowed_fallback(|| async { Error::MethodNotAllowed })
         .layer(middleware::from_fn_with_state(state.clone(), authenticate))
@@ -145,15 +177,22 @@ fn ticket_grants(state: &AppState, request: &Request) -> bool {
 #[openapi(
     info(
         title = "agentplane node agent",
-        description = "Persistent processes and terminals in a sandbox. Every route but health needs `Authorization: Bearer TOKEN`. Errors are RFC 7807 problem documents with `urn:agentplane:error:*` types."
+        description = "Persistent processes, terminals and agent sessions in a sandbox. Every route but health needs `Authorization: Bearer TOKEN`. Errors are RFC 7807 problem documents with `urn:agentplane:error:*` types."
     ),
     paths(
         health, openapi_json, create_process, list_processes, get_process, delete_process,
-        signal_process, resize_process, write_input, read_output, issue_ticket, connect, lifecycle_events
+        signal_process, resize_process, write_input, read_output, issue_ticket, connect, lifecycle_events,
+        list_agents, get_agent, create_session, list_sessions, get_session, end_session, send_message,
+        session_events, session_events_sse, reply_permission, reply_question, reject_question
     ),
-    components(schemas(Problem, ControlMessage, LifecycleEvent)),
+    components(schemas(Problem, ControlMessage, LifecycleEvent, UniversalEvent, EventData, EventType, EventSource, Gap)),
     modifiers(&ApiConventions),
-    tags((name = "processes", description = "Processes and terminals"), (name = "system", description = "Health and the API document"))
+    tags(
+        (name = "processes", description = "Processes and terminals"),
+        (name = "agents", description = "The agents this node agent can drive"),
+        (name = "sessions", description = "Conversations with agents, as universal events"),
+        (name = "system", description = "Health and the API document")
+    )
 )]
 pub struct ApiDoc;
 
@@ -515,4 +554,196 @@ async fn lifecycle_events(State(state): State<AppState>, headers: HeaderMap) -> 
         }
     });
     Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
+}
+
+/// The agents this node agent can drive.
+#[utoipa::path(get, path = "/v1/agents", tag = "agents", responses((status = 200, body = AgentList)))]
+async fn list_agents() -> Json<AgentList> {
+    Json(AgentList { agents: AgentId::ALL.into_iter().map(AgentId::info).collect() })
+}
+
+/// One agent.
+#[utoipa::path(get, path = "/v1/agents/{agent}", tag = "agents", params(("agent" = String, Path, description = "Agent id")),
+    responses((status = 200, body = AgentInfo), (status = 404, body = Problem, content_type = "application/problem+json", description = "unsupported_agent")))]
+async fn get_agent(axum::extract::Path(agent): axum::extract::Path<String>) -> Result<Json<AgentInfo>> {
+    let agent = AgentId::parse(&agent).ok_or(Error::AgentNotFound(agent))?;
+    Ok(Json(agent.info()))
+}
+
+/// Starts a session with an agent. The id is the caller's (letters, digits, `.`, `_`,
+/// `-`; at most 63), so that a restarted controller finds the session it started.
+#[utoipa::path(post, path = "/v1/sessions/{id}", tag = "sessions", params(("id" = String, Path, description = "Session id")),
+    request_body = CreateSessionRequest,
+    responses(
+        (status = 201, body = SessionInfo),
+        (status = 400, body = Problem, content_type = "application/problem+json", description = "invalid_request, unsupported_agent, mode_not_supported"),
+        (status = 409, body = Problem, content_type = "application/problem+json", description = "session_already_exists"),
+    ))]
+async fn create_session(State(state): State<AppState>, PathId(id): PathId, Json(request): Json<CreateSessionRequest>) -> Result<(StatusCode, Json<SessionInfo>)> {
+    let session = state.sessions.create(&id, request).await?;
+    Ok((StatusCode::CREATED, Json(session.info())))
+}
+
+/// Sessions in the order they were created, ended ones too.
+#[utoipa::path(get, path = "/v1/sessions", tag = "sessions", responses((status = 200, body = SessionList)))]
+async fn list_sessions(State(state): State<AppState>) -> Json<SessionList> {
+    Json(SessionList { sessions: state.sessions.list().iter().map(|s| s.info()).collect() })
+}
+
+#[utoipa::path(get, path = "/v1/sessions/{id}", tag = "sessions", params(("id" = String, Path)),
+    responses((status = 200, body = SessionInfo), (status = 404, body = Problem, content_type = "application/problem+json", description = "session_not_found")))]
+async fn get_session(State(state): State<AppState>, PathId(id): PathId) -> Result<Json<SessionInfo>> {
+    Ok(Json(state.sessions.get(&id)?.info()))
+}
+
+/// Ends a session: `session.ended` is its last event. It stays listed, as ended;
+/// ending it again answers the same.
+#[utoipa::path(delete, path = "/v1/sessions/{id}", tag = "sessions", params(("id" = String, Path)),
+    responses((status = 200, body = SessionInfo), (status = 404, body = Problem, content_type = "application/problem+json", description = "session_not_found")))]
+async fn end_session(State(state): State<AppState>, PathId(id): PathId) -> Result<Json<SessionInfo>> {
+    Ok(Json(state.sessions.get(&id)?.end().await))
+}
+
+/// Sends a message: it runs as the next turn, after any before it.
+#[utoipa::path(post, path = "/v1/sessions/{id}/messages", tag = "sessions", params(("id" = String, Path)), request_body = SendMessageRequest,
+    responses(
+        (status = 202, body = SessionInfo, description = "Accepted; `messagesReceived` counts it"),
+        (status = 409, body = Problem, content_type = "application/problem+json", description = "conflict: the session has ended"),
+        (status = 429, body = Problem, content_type = "application/problem+json", description = "limit_exceeded: too many messages waiting"),
+    ))]
+async fn send_message(State(state): State<AppState>, PathId(id): PathId, Json(request): Json<SendMessageRequest>) -> Result<(StatusCode, Json<SessionInfo>)> {
+    let session = state.sessions.get(&id)?;
+    if request.message.is_empty() {
+        return Err(Error::InvalidRequest("`message` must not be empty".into()));
+    }
+    Ok((StatusCode::ACCEPTED, Json(session.send_message(request.message).await?)))
+}
+
+/// Events after `offset` (exclusive), oldest first.
+#[utoipa::path(get, path = "/v1/sessions/{id}/events", tag = "sessions", params(("id" = String, Path), SessionEventsQuery),
+    responses((status = 200, body = SessionEvents), (status = 404, body = Problem, content_type = "application/problem+json")))]
+async fn session_events(State(state): State<AppState>, PathId(id): PathId, Query(query): Query<SessionEventsQuery>) -> Result<Json<SessionEvents>> {
+    let session = state.sessions.get(&id)?;
+    let after = query.offset.unwrap_or(0);
+    let limit = query.limit.unwrap_or(DEFAULT_EVENTS_READ).clamp(1, MAX_EVENTS_READ);
+    let (gap, events) = session.log().read(after, limit).await;
+    let reached = events.last().map(|e| e.sequence).or(gap.map(|g| g.to - 1)).unwrap_or(after);
+    let has_more = reached < session.log().latest();
+    Ok(Json(SessionEvents { events, has_more, gap }))
+}
+
+/// Events over SSE: `id:` is the sequence, `event:` the type, `data:` the envelope.
+/// Starts after `Last-Event-ID` or else `offset` (default 0: from the first event); a
+/// `gap` event (`{from, to}`, `to` exclusive) names sequences that are lost. Ends after
+/// `session.ended`.
+#[utoipa::path(get, path = "/v1/sessions/{id}/events/sse", tag = "sessions",
+    params(("id" = String, Path), SessionSseQuery, ("Last-Event-ID" = Option<u64>, Header, description = "Resume after this event")),
+    responses((status = 200, content_type = "text/event-stream", body = UniversalEvent), (status = 404, body = Problem, content_type = "application/problem+json")))]
+async fn session_events_sse(
+    State(state): State<AppState>,
+    PathId(id): PathId,
+    Query(query): Query<SessionSseQuery>,
+    headers: HeaderMap,
+) -> Result<Sse<impl Stream<Item = std::result::Result<Event, Infallible>>>> {
+    let session = state.sessions.get(&id)?;
+    let after = match headers.get("last-event-id") {
+        Some(value) => value
+            .to_str()
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .ok_or_else(|| Error::InvalidRequest("Last-Event-ID must be an event sequence number".into()))?,
+        None => query.offset.unwrap_or(0),
+    };
+    struct Cursor {
+        session: Arc<crate::sessions::Session>,
+        shutdown: CancellationToken,
+        after: u64,
+        latest: tokio::sync::watch::Receiver<u64>,
+        pending: std::collections::VecDeque<Event>,
+        done: bool,
+    }
+    let cursor = Cursor {
+        latest: session.log().subscribe(),
+        session,
+        shutdown: state.shutdown.clone(),
+        after,
+        pending: Default::default(),
+        done: false,
+    };
+    let stream = futures_util::stream::unfold(cursor, |mut cursor| async move {
+        loop {
+            if let Some(event) = cursor.pending.pop_front() {
+                return Some((Ok(event), cursor));
+            }
+            if cursor.done {
+                return None;
+            }
+            cursor.latest.borrow_and_update();
+            // Seen before reading: once closed, this read reaches the last event.
+            let closed = cursor.session.log().is_closed();
+            let (gap, events) = cursor.session.log().read(cursor.after, SSE_EVENTS_READ).await;
+            if let Some(gap) = gap {
+                cursor.after = cursor.after.max(gap.to - 1);
+                let data = serde_json::to_string(&gap).expect("gap serializes");
+                cursor.pending.push_back(Event::default().event("gap").data(data));
+            }
+            for event in events {
+                cursor.after = event.sequence;
+                let data = serde_json::to_string(&event).expect("events serialize");
+                cursor.pending.push_back(Event::default().id(event.sequence.to_string()).event(event.kind().as_str()).data(data));
+            }
+            if !cursor.pending.is_empty() {
+                continue;
+            }
+            if closed {
+                cursor.done = true;
+                continue;
+            }
+            tokio::select! {
+                changed = cursor.latest.changed() => if changed.is_err() { return None },
+                () = cursor.shutdown.cancelled() => return None,
+            }
+        }
+    });
+    Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
+}
+
+/// Answers a permission request. The same reply again answers the same; a different
+/// reply to a request already resolved is a `conflict`.
+#[utoipa::path(post, path = "/v1/sessions/{id}/permissions/{pid}/reply", tag = "sessions",
+    params(("id" = String, Path), ("pid" = String, Path, description = "Permission request id")), request_body = PermissionReplyRequest,
+    responses(
+        (status = 200, body = SessionInfo),
+        (status = 404, body = Problem, content_type = "application/problem+json", description = "session_not_found, permission_not_found"),
+        (status = 409, body = Problem, content_type = "application/problem+json", description = "conflict"),
+    ))]
+async fn reply_permission(State(state): State<AppState>, PathIds(id, pid): PathIds, Json(request): Json<PermissionReplyRequest>) -> Result<Json<SessionInfo>> {
+    let session = state.sessions.get(&id)?;
+    Ok(Json(session.reply_permission(&pid, request.reply).await?))
+}
+
+/// Answers a question: one list of answers per question asked.
+#[utoipa::path(post, path = "/v1/sessions/{id}/questions/{qid}/reply", tag = "sessions",
+    params(("id" = String, Path), ("qid" = String, Path, description = "Question id")), request_body = QuestionReplyRequest,
+    responses(
+        (status = 200, body = SessionInfo),
+        (status = 404, body = Problem, content_type = "application/problem+json", description = "session_not_found, question_not_found"),
+        (status = 409, body = Problem, content_type = "application/problem+json", description = "conflict"),
+    ))]
+async fn reply_question(State(state): State<AppState>, PathIds(id, qid): PathIds, Json(request): Json<QuestionReplyRequest>) -> Result<Json<SessionInfo>> {
+    let session = state.sessions.get(&id)?;
+    Ok(Json(session.reply_question(&qid, Some(request.answers)).await?))
+}
+
+/// Declines to answer a question.
+#[utoipa::path(post, path = "/v1/sessions/{id}/questions/{qid}/reject", tag = "sessions",
+    params(("id" = String, Path), ("qid" = String, Path, description = "Question id")),
+    responses(
+        (status = 200, body = SessionInfo),
+        (status = 404, body = Problem, content_type = "application/problem+json", description = "session_not_found, question_not_found"),
+        (status = 409, body = Problem, content_type = "application/problem+json", description = "conflict"),
+    ))]
+async fn reject_question(State(state): State<AppState>, PathIds(id, qid): PathIds) -> Result<Json<SessionInfo>> {
+    let session = state.sessions.get(&id)?;
+    Ok(Json(session.reply_question(&qid, None).await?))
 }

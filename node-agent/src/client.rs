@@ -11,6 +11,7 @@ use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 use crate::error::Problem;
 use crate::model::*;
+use crate::universal::{PermissionReply, UniversalEvent};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
@@ -206,7 +207,15 @@ impl Client {
         if let Some(id) = last_event_id {
             builder = builder.header("last-event-id", id.to_string());
         }
-        let url = self.url(&["events", "sse"]).to_string();
+        self.open_sse(builder, &["events", "sse"]).await
+    }
+
+    async fn open_sse(
+        &self,
+        builder: RequestBuilder,
+        segments: &[&str],
+    ) -> ClientResult<futures_util::stream::BoxStream<'static, ClientResult<SseMessage>>> {
+        let url = self.url(segments).to_string();
         let response = builder.send().await.map_err(|source| ClientError::Http { url: url.clone(), source })?;
         if !response.status().is_success() {
             let status = response.status().as_u16();
@@ -218,6 +227,95 @@ impl Client {
         }
         Ok(sse_messages(response.bytes_stream(), url).boxed())
     }
+
+    pub async fn list_agents(&self) -> ClientResult<Vec<AgentInfo>> {
+        let list: AgentList = self.send(self.request(Method::GET, &["agents"])).await?;
+        Ok(list.agents)
+    }
+
+    pub async fn get_agent(&self, agent: &str) -> ClientResult<AgentInfo> {
+        self.send(self.request(Method::GET, &["agents", agent])).await
+    }
+
+    /// Starts a session under the caller's id.
+    pub async fn create_session(&self, id: &str, request: &CreateSessionRequest) -> ClientResult<SessionInfo> {
+        self.send(self.request(Method::POST, &["sessions", id]).json(request)).await
+    }
+
+    pub async fn list_sessions(&self) -> ClientResult<Vec<SessionInfo>> {
+        let list: SessionList = self.send(self.request(Method::GET, &["sessions"])).await?;
+        Ok(list.sessions)
+    }
+
+    pub async fn get_session(&self, id: &str) -> ClientResult<SessionInfo> {
+        self.send(self.request(Method::GET, &["sessions", id])).await
+    }
+
+    /// Ends a session (again: answers the same).
+    pub async fn end_session(&self, id: &str) -> ClientResult<SessionInfo> {
+        self.send(self.request(Method::DELETE, &["sessions", id])).await
+    }
+
+    /// Queues a message; it runs as a turn after those before it.
+    pub async fn send_message(&self, id: &str, message: &str) -> ClientResult<SessionInfo> {
+        let body = SendMessageRequest { message: message.to_string() };
+        self.send(self.request(Method::POST, &["sessions", id, "messages"]).json(&body)).await
+    }
+
+    /// Events after `query.offset`, at most `query.limit`.
+    pub async fn session_events(&self, id: &str, query: &SessionEventsQuery) -> ClientResult<SessionEvents> {
+        self.send(self.request(Method::GET, &["sessions", id, "events"]).query(query)).await
+    }
+
+    /// A session's events over SSE, after `last_event_id` (sent as `Last-Event-ID`,
+    /// which wins over `offset`) or else after `offset`. Ends after `session.ended`.
+    pub async fn session_events_sse(
+        &self,
+        id: &str,
+        offset: Option<u64>,
+        last_event_id: Option<u64>,
+    ) -> ClientResult<futures_util::stream::BoxStream<'static, ClientResult<SessionStreamItem>>> {
+        let segments = ["sessions", id, "events", "sse"];
+        let mut builder = self.request(Method::GET, &segments).query(&SessionSseQuery { offset });
+        if let Some(last) = last_event_id {
+            builder = builder.header("last-event-id", last.to_string());
+        }
+        let url = self.url(&segments).to_string();
+        let messages = self.open_sse(builder, &segments).await?;
+        Ok(messages
+            .map(move |message| {
+                let message = message?;
+                let parsed = match message.event.as_deref() {
+                    Some("gap") => serde_json::from_str(&message.data).map(SessionStreamItem::Gap),
+                    _ => serde_json::from_str(&message.data).map(SessionStreamItem::Event),
+                };
+                parsed.map_err(|e| ClientError::Unexpected { url: url.clone(), status: 200, body: format!("{e}: {}", message.data) })
+            })
+            .boxed())
+    }
+
+    pub async fn reply_permission(&self, id: &str, permission_id: &str, reply: PermissionReply) -> ClientResult<SessionInfo> {
+        let body = PermissionReplyRequest { reply };
+        self.send(self.request(Method::POST, &["sessions", id, "permissions", permission_id, "reply"]).json(&body)).await
+    }
+
+    /// Answers a question: one list of answers per question asked.
+    pub async fn reply_question(&self, id: &str, question_id: &str, answers: Vec<Vec<String>>) -> ClientResult<SessionInfo> {
+        let body = QuestionReplyRequest { answers };
+        self.send(self.request(Method::POST, &["sessions", id, "questions", question_id, "reply"]).json(&body)).await
+    }
+
+    pub async fn reject_question(&self, id: &str, question_id: &str) -> ClientResult<SessionInfo> {
+        self.send(self.request(Method::POST, &["sessions", id, "questions", question_id, "reject"])).await
+    }
+}
+
+/// One item of a session's SSE stream.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SessionStreamItem {
+    Event(Box<UniversalEvent>),
+    /// These sequences are lost (`to` exclusive); the stream goes on after them.
+    Gap(Gap),
 }
 
 fn serde_urlencoded<T: Serialize>(value: &T) -> String {

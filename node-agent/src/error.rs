@@ -33,6 +33,26 @@ pub enum Error {
     },
     #[error("{0}")]
     LimitExceeded(String),
+    /// An agent id this node agent cannot drive, named in a request body.
+    #[error("agent {0:?} is not supported (see GET /v1/agents)")]
+    UnsupportedAgent(String),
+    /// An agent id this node agent cannot drive, named in the path.
+    #[error("agent {0:?} is not supported (see GET /v1/agents)")]
+    AgentNotFound(String),
+    #[error("{0}")]
+    ModeNotSupported(String),
+    #[error("no session with id {0:?}")]
+    SessionNotFound(String),
+    #[error("a session with id {0:?} already exists")]
+    SessionAlreadyExists(String),
+    #[error("session {session:?} has no permission request {id:?}")]
+    PermissionNotFound { session: String, id: String },
+    #[error("session {session:?} has no question {id:?}")]
+    QuestionNotFound { session: String, id: String },
+    /// The request contradicts the state it would change (a second, different reply; a
+    /// message to an ended session).
+    #[error("{0}")]
+    Conflict(String),
     #[error("missing or invalid bearer token")]
     Unauthorized,
     #[error("{0}")]
@@ -67,6 +87,13 @@ impl Error {
             Error::StdinClosed(_) => "stdin_closed",
             Error::SpawnFailed { .. } => "spawn_failed",
             Error::LimitExceeded(_) => "limit_exceeded",
+            Error::UnsupportedAgent(_) | Error::AgentNotFound(_) => "unsupported_agent",
+            Error::ModeNotSupported(_) => "mode_not_supported",
+            Error::SessionNotFound(_) => "session_not_found",
+            Error::SessionAlreadyExists(_) => "session_already_exists",
+            Error::PermissionNotFound { .. } => "permission_not_found",
+            Error::QuestionNotFound { .. } => "question_not_found",
+            Error::Conflict(_) => "conflict",
             Error::Unauthorized => "unauthorized",
             Error::Forbidden(_) => "forbidden",
             Error::RouteNotFound(_) => "not_found",
@@ -77,11 +104,18 @@ impl Error {
 
     pub fn status(&self) -> StatusCode {
         match self {
-            Error::InvalidRequest(_) => StatusCode::BAD_REQUEST,
-            Error::ProcessNotFound(_) | Error::RouteNotFound(_) => StatusCode::NOT_FOUND,
-            Error::ProcessAlreadyExists(_) | Error::ProcessNotRunning(_) | Error::StdinClosed(_) => {
-                StatusCode::CONFLICT
-            }
+            Error::InvalidRequest(_) | Error::UnsupportedAgent(_) | Error::ModeNotSupported(_) => StatusCode::BAD_REQUEST,
+            Error::ProcessNotFound(_)
+            | Error::RouteNotFound(_)
+            | Error::AgentNotFound(_)
+            | Error::SessionNotFound(_)
+            | Error::PermissionNotFound { .. }
+            | Error::QuestionNotFound { .. } => StatusCode::NOT_FOUND,
+            Error::ProcessAlreadyExists(_)
+            | Error::ProcessNotRunning(_)
+            | Error::StdinClosed(_)
+            | Error::SessionAlreadyExists(_)
+            | Error::Conflict(_) => StatusCode::CONFLICT,
             Error::SpawnFailed { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             Error::LimitExceeded(_) => StatusCode::TOO_MANY_REQUESTS,
             Error::Unauthorized => StatusCode::UNAUTHORIZED,
@@ -100,6 +134,13 @@ impl Error {
             Error::StdinClosed(_) => "Stdin not open",
             Error::SpawnFailed { .. } => "Spawn failed",
             Error::LimitExceeded(_) => "Limit exceeded",
+            Error::UnsupportedAgent(_) | Error::AgentNotFound(_) => "Unsupported agent",
+            Error::ModeNotSupported(_) => "Mode not supported",
+            Error::SessionNotFound(_) => "Session not found",
+            Error::SessionAlreadyExists(_) => "Session already exists",
+            Error::PermissionNotFound { .. } => "Permission request not found",
+            Error::QuestionNotFound { .. } => "Question not found",
+            Error::Conflict(_) => "Conflict",
             Error::Unauthorized => "Unauthorized",
             Error::Forbidden(_) => "Forbidden",
             Error::RouteNotFound(_) => "Not found",

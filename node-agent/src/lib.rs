@@ -1,7 +1,8 @@
-//! The agentplane node agent: one per sandbox, it runs processes and terminals and
-//! serves them over HTTP (REST, SSE, WebSocket). It knows nothing of Kubernetes; the
+//! The agentplane node agent: one per sandbox, it runs processes, terminals and agent
+//! sessions and serves them over HTTP (REST, SSE, WebSocket). It knows nothing of Kubernetes; the
 //! controller is just one of its clients, and [`client::Client`] is how they all talk to it.
 
+pub mod agents;
 pub mod api;
 pub mod auth;
 pub mod client;
@@ -12,8 +13,11 @@ pub mod model;
 pub mod output;
 pub mod process;
 pub mod server;
+pub mod sessions;
 pub mod signals;
+pub mod universal;
 
 pub use error::{Error, Problem, Result};
 pub use process::Limits;
 pub use server::{Config, Server};
+pub use sessions::SessionOptions;

@@ -315,3 +315,196 @@ pub struct Health {
     pub status: String,
     pub version: String,
 }
+
+// ---- Agents ----
+
+/// What a driver can do; clients hide what an agent does not offer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentCapabilities {
+    /// Asks before running tools (`permission.requested`).
+    pub permissions: bool,
+    /// Asks the user questions (`question.requested`).
+    pub questions: bool,
+    /// Continues a conversation after the node agent restarts.
+    pub resume: bool,
+    /// Streams text as `item.delta` events before `item.completed`.
+    pub streaming_deltas: bool,
+}
+
+/// An agent the node agent can drive.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentInfo {
+    /// `claude`, `codex`, ..., `mock`.
+    pub id: String,
+    pub installed: bool,
+    pub version: Option<String>,
+    /// The installed executable; `null` for a built-in agent.
+    pub path: Option<String>,
+    pub capabilities: AgentCapabilities,
+    /// Whether the credentials it needs are available to it.
+    pub credentials_available: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct AgentList {
+    pub agents: Vec<AgentInfo>,
+}
+
+// ---- Sessions ----
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum PermissionMode {
+    /// The agent asks before running tools.
+    #[default]
+    Default,
+    /// The agent plans and does not change anything.
+    Plan,
+    /// The agent runs tools without asking.
+    Bypass,
+}
+
+/// Body of `POST /v1/sessions/{id}`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CreateSessionRequest {
+    /// An agent id from `GET /v1/agents`.
+    pub agent: String,
+    /// A pinned version; absent means the installed one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_version: Option<String>,
+    /// The agent's own mode (e.g. `build`, `plan`); absent means its default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_mode: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub permission_mode: Option<PermissionMode>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub variant: Option<String>,
+    /// An existing directory; the node agent's own when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub working_dir: Option<String>,
+    /// Variables for the agent's environment. Kept in the node agent's data directory
+    /// (readable by its user only) so that the session can resume; never echoed back.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum SessionState {
+    /// The agent is being started.
+    Starting,
+    /// A turn is under way (or messages wait for one).
+    Running,
+    /// A turn waits for a reply to a permission request or a question.
+    AwaitingInput,
+    /// Ready for a message.
+    Idle,
+    Ended,
+    /// The agent could not start or went away; see `error`.
+    Failed,
+}
+
+impl SessionState {
+    /// Whether the session takes messages and replies no more.
+    pub fn is_final(self) -> bool {
+        matches!(self, SessionState::Ended | SessionState::Failed)
+    }
+}
+
+/// A session as the node agent knows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionInfo {
+    pub id: String,
+    pub agent: String,
+    pub agent_version: Option<String>,
+    pub agent_mode: Option<String>,
+    pub permission_mode: PermissionMode,
+    pub model: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub variant: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub working_dir: Option<String>,
+    pub state: SessionState,
+    /// The agent's own id of the conversation, once it has one.
+    pub agent_session_id: Option<String>,
+    #[serde(with = "time::serde::rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
+    pub created_at: OffsetDateTime,
+    #[serde(default, with = "time::serde::rfc3339::option", skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub ended_at: Option<OffsetDateTime>,
+    /// Messages accepted so far (each runs as one turn, in order).
+    pub messages_received: u64,
+    pub turns_completed: u64,
+    /// The sequence of the newest event (0 when none).
+    pub last_sequence: u64,
+    pub pending_permissions: Vec<crate::universal::PermissionRequest>,
+    pub pending_questions: Vec<crate::universal::QuestionRequest>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct SessionList {
+    pub sessions: Vec<SessionInfo>,
+}
+
+/// Body of `POST /v1/sessions/{id}/messages`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SendMessageRequest {
+    #[schema(min_length = 1)]
+    pub message: String,
+}
+
+/// Body of `POST /v1/sessions/{id}/permissions/{pid}/reply`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PermissionReplyRequest {
+    pub reply: crate::universal::PermissionReply,
+}
+
+/// Body of `POST /v1/sessions/{id}/questions/{qid}/reply`: one list of answers per question.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct QuestionReplyRequest {
+    pub answers: Vec<Vec<String>>,
+}
+
+/// Query of `GET /v1/sessions/{id}/events`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct SessionEventsQuery {
+    /// Events with a sequence greater than this (default 0: from the first).
+    pub offset: Option<u64>,
+    /// Most events to return (default 1000, at most 10000).
+    pub limit: Option<usize>,
+}
+
+/// Answer of `GET /v1/sessions/{id}/events`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionEvents {
+    pub events: Vec<crate::universal::UniversalEvent>,
+    /// Whether events past the last one returned exist already.
+    pub has_more: bool,
+    /// Sequences after `offset` that are lost (not in the event log any more).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gap: Option<Gap>,
+}
+
+/// Query of `GET /v1/sessions/{id}/events/sse`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct SessionSseQuery {
+    /// Events with a sequence greater than this (default 0). `Last-Event-ID` takes precedence.
+    pub offset: Option<u64>,
+}

@@ -1,5 +1,6 @@
 //! Binding, serving, and the orderly shutdown: stop accepting, end open streams,
-//! stop every process (stop signal to each group, then SIGKILL), return.
+//! stop every process (stop signal to each group, then SIGKILL) and every session
+//! runner (sessions stay saved, to resume on the next start), return.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -14,6 +15,7 @@ use crate::auth::Auth;
 use crate::error::{Error, Result};
 use crate::leftovers::ChildRegistry;
 use crate::process::{Limits, ProcessManager};
+use crate::sessions::{SessionManager, SessionOptions};
 
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -32,8 +34,14 @@ pub struct Server {
 }
 
 impl Server {
-    /// Validates the configuration, prepares the data directory and binds the socket.
+    /// Validates the configuration, prepares the data directory, resumes the sessions
+    /// kept there and binds the socket.
     pub async fn bind(config: Config, shutdown: CancellationToken) -> Result<Self> {
+        Self::bind_with(config, SessionOptions::default(), shutdown).await
+    }
+
+    /// [`Server::bind`] with session options other than the defaults.
+    pub async fn bind_with(config: Config, sessions: SessionOptions, shutdown: CancellationToken) -> Result<Self> {
         if let Some(token) = &config.token
             && token.len() < 8
         {
@@ -63,8 +71,13 @@ impl Server {
         if killed > 0 {
             tracing::warn!(killed, "killed processes left running by a node agent that did not stop cleanly");
         }
+        if sessions.events_in_memory == 0 || sessions.max_queued_messages == 0 {
+            return Err(Error::InvalidRequest("session event memory and message queue must be positive".into()));
+        }
+        let sessions = SessionManager::load(config.data_dir.join("sessions"), sessions, shutdown.child_token()).await?;
         let state = AppState {
             processes: ProcessManager::with_registry(config.limits.clone(), Some(children)),
+            sessions,
             auth: Arc::new(Auth::new(config.token.clone())),
             allowed_origins: Arc::new(allowed_origins),
             shutdown,
@@ -80,11 +93,16 @@ impl Server {
         self.state.processes.clone()
     }
 
-    /// Serves until the shutdown token fires, then stops every process.
+    pub fn sessions(&self) -> SessionManager {
+        self.state.sessions.clone()
+    }
+
+    /// Serves until the shutdown token fires, then stops every process and session runner.
     pub async fn run(self) -> Result<()> {
         let Server { listener, state } = self;
         let shutdown = state.shutdown.clone();
         let processes = state.processes.clone();
+        let sessions = state.sessions.clone();
         let stop_timeout = processes.limits().stop_timeout;
         // Keystrokes and echoes are tiny writes: Nagle would hold them back.
         let listener = listener.tap_io(|tcp| {
@@ -93,7 +111,7 @@ impl Server {
         let served = axum::serve(listener, router(state))
             .with_graceful_shutdown(shutdown.clone().cancelled_owned())
             .await;
-        processes.shutdown(stop_timeout).await;
+        tokio::join!(processes.shutdown(stop_timeout), sessions.shutdown());
         served.map_err(|e| Error::io("serving HTTP", e))
     }
 }

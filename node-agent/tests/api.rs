@@ -42,6 +42,18 @@ async fn no_route_but_health_answers_without_the_token() {
         ("POST", format!("/v1/processes/{id}/ticket")),
         ("GET", format!("/v1/processes/{id}/connect")),
         ("GET", "/v1/events/sse".into()),
+        ("GET", "/v1/agents".into()),
+        ("GET", "/v1/agents/mock".into()),
+        ("GET", "/v1/sessions".into()),
+        ("POST", "/v1/sessions/s1".into()),
+        ("GET", "/v1/sessions/s1".into()),
+        ("DELETE", "/v1/sessions/s1".into()),
+        ("POST", "/v1/sessions/s1/messages".into()),
+        ("GET", "/v1/sessions/s1/events".into()),
+        ("GET", "/v1/sessions/s1/events/sse".into()),
+        ("POST", "/v1/sessions/s1/permissions/p1/reply".into()),
+        ("POST", "/v1/sessions/s1/questions/q1/reply".into()),
+        ("POST", "/v1/sessions/s1/questions/q1/reject".into()),
         ("GET", "/v1/no-such-route".into()),
         ("GET", "/".into()),
     ]
@@ -63,8 +75,9 @@ async fn no_route_but_health_answers_without_the_token() {
     // The WebSocket itself, without the token or a ticket.
     let refused = server.anonymous().connect(id, &ConnectQuery::default()).await.unwrap_err();
     assert_eq!(refused.problem_code(), Some("unauthorized"));
-    // None of that touched the process.
+    // None of that touched the process, or created a session.
     assert_eq!(server.client.get_process(id).await.unwrap().status, ProcessStatus::Running);
+    assert!(server.client.list_sessions().await.unwrap().is_empty());
     // With the token, the same requests get past authentication.
     for (method, path) in &routes {
         let request = http().request(method.clone(), format!("{}{path}", server.url)).bearer_auth(TOKEN);
@@ -215,11 +228,34 @@ async fn the_openapi_document_describes_every_route() {
         ("/v1/processes/{id}/ticket", "post"),
         ("/v1/processes/{id}/connect", "get"),
         ("/v1/events/sse", "get"),
+        ("/v1/agents", "get"),
+        ("/v1/agents/{agent}", "get"),
+        ("/v1/sessions", "get"),
+        ("/v1/sessions/{id}", "post"),
+        ("/v1/sessions/{id}", "get"),
+        ("/v1/sessions/{id}", "delete"),
+        ("/v1/sessions/{id}/messages", "post"),
+        ("/v1/sessions/{id}/events", "get"),
+        ("/v1/sessions/{id}/events/sse", "get"),
+        ("/v1/sessions/{id}/permissions/{pid}/reply", "post"),
+        ("/v1/sessions/{id}/questions/{qid}/reply", "post"),
+        ("/v1/sessions/{id}/questions/{qid}/reject", "post"),
     ] {
         assert!(paths[path][method].is_object(), "{method} {path} is documented");
     }
     let schemas = doc["components"]["schemas"].as_object().unwrap();
     assert!(schemas["CreateProcessRequest"]["properties"]["pty"].is_object());
     assert!(schemas.contains_key("Problem") && schemas.contains_key("ControlMessage"));
+    for schema in ["UniversalEvent", "EventData", "SessionInfo", "CreateSessionRequest", "AgentInfo", "Item", "PermissionRequest", "QuestionRequest"] {
+        assert!(schemas.contains_key(schema), "{schema} is described");
+    }
+    // Every event type is documented with its data.
+    let event_data = serde_json::to_string(&schemas["EventData"]).unwrap();
+    for kind in agentplane_node_agent::universal::EventType::ALL {
+        assert!(event_data.contains(&format!("\"{}\"", kind.as_str())), "{} in EventData", kind.as_str());
+    }
+    // The routes served are the routes documented: none is missing from the document.
+    let documented: usize = paths.values().map(|p| p.as_object().unwrap().keys().filter(|k| ["get", "post", "put", "delete", "patch"].contains(&k.as_str())).count()).sum();
+    assert_eq!(documented, 25, "operations documented: every method of every route in `api::router`");
     assert_eq!(doc["components"]["securitySchemes"]["bearer"]["scheme"], "bearer");
 }

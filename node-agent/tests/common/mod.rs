@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use agentplane_node_agent::client::{Client, TerminalSocket};
 use agentplane_node_agent::model::{ConnectQuery, ControlMessage, CreateProcessRequest, ProcessInfo, PtySize};
-use agentplane_node_agent::{Config, Limits, Server};
+use agentplane_node_agent::{Config, Limits, Server, SessionOptions};
 use futures_util::{SinkExt, StreamExt};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_util::sync::CancellationToken;
@@ -24,7 +24,7 @@ pub struct TestServer {
     pub client: Client,
     pub shutdown: CancellationToken,
     pub task: Option<tokio::task::JoinHandle<agentplane_node_agent::Result<()>>>,
-    _data: tempfile::TempDir,
+    data: tempfile::TempDir,
 }
 
 impl TestServer {
@@ -33,12 +33,34 @@ impl TestServer {
     }
 
     pub async fn start_with(limits: Limits) -> Self {
+        Self::start_in(tempfile::tempdir().unwrap(), limits, SessionOptions::default()).await
+    }
+
+    pub async fn start_with_sessions(options: SessionOptions) -> Self {
+        Self::start_in(tempfile::tempdir().unwrap(), Limits::default(), options).await
+    }
+
+    /// Stops this node agent and starts another on the same data directory (and a new port).
+    pub async fn restart(mut self) -> Self {
+        self.shutdown.cancel();
+        if let Some(task) = self.task.take() {
+            tokio::time::timeout(PATIENCE, task).await.expect("the server stops").unwrap().unwrap();
+        }
+        let data = std::mem::replace(&mut self.data, tempfile::tempdir().unwrap());
+        Self::start_in(data, Limits::default(), SessionOptions::default()).await
+    }
+
+    /// Where the node agent keeps its data.
+    pub fn data_dir(&self) -> std::path::PathBuf {
+        self.data.path().join("data")
+    }
+
+    async fn start_in(data: tempfile::TempDir, limits: Limits, sessions: SessionOptions) -> Self {
         // The node agent's log, shown with a failing test's output (RUST_LOG to change).
         let _ = tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "agentplane_node_agent=debug".into()))
             .with_test_writer()
             .try_init();
-        let data = tempfile::tempdir().unwrap();
         let shutdown = CancellationToken::new();
         let config = Config {
             listen: "127.0.0.1:0".parse().unwrap(),
@@ -47,12 +69,12 @@ impl TestServer {
             cors_origins: vec!["https://app.example".into()],
             limits,
         };
-        let server = Server::bind(config, shutdown.clone()).await.unwrap();
+        let server = Server::bind_with(config, sessions, shutdown.clone()).await.unwrap();
         let url = format!("http://{}", server.local_addr());
         let processes = server.processes();
         let task = tokio::spawn(server.run());
         let client = Client::new(&url, Some(TOKEN.into())).unwrap();
-        TestServer { url, processes, client, shutdown, task: Some(task), _data: data }
+        TestServer { url, processes, client, shutdown, task: Some(task), data }
     }
 
     pub fn anonymous(&self) -> Client {

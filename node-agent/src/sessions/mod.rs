@@ -1,0 +1,921 @@
+//! Sessions: one conversation with an agent each, driven by a task of its own, its
+//! state and events kept in the data directory so that it survives a restart of the
+//! node agent.
+//!
+//! Layout: `data_dir/sessions/<id>/session.json` (the [`SessionRecord`], rewritten
+//! atomically on every change of state) and `events.jsonl` (see [`log`]).
+//!
+//! Clients change a session through [`Session`] methods (messages, replies, end); the
+//! session's runner task consumes the queue of messages, one turn each, and hands them
+//! to the agent's driver. Both sides meet in the record, under its lock, and every
+//! change that announces itself with an event is made inside the log's append step, so
+//! the events read in the order the changes happened.
+
+pub mod log;
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use time::OffsetDateTime;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::agents::{AgentDriver, AgentId, DriverConfig, TurnInput, TurnOutcome, agent_from_request};
+use crate::error::{Error, Result};
+use crate::model::{CreateSessionRequest, PermissionMode, SessionInfo, SessionState};
+use crate::universal::{
+    EndReason, EventData, EventSource, Item, ItemKind, PermissionReply, PermissionRequest, QuestionOutcome,
+    QuestionRequest, Role, TurnStatus,
+};
+use log::{EventDraft, EventLog};
+
+/// Resolved requests remembered per session, so that a repeated reply is answered the
+/// same way: enough for any conversation a person follows; the oldest are forgotten
+/// past it (a reply to one of those is then `..._not_found`).
+const MAX_RESOLUTIONS: usize = 1024;
+
+#[derive(Debug, Clone)]
+pub struct SessionOptions {
+    /// Events of a live session kept in memory; older ones are read from its file.
+    pub events_in_memory: usize,
+    /// Messages waiting for their turn, per session; more answers `limit_exceeded`.
+    pub max_queued_messages: usize,
+}
+
+impl Default for SessionOptions {
+    fn default() -> Self {
+        SessionOptions { events_in_memory: 10_000, max_queued_messages: 1_000 }
+    }
+}
+
+/// Why a driver has to stop in the middle of a turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Interrupted {
+    /// The session ended (or failed): nothing more is recorded.
+    Ended,
+    /// The node agent is stopping; the turn resumes when it starts again.
+    Shutdown,
+}
+
+/// A client's answer to a question.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum QuestionAnswer {
+    Answered(Vec<Vec<String>>),
+    Rejected,
+}
+
+/// What `session.json` holds: the session as clients see it, plus what resuming needs.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionRecord {
+    id: String,
+    agent: String,
+    agent_version: Option<String>,
+    agent_mode: Option<String>,
+    permission_mode: PermissionMode,
+    model: Option<String>,
+    variant: Option<String>,
+    working_dir: Option<String>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    state: SessionState,
+    agent_session_id: Option<String>,
+    #[serde(with = "time::serde::rfc3339")]
+    created_at: OffsetDateTime,
+    #[serde(default, with = "time::serde::rfc3339::option")]
+    ended_at: Option<OffsetDateTime>,
+    messages_received: u64,
+    turns_started: u64,
+    turns_completed: u64,
+    /// The newest event sequence when this was written: sequences continue past it.
+    last_sequence: u64,
+    #[serde(default)]
+    pending_permissions: Vec<PermissionRequest>,
+    #[serde(default)]
+    pending_questions: Vec<QuestionRequest>,
+    #[serde(default)]
+    error: Option<String>,
+    /// Accepted messages not yet begun, oldest first.
+    #[serde(default)]
+    queue: VecDeque<String>,
+    /// The turn under way, if any: it resumes after a restart.
+    #[serde(default)]
+    current_turn: Option<TurnInput>,
+    #[serde(default)]
+    resolutions: VecDeque<Resolution>,
+    /// Whatever the driver needs to resume its conversation.
+    #[serde(default)]
+    driver_state: Option<Value>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "camelCase")]
+enum Resolution {
+    #[serde(rename_all = "camelCase")]
+    Permission { id: String, reply: Option<PermissionReply> },
+    #[serde(rename_all = "camelCase")]
+    Question { id: String, outcome: QuestionOutcome, answers: Option<Vec<Vec<String>>> },
+}
+
+impl SessionRecord {
+    fn draft(&self, source: EventSource, data: EventData) -> EventDraft {
+        EventDraft { source, agent_session_id: self.agent_session_id.clone(), data, raw: None }
+    }
+
+    /// The state that follows from what is pending (a final or starting state stays).
+    fn settle(&mut self) {
+        if self.state.is_final() || self.state == SessionState::Starting {
+            return;
+        }
+        self.state = if !self.pending_permissions.is_empty() || !self.pending_questions.is_empty() {
+            SessionState::AwaitingInput
+        } else if self.current_turn.is_some() || !self.queue.is_empty() {
+            SessionState::Running
+        } else {
+            SessionState::Idle
+        };
+    }
+
+    fn resolve(&mut self, resolution: Resolution) {
+        if self.resolutions.len() == MAX_RESOLUTIONS {
+            self.resolutions.pop_front();
+        }
+        self.resolutions.push_back(resolution);
+    }
+
+    fn permission_resolution(&self, id: &str) -> Option<Option<PermissionReply>> {
+        self.resolutions.iter().rev().find_map(|r| match r {
+            Resolution::Permission { id: rid, reply } if rid == id => Some(*reply),
+            _ => None,
+        })
+    }
+
+    fn question_resolution(&self, id: &str) -> Option<(QuestionOutcome, Option<Vec<Vec<String>>>)> {
+        self.resolutions.iter().rev().find_map(|r| match r {
+            Resolution::Question { id: rid, outcome, answers } if rid == id => Some((*outcome, answers.clone())),
+            _ => None,
+        })
+    }
+
+    fn driver_config(&self) -> DriverConfig {
+        DriverConfig {
+            session_id: self.id.clone(),
+            agent_mode: self.agent_mode.clone(),
+            permission_mode: self.permission_mode,
+            model: self.model.clone(),
+            variant: self.variant.clone(),
+            working_dir: self.working_dir.clone(),
+            env: self.env.clone(),
+        }
+    }
+}
+
+pub struct Session {
+    pub id: String,
+    agent: AgentId,
+    dir: PathBuf,
+    record: Mutex<SessionRecord>,
+    log: EventLog,
+    /// Bumped on every change a runner may wait for (a message, a reply, the end).
+    changes: watch::Sender<u64>,
+    /// The version of the record last written to disk.
+    persisted: tokio::sync::Mutex<u64>,
+    version: AtomicU64,
+    max_queued: usize,
+}
+
+impl Session {
+    fn record(&self) -> MutexGuard<'_, SessionRecord> {
+        self.record.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn log(&self) -> &EventLog {
+        &self.log
+    }
+
+    pub fn info(&self) -> SessionInfo {
+        let rec = self.record();
+        SessionInfo {
+            id: rec.id.clone(),
+            agent: rec.agent.clone(),
+            agent_version: rec.agent_version.clone(),
+            agent_mode: rec.agent_mode.clone(),
+            permission_mode: rec.permission_mode,
+            model: rec.model.clone(),
+            variant: rec.variant.clone(),
+            working_dir: rec.working_dir.clone(),
+            state: rec.state,
+            agent_session_id: rec.agent_session_id.clone(),
+            created_at: rec.created_at,
+            ended_at: rec.ended_at,
+            messages_received: rec.messages_received,
+            turns_completed: rec.turns_completed,
+            last_sequence: self.log.latest(),
+            pending_permissions: rec.pending_permissions.clone(),
+            pending_questions: rec.pending_questions.clone(),
+            error: rec.error.clone(),
+        }
+    }
+
+    fn notify(&self) {
+        self.changes.send_modify(|v| *v = v.wrapping_add(1));
+    }
+
+    /// Writes the record (atomically: a temporary file renamed over it). A save that
+    /// lost the race to a newer one is skipped. Not fsynced: this survives the node
+    /// agent crashing, as the event log does, not the machine losing power.
+    async fn persist(&self) {
+        let (version, bytes) = {
+            let mut rec = self.record();
+            rec.last_sequence = rec.last_sequence.max(self.log.latest());
+            let version = self.version.fetch_add(1, Ordering::SeqCst) + 1;
+            (version, serde_json::to_vec_pretty(&*rec).expect("records serialize"))
+        };
+        let mut written = self.persisted.lock().await;
+        if *written >= version {
+            return;
+        }
+        let dir = self.dir.clone();
+        match tokio::task::spawn_blocking(move || write_record(&dir, &bytes)).await {
+            Ok(Ok(())) => *written = version,
+            Ok(Err(error)) => tracing::error!(session = %self.id, %error, "could not save the session"),
+            Err(error) => tracing::error!(session = %self.id, %error, "could not save the session"),
+        }
+    }
+
+    /// Queues a message; it runs as a turn after those before it.
+    pub async fn send_message(&self, message: String) -> Result<SessionInfo> {
+        {
+            let mut rec = self.record();
+            if rec.state.is_final() {
+                return Err(Error::Conflict(format!("session {:?} has ended: it takes no more messages", self.id)));
+            }
+            if rec.queue.len() >= self.max_queued {
+                return Err(Error::LimitExceeded(format!(
+                    "session {:?} already has {} messages waiting for their turn",
+                    self.id, self.max_queued
+                )));
+            }
+            rec.queue.push_back(message);
+            rec.messages_received += 1;
+            rec.settle();
+        }
+        self.notify();
+        self.persist().await;
+        Ok(self.info())
+    }
+
+    pub async fn reply_permission(&self, id: &str, reply: PermissionReply) -> Result<SessionInfo> {
+        let changed = self
+            .log
+            .append_with(|batch| {
+                let mut rec = self.record();
+                if let Some(earlier) = rec.permission_resolution(id) {
+                    return match earlier {
+                        Some(earlier) if earlier == reply => Ok(false),
+                        Some(earlier) => Err(Error::Conflict(format!(
+                            "permission request {id:?} was already answered {}",
+                            serde_json::to_string(&earlier).expect("replies serialize")
+                        ))),
+                        None => Err(Error::Conflict(format!("permission request {id:?} was cancelled: the session ended"))),
+                    };
+                }
+                let Some(at) = rec.pending_permissions.iter().position(|p| p.id == id) else {
+                    return Err(Error::PermissionNotFound { session: self.id.clone(), id: id.to_string() });
+                };
+                if rec.state.is_final() {
+                    return Err(Error::Conflict(format!("session {:?} has ended", self.id)));
+                }
+                if !rec.pending_permissions[at].options.contains(&reply) {
+                    return Err(Error::InvalidRequest(format!("permission request {id:?} does not offer that reply")));
+                }
+                rec.pending_permissions.remove(at);
+                rec.resolve(Resolution::Permission { id: id.to_string(), reply: Some(reply) });
+                rec.settle();
+                batch.push(rec.draft(EventSource::Daemon, EventData::PermissionResolved { id: id.to_string(), reply: Some(reply) }));
+                Ok(true)
+            })
+            .await?;
+        if changed {
+            self.notify();
+            self.persist().await;
+        }
+        Ok(self.info())
+    }
+
+    /// Answers a question (`Some(answers)`, one list per question) or rejects it (`None`).
+    pub async fn reply_question(&self, id: &str, answers: Option<Vec<Vec<String>>>) -> Result<SessionInfo> {
+        let outcome = if answers.is_some() { QuestionOutcome::Answered } else { QuestionOutcome::Rejected };
+        let changed = self
+            .log
+            .append_with(|batch| {
+                let mut rec = self.record();
+                if let Some((earlier, earlier_answers)) = rec.question_resolution(id) {
+                    return if earlier == outcome && earlier_answers == answers {
+                        Ok(false)
+                    } else if earlier == QuestionOutcome::Cancelled {
+                        Err(Error::Conflict(format!("question {id:?} was cancelled: the session ended")))
+                    } else {
+                        Err(Error::Conflict(format!("question {id:?} was already resolved differently")))
+                    };
+                }
+                let Some(at) = rec.pending_questions.iter().position(|q| q.id == id) else {
+                    return Err(Error::QuestionNotFound { session: self.id.clone(), id: id.to_string() });
+                };
+                if rec.state.is_final() {
+                    return Err(Error::Conflict(format!("session {:?} has ended", self.id)));
+                }
+                if let Some(answers) = &answers {
+                    let asked = rec.pending_questions[at].questions.len();
+                    if answers.len() != asked {
+                        return Err(Error::InvalidRequest(format!(
+                            "question {id:?} asks {asked} question(s): give one list of answers for each, {} given",
+                            answers.len()
+                        )));
+                    }
+                }
+                rec.pending_questions.remove(at);
+                rec.resolve(Resolution::Question { id: id.to_string(), outcome, answers: answers.clone() });
+                rec.settle();
+                batch.push(rec.draft(EventSource::Daemon, EventData::QuestionResolved { id: id.to_string(), outcome, answers: answers.clone() }));
+                Ok(true)
+            })
+            .await?;
+        if changed {
+            self.notify();
+            self.persist().await;
+        }
+        Ok(self.info())
+    }
+
+    /// Ends the session: a turn under way ends as interrupted, pending requests are
+    /// cancelled, `session.ended` is the last event. Ending an ended session changes nothing.
+    pub async fn end(&self) -> SessionInfo {
+        let changed = self
+            .log
+            .append_with(|batch| {
+                let mut rec = self.record();
+                if rec.state.is_final() {
+                    return false;
+                }
+                if let Some(turn) = rec.current_turn.take() {
+                    batch.push(rec.draft(
+                        EventSource::Daemon,
+                        EventData::TurnEnded { turn: turn.number, status: TurnStatus::Interrupted, error: None },
+                    ));
+                }
+                for request in std::mem::take(&mut rec.pending_permissions) {
+                    rec.resolve(Resolution::Permission { id: request.id.clone(), reply: None });
+                    batch.push(rec.draft(EventSource::Daemon, EventData::PermissionResolved { id: request.id, reply: None }));
+                }
+                for request in std::mem::take(&mut rec.pending_questions) {
+                    let outcome = QuestionOutcome::Cancelled;
+                    rec.resolve(Resolution::Question { id: request.id.clone(), outcome, answers: None });
+                    batch.push(rec.draft(EventSource::Daemon, EventData::QuestionResolved { id: request.id, outcome, answers: None }));
+                }
+                rec.queue.clear();
+                rec.state = SessionState::Ended;
+                rec.ended_at = Some(OffsetDateTime::now_utc());
+                batch.push(rec.draft(EventSource::Daemon, EventData::SessionEnded { reason: EndReason::Requested, error: None }));
+                batch.close();
+                true
+            })
+            .await;
+        if changed {
+            self.notify();
+            self.persist().await;
+        }
+        self.info()
+    }
+
+    /// The agent could not start or went away.
+    async fn fail(&self, error: String) {
+        let changed = self
+            .log
+            .append_with(|batch| {
+                let mut rec = self.record();
+                if rec.state.is_final() {
+                    return false;
+                }
+                rec.state = SessionState::Failed;
+                rec.error = Some(error.clone());
+                rec.ended_at = Some(OffsetDateTime::now_utc());
+                rec.queue.clear();
+                batch.push(rec.draft(EventSource::Daemon, EventData::Error { message: error.clone(), code: None }));
+                batch.push(rec.draft(EventSource::Daemon, EventData::SessionEnded { reason: EndReason::Failed, error: Some(error) }));
+                batch.close();
+                true
+            })
+            .await;
+        if changed {
+            self.notify();
+            self.persist().await;
+        }
+    }
+
+    /// The driver is up; false when the session ended meanwhile.
+    async fn started(&self, agent_session_id: Option<String>, resumed: bool) -> bool {
+        let started = self
+            .log
+            .append_with(|batch| {
+                let mut rec = self.record();
+                if rec.state.is_final() {
+                    return false;
+                }
+                rec.agent_session_id = agent_session_id.clone();
+                if rec.state == SessionState::Starting {
+                    rec.state = SessionState::Idle;
+                }
+                rec.settle();
+                batch.push(rec.draft(
+                    EventSource::Daemon,
+                    EventData::SessionStarted { agent: rec.agent.clone(), agent_session_id, resumed },
+                ));
+                true
+            })
+            .await;
+        self.persist().await;
+        started
+    }
+
+    /// Takes the oldest queued message as the next turn; `None` when the session ended
+    /// or the node agent stops.
+    async fn next_turn(&self, shutdown: &CancellationToken) -> Option<TurnInput> {
+        let mut changes = self.changes.subscribe();
+        loop {
+            {
+                let rec = self.record();
+                if rec.state.is_final() {
+                    return None;
+                }
+                if !rec.queue.is_empty() {
+                    break;
+                }
+            }
+            tokio::select! {
+                changed = changes.changed() => if changed.is_err() { return None },
+                () = shutdown.cancelled() => return None,
+            }
+        }
+        let turn = self
+            .log
+            .append_with(|batch| {
+                let mut rec = self.record();
+                if rec.state.is_final() {
+                    return None;
+                }
+                let message = rec.queue.pop_front()?;
+                rec.turns_started += 1;
+                let turn = TurnInput { number: rec.turns_started, message };
+                rec.current_turn = Some(turn.clone());
+                rec.settle();
+                batch.push(rec.draft(EventSource::Daemon, EventData::TurnStarted { turn: turn.number }));
+                let item = Item {
+                    id: format!("turn-{}-message", turn.number),
+                    kind: ItemKind::Message,
+                    role: Some(Role::User),
+                    text: Some(turn.message.clone()),
+                    ..Default::default()
+                };
+                batch.push(rec.draft(EventSource::Daemon, EventData::ItemCompleted { item }));
+                Some(turn)
+            })
+            .await;
+        self.persist().await;
+        turn
+    }
+
+    /// Records the end of a turn; `Err` when the runner is to stop.
+    async fn finish_turn(&self, turn: &TurnInput, outcome: Result<TurnOutcome, Interrupted>) -> Result<(), Interrupted> {
+        // Stopping: the turn stays current in the record and resumes on the next start.
+        let outcome = outcome?;
+        let recorded = self
+            .log
+            .append_with(|batch| {
+                let mut rec = self.record();
+                if rec.state.is_final() {
+                    return false;
+                }
+                rec.current_turn = None;
+                rec.turns_completed += 1;
+                rec.settle();
+                let status = if outcome.failed { TurnStatus::Failed } else { TurnStatus::Completed };
+                batch.push(rec.draft(EventSource::Daemon, EventData::TurnEnded { turn: turn.number, status, error: outcome.error }));
+                true
+            })
+            .await;
+        self.persist().await;
+        if recorded { Ok(()) } else { Err(Interrupted::Ended) }
+    }
+}
+
+/// What a driver uses to report events and to ask for replies.
+pub struct TurnContext {
+    session: Arc<Session>,
+    shutdown: CancellationToken,
+}
+
+impl TurnContext {
+    pub fn session_id(&self) -> &str {
+        &self.session.id
+    }
+
+    pub fn permission_mode(&self) -> PermissionMode {
+        self.session.record().permission_mode
+    }
+
+    /// Reports an event converted from the agent's output.
+    pub async fn emit(&self, data: EventData) -> Result<(), Interrupted> {
+        self.emit_raw(data, None).await
+    }
+
+    /// Reports an event with the native line it came from.
+    pub async fn emit_raw(&self, data: EventData, raw: Option<String>) -> Result<(), Interrupted> {
+        let draft = EventDraft { raw, ..self.session.record().draft(EventSource::Agent, data) };
+        if self.session.log.append(draft).await { Ok(()) } else { Err(Interrupted::Ended) }
+    }
+
+    /// Keeps what the driver needs to resume; written with the session's next save
+    /// (a request or the end of a turn), so save it before asking.
+    pub fn save_state(&self, state: Value) {
+        self.session.record().driver_state = Some(state);
+    }
+
+    /// Announces a permission request; the session awaits input until it is answered.
+    pub async fn request_permission(&self, request: PermissionRequest) -> Result<(), Interrupted> {
+        let opened = self
+            .session
+            .log
+            .append_with(|batch| {
+                let mut rec = self.session.record();
+                if rec.state.is_final() {
+                    return false;
+                }
+                rec.pending_permissions.push(request.clone());
+                rec.settle();
+                batch.push(rec.draft(EventSource::Agent, EventData::PermissionRequested(request)));
+                true
+            })
+            .await;
+        self.session.persist().await;
+        if opened { Ok(()) } else { Err(Interrupted::Ended) }
+    }
+
+    /// Waits for the reply to a permission request (also one re-offered after a restart).
+    pub async fn wait_permission(&self, id: &str) -> Result<PermissionReply, Interrupted> {
+        self.wait(|rec| match rec.permission_resolution(id) {
+            Some(Some(reply)) => Some(Ok(reply)),
+            Some(None) => Some(Err(Interrupted::Ended)),
+            None => None,
+        })
+        .await
+    }
+
+    pub async fn ask_question(&self, request: QuestionRequest) -> Result<(), Interrupted> {
+        let opened = self
+            .session
+            .log
+            .append_with(|batch| {
+                let mut rec = self.session.record();
+                if rec.state.is_final() {
+                    return false;
+                }
+                rec.pending_questions.push(request.clone());
+                rec.settle();
+                batch.push(rec.draft(EventSource::Agent, EventData::QuestionRequested(request)));
+                true
+            })
+            .await;
+        self.session.persist().await;
+        if opened { Ok(()) } else { Err(Interrupted::Ended) }
+    }
+
+    pub async fn wait_question(&self, id: &str) -> Result<QuestionAnswer, Interrupted> {
+        self.wait(|rec| match rec.question_resolution(id) {
+            Some((QuestionOutcome::Answered, answers)) => Some(Ok(QuestionAnswer::Answered(answers.unwrap_or_default()))),
+            Some((QuestionOutcome::Rejected, _)) => Some(Ok(QuestionAnswer::Rejected)),
+            Some((QuestionOutcome::Cancelled, _)) => Some(Err(Interrupted::Ended)),
+            None => None,
+        })
+        .await
+    }
+
+    async fn wait<T>(&self, mut ready: impl FnMut(&SessionRecord) -> Option<Result<T, Interrupted>>) -> Result<T, Interrupted> {
+        let mut changes = self.session.changes.subscribe();
+        loop {
+            {
+                let rec = self.session.record();
+                if let Some(result) = ready(&rec) {
+                    return result;
+                }
+                if rec.state.is_final() {
+                    return Err(Interrupted::Ended);
+                }
+            }
+            tokio::select! {
+                changed = changes.changed() => if changed.is_err() { return Err(Interrupted::Ended) },
+                () = self.shutdown.cancelled() => return Err(Interrupted::Shutdown),
+            }
+        }
+    }
+}
+
+/// The task of one session: starts the driver, then runs the queued messages as
+/// turns, one at a time, until the session ends or the node agent stops.
+async fn run(session: Arc<Session>, shutdown: CancellationToken, resumed: bool) {
+    let (config, saved) = {
+        let rec = session.record();
+        (rec.driver_config(), rec.driver_state.clone())
+    };
+    let mut driver = match session.agent.start(&config, saved).await {
+        Ok(driver) => driver,
+        Err(error) => {
+            tracing::warn!(session = %session.id, %error, "the agent did not start");
+            session.fail(error.to_string()).await;
+            return;
+        }
+    };
+    if session.started(driver.agent_session_id(), resumed).await {
+        let ctx = TurnContext { session: Arc::clone(&session), shutdown };
+        drive(&ctx, driver.as_mut()).await;
+    }
+    driver.stop().await;
+}
+
+async fn drive(ctx: &TurnContext, driver: &mut dyn AgentDriver) {
+    let interrupted = ctx.session.record().current_turn.clone();
+    if let Some(turn) = interrupted {
+        tracing::info!(session = %ctx.session.id, turn = turn.number, "resuming a turn");
+        let outcome = driver.run_turn(ctx, &turn, true).await;
+        if ctx.session.finish_turn(&turn, outcome).await.is_err() {
+            return;
+        }
+    }
+    while let Some(turn) = ctx.session.next_turn(&ctx.shutdown).await {
+        let outcome = driver.run_turn(ctx, &turn, false).await;
+        if ctx.session.finish_turn(&turn, outcome).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// All sessions of this node agent. Cheap to clone.
+#[derive(Clone)]
+pub struct SessionManager {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    root: PathBuf,
+    options: SessionOptions,
+    sessions: Mutex<Sessions>,
+    runners: Mutex<Vec<JoinHandle<()>>>,
+    shutdown: CancellationToken,
+}
+
+#[derive(Default)]
+struct Sessions {
+    by_id: HashMap<String, Arc<Session>>,
+    /// Ids being created: taken, though not listed yet.
+    reserved: HashSet<String>,
+}
+
+impl SessionManager {
+    /// Loads the sessions kept under `root` and resumes the live ones.
+    pub async fn load(root: PathBuf, options: SessionOptions, shutdown: CancellationToken) -> Result<SessionManager> {
+        let (loaded_root, loaded_options) = (root.clone(), options.clone());
+        let loaded = tokio::task::spawn_blocking(move || load_all(&loaded_root, &loaded_options))
+            .await
+            .map_err(|e| Error::io("loading sessions", std::io::Error::other(e)))??;
+        let manager = SessionManager {
+            inner: Arc::new(Inner {
+                root,
+                options,
+                sessions: Mutex::new(Sessions::default()),
+                runners: Mutex::new(Vec::new()),
+                shutdown,
+            }),
+        };
+        for (agent, dir, record, log) in loaded {
+            let live = !record.state.is_final();
+            let session = manager.session(agent, dir, record, log);
+            manager.sessions().by_id.insert(session.id.clone(), Arc::clone(&session));
+            if live {
+                tracing::info!(session = %session.id, "resuming a session");
+                manager.spawn_runner(session, true);
+            }
+        }
+        Ok(manager)
+    }
+
+    fn sessions(&self) -> MutexGuard<'_, Sessions> {
+        self.inner.sessions.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn session(&self, agent: AgentId, dir: PathBuf, record: SessionRecord, log: EventLog) -> Arc<Session> {
+        Arc::new(Session {
+            id: record.id.clone(),
+            agent,
+            dir,
+            record: Mutex::new(record),
+            log,
+            changes: watch::Sender::new(0),
+            persisted: tokio::sync::Mutex::new(0),
+            version: AtomicU64::new(0),
+            max_queued: self.inner.options.max_queued_messages,
+        })
+    }
+
+    fn spawn_runner(&self, session: Arc<Session>, resumed: bool) {
+        use futures_util::FutureExt;
+        let shutdown = self.inner.shutdown.clone();
+        let runner = tokio::spawn(async move {
+            // A driver that panics fails its session instead of leaving it running forever.
+            let ran = std::panic::AssertUnwindSafe(run(Arc::clone(&session), shutdown, resumed)).catch_unwind().await;
+            if ran.is_err() {
+                session.fail("the agent driver panicked".into()).await;
+            }
+        });
+        let mut runners = self.inner.runners.lock().unwrap_or_else(|e| e.into_inner());
+        runners.retain(|r| !r.is_finished());
+        runners.push(runner);
+    }
+
+    pub async fn create(&self, id: &str, request: CreateSessionRequest) -> Result<Arc<Session>> {
+        validate_id(id)?;
+        let agent = agent_from_request(&request.agent)?;
+        agent.validate(&request)?;
+        for key in request.env.keys() {
+            if key.is_empty() || key.contains('=') || key.contains('\0') {
+                return Err(Error::InvalidRequest(format!("environment variable name {key:?} is invalid")));
+            }
+        }
+        if let Some(dir) = &request.working_dir {
+            let is_dir = tokio::fs::metadata(dir).await.is_ok_and(|m| m.is_dir());
+            if !is_dir {
+                return Err(Error::InvalidRequest(format!("working directory {dir:?} does not exist")));
+            }
+        }
+        {
+            let mut sessions = self.sessions();
+            if sessions.by_id.contains_key(id) || !sessions.reserved.insert(id.to_string()) {
+                return Err(Error::SessionAlreadyExists(id.to_string()));
+            }
+        }
+        let created = self.create_reserved(id, agent, request).await;
+        let mut sessions = self.sessions();
+        sessions.reserved.remove(id);
+        let session = created?;
+        sessions.by_id.insert(id.to_string(), Arc::clone(&session));
+        drop(sessions);
+        self.spawn_runner(Arc::clone(&session), false);
+        Ok(session)
+    }
+
+    async fn create_reserved(&self, id: &str, agent: AgentId, request: CreateSessionRequest) -> Result<Arc<Session>> {
+        let record = SessionRecord {
+            id: id.to_string(),
+            agent: agent.as_str().to_string(),
+            agent_version: agent.info().version,
+            agent_mode: request.agent_mode,
+            permission_mode: request.permission_mode.unwrap_or_default(),
+            model: request.model,
+            variant: request.variant,
+            working_dir: request.working_dir,
+            env: request.env,
+            state: SessionState::Starting,
+            agent_session_id: None,
+            created_at: OffsetDateTime::now_utc(),
+            ended_at: None,
+            messages_received: 0,
+            turns_started: 0,
+            turns_completed: 0,
+            last_sequence: 0,
+            pending_permissions: Vec::new(),
+            pending_questions: Vec::new(),
+            error: None,
+            queue: VecDeque::new(),
+            current_turn: None,
+            resolutions: VecDeque::new(),
+            driver_state: None,
+        };
+        let dir = self.inner.root.join(id);
+        let bytes = serde_json::to_vec_pretty(&record).expect("records serialize");
+        let capacity = self.inner.options.events_in_memory;
+        let (session_dir, session_id) = (dir.clone(), id.to_string());
+        let log = tokio::task::spawn_blocking(move || -> Result<EventLog> {
+            let context = || format!("creating the session directory {}", session_dir.display());
+            std::fs::DirBuilder::new().recursive(true).mode(0o700).create(session_dir.parent().expect("under the root")).map_err(|e| Error::io(context(), e))?;
+            match std::fs::DirBuilder::new().mode(0o700).create(&session_dir) {
+                Ok(()) => {}
+                // Left by a session that could not be loaded: not to be mixed with a new one.
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Err(Error::SessionAlreadyExists(session_id)),
+                Err(e) => return Err(Error::io(context(), e)),
+            }
+            write_record(&session_dir, &bytes).map_err(|e| Error::io("saving the session", e))?;
+            EventLog::open(&session_dir.join("events.jsonl"), &session_id, capacity, 0, false)
+                .map_err(|e| Error::io("creating the event log", e))
+        })
+        .await
+        .map_err(|e| Error::io("creating the session", std::io::Error::other(e)))??;
+        Ok(self.session(agent, dir, record, log))
+    }
+
+    pub fn get(&self, id: &str) -> Result<Arc<Session>> {
+        self.sessions().by_id.get(id).cloned().ok_or_else(|| Error::SessionNotFound(id.to_string()))
+    }
+
+    /// Sessions in the order they were created, ended ones too.
+    pub fn list(&self) -> Vec<Arc<Session>> {
+        let mut sessions: Vec<(OffsetDateTime, Arc<Session>)> =
+            self.sessions().by_id.values().map(|s| (s.record().created_at, Arc::clone(s))).collect();
+        sessions.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.id.cmp(&b.1.id)));
+        sessions.into_iter().map(|(_, s)| s).collect()
+    }
+
+    /// Stops every runner (sessions stay as they are, to resume on the next start).
+    pub async fn shutdown(&self) {
+        self.inner.shutdown.cancel();
+        let runners = std::mem::take(&mut *self.inner.runners.lock().unwrap_or_else(|e| e.into_inner()));
+        for runner in runners {
+            if let Err(error) = runner.await {
+                tracing::error!(%error, "a session runner failed");
+            }
+        }
+        let sessions: Vec<_> = self.sessions().by_id.values().cloned().collect();
+        for session in sessions {
+            session.persist().await;
+        }
+    }
+}
+
+/// Session ids follow the rules of process ids: safe as a path segment and a file name.
+pub fn validate_id(id: &str) -> Result<()> {
+    let ok = !id.is_empty()
+        && id.len() <= 63
+        && id.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
+        && id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::InvalidRequest(format!(
+            "session id {id:?} is invalid: use 1 to 63 letters, digits, '.', '_' or '-', starting with a letter or digit"
+        )))
+    }
+}
+
+/// Readable by the node agent's user only: it holds the session's environment.
+fn write_record(dir: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let temporary = dir.join("session.json.tmp");
+    let mut file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&temporary)?;
+    file.write_all(bytes)?;
+    drop(file);
+    std::fs::rename(&temporary, dir.join("session.json"))
+}
+
+type Loaded = (AgentId, PathBuf, SessionRecord, EventLog);
+
+fn load_all(root: &Path, options: &SessionOptions) -> Result<Vec<Loaded>> {
+    let entries = match std::fs::read_dir(root) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(Error::io(format!("reading {}", root.display()), e)),
+    };
+    let mut loaded = Vec::new();
+    for entry in entries.flatten() {
+        let dir = entry.path();
+        match load_one(&dir, options) {
+            Ok(Some(session)) => loaded.push(session),
+            Ok(None) => {}
+            Err(error) => tracing::error!(dir = %dir.display(), %error, "could not load a session; leaving it alone"),
+        }
+    }
+    Ok(loaded)
+}
+
+fn load_one(dir: &Path, options: &SessionOptions) -> std::result::Result<Option<Loaded>, String> {
+    let bytes = match std::fs::read(dir.join("session.json")) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e.to_string()),
+    };
+    let record: SessionRecord = serde_json::from_slice(&bytes).map_err(|e| format!("session.json: {e}"))?;
+    let named = dir.file_name().and_then(|n| n.to_str());
+    if named != Some(record.id.as_str()) || validate_id(&record.id).is_err() {
+        return Err(format!("session.json names session {:?}", record.id));
+    }
+    let agent = AgentId::parse(&record.agent).ok_or_else(|| format!("unknown agent {:?}", record.agent))?;
+    let finished = record.state.is_final();
+    // An ended session keeps nothing in memory: its events are read from the file.
+    let capacity = if finished { 0 } else { options.events_in_memory };
+    let log = EventLog::open(&dir.join("events.jsonl"), &record.id, capacity, record.last_sequence, finished)
+        .map_err(|e| format!("events.jsonl: {e}"))?;
+    Ok(Some((agent, dir.to_path_buf(), record, log)))
+}
