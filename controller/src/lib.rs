@@ -13,6 +13,7 @@ pub mod error;
 pub mod process;
 pub mod queue;
 pub mod sandboxes;
+pub mod session;
 
 pub use error::{Error, Result};
 

@@ -15,8 +15,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use agentplane_crds::{EnvFromSource, EnvVar, SandboxStatus};
-use agentplane_node_agent::client::Client;
+use agentplane_crds::{EnvFromSource, EnvVar, SandboxStatus, SessionPhase};
+use agentplane_node_agent::client::{Client, SessionStreamItem};
+use agentplane_node_agent::universal::EventType;
 use agentplane_node_agent::model::{LifecycleEvent, LifecycleEventType};
 use futures_util::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -28,6 +29,7 @@ use super::parse::{Declared, FileError, Key, Kind, Object, parse_file};
 use super::state::StateDir;
 use crate::conditions::{self, READY};
 use crate::process::{Backoff, ProcessInput, ProcessReconciler};
+use crate::session::{SessionInput, SessionReconciler};
 use crate::queue::WorkQueue;
 use crate::sandboxes::Sandboxes;
 use crate::{Result, annotations};
@@ -130,6 +132,9 @@ struct Inner {
     index: Mutex<Index>,
     queue: Arc<WorkQueue<Key>>,
     processes: ProcessReconciler,
+    sessions: SessionReconciler,
+    /// The event stream followed for each live Session, by resource (and its uid).
+    followers: Mutex<HashMap<Key, (Option<String>, tokio::task::AbortHandle)>>,
     sandboxes: Arc<Sandboxes>,
     config: DirStoreConfig,
     wake: mpsc::Sender<()>,
@@ -167,6 +172,8 @@ impl DirStore {
                 index: Mutex::new(index),
                 queue: WorkQueue::new(),
                 processes,
+                sessions: SessionReconciler::new(Arc::clone(&sandboxes)),
+                followers: Mutex::new(HashMap::new()),
                 sandboxes,
                 config,
                 wake,
@@ -276,6 +283,39 @@ async fn follow_node_agent(inner: Arc<Inner>, client: Client, shutdown: Cancella
             _ = shutdown.cancelled() => return,
             _ = tokio::time::sleep(delay) => {}
         }
+        delay = (delay * 2).min(Duration::from_secs(5));
+    }
+}
+
+/// Reconciles a Session whenever something other than a text delta happens in it.
+async fn follow_session(inner: Arc<Inner>, key: Key, client: Client, id: String, mut last: Option<u64>) {
+    let mut delay = Duration::from_millis(100);
+    loop {
+        match client.session_events_sse(&id, None, last).await {
+            Ok(mut events) => {
+                delay = Duration::from_millis(100);
+                while let Some(item) = events.next().await {
+                    match item {
+                        Ok(SessionStreamItem::Event(event)) => {
+                            last = Some(event.sequence);
+                            let kind = event.kind();
+                            if kind != EventType::ItemDelta {
+                                inner.queue.add(key.clone());
+                            }
+                            if kind == EventType::SessionEnded {
+                                return;
+                            }
+                        }
+                        Ok(SessionStreamItem::Gap(_)) => inner.queue.add(key.clone()),
+                        Err(_) => break,
+                    }
+                }
+            }
+            Err(e) if e.problem_code() == Some("session_not_found") => return,
+            Err(e) => debug!(session = %id, error = %e, "session events unavailable"),
+        }
+        inner.queue.add(key.clone());
+        tokio::time::sleep(delay).await;
         delay = (delay * 2).min(Duration::from_secs(5));
     }
 }
@@ -533,9 +573,58 @@ impl Inner {
             }
             Object::Session(session) => {
                 if session.metadata.deletion_timestamp.is_some() {
-                    self.forget(key, session.metadata.uid.clone()).await;
+                    self.stop_following(key);
+                    match self.sessions.cleanup(&session).await {
+                        Ok(()) => self.forget(key, session.metadata.uid.clone()).await,
+                        Err(e) => {
+                            warn!(resource = %key, error = %e, "cleanup failed; trying again");
+                            self.queue.add_after(key.clone(), CLEANUP_RETRY);
+                        }
+                    }
+                    return;
+                }
+                let reconciled = self.sessions.reconcile(SessionInput { session: &session, env, spec_problem: problem }).await;
+                let live = !matches!(reconciled.status.phase, Some(SessionPhase::Ended | SessionPhase::Failed | SessionPhase::Pending) | None);
+                let last = reconciled.status.last_event_sequence;
+                let status = reconciled.status;
+                self.write_status(key, session.metadata.uid.clone(), move |object| match object {
+                    Object::Session(s) if s.status.as_ref() != Some(&status) => {
+                        s.status = Some(status);
+                        true
+                    }
+                    _ => false,
+                })
+                .await;
+                if live {
+                    self.follow(key, &session, last);
+                } else {
+                    self.stop_following(key);
+                }
+                if let Some(after) = reconciled.requeue_after {
+                    self.queue.add_after(key.clone(), after);
                 }
             }
+        }
+    }
+
+    /// Follows a live session's events, so that what happens in it (a turn ending, a
+    /// question asked) is reflected in its status without waiting for a resync.
+    fn follow(self: &Arc<Self>, key: &Key, session: &agentplane_crds::Session, last: Option<u64>) {
+        let uid = session.metadata.uid.clone();
+        let mut followers = self.followers.lock().unwrap_or_else(|e| e.into_inner());
+        if followers.get(key).is_some_and(|(u, handle)| *u == uid && !handle.is_finished()) {
+            return;
+        }
+        let Some((client, id)) = self.sessions.target(session) else { return };
+        let task = tokio::spawn(follow_session(Arc::clone(self), key.clone(), client, id, last));
+        if let Some((_, old)) = followers.insert(key.clone(), (uid, task.abort_handle())) {
+            old.abort();
+        }
+    }
+
+    fn stop_following(&self, key: &Key) {
+        if let Some((_, handle)) = self.followers.lock().unwrap_or_else(|e| e.into_inner()).remove(key) {
+            handle.abort();
         }
     }
 
@@ -547,12 +636,12 @@ impl Inner {
             let entry = index.resources.get(key)?;
             (entry.object.clone(), entry.problem.clone())
         };
+        let base = source_file(object.meta()).map(|f| self.dir.join(f)).and_then(|f| f.parent().map(Path::to_path_buf));
+        let base = base.as_deref().unwrap_or(&self.dir);
         let env = match &object {
-            Object::Process(p) => {
-                let base = source_file(&p.metadata).map(|f| self.dir.join(f)).and_then(|f| f.parent().map(Path::to_path_buf));
-                resolve_env(base.as_deref().unwrap_or(&self.dir), &p.spec.env, &p.spec.env_from)
-            }
-            _ => Ok(BTreeMap::new()),
+            Object::Process(p) => resolve_env(base, &p.spec.env, &p.spec.env_from),
+            Object::Session(s) => resolve_env(base, &s.spec.env, &s.spec.env_from),
+            Object::Sandbox(_) => Ok(BTreeMap::new()),
         };
         Some((object, problem, env))
     }

@@ -1,0 +1,348 @@
+//! Reconciling a `Session`: the node agent's session created from the spec, each entry
+//! of `spec.messages` delivered once and in order, each entry of `spec.replies` given
+//! to the question or permission request it names, the session ended when
+//! `spec.ended` says so or the resource goes.
+//!
+//! Exactly once: the node agent persists how many messages a session has accepted
+//! (`messagesReceived`), and that count, not the controller's own memory, says which
+//! entries are still to send. A controller killed between sending and writing status
+//! sends nothing twice.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentplane_crds::{
+    PendingPermission, PendingQuestion, PermissionDecision, PermissionMode, Question, Session, SessionPhase, SessionStatus,
+};
+use agentplane_node_agent::client::{Client, ClientError};
+use agentplane_node_agent::model::{CreateSessionRequest, PermissionMode as NodePermissionMode, SessionInfo, SessionState};
+use agentplane_node_agent::universal::PermissionReply;
+
+use crate::conditions::{self, READY, Status, VALID};
+use crate::sandboxes::Sandboxes;
+use crate::{Error, Reconciled, Result};
+
+const RETRY_UNREACHABLE: Duration = Duration::from_secs(5);
+const RETRY_LATER: Duration = Duration::from_secs(30);
+/// Longest tool input shown in a pending permission's summary.
+const SUMMARY_CHARS: usize = 200;
+
+/// The node-agent id of a Session resource's session.
+pub fn node_session_id(uid: &str) -> String {
+    format!("sess-{uid}")
+}
+
+pub struct SessionInput<'a> {
+    pub session: &'a Session,
+    pub env: std::result::Result<BTreeMap<String, String>, String>,
+    pub spec_problem: Option<String>,
+}
+
+pub struct SessionReconciler {
+    pub sandboxes: Arc<Sandboxes>,
+}
+
+fn not_found(e: &ClientError) -> bool {
+    e.problem_code() == Some("session_not_found")
+}
+
+fn phase_of(state: SessionState) -> SessionPhase {
+    match state {
+        SessionState::Starting => SessionPhase::Starting,
+        SessionState::Running => SessionPhase::Running,
+        SessionState::AwaitingInput => SessionPhase::AwaitingInput,
+        SessionState::Idle => SessionPhase::Idle,
+        SessionState::Ended => SessionPhase::Ended,
+        SessionState::Failed => SessionPhase::Failed,
+    }
+}
+
+fn decision(reply: PermissionReply) -> PermissionDecision {
+    match reply {
+        PermissionReply::Once => PermissionDecision::Once,
+        PermissionReply::Always => PermissionDecision::Always,
+        PermissionReply::Reject => PermissionDecision::Reject,
+    }
+}
+
+fn node_reply(decision: PermissionDecision) -> PermissionReply {
+    match decision {
+        PermissionDecision::Once => PermissionReply::Once,
+        PermissionDecision::Always => PermissionReply::Always,
+        PermissionDecision::Reject => PermissionReply::Reject,
+    }
+}
+
+fn summary(input: &serde_json::Value) -> Option<String> {
+    let text = match input {
+        serde_json::Value::Null => return None,
+        serde_json::Value::Object(map) if map.len() == 1 => match map.values().next() {
+            Some(serde_json::Value::String(s)) => s.clone(),
+            _ => input.to_string(),
+        },
+        _ => input.to_string(),
+    };
+    let mut short: String = text.chars().take(SUMMARY_CHARS).collect();
+    if short.len() < text.len() {
+        short.push('…');
+    }
+    Some(short)
+}
+
+struct Step<'a> {
+    session: &'a Session,
+    status: SessionStatus,
+    generation: Option<i64>,
+}
+
+impl Step<'_> {
+    fn ready(&mut self, status: impl Into<Status>, reason: &str, message: impl Into<String>) {
+        conditions::set(&mut self.status.conditions, READY, status, reason, message, self.generation);
+    }
+
+    fn done(self, requeue_after: Option<Duration>) -> Reconciled<SessionStatus> {
+        Reconciled { status: self.status, requeue_after }
+    }
+
+    fn unreachable(mut self, e: &ClientError) -> Reconciled<SessionStatus> {
+        self.status.phase.get_or_insert(SessionPhase::Pending);
+        let sandbox = &self.session.spec.sandbox;
+        self.ready(Status::Unknown, "NodeAgentUnreachable", format!("sandbox {sandbox:?}: {e}"));
+        self.done(Some(RETRY_UNREACHABLE))
+    }
+
+    fn failed(mut self, reason: &str, e: &ClientError) -> Reconciled<SessionStatus> {
+        self.status.phase = Some(SessionPhase::Failed);
+        self.ready(false, reason, e.to_string());
+        self.done(None)
+    }
+
+    /// The status as the node agent's session says.
+    fn observe(&mut self, info: &SessionInfo) {
+        let messages = self.session.spec.messages.len() as u64;
+        let status = &mut self.status;
+        status.phase = Some(phase_of(info.state));
+        status.agent_session_id = info.agent_session_id.clone();
+        status.delivered_messages = info.messages_received.min(messages) as u32;
+        status.last_event_sequence = (info.last_sequence > 0).then_some(info.last_sequence);
+        status.pending_permissions = info
+            .pending_permissions
+            .iter()
+            .map(|p| PendingPermission {
+                id: p.id.clone(),
+                tool: p.tool.clone(),
+                summary: summary(&p.input),
+                options: p.options.iter().copied().map(decision).collect(),
+            })
+            .collect();
+        status.pending_questions = info
+            .pending_questions
+            .iter()
+            .map(|q| PendingQuestion {
+                id: q.id.clone(),
+                questions: q
+                    .questions
+                    .iter()
+                    .map(|q| Question {
+                        question: q.question.clone(),
+                        header: q.header.clone(),
+                        options: q.options.clone(),
+                        multi_select: q.multi_select,
+                    })
+                    .collect(),
+            })
+            .collect();
+        let (ready, reason, message) = match info.state {
+            SessionState::Starting => (Status::False, "Starting", "the agent is starting".to_string()),
+            SessionState::Running => (Status::True, "Running", "a turn is under way".to_string()),
+            SessionState::AwaitingInput => (
+                Status::True,
+                "AwaitingInput",
+                "waiting for a reply in spec.replies (ids in status.pendingPermissions and status.pendingQuestions)".to_string(),
+            ),
+            SessionState::Idle => (Status::True, "Idle", "every message so far was answered".to_string()),
+            SessionState::Ended => (Status::False, "Ended", "the session has ended".to_string()),
+            SessionState::Failed => (
+                Status::False,
+                "AgentFailed",
+                info.error.clone().unwrap_or_else(|| "the agent failed".to_string()),
+            ),
+        };
+        self.ready(ready, reason, message);
+    }
+}
+
+impl SessionReconciler {
+    pub fn new(sandboxes: Arc<Sandboxes>) -> Self {
+        SessionReconciler { sandboxes }
+    }
+
+    /// The client of the sandbox a Session runs on, and its node-agent session id.
+    pub fn target(&self, session: &Session) -> Option<(Client, String)> {
+        let uid = session.metadata.uid.as_deref()?;
+        let sandbox = self.sandboxes.get(&session.spec.sandbox).ok()?;
+        Some((sandbox.client.clone(), node_session_id(uid)))
+    }
+
+    pub async fn reconcile(&self, input: SessionInput<'_>) -> Reconciled<SessionStatus> {
+        let session = input.session;
+        let spec = &session.spec;
+        let generation = session.metadata.generation;
+        let mut step = Step { session, status: session.status.clone().unwrap_or_default(), generation };
+        step.status.observed_generation = generation;
+        match &input.spec_problem {
+            None => conditions::set(&mut step.status.conditions, VALID, true, "Valid", "", generation),
+            Some(problem) => conditions::set(
+                &mut step.status.conditions,
+                VALID,
+                false,
+                "InvalidSpec",
+                format!("{problem} (the last valid spec stays in force)"),
+                generation,
+            ),
+        }
+        let Some(uid) = session.metadata.uid.as_deref() else {
+            step.status.phase.get_or_insert(SessionPhase::Pending);
+            step.ready(false, "NoUid", "the store gave this resource no uid");
+            return step.done(None);
+        };
+        let sandbox = match self.sandboxes.get(&spec.sandbox) {
+            Ok(sandbox) => sandbox,
+            Err(e) => {
+                step.status.phase.get_or_insert(SessionPhase::Pending);
+                step.ready(false, "SandboxNotFound", e.to_string());
+                return step.done(Some(RETRY_LATER));
+            }
+        };
+        let client = &sandbox.client;
+        let id = node_session_id(uid);
+        step.status.events_url = Some(client.url(&["sessions", &id, "events", "sse"]).to_string());
+        let observed = match client.get_session(&id).await {
+            Ok(info) => Some(info),
+            Err(e) if not_found(&e) => None,
+            Err(e) => return step.unreachable(&e),
+        };
+
+        if spec.ended {
+            let info = match observed {
+                Some(info) if !info.state.is_final() => match client.end_session(&id).await {
+                    Ok(info) => Some(info),
+                    Err(e) if not_found(&e) => None,
+                    Err(e) => return step.unreachable(&e),
+                },
+                other => other,
+            };
+            if let Some(info) = &info {
+                step.observe(info);
+            }
+            step.status.phase = Some(SessionPhase::Ended);
+            step.status.pending_permissions.clear();
+            step.status.pending_questions.clear();
+            step.ready(false, "Ended", "ended, as spec.ended asks");
+            return step.done(None);
+        }
+
+        let mut info = match observed {
+            Some(info) => info,
+            None => {
+                let env = match input.env {
+                    Ok(env) => env,
+                    Err(problem) => {
+                        step.status.phase.get_or_insert(SessionPhase::Pending);
+                        step.ready(false, "EnvNotResolved", problem);
+                        return step.done(Some(RETRY_LATER));
+                    }
+                };
+                let request = CreateSessionRequest {
+                    agent: serde_json::to_value(spec.agent).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default(),
+                    agent_version: spec.agent_version.clone(),
+                    agent_mode: spec.agent_mode.clone(),
+                    permission_mode: Some(match spec.permission_mode {
+                        PermissionMode::Default => NodePermissionMode::Default,
+                        PermissionMode::Plan => NodePermissionMode::Plan,
+                        PermissionMode::Bypass => NodePermissionMode::Bypass,
+                    }),
+                    model: spec.model.clone(),
+                    variant: spec.variant.clone(),
+                    working_dir: spec.working_dir.clone(),
+                    env,
+                };
+                match client.create_session(&id, &request).await {
+                    Ok(info) => info,
+                    // Created by an earlier pass whose answer was lost: adopt it.
+                    Err(e) if e.problem_code() == Some("session_already_exists") => match client.get_session(&id).await {
+                        Ok(info) => info,
+                        Err(e) => return step.unreachable(&e),
+                    },
+                    Err(e) => match e.problem_code() {
+                        Some(code @ ("unsupported_agent" | "mode_not_supported" | "invalid_request" | "agent_not_installed" | "install_failed")) => {
+                            let reason = match code {
+                                "unsupported_agent" => "UnsupportedAgent",
+                                "mode_not_supported" => "ModeNotSupported",
+                                "agent_not_installed" => "AgentNotInstalled",
+                                "install_failed" => "InstallFailed",
+                                _ => "InvalidRequest",
+                            };
+                            return step.failed(reason, &e);
+                        }
+                        _ => return step.unreachable(&e),
+                    },
+                }
+            }
+        };
+
+        if !info.state.is_final() {
+            // Messages not yet accepted, in order; the node agent queues them behind a turn.
+            let accepted = info.messages_received as usize;
+            for message in spec.messages.iter().skip(accepted) {
+                match client.send_message(&id, message).await {
+                    Ok(after) => info = after,
+                    Err(e) => return step.unreachable(&e),
+                }
+            }
+            // Replies to what is pending now; one to something not (yet) asked waits.
+            for reply in &spec.replies {
+                let result = if info.pending_permissions.iter().any(|p| p.id == reply.id) {
+                    let Some(decision) = reply.decision else {
+                        step.ready(false, "InvalidReply", format!("reply {:?} answers a permission request: give `decision`", reply.id));
+                        continue;
+                    };
+                    client.reply_permission(&id, &reply.id, node_reply(decision)).await
+                } else if info.pending_questions.iter().any(|q| q.id == reply.id) {
+                    if reply.reject {
+                        client.reject_question(&id, &reply.id).await
+                    } else {
+                        client.reply_question(&id, &reply.id, reply.answers.clone()).await
+                    }
+                } else {
+                    continue;
+                };
+                match result {
+                    Ok(after) => info = after,
+                    Err(e) if e.problem_code() == Some("conflict") || e.problem_code() == Some("invalid_request") => {
+                        tracing::warn!(session = %id, reply = %reply.id, error = %e, "reply refused");
+                    }
+                    Err(e) => return step.unreachable(&e),
+                }
+            }
+        }
+        step.observe(&info);
+        step.done(None)
+    }
+
+    /// Ends the resource's session. Idempotent; nothing to end is success.
+    pub async fn cleanup(&self, session: &Session) -> Result<()> {
+        let Some(uid) = session.metadata.uid.as_deref() else { return Ok(()) };
+        let sandbox = match self.sandboxes.get(&session.spec.sandbox) {
+            Ok(sandbox) => sandbox,
+            Err(Error::SandboxNotFound(_)) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        match sandbox.client.end_session(&node_session_id(uid)).await {
+            Ok(_) => Ok(()),
+            Err(e) if not_found(&e) => Ok(()),
+            Err(source) => Err(Error::NodeAgent { sandbox: session.spec.sandbox.clone(), source }),
+        }
+    }
+}
