@@ -154,6 +154,44 @@ fn flow_item<T: Serialize>(value: &T) -> Result<String, Unsupported> {
     serde_json::to_string(value).map_err(|e| Unsupported(format!("cannot write the item: {e}")))
 }
 
+/// The offset of the `]` closing a flow list whose content starts at `from`, skipping
+/// nested lists and mappings and quoted strings.
+fn matching_bracket(line: &str, from: usize) -> Option<usize> {
+    let bytes = line.as_bytes();
+    let mut depth = 0usize;
+    let mut i = from;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'"' => {
+                i += 1;
+                while i < bytes.len() && bytes[i] != b'"' {
+                    i += if bytes[i] == b'\\' { 2 } else { 1 };
+                }
+            }
+            b'\'' => {
+                i += 1;
+                while i < bytes.len() {
+                    if bytes[i] == b'\'' {
+                        if bytes.get(i + 1) == Some(&b'\'') {
+                            i += 1;
+                        } else {
+                            break;
+                        }
+                    }
+                    i += 1;
+                }
+            }
+            b'[' | b'{' => depth += 1,
+            b']' if depth == 0 => return Some(i),
+            b']' | b'}' => depth = depth.checked_sub(1)?,
+            b'#' if bytes[i - 1] == b' ' => return None,
+            _ => {}
+        }
+        i += 1;
+    }
+    None
+}
+
 /// Appends `item` to the list `spec.<key>` of `document`, creating the key at the end
 /// of `spec:` when it is absent. Block lists (`- item`) and one-line flow lists
 /// (`[]`, `[a, b]`) are edited, under a block `spec:` or a one-line flow `spec: {...}`.
@@ -194,10 +232,30 @@ pub fn append_to_spec_list<T: Serialize>(text: &str, document: &Document, key: &
             return unsupported(format!("line {}: something follows `spec: {{...}}`", spec_line + 1));
         }
         let inside = &body[..close];
-        if inside.contains(key) {
-            return unsupported(format!("line {}: `{key}` inside `spec: {{...}}`: add the item by hand", spec_line + 1));
-        }
         let line = content(lines[spec_line]);
+        if inside.contains(key) {
+            // `spec: {..., messages: [...]}`: the item goes before that list's bracket.
+            let opening = format!("{key}: [");
+            let starts: Vec<usize> = line.match_indices(&opening).map(|(i, _)| i).collect();
+            let [start] = starts.as_slice() else {
+                return unsupported(format!("line {}: `{key}` inside `spec: {{...}}` is not a one-line `{key}: [...]`", spec_line + 1));
+            };
+            if !line[..*start].trim_end().ends_with([',', '{']) {
+                return unsupported(format!("line {}: `{key}` inside `spec: {{...}}` is not a one-line `{key}: [...]`", spec_line + 1));
+            }
+            let open_at = start + opening.len();
+            let Some(close_at) = matching_bracket(line, open_at) else {
+                return unsupported(format!("line {}: the list `{key}: [` does not end on its line", spec_line + 1));
+            };
+            let before = line[..close_at].trim_end();
+            let separator = if before.ends_with('[') { "" } else { ", " };
+            let edited = format!("{before}{separator}{}{}", flow_item(item)?, &line[close_at..]);
+            let mut out = lines[..spec_line].concat();
+            out.push_str(&edited);
+            out.push_str(&lines[spec_line][line.len()..]);
+            out.push_str(&lines[spec_line + 1..].concat());
+            return Ok(out);
+        }
         // `spec_rest` and `body` are slices of `line`: the brace's offset follows from theirs.
         let close_at = (line.len() - spec_rest.len()) + (spec_rest.len() - spec_rest.trim_start().len()) + 1 + close;
         let before = line[..close_at].trim_end();
@@ -350,6 +408,11 @@ mod tests {
         let flow_spec = "spec: {agent: mock}   # inline\n";
         let out = append_to_spec_list(flow_spec, &documents(flow_spec).unwrap()[0], "messages", &"hello").unwrap();
         assert_eq!(out, "spec: {agent: mock, messages: [\"hello\"]}   # inline\n");
+        let out = append_to_spec_list(&out, &documents(&out).unwrap()[0], "messages", &"a ] b").unwrap();
+        assert_eq!(out, "spec: {agent: mock, messages: [\"hello\", \"a ] b\"]}   # inline\n");
+        let nested = "spec: {replies: [{id: a, answers: [[x]]}], agent: mock}\n";
+        let out = append_to_spec_list(nested, &documents(nested).unwrap()[0], "replies", &serde_json::json!({"id": "b"})).unwrap();
+        assert_eq!(out, "spec: {replies: [{id: a, answers: [[x]]}, {\"id\":\"b\"}], agent: mock}\n");
     }
 
     #[test]
@@ -371,7 +434,8 @@ mod tests {
         refuse("spec:\n  messages: [a,\n    b]\n");
         refuse("spec:\n  messages: [a]\n  messages: [b]\n");
         refuse("spec: {agent: mock,\n  model: m}\n");
-        refuse("spec: {messages: [a]}\n");
+        refuse("spec: {messages: [a,\n  b]}\n");
+        refuse("spec: {messages: &m [a]}\n");
         refuse("metadata: {name: a}\n");
         refuse("spec:\n  messages:\n    key: value\n");
     }
