@@ -34,6 +34,7 @@ pub struct DeleteArgs {
     /// Delete what these files (or directories of files) declare.
     #[arg(short = 'f', long = "filename", conflicts_with = "resources")]
     files: Vec<PathBuf>,
+    /// The namespace of the resource.
     #[arg(short, long, default_value = "default")]
     namespace: String,
     /// Wait until `agentplane up` has cleaned up (stopped the process) and forgotten it.

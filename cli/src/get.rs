@@ -54,6 +54,7 @@ pub struct DescribeArgs {
     /// process, session or sandbox, and its name: `process web` or `process/web`.
     #[arg(required = true, num_args = 1..=2)]
     resource: Vec<String>,
+    /// The namespace of the resource.
     #[arg(short, long, default_value = "default")]
     namespace: String,
     /// Lines of a Process's output shown (from the node agent of a running `up`).

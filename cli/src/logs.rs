@@ -21,6 +21,7 @@ pub struct LogsArgs {
     /// stdout or stderr (processes without a terminal).
     #[arg(long, value_enum)]
     stream: Option<StreamArg>,
+    /// The namespace of the resource.
     #[arg(short, long, default_value = "default")]
     namespace: String,
     #[command(flatten)]
@@ -31,6 +32,7 @@ pub struct LogsArgs {
 pub struct AttachArgs {
     /// process/NAME (or NAME) of a process with `tty` (or `stdin`) in its spec.
     process: String,
+    /// The namespace of the resource.
     #[arg(short, long, default_value = "default")]
     namespace: String,
     #[command(flatten)]

@@ -51,7 +51,14 @@ enum Command {
 }
 
 fn main() {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // A mistyped command line is an error like any other (exit 1); help is not.
+        Err(error) => {
+            let _ = error.print();
+            std::process::exit(if error.use_stderr() { 1 } else { 0 });
+        }
+    };
     // One thread for all async work: every blocking read, write and wait of the node
     // agent has a thread of its own, so the async side only moves bytes between them
     // and sockets. A single thread does that with fewer wake-ups than a pool whose

@@ -19,6 +19,7 @@ pub struct SendArgs {
     session: String,
     /// What to say; appended to spec.messages.
     text: String,
+    /// The namespace of the resource.
     #[arg(short, long, default_value = "default")]
     namespace: String,
     #[command(flatten)]
@@ -42,6 +43,7 @@ pub struct ReplyArgs {
     /// Decline to answer the question.
     #[arg(long)]
     reject: bool,
+    /// The namespace of the resource.
     #[arg(short, long, default_value = "default")]
     namespace: String,
     #[command(flatten)]

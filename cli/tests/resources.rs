@@ -194,6 +194,35 @@ fn get_prints_tables_records_and_the_errors_of_broken_files() {
     assert!(table.contains("Running (invalid spec)"), "{table}");
     assert!(String::from_utf8(out.stderr).unwrap().contains("error: sleeper.yaml:4:"));
 
+    // `-w`: the header, the rows, then a row per change.
+    let mut watch = Command::new(BIN)
+        .args(["get", "proc", "-w"])
+        .env("AGENTPLANE_DIR", &d.dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let (lines_tx, lines_rx) = std::sync::mpsc::channel();
+    let stdout = BufReader::new(watch.stdout.take().unwrap());
+    std::thread::spawn(move || {
+        for line in stdout.lines().map_while(Result::ok) {
+            if lines_tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let next_line = || lines_rx.recv_timeout(PATIENCE).expect("a line from get -w");
+    assert!(next_line().starts_with("NAME"));
+    assert!(next_line().starts_with("sleeper"));
+    d.write("second.yaml", &process("second", "sleep", &["1000"]));
+    let mut seen = Vec::new();
+    while !seen.last().is_some_and(|l: &String| l.starts_with("second") && l.contains("Running")) {
+        seen.push(next_line());
+    }
+    let _ = watch.kill();
+    let _ = watch.wait();
+
     // Without `up`, from the state directory alone.
     d.stop();
     assert_eq!(row(&d.ok(&["get", "proc"]), "sleeper")[0], "sleeper");
@@ -248,6 +277,10 @@ fn apply_copies_a_valid_directory_and_changes_nothing_when_a_file_is_invalid() {
     assert_eq!(d.ok(&["logs", "process/hello"]), "hello\n");
     assert_eq!(d.ok(&["logs", "hello", "--stream", "stderr"]), "");
     assert_eq!(d.ok(&["logs", "-f", "proc/hello"]), "hello\n");
+
+    let attach = d.fails(&["attach", "process/hello"]);
+    assert!(attach.contains("process/hello has neither a terminal nor stdin"), "{attach}");
+    assert!(d.fails(&["logs", "process/nope"]).contains(r#"process "nope" not found"#));
 
     let described = d.ok(&["describe", "process", "hello"]);
     let uid = d.record("processes", "hello").unwrap()["metadata"]["uid"].as_str().unwrap().to_string();
@@ -386,6 +419,5 @@ fn send_and_reply_append_to_the_session_file_and_leave_the_rest_alone() {
     assert_eq!(session(&d.read("flow.yaml")).spec.messages, ["hi", "again"]);
 
     assert!(d.fails(&["send", "session/nope", "x"]).contains(r#"session "nope" not found in namespace "default""#));
-    let usage = d.cli(&["reply", "review", "q-3"]);
-    assert!(!usage.status.success() && String::from_utf8_lossy(&usage.stderr).contains("--decision"));
+    assert!(d.fails(&["reply", "review", "q-3"]).contains("--decision"));
 }
