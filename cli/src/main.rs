@@ -1,10 +1,16 @@
 //! `agentplane`: run the node agent, and drive one from a terminal.
 
+mod apply;
 mod attach;
+mod get;
+mod logs;
 mod node_agent;
 mod printing;
 mod proc;
+mod session;
 mod up;
+mod workspace;
+mod yaml_edit;
 
 use clap::{Parser, Subcommand};
 
@@ -25,10 +31,34 @@ enum Command {
     /// Start, list, stop, and attach to processes and terminals on a node agent.
     #[command(alias = "process")]
     Proc(proc::ProcArgs),
+    /// List the resources of a watched directory with their status: `get processes`.
+    Get(get::GetArgs),
+    /// Show one resource in detail: metadata, spec, status, conditions (and a
+    /// Process's latest output).
+    Describe(get::DescribeArgs),
+    /// Check YAML files and copy them into the watched directory, all or nothing.
+    Apply(apply::ApplyArgs),
+    /// Remove resources from the files that declare them, and wait for their cleanup.
+    Delete(apply::DeleteArgs),
+    /// Print a Process's output (from the node agent of a running `agentplane up`).
+    Logs(logs::LogsArgs),
+    /// Attach this terminal to a Process's terminal (detach with Ctrl-]).
+    Attach(logs::AttachArgs),
+    /// Say something to a Session: appends to spec.messages in its file.
+    Send(session::SendArgs),
+    /// Answer a Session's question or permission request: appends to spec.replies.
+    Reply(session::ReplyArgs),
 }
 
 fn main() {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // A mistyped command line is an error like any other (exit 1); help is not.
+        Err(error) => {
+            let _ = error.print();
+            std::process::exit(if error.use_stderr() { 1 } else { 0 });
+        }
+    };
     // One thread for all async work: every blocking read, write and wait of the node
     // agent has a thread of its own, so the async side only moves bytes between them
     // and sockets. A single thread does that with fewer wake-ups than a pool whose
@@ -42,6 +72,14 @@ fn main() {
             Command::Up(args) => up::run(args).await.map(|()| 0),
             Command::NodeAgent(args) => node_agent::run(args).await.map(|()| 0),
             Command::Proc(args) => proc::run(args).await,
+            Command::Get(args) => get::get(args).await,
+            Command::Describe(args) => get::describe(args).await,
+            Command::Apply(args) => apply::apply(args).await,
+            Command::Delete(args) => apply::delete(args).await,
+            Command::Logs(args) => logs::logs(args).await,
+            Command::Attach(args) => logs::attach(args).await,
+            Command::Send(args) => session::send(args).await,
+            Command::Reply(args) => session::reply(args).await,
         };
         match result {
             Ok(code) => code,

@@ -22,34 +22,51 @@ pub fn print_structured<T: Serialize>(format: Format, value: &T) -> anyhow::Resu
 
 /// Left-aligned columns, two spaces apart, like kubectl.
 pub fn print_table(headers: &[&str], rows: &[Vec<String>]) {
+    let widths = column_widths(headers, rows);
+    println!("{}", format_row(&widths, headers));
+    for row in rows {
+        println!("{}", format_row(&widths, row));
+    }
+}
+
+/// The width of each column: its widest cell.
+pub fn column_widths(headers: &[&str], rows: &[Vec<String>]) -> Vec<usize> {
     let mut widths: Vec<usize> = headers.iter().map(|h| h.len()).collect();
     for row in rows {
         for (i, cell) in row.iter().enumerate() {
             widths[i] = widths[i].max(cell.chars().count());
         }
     }
-    let line = |cells: Vec<&str>| {
-        let last = cells.len() - 1;
-        let mut out = String::new();
-        for (i, cell) in cells.into_iter().enumerate() {
-            if i == last {
-                out.push_str(cell);
-            } else {
-                out.push_str(&format!("{cell:<width$}  ", width = widths[i]));
-            }
+    widths
+}
+
+/// One line of a table; a cell wider than its column pushes the rest right.
+pub fn format_row(widths: &[usize], cells: &[impl AsRef<str>]) -> String {
+    let last = cells.len().saturating_sub(1);
+    let mut out = String::new();
+    for (i, cell) in cells.iter().enumerate() {
+        let cell = cell.as_ref();
+        if i == last {
+            out.push_str(cell);
+        } else {
+            out.push_str(&format!("{cell:<width$}  ", width = widths.get(i).copied().unwrap_or(0)));
         }
-        println!("{}", out.trim_end());
-    };
-    line(headers.to_vec());
-    for row in rows {
-        line(row.iter().map(String::as_str).collect());
     }
+    out.trim_end().to_string()
 }
 
 /// "5s", "3m", "2h", "4d": how long ago, as kubectl shows age.
 pub fn age(since: time::OffsetDateTime) -> String {
-    let seconds = (time::OffsetDateTime::now_utc() - since).whole_seconds().max(0);
-    match seconds {
+    age_seconds((time::OffsetDateTime::now_utc() - since).whole_seconds())
+}
+
+/// The age of a Kubernetes timestamp (`creationTimestamp`, `lastTransitionTime`).
+pub fn age_of(since: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> String {
+    age_seconds(k8s_openapi::jiff::Timestamp::now().as_second() - since.0.as_second())
+}
+
+fn age_seconds(seconds: i64) -> String {
+    match seconds.max(0) {
         s if s < 120 => format!("{s}s"),
         s if s < 7200 => format!("{}m", s / 60),
         s if s < 172_800 => format!("{}h", s / 3600),

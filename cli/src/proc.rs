@@ -99,7 +99,7 @@ enum ProcCommand {
 }
 
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
-enum StreamArg {
+pub(crate) enum StreamArg {
     Stdout,
     Stderr,
 }
@@ -218,7 +218,7 @@ pub async fn run(args: ProcArgs) -> anyhow::Result<i32> {
     Ok(0)
 }
 
-async fn logs(client: &Client, id: &str, stream: Option<OutputStream>, mut offset: u64, follow: bool) -> anyhow::Result<i32> {
+pub(crate) async fn logs(client: &Client, id: &str, stream: Option<OutputStream>, mut offset: u64, follow: bool) -> anyhow::Result<i32> {
     let mut stdout = std::io::stdout();
     loop {
         let query = OutputQuery {

@@ -114,7 +114,9 @@ impl Entry {
     }
 }
 
-fn source_file(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Option<&str> {
+/// The file (relative to the watched directory) that declares a stored resource, from
+/// its `agentplane.dev/source` annotation.
+pub fn source_file(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Option<&str> {
     let source = meta.annotations.as_ref()?.get(annotations::SOURCE)?;
     Some(source.rsplit_once('#').map_or(source.as_str(), |(file, _)| file))
 }
@@ -329,6 +331,12 @@ fn parse_resource(value: &str) -> Option<Key> {
         _ => return None,
     };
     Some(Key { kind, namespace: parts.next()?.to_string(), name: parts.next()?.to_string() })
+}
+
+/// The files the store reads under `dir` (see `walk`), by path relative to `dir`: what
+/// a tool editing the directory must look at to see what the store will see.
+pub fn yaml_files(dir: &Path, skip: &Path) -> BTreeMap<String, PathBuf> {
+    walk(dir, skip).into_iter().map(|(relative, (path, _))| (relative, path)).collect()
 }
 
 /// The `*.yaml` and `*.yml` files under `dir`, by path relative to it. Hidden entries

@@ -1,0 +1,555 @@
+//! `agentplane get` and `agentplane describe`: the resources of a watched directory as
+//! the state directory records them, so both work whether or not `agentplane up` runs.
+//! The table columns are the CRDs' printer columns, as kubectl would show them, and a
+//! file that was not taken is shown under the table: a person looking at `get` sees a
+//! broken file without reading logs.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use agentplane_controller::conditions::{self, READY, VALID};
+use agentplane_controller::dir::parse::{Key, Kind, Object};
+use agentplane_controller::process::node_process_id;
+use agentplane_node_agent::model::{OutputEncoding, OutputQuery, OutputStream};
+use anyhow::bail;
+use base64::Engine as _;
+use clap::{Args, ValueEnum};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
+
+use crate::printing::{Format, age_of, column_widths, format_row, print_structured, print_table};
+use crate::workspace::{DirArgs, Workspace, parse_kind, parse_one};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum GetFormat {
+    /// More columns.
+    Wide,
+    Yaml,
+    Json,
+}
+
+#[derive(Args, Debug)]
+pub struct GetArgs {
+    /// processes (proc), sessions (sess) or sandboxes (sbx); or KIND/NAME.
+    kind: String,
+    /// Only this resource.
+    name: Option<String>,
+    /// The namespace.
+    #[arg(short, long, default_value = "default", conflicts_with = "all_namespaces")]
+    namespace: String,
+    /// Every namespace.
+    #[arg(short = 'A', long)]
+    all_namespaces: bool,
+    /// Output format: a table by default.
+    #[arg(short, long, value_enum)]
+    output: Option<GetFormat>,
+    /// After the list, print each resource again whenever it changes (Ctrl-C to stop).
+    #[arg(short, long)]
+    watch: bool,
+    #[command(flatten)]
+    dir: DirArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct DescribeArgs {
+    /// process, session or sandbox, and its name: `process web` or `process/web`.
+    #[arg(required = true, num_args = 1..=2)]
+    resource: Vec<String>,
+    /// The namespace of the resource.
+    #[arg(short, long, default_value = "default")]
+    namespace: String,
+    /// Lines of a Process's output shown (from the node agent of a running `up`).
+    #[arg(long, default_value_t = 20)]
+    tail: usize,
+    #[command(flatten)]
+    dir: DirArgs,
+}
+
+pub async fn get(args: GetArgs) -> anyhow::Result<i32> {
+    let workspace = Workspace::new(&args.dir);
+    let (kind, name) = match args.kind.split_once('/') {
+        Some((kind, name)) if args.name.is_none() => (parse_kind(kind)?, Some(name.to_string())),
+        Some(_) => bail!("give KIND/NAME or KIND NAME, not both"),
+        None => (parse_kind(&args.kind)?, args.name.clone()),
+    };
+    if !workspace.dir.is_dir() {
+        bail!("{} does not exist: give the directory `agentplane up --dir` watches (--dir or AGENTPLANE_DIR)", workspace.dir.display());
+    }
+    let namespace = (!args.all_namespaces).then_some(args.namespace.as_str());
+    let list = |workspace: &Workspace| -> anyhow::Result<Vec<Object>> {
+        match &name {
+            Some(name) => {
+                let key = Key { kind, namespace: args.namespace.clone(), name: name.clone() };
+                Ok(vec![workspace.require(&key)?])
+            }
+            None => Ok(workspace.records(kind, namespace)),
+        }
+    };
+    let objects = list(&workspace)?;
+    let columns = Columns { kind, wide: args.output == Some(GetFormat::Wide), namespaces: args.all_namespaces };
+    let mut shown_errors = BTreeSet::new();
+    match args.output {
+        None | Some(GetFormat::Wide) => {
+            if args.watch {
+                // Printed by `watch`, in the columns it keeps.
+            } else if objects.is_empty() {
+                match namespace {
+                    Some(ns) => eprintln!("No resources found in {ns} namespace."),
+                    None => eprintln!("No resources found."),
+                }
+            } else {
+                let rows: Vec<Vec<String>> = objects.iter().map(|o| columns.row(o)).collect();
+                print_table(&columns.headers(), &rows);
+            }
+        }
+        Some(format) => {
+            let format = if format == GetFormat::Json { Format::Json } else { Format::Yaml };
+            if name.is_some() && !args.watch {
+                print_structured(format, &objects[0].to_json())?;
+            } else if !args.watch {
+                let items: Vec<serde_json::Value> = objects.iter().map(Object::to_json).collect();
+                print_structured(format, &serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items}))?;
+            } else {
+                for object in &objects {
+                    print_watched(format, object)?;
+                }
+            }
+        }
+    }
+    print_file_errors(&workspace, &mut shown_errors);
+    if args.watch {
+        watch(&workspace, &args, &columns, objects, list, shown_errors).await?;
+    }
+    Ok(0)
+}
+
+fn print_watched(format: Format, object: &Object) -> anyhow::Result<()> {
+    if matches!(format, Format::Yaml) {
+        println!("---");
+    }
+    print_structured(format, &object.to_json())
+}
+
+/// The file errors not shown yet, to stderr, where they do not mix with a table read by a program.
+fn print_file_errors(workspace: &Workspace, shown: &mut BTreeSet<String>) {
+    for error in workspace.state.read_errors() {
+        let line = error.to_string();
+        if shown.insert(line.clone()) {
+            eprintln!("error: {line}");
+        }
+    }
+}
+
+/// kubectl's `-w`: the header once, then a row (or an object) per change.
+async fn watch(
+    workspace: &Workspace,
+    args: &GetArgs,
+    columns: &Columns,
+    initial: Vec<Object>,
+    list: impl Fn(&Workspace) -> anyhow::Result<Vec<Object>>,
+    mut shown_errors: BTreeSet<String>,
+) -> anyhow::Result<()> {
+    let (_watcher, mut changes) = crate::workspace::watch_state(&workspace.state)?;
+    let table = matches!(args.output, None | Some(GetFormat::Wide));
+    let headers = columns.headers();
+    let rows: Vec<Vec<String>> = initial.iter().map(|o| columns.row(o)).collect();
+    let mut widths = column_widths(&headers, &rows);
+    // Later rows are printed in these columns: leave them some room.
+    for width in &mut widths {
+        *width = (*width).max(8);
+    }
+    if table {
+        println!("{}", format_row(&widths, &headers));
+        for row in &rows {
+            println!("{}", format_row(&widths, row));
+        }
+    }
+    // A row is printed again when its resource changed (not when only its age did).
+    let mut last: BTreeMap<Key, serde_json::Value> = initial.iter().map(|o| (o.key(), o.to_json())).collect();
+    while changes.recv().await.is_some() {
+        // Let a burst of writes land before reading them.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        while changes.try_recv().is_ok() {}
+        // NAME may be gone for now, and come back.
+        let objects = list(workspace).unwrap_or_default();
+        let mut now = BTreeMap::new();
+        for object in objects {
+            let json = object.to_json();
+            let key = object.key();
+            if last.get(&key) != Some(&json) {
+                match args.output {
+                    None | Some(GetFormat::Wide) => println!("{}", format_row(&widths, &columns.row(&object))),
+                    Some(GetFormat::Json) => print_watched(Format::Json, &object)?,
+                    Some(GetFormat::Yaml) => print_watched(Format::Yaml, &object)?,
+                }
+            }
+            now.insert(key, json);
+        }
+        last = now;
+        print_file_errors(workspace, &mut shown_errors);
+    }
+    Ok(())
+}
+
+/// The table of one kind.
+struct Columns {
+    kind: Kind,
+    wide: bool,
+    namespaces: bool,
+}
+
+impl Columns {
+    fn headers(&self) -> Vec<&'static str> {
+        let mut headers = if self.namespaces { vec!["NAMESPACE"] } else { vec![] };
+        headers.extend(match self.kind {
+            Kind::Process => vec!["NAME", "PHASE", "COMMAND", "RESTARTS", "EXIT", "AGE"],
+            Kind::Session => vec!["NAME", "PHASE", "AGENT", "MODEL", "DELIVERED", "AGE"],
+            Kind::Sandbox => vec!["NAME", "READY", "ENDPOINT", "VERSION", "AGE"],
+        });
+        if self.wide {
+            headers.extend(match self.kind {
+                Kind::Process => vec!["SANDBOX", "PID", "SOURCE", "READY"],
+                Kind::Session => vec!["SANDBOX", "AGENT SESSION", "SOURCE"],
+                Kind::Sandbox => vec!["SOURCE"],
+            });
+        }
+        headers
+    }
+
+    fn row(&self, object: &Object) -> Vec<String> {
+        let meta = object.meta();
+        let mut row = if self.namespaces { vec![meta.namespace.clone().unwrap_or_default()] } else { vec![] };
+        row.push(meta.name.clone().unwrap_or_default());
+        let age = meta.creation_timestamp.as_ref().map(age_of).unwrap_or_default();
+        let source = source(meta).unwrap_or_default();
+        match object {
+            Object::Process(p) => {
+                let status = p.status.clone().unwrap_or_default();
+                let phase = status.phase.map(|p| format!("{p:?}"));
+                let exit = match (status.exit_code, &status.signal) {
+                    (Some(code), _) => code.to_string(),
+                    (None, Some(signal)) => signal.clone(),
+                    (None, None) => String::new(),
+                };
+                row.extend([
+                    phase_cell(meta, phase, &status.conditions),
+                    command_line(&p.spec.command, &p.spec.args),
+                    status.restarts.to_string(),
+                    exit,
+                    age,
+                ]);
+                if self.wide {
+                    let ready = conditions::get(&status.conditions, READY).map(|c| c.message.clone()).unwrap_or_default();
+                    row.extend([p.spec.sandbox.clone(), status.pid.map(|p| p.to_string()).unwrap_or_default(), source, ready]);
+                }
+            }
+            Object::Session(s) => {
+                let status = s.status.clone().unwrap_or_default();
+                let phase = status.phase.map(|p| format!("{p:?}"));
+                row.extend([
+                    phase_cell(meta, phase, &status.conditions),
+                    enum_word(&s.spec.agent),
+                    s.spec.model.clone().unwrap_or_default(),
+                    format!("{}/{}", status.delivered_messages, s.spec.messages.len()),
+                    age,
+                ]);
+                if self.wide {
+                    row.extend([s.spec.sandbox.clone(), status.agent_session_id.clone().unwrap_or_default(), source]);
+                }
+            }
+            Object::Sandbox(s) => {
+                let status = s.status.clone().unwrap_or_default();
+                let ready = conditions::get(&status.conditions, READY).map(|c| c.status.clone());
+                row.extend([
+                    phase_cell(meta, ready, &status.conditions),
+                    s.spec.endpoint.clone(),
+                    status.node_agent_version.clone().unwrap_or_default(),
+                    age,
+                ]);
+                if self.wide {
+                    row.push(source);
+                }
+            }
+        }
+        row
+    }
+}
+
+/// The phase, or `Terminating` while being cleaned up; a spec that was not taken says so.
+fn phase_cell(meta: &ObjectMeta, phase: Option<String>, conditions: &[Condition]) -> String {
+    let mut cell = if meta.deletion_timestamp.is_some() { "Terminating".to_string() } else { phase.unwrap_or_else(|| "Pending".into()) };
+    if conditions::get(conditions, VALID).is_some_and(|c| c.status == "False") {
+        cell.push_str(" (invalid spec)");
+    }
+    cell
+}
+
+fn command_line(command: &str, args: &[String]) -> String {
+    const MAX: usize = 40;
+    let words: Vec<String> = std::iter::once(command)
+        .chain(args.iter().map(String::as_str))
+        .map(|w| if w.is_empty() || w.contains(char::is_whitespace) { format!("{w:?}") } else { w.to_string() })
+        .collect();
+    let line = words.join(" ");
+    if line.chars().count() > MAX { format!("{}...", line.chars().take(MAX - 3).collect::<String>()) } else { line }
+}
+
+/// An enum as the YAML spells it (`claude`, `Always`).
+fn enum_word<T: serde::Serialize>(value: &T) -> String {
+    match serde_json::to_value(value) {
+        Ok(serde_json::Value::String(s)) => s,
+        _ => String::new(),
+    }
+}
+
+fn source(meta: &ObjectMeta) -> Option<String> {
+    meta.annotations.as_ref()?.get(agentplane_controller::annotations::SOURCE).cloned()
+}
+
+pub async fn describe(args: DescribeArgs) -> anyhow::Result<i32> {
+    let workspace = Workspace::new(&args.dir);
+    let words = &args.resource;
+    let (kind, name) = match words.as_slice() {
+        [one] => match one.split_once('/') {
+            Some((kind, name)) => (parse_kind(kind)?, name.to_string()),
+            None => bail!("{one:?}: expected KIND NAME or KIND/NAME"),
+        },
+        _ => {
+            let kind = parse_kind(&words[0])?;
+            (kind, parse_one(&words[1..], kind)?)
+        }
+    };
+    let key = Key { kind, namespace: args.namespace.clone(), name };
+    let object = workspace.require(&key)?;
+    let mut out = Describe::default();
+    let meta = object.meta();
+    out.field(0, "Name", meta.name.clone().unwrap_or_default());
+    out.field(0, "Namespace", key.namespace.clone());
+    out.field(0, "Kind", object.kind().to_string());
+    out.field(0, "UID", meta.uid.clone().unwrap_or_default());
+    out.field(0, "Generation", meta.generation.map(|g| g.to_string()).unwrap_or_default());
+    if let Some(created) = &meta.creation_timestamp {
+        out.field(0, "Created", format!("{} ({} ago)", created.0, age_of(created)));
+    }
+    if let Some(deleting) = &meta.deletion_timestamp {
+        out.field(0, "Deleting", format!("since {} (the cleanup is not done yet)", deleting.0));
+    }
+    match source(meta).as_deref().and_then(|s| s.rsplit_once('#')) {
+        Some((file, document)) => out.field(0, "Source", format!("{file} (document {document})")),
+        None => out.field(0, "Source", "<none>".into()),
+    }
+    out.map(0, "Labels", meta.labels.as_ref());
+    let annotations = meta.annotations.clone().map(|mut a| {
+        a.remove(agentplane_controller::annotations::SOURCE);
+        a
+    });
+    out.map(0, "Annotations", annotations.as_ref());
+    let mut conditions = Vec::new();
+    match &object {
+        Object::Process(p) => {
+            let spec = &p.spec;
+            out.section("Spec");
+            out.field(1, "Command", command_line(&spec.command, &spec.args));
+            out.field(1, "Sandbox", spec.sandbox.clone());
+            out.optional(1, "Working dir", spec.cwd.clone());
+            out.field(1, "Terminal", spec.tty.map(|t| format!("{}x{}", t.cols, t.rows)).unwrap_or_else(|| "no (pipes)".into()));
+            out.field(1, "Stdin", if spec.stdin || spec.tty.is_some() { "open".into() } else { "closed".into() });
+            let env: Vec<&str> = spec.env.iter().map(|e| e.name.as_str()).collect();
+            if !env.is_empty() {
+                out.field(1, "Env", env.join(", "));
+            }
+            if !spec.env_from.is_empty() {
+                let from: Vec<String> = spec.env_from.iter().filter_map(|e| e.file.clone().or_else(|| e.secret_ref.as_ref().map(|s| format!("secret {}", s.name)))).collect();
+                out.field(1, "Env from", from.join(", "));
+            }
+            out.optional(1, "Tag", spec.tag.clone());
+            out.optional(1, "Session", spec.session_ref.clone());
+            out.field(1, "Desired state", enum_word(&spec.desired_state));
+            out.field(1, "Restart policy", enum_word(&spec.restart_policy));
+            out.optional(1, "Stop signal", spec.stop_signal.clone());
+            out.optional(1, "Stop timeout", spec.stop_timeout_seconds.map(|s| format!("{s}s")));
+            if let Some(status) = &p.status {
+                out.section("Status");
+                out.optional(1, "Phase", status.phase.map(|p| format!("{p:?}")));
+                out.optional(1, "Observed generation", status.observed_generation.map(|g| g.to_string()));
+                out.optional(1, "PID", status.pid.map(|p| p.to_string()));
+                out.optional(1, "Exit code", status.exit_code.map(|c| c.to_string()));
+                out.optional(1, "Signal", status.signal.clone());
+                out.optional(1, "Started", status.started_at.as_ref().map(|t| format!("{} ({} ago)", t.0, age_of(t))));
+                out.optional(1, "Exited", status.exited_at.as_ref().map(|t| format!("{} ({} ago)", t.0, age_of(t))));
+                out.field(1, "Restarts", status.restarts.to_string());
+                out.optional(1, "Connect URL", status.connect_url.clone());
+                conditions = status.conditions.clone();
+            }
+        }
+        Object::Session(s) => {
+            let spec = &s.spec;
+            out.section("Spec");
+            out.field(1, "Agent", enum_word(&spec.agent));
+            out.optional(1, "Agent version", spec.agent_version.clone());
+            out.optional(1, "Agent mode", spec.agent_mode.clone());
+            out.field(1, "Permission mode", enum_word(&spec.permission_mode));
+            out.optional(1, "Model", spec.model.clone());
+            out.optional(1, "Variant", spec.variant.clone());
+            out.field(1, "Sandbox", spec.sandbox.clone());
+            out.optional(1, "Working dir", spec.working_dir.clone());
+            let env: Vec<&str> = spec.env.iter().map(|e| e.name.as_str()).collect();
+            if !env.is_empty() {
+                out.field(1, "Env", env.join(", "));
+            }
+            out.field(1, "Messages", spec.messages.len().to_string());
+            for (i, message) in spec.messages.iter().enumerate() {
+                out.field(2, &format!("{}", i + 1), one_line(message, 70));
+            }
+            out.field(1, "Replies", spec.replies.len().to_string());
+            if spec.ended {
+                out.field(1, "Ended", "yes".into());
+            }
+            if let Some(status) = &s.status {
+                out.section("Status");
+                out.optional(1, "Phase", status.phase.map(|p| format!("{p:?}")));
+                out.optional(1, "Observed generation", status.observed_generation.map(|g| g.to_string()));
+                out.optional(1, "Agent session", status.agent_session_id.clone());
+                out.field(1, "Delivered", format!("{} of {}", status.delivered_messages, spec.messages.len()));
+                for question in &status.pending_questions {
+                    let texts: Vec<&str> = question.questions.iter().map(|q| q.question.as_str()).collect();
+                    out.field(1, "Question", format!("{}: {} (agentplane reply session/{} {} --answer ...)", question.id, texts.join(" / "), key.name, question.id));
+                }
+                for permission in &status.pending_permissions {
+                    let summary = permission.summary.clone().unwrap_or_default();
+                    out.field(1, "Permission", format!("{}: {} {summary} (agentplane reply session/{} {} --decision once)", permission.id, permission.tool, key.name, permission.id));
+                }
+                out.optional(1, "Events URL", status.events_url.clone());
+                conditions = status.conditions.clone();
+            }
+        }
+        Object::Sandbox(s) => {
+            out.section("Spec");
+            out.field(1, "Endpoint", s.spec.endpoint.clone());
+            out.optional(1, "Token secret", s.spec.token_secret_ref.as_ref().map(|r| format!("{}/{}", r.name, r.key)));
+            for agent in &s.spec.agents {
+                out.field(1, "Agent", format!("{} {}", enum_word(&agent.agent), agent.version.clone().unwrap_or_default()));
+            }
+            if let Some(status) = &s.status {
+                out.section("Status");
+                out.optional(1, "Node agent version", status.node_agent_version.clone());
+                out.optional(1, "Last heartbeat", status.last_heartbeat.as_ref().map(|t| format!("{} ({} ago)", t.0, age_of(t))));
+                for (agent, version) in &status.installed_agents {
+                    out.field(1, "Installed", format!("{} {version}", enum_word(agent)));
+                }
+                conditions = status.conditions.clone();
+            }
+        }
+    }
+    print!("{}", out.text);
+    println!("Conditions:");
+    if conditions.is_empty() {
+        println!("  <none>");
+    } else {
+        let rows: Vec<Vec<String>> = conditions
+            .iter()
+            .map(|c| vec![c.type_.clone(), c.status.clone(), c.reason.clone(), c.message.clone(), age_of(&c.last_transition_time)])
+            .collect();
+        let headers = ["TYPE", "STATUS", "REASON", "MESSAGE", "AGE"];
+        let widths = column_widths(&headers, &rows);
+        println!("  {}", format_row(&widths, &headers));
+        for row in &rows {
+            println!("  {}", format_row(&widths, row));
+        }
+    }
+    if let Object::Process(p) = &object {
+        print_output_tail(&workspace, p, args.tail).await;
+    }
+    Ok(0)
+}
+
+/// The last lines a Process printed, when a running `up` can tell.
+async fn print_output_tail(workspace: &Workspace, process: &agentplane_crds::Process, lines: usize) {
+    let (Some(uid), Ok(client)) = (process.metadata.uid.as_deref(), workspace.node_agent()) else {
+        println!("Output: (agentplane up is not running)");
+        return;
+    };
+    let id = node_process_id(uid);
+    // A terminal has one stream; pipes have two, each worth seeing.
+    let streams = if process.spec.tty.is_some() { vec![None] } else { vec![Some(OutputStream::Stdout), Some(OutputStream::Stderr)] };
+    let mut printed = false;
+    for stream in streams {
+        let query = OutputQuery { offset: None, stream, limit: None, encoding: Some(OutputEncoding::Base64), wait: None };
+        let chunk = match client.output(&id, &query).await {
+            Ok(chunk) => chunk,
+            Err(e) if e.problem_code() == Some("process_not_found") => {
+                println!("Output: (not started on the node agent)");
+                return;
+            }
+            Err(e) => {
+                println!("Output: (the node agent cannot be asked: {e})");
+                return;
+            }
+        };
+        let bytes = base64::engine::general_purpose::STANDARD.decode(chunk.data).unwrap_or_default();
+        let text = String::from_utf8_lossy(&bytes);
+        let all: Vec<&str> = text.lines().collect();
+        if all.is_empty() {
+            continue;
+        }
+        let shown = &all[all.len().saturating_sub(lines)..];
+        println!("Output ({}, last {} lines):", enum_word(&chunk.stream), shown.len());
+        for line in shown {
+            // Terminal control sequences would redraw the screen: shown defused.
+            let line: String = line.chars().map(|c| if c.is_control() && c != '\t' { '.' } else { c }).collect();
+            println!("  {line}");
+        }
+        printed = true;
+    }
+    if !printed {
+        println!("Output: <none>");
+    }
+}
+
+fn one_line(text: &str, max: usize) -> String {
+    let flat = text.replace('\n', " ");
+    if flat.chars().count() > max { format!("{}...", flat.chars().take(max - 3).collect::<String>()) } else { flat }
+}
+
+/// `Label:  value` lines aligned like kubectl describe's.
+#[derive(Default)]
+struct Describe {
+    text: String,
+}
+
+impl Describe {
+    const WIDTH: usize = 24;
+
+    fn field(&mut self, depth: usize, label: &str, value: String) {
+        let pad = "  ".repeat(depth);
+        let width = Self::WIDTH.saturating_sub(pad.len() + 1);
+        self.text.push_str(&format!("{pad}{:<width$} {value}\n", format!("{label}:")));
+    }
+
+    fn optional(&mut self, depth: usize, label: &str, value: Option<String>) {
+        if let Some(value) = value {
+            self.field(depth, label, value);
+        }
+    }
+
+    fn section(&mut self, label: &str) {
+        self.text.push_str(&format!("{label}:\n"));
+    }
+
+    fn map(&mut self, depth: usize, label: &str, map: Option<&BTreeMap<String, String>>) {
+        match map.filter(|m| !m.is_empty()) {
+            None => self.field(depth, label, "<none>".into()),
+            Some(map) => {
+                let mut first = true;
+                for (k, v) in map {
+                    let label = if first { label } else { "" };
+                    if first {
+                        self.field(depth, label, format!("{k}={v}"));
+                    } else {
+                        self.text.push_str(&format!("{:width$}{k}={v}\n", "", width = Self::WIDTH));
+                    }
+                    first = false;
+                }
+            }
+        }
+    }
+}

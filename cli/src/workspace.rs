@@ -1,0 +1,312 @@
+//! What the resource verbs share: the watched directory and its state directory, how a
+//! person names resources on the command line, finding the file that declares one,
+//! reaching the node agent of a running `agentplane up`, and writing the user's files
+//! so that the watcher never sees half of one.
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use agentplane_controller::dir::parse::{Declared, FileError, Key, Kind, Object, parse_file};
+use agentplane_controller::dir::state::{DEFAULT_STATE_DIR, StateDir, UpInfo};
+use agentplane_controller::dir::store::yaml_files;
+use agentplane_node_agent::client::Client;
+use anyhow::{Context, bail};
+use clap::Args;
+
+/// `--dir` and `--state-dir`, as `agentplane up` takes them.
+#[derive(Args, Debug, Clone)]
+pub struct DirArgs {
+    /// The watched directory of resources (the one `agentplane up --dir` watches).
+    #[arg(long, env = "AGENTPLANE_DIR", default_value = "agentplane.d")]
+    pub dir: PathBuf,
+    /// Where `agentplane up` keeps status (default DIR/.agentplane).
+    #[arg(long, env = "AGENTPLANE_STATE_DIR")]
+    pub state_dir: Option<PathBuf>,
+}
+
+pub struct Workspace {
+    pub dir: PathBuf,
+    pub state: StateDir,
+}
+
+/// The kind as people type it: `process`, not `Process`.
+pub fn kind_word(kind: Kind) -> String {
+    kind.as_str().to_ascii_lowercase()
+}
+
+/// `process/web`, as the verbs print resources.
+pub fn ref_name(key: &Key) -> String {
+    format!("{}/{}", kind_word(key.kind), key.name)
+}
+
+pub fn not_found(key: &Key) -> anyhow::Error {
+    anyhow::anyhow!("{} {:?} not found in namespace {:?}", kind_word(key.kind), key.name, key.namespace)
+}
+
+pub fn parse_kind(word: &str) -> anyhow::Result<Kind> {
+    Kind::from_user(word).with_context(|| format!("unknown kind {word:?}: use processes (proc), sessions (sess) or sandboxes (sbx)"))
+}
+
+/// `KIND/NAME ...`, `KIND NAME ...`, or (for verbs about one kind) `NAME`.
+pub fn parse_refs(words: &[String], default_kind: Option<Kind>) -> anyhow::Result<Vec<(Kind, String)>> {
+    let Some(first) = words.first() else { bail!("name a resource: KIND/NAME") };
+    if first.contains('/') {
+        return words
+            .iter()
+            .map(|word| match word.split_once('/') {
+                Some((kind, name)) if !name.is_empty() => Ok((parse_kind(kind)?, name.to_string())),
+                _ => bail!("{word:?}: expected KIND/NAME"),
+            })
+            .collect();
+    }
+    if words.len() > 1
+        && let Some(kind) = Kind::from_user(first)
+    {
+        return Ok(words[1..].iter().map(|name| (kind, name.clone())).collect());
+    }
+    match default_kind {
+        Some(kind) => Ok(words.iter().map(|name| (kind, name.clone())).collect()),
+        None if words.len() == 1 => bail!("{first:?}: expected KIND/NAME or KIND NAME"),
+        None => bail!("unknown kind {first:?}: use processes (proc), sessions (sess) or sandboxes (sbx)"),
+    }
+}
+
+/// One resource of the given kind, for verbs that act on exactly one.
+pub fn parse_one(words: &[String], kind: Kind) -> anyhow::Result<String> {
+    let refs = parse_refs(words, Some(kind))?;
+    match refs.as_slice() {
+        [(k, name)] if *k == kind => Ok(name.clone()),
+        [(k, _)] => bail!("this verb acts on a {}, not a {}", kind_word(kind), kind_word(*k)),
+        _ => bail!("name one {}", kind_word(kind)),
+    }
+}
+
+/// A file of the watched directory, as the store would read it now.
+pub struct DirFile {
+    /// Relative to the watched directory.
+    pub relative: String,
+    pub path: PathBuf,
+    pub text: String,
+    pub parsed: Result<Vec<Declared>, FileError>,
+}
+
+/// The file and document that declare a resource, as the store would read them now.
+pub struct Declaration {
+    /// Relative to the watched directory.
+    pub file: String,
+    pub path: PathBuf,
+    pub text: String,
+    /// Everything the file declares, this resource at `index`.
+    pub declared: Vec<Declared>,
+    pub index: usize,
+}
+
+impl Declaration {
+    pub fn this(&self) -> &Declared {
+        &self.declared[self.index]
+    }
+}
+
+impl Workspace {
+    pub fn new(args: &DirArgs) -> Workspace {
+        let state = args.state_dir.clone().unwrap_or_else(|| args.dir.join(DEFAULT_STATE_DIR));
+        Workspace { dir: args.dir.clone(), state: StateDir::new(state) }
+    }
+
+    /// A stored resource; an unreadable record is an error.
+    pub fn record(&self, key: &Key) -> anyhow::Result<Option<Object>> {
+        self.state.read(key).transpose().map_err(|e| anyhow::anyhow!("a state record cannot be read: {e}"))
+    }
+
+    pub fn require(&self, key: &Key) -> anyhow::Result<Object> {
+        self.record(key)?.ok_or_else(|| not_found(key))
+    }
+
+    /// Every stored resource of `kind` (in `namespace`, or all), sorted; records that
+    /// cannot be read are reported and skipped.
+    pub fn records(&self, kind: Kind, namespace: Option<&str>) -> Vec<Object> {
+        let mut out: Vec<Object> = self
+            .state
+            .load_all()
+            .into_iter()
+            .filter_map(|record| record.map_err(|e| eprintln!("warning: a state record cannot be read: {e}")).ok())
+            .filter(|o| o.kind() == kind && namespace.is_none_or(|n| o.key().namespace == n))
+            .collect();
+        out.sort_by_key(|o| o.key());
+        out
+    }
+
+    /// The running `agentplane up` on this directory, if there is one.
+    pub fn up(&self) -> Option<UpInfo> {
+        let info = self.state.read_up()?;
+        // A killed `up` leaves its file behind: the pid tells.
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(info.pid).ok()?);
+        match nix::sys::signal::kill(pid, None) {
+            Ok(()) | Err(nix::errno::Errno::EPERM) => Some(info),
+            Err(_) => None,
+        }
+    }
+
+    /// The node agent of the running `agentplane up`.
+    pub fn node_agent(&self) -> anyhow::Result<Client> {
+        let Some(info) = self.up() else {
+            bail!(
+                "no `agentplane up` is running on {}: start one with `agentplane up --dir {}`",
+                self.dir.display(),
+                self.dir.display()
+            )
+        };
+        Ok(Client::new(&info.url, info.token)?)
+    }
+
+    /// Every file the store reads, parsed.
+    pub fn files(&self) -> Vec<DirFile> {
+        yaml_files(&self.dir, self.state.root())
+            .into_iter()
+            .filter_map(|(relative, path)| {
+                let text = fs::read_to_string(&path).ok()?;
+                let parsed = parse_file(&relative, &text);
+                Some(DirFile { relative, path, text, parsed })
+            })
+            .collect()
+    }
+
+    /// The file that declares `key` now; `Ok(None)` when none does. A broken file that
+    /// the record says declared it is an error: what it declares cannot be known.
+    pub fn declaration(&self, key: &Key) -> anyhow::Result<Option<Declaration>> {
+        let mut broken = Vec::new();
+        for DirFile { relative, path, text, parsed } in self.files() {
+            match parsed {
+                Ok(declared) => {
+                    if let Some(index) = declared.iter().position(|d| d.object.key() == *key) {
+                        return Ok(Some(Declaration { file: relative, path, text, declared, index }));
+                    }
+                }
+                Err(error) => broken.push(error),
+            }
+        }
+        let source = self.record(key)?.and_then(|o| {
+            agentplane_controller::dir::store::source_file(o.meta()).map(str::to_string)
+        });
+        if let Some(source) = source
+            && let Some(error) = broken.iter().find(|e| e.file == source)
+        {
+            bail!("{} is declared in {source}, which does not parse ({error}): fix the file first", ref_name(key));
+        }
+        Ok(None)
+    }
+
+    /// Waits until the store has forgotten `key` (its cleanup done), watching the state
+    /// directory; false if `timeout` passed first.
+    pub async fn wait_forgotten(&self, keys: &[(Key, Option<String>)], timeout: Duration) -> anyhow::Result<bool> {
+        let gone = |(key, uid): &(Key, Option<String>)| match self.state.read(key) {
+            None => true,
+            Some(Ok(object)) => object.meta().uid != *uid,
+            Some(Err(_)) => false,
+        };
+        let (_watcher, mut changes) = watch_state(&self.state)?;
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            if keys.iter().all(gone) {
+                return Ok(true);
+            }
+            // A lost event only delays the answer by the fallback poll.
+            tokio::select! {
+                _ = tokio::time::sleep_until(deadline) => return Ok(keys.iter().all(gone)),
+                _ = changes.recv() => {}
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            }
+        }
+    }
+}
+
+/// Wakes on every change of the records and the file errors. One slot: a pending
+/// wake-up already means "look again".
+pub fn watch_state(state: &StateDir) -> anyhow::Result<(notify::RecommendedWatcher, tokio::sync::mpsc::Receiver<()>)> {
+    use notify::Watcher;
+    state.create()?;
+    // Events name absolute paths.
+    let root = state.root().canonicalize().with_context(|| format!("resolving {}", state.root().display()))?;
+    let resources = root.join("resources");
+    let errors = root.join("errors.json");
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+        let relevant = match &event {
+            Ok(event) => !event.kind.is_access() && (event.paths.is_empty() || event.paths.iter().any(|p| p.starts_with(&resources) || *p == errors)),
+            Err(_) => true,
+        };
+        if relevant {
+            let _ = tx.try_send(());
+        }
+    })
+    .context("watching the state directory")?;
+    watcher
+        .watch(&root, notify::RecursiveMode::Recursive)
+        .with_context(|| format!("watching {}", state.root().display()))?;
+    Ok((watcher, rx))
+}
+
+/// Replaces a file of the watched directory at once: written beside it under a hidden
+/// name (the store skips those), then renamed over it, keeping its permissions.
+pub fn write_atomically(path: &Path, body: &[u8]) -> anyhow::Result<()> {
+    let dir = path.parent().context("a file to write has a directory")?;
+    fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let name = path.file_name().context("a file name")?.to_string_lossy();
+    let aside = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+    let result = (|| -> std::io::Result<()> {
+        let mut file = fs::File::create(&aside)?;
+        file.write_all(body)?;
+        file.sync_all()?;
+        if let Ok(meta) = fs::metadata(path) {
+            fs::set_permissions(&aside, meta.permissions())?;
+        }
+        fs::rename(&aside, path)
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&aside);
+    }
+    result.with_context(|| format!("writing {}", path.display()))
+}
+
+/// `60s`, `2m`, `1h`, `500ms`, or plain seconds.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: f64 = number.parse().map_err(|_| format!("{text:?} is not a duration like 60s, 2m or 500ms"))?;
+    let seconds = match unit {
+        "" | "s" => number,
+        "ms" => number / 1000.0,
+        "m" => number * 60.0,
+        "h" => number * 3600.0,
+        _ => return Err(format!("{text:?}: the unit is one of ms, s, m, h")),
+    };
+    Duration::try_from_secs_f64(seconds).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn references_in_every_spelling() {
+        let words = |w: &[&str]| w.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(parse_refs(&words(&["proc/web", "sess/chat"]), None).unwrap(), vec![(Kind::Process, "web".into()), (Kind::Session, "chat".into())]);
+        assert_eq!(parse_refs(&words(&["processes", "a", "b"]), None).unwrap(), vec![(Kind::Process, "a".into()), (Kind::Process, "b".into())]);
+        assert_eq!(parse_refs(&words(&["web"]), Some(Kind::Process)).unwrap(), vec![(Kind::Process, "web".into())]);
+        assert!(parse_refs(&words(&["pod/web"]), None).is_err());
+        assert!(parse_refs(&words(&["web"]), None).is_err());
+        assert!(parse_one(&words(&["session/x"]), Kind::Process).is_err());
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("60s"), Ok(Duration::from_secs(60)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("5"), Ok(Duration::from_secs(5)));
+        assert!(parse_duration("soon").is_err());
+    }
+}
