@@ -397,3 +397,93 @@ fn kill_9_while_200_files_converge_then_start_again_runs_each_exactly_once() {
     drop(up);
     assert_eq!(count_on_machine(&marker), 0, "a clean stop of up stops everything it ran");
 }
+
+fn session_record(up: &Up, name: &str) -> Option<Value> {
+    let path = up.dir.join(".agentplane/resources/sessions/default").join(format!("{name}.json"));
+    fs::read(path).ok().and_then(|b| serde_json::from_slice(&b).ok())
+}
+
+fn wait_session(up: &Up, name: &str, what: &str, check: impl Fn(&Value) -> bool) -> Value {
+    up.wait(&format!("session {name}: {what}"), || {
+        let record = session_record(up, name)?;
+        let current = record["status"]["observedGeneration"] == record["metadata"]["generation"];
+        (current && check(&record)).then_some(record)
+    })
+}
+
+fn session_yaml(messages: &[&str], replies: &str) -> String {
+    let mut text = "apiVersion: agentplane.dev/v1alpha1\nkind: Session\nmetadata:\n  name: chat\nspec:\n  agent: mock\n  messages:\n".to_string();
+    for m in messages {
+        text.push_str(&format!("    - {m:?}\n"));
+    }
+    text.push_str(replies);
+    text
+}
+
+/// The user messages the node agent's session received, in order.
+fn user_messages(up: &Up, record: &Value) -> Vec<String> {
+    let uid = record["metadata"]["uid"].as_str().unwrap();
+    let client = up.client();
+    let query = agentplane_node_agent::model::SessionEventsQuery { offset: Some(0), limit: Some(10_000) };
+    let events = block_on(client.session_events(&format!("sess-{uid}"), &query)).unwrap();
+    events
+        .events
+        .iter()
+        .filter_map(|e| match &e.data {
+            agentplane_node_agent::universal::EventData::ItemCompleted { item }
+                if item.role == Some(agentplane_node_agent::universal::Role::User) =>
+            {
+                item.text.clone()
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_mock_session_gets_each_message_once_across_restarts_of_up_and_takes_replies() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("d");
+    let file = dir.join("chat.yaml");
+    let mut up = Up::start(&dir);
+    save(&file, &session_yaml(&["first message"], ""));
+    let idle = wait_session(&up, "chat", "idle after one", |r| phase(r) == "Idle" && r["status"]["deliveredMessages"] == 1);
+    let agent_session = idle["status"]["agentSessionId"].clone();
+    assert!(agent_session.as_str().unwrap().starts_with("mock-"));
+    assert_eq!(condition(&idle, "Ready")["reason"], "Idle");
+
+    // A clean restart, with a message added while up was down.
+    drop(up);
+    save(&file, &session_yaml(&["first message", "second message"], ""));
+    up = Up::start(&dir);
+    let idle = wait_session(&up, "chat", "idle after two", |r| phase(r) == "Idle" && r["status"]["deliveredMessages"] == 2);
+    assert_eq!(idle["status"]["agentSessionId"], agent_session, "the same conversation, resumed");
+    assert_eq!(user_messages(&up, &idle), ["first message", "second message"]);
+
+    // kill -9 right after a third is saved: delivered once whether or not the killed
+    // controller got to it.
+    save(&file, &session_yaml(&["first message", "second message", "third message"], ""));
+    up.kill9();
+    up = Up::start(&dir);
+    let idle = wait_session(&up, "chat", "idle after three", |r| phase(r) == "Idle" && r["status"]["deliveredMessages"] == 3);
+    assert_eq!(user_messages(&up, &idle), ["first message", "second message", "third message"]);
+
+    // A permission request is shown in the status and answered through spec.replies.
+    let asks = ["first message", "second message", "third message", "please ask permission to run touch x"];
+    save(&file, &session_yaml(&asks, ""));
+    let waiting = wait_session(&up, "chat", "awaiting input", |r| phase(r) == "AwaitingInput");
+    let pending = &waiting["status"]["pendingPermissions"][0];
+    assert_eq!((pending["tool"].as_str(), pending["summary"].as_str()), (Some("bash"), Some("touch x")));
+    assert_eq!(pending["options"], serde_json::json!(["once", "always", "reject"]));
+    let id = pending["id"].as_str().unwrap();
+    save(&file, &session_yaml(&asks, &format!("  replies:\n    - {{id: {id}, decision: once}}\n")));
+    let answered = wait_session(&up, "chat", "idle after the reply", |r| phase(r) == "Idle" && r["status"]["deliveredMessages"] == 4);
+    assert!(answered["status"].get("pendingPermissions").is_none());
+
+    // Removing the file ends the session on the node agent before the record goes.
+    let uid = answered["metadata"]["uid"].as_str().unwrap().to_string();
+    fs::remove_file(&file).unwrap();
+    up.wait("the session record to go", || session_record(&up, "chat").is_none().then_some(()));
+    let ended = block_on(up.client().get_session(&format!("sess-{uid}"))).unwrap();
+    assert_eq!(ended.state, agentplane_node_agent::model::SessionState::Ended);
+}
