@@ -32,7 +32,7 @@ impl Up {
         let child = Command::new(BIN)
             .args(["up", "--dir"])
             .arg(dir)
-            .env("RUST_LOG", "info,agentplane_node_agent=warn")
+            .env("RUST_LOG", "info,agentplane_controller=debug")
             .env_remove("AGENTPLANE_TOKEN")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -88,7 +88,16 @@ impl Up {
             }
             if Instant::now() > deadline {
                 let log = fs::read_to_string(&self.log).unwrap_or_default();
-                panic!("timed out waiting for {what}\n--- up's log:\n{log}");
+                let records: Vec<String> = self
+                    .state()
+                    .load_all()
+                    .into_iter()
+                    .map(|r| match r {
+                        Ok(o) => serde_json::to_string(&o.to_json()["status"]).unwrap_or_default(),
+                        Err(e) => e,
+                    })
+                    .collect();
+                panic!("timed out waiting for {what}\n--- up's log:\n{log}\n--- statuses:\n{}", records.join("\n"));
             }
             let _ = rx.recv_timeout(Duration::from_millis(200));
         }
@@ -341,19 +350,21 @@ fn git_checkout_of_another_branch_converges_to_the_new_tree() {
             ("Process/default/new".to_string(), 1),
         ]);
         let converged = up.record("old").is_none()
-            && up.record("new").is_some_and(|r| phase(&r) == "Running")
-            && up.record("change").is_some_and(|r| r["metadata"]["generation"] == 2 && phase(&r) == "Running");
+            && up.record("new").is_some_and(|r| r["status"]["observedGeneration"] == 1 && phase(&r) == "Running")
+            && up.record("change").is_some_and(|r| r["status"]["observedGeneration"] == 2 && phase(&r) == "Running");
         (converged && up.running_by_resource() == expected).then_some(())
     });
     assert_eq!(up.record("keep").unwrap()["status"]["pid"], keep_pid, "an unchanged file's process is left alone");
-    let change: Vec<_> = up.processes().into_iter().filter(|p| p.label.as_deref() == Some("Process/default/change") && p.status == ProcessStatus::Running).collect();
+    let all = up.processes();
+    let change: Vec<_> = all.iter().filter(|p| p.label.as_deref() == Some("Process/default/change") && p.status == ProcessStatus::Running).collect();
+    assert_eq!(change.len(), 1, "{all:#?}\n{:#}", up.record("change").unwrap());
     assert_eq!(change[0].args, ["2000"]);
     // And back.
     git(&["checkout", "-q", "main"]);
     up.wait("the tree of branch main again", || {
         let converged = up.record("new").is_none()
-            && up.record("old").is_some_and(|r| phase(&r) == "Running")
-            && up.record("change").is_some_and(|r| r["metadata"]["generation"] == 3 && phase(&r) == "Running");
+            && up.record("old").is_some_and(|r| r["status"]["observedGeneration"] == 1 && phase(&r) == "Running")
+            && up.record("change").is_some_and(|r| r["status"]["observedGeneration"] == 3 && phase(&r) == "Running");
         (converged && up.running_by_resource().len() == 3).then_some(())
     });
 }
@@ -389,7 +400,14 @@ fn kill_9_while_200_files_converge_then_start_again_runs_each_exactly_once() {
     // Each resource's process runs once on the node agent, and the previous run's
     // leftovers were killed: once on the machine too.
     assert_eq!(up.processes().len(), 200);
-    up.wait("the previous run's leftovers to be gone", || (count_on_machine(&marker) == 200).then_some(()));
+    // SIGKILLed leftovers vanish from /proc once reaped: looked at until then.
+    let deadline = Instant::now() + PATIENCE;
+    let mut seen = count_on_machine(&marker);
+    while seen != 200 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+        seen = count_on_machine(&marker);
+    }
+    assert_eq!(seen, 200, "copies running on the machine");
     // The resources recorded before the kill kept their uid: the same resources, not new ones.
     for (name, uid) in &uids_before {
         assert_eq!(&up.record(name).unwrap()["metadata"]["uid"], uid, "{name}");

@@ -235,6 +235,12 @@ impl ProcessReconciler {
             }
         };
         let hash = spec_hash(process, &env);
+        // Never reconciled before: nothing to look at but what a create would find (an
+        // id taken by a run of a controller that died before writing status is adopted
+        // in `start`). Saves a request per new resource.
+        if prev.phase.is_none() && spec.desired_state == DesiredState::Running {
+            return self.start(step, client, &id, &hash, env).await;
+        }
         let mut observed = match client.get_process(&id).await {
             Ok(info) => Some(info),
             Err(e) if not_found(&e) => None,
@@ -388,8 +394,16 @@ impl ProcessReconciler {
         };
         let created = match client.create_process(&request).await {
             Ok(info) => Ok(info),
-            // Started by an earlier pass whose answer was lost: adopt it.
-            Err(e) if e.problem_code() == Some("process_already_exists") => client.get_process(id).await,
+            // Started by an earlier pass whose answer was lost: adopt it if it runs this
+            // spec, else replace it.
+            Err(e) if e.problem_code() == Some("process_already_exists") => match client.get_process(id).await {
+                Ok(info) if info.annotations.get(annotations::SPEC_HASH).map(String::as_str) == Some(hash) => Ok(info),
+                Ok(_) => match client.delete_process(id, &self.stop_query(process, true)).await {
+                    Ok(_) => client.create_process(&request).await,
+                    Err(e) => Err(e),
+                },
+                Err(e) => Err(e),
+            },
             Err(e) => Err(e),
         };
         match created {

@@ -366,7 +366,7 @@ impl ProcessManager {
         Self::with_registry(limits, None)
     }
 
-    /// A manager that notes its children in `children`, so a node agent started after
+    /// A manager that marks its children for `children`, so a node agent started after
     /// a crash can kill what this one left running.
     pub fn with_registry(limits: Limits, children: Option<ChildRegistry>) -> Self {
         ProcessManager {
@@ -417,6 +417,8 @@ impl ProcessManager {
 
     fn start(&self, id: String, request: CreateProcessRequest) -> Result<Arc<Process>> {
         let limits = &self.shared.limits;
+        // Set before the spawn: no moment at which a child runs unmarked.
+        let mark = self.shared.children.as_ref().map(|c| c.mark());
         let cwd = match &request.cwd {
             Some(cwd) => cwd.clone(),
             None => std::env::current_dir()
@@ -450,6 +452,9 @@ impl ProcessManager {
             for (key, value) in &request.env {
                 cmd.env(key, value);
             }
+            if let Some((key, value)) = mark {
+                cmd.env(key, value);
+            }
             if !request.env.contains_key("TERM") {
                 cmd.env("TERM", "xterm-256color");
             }
@@ -477,6 +482,7 @@ impl ProcessManager {
             cmd.args(&request.args)
                 .current_dir(&cwd)
                 .envs(&request.env)
+                .envs(mark)
                 .stdin(if request.stdin { Stdio::piped() } else { Stdio::null() })
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
@@ -541,9 +547,7 @@ impl ProcessManager {
         }
         // The waiter thread owns the child now: it reaps it whatever happens next.
         guard.disarm();
-        if let Some(children) = &self.shared.children {
-            children.record(pid, process.is_pty());
-        }
+
         tracing::info!(process = %id, pid, command = %process.command, pty = process.is_pty(), "process started");
         Ok(process)
     }
@@ -559,9 +563,6 @@ impl ProcessManager {
             .stack_size(IO_THREAD_STACK)
             .spawn(move || {
                 let (code, signal) = wait_for_exit(process.pid);
-                if let Some(children) = &manager.shared.children {
-                    children.forget(process.pid);
-                }
                 let deadline = std::time::Instant::now() + EXIT_DRAIN;
                 for done in readers {
                     let left = deadline.saturating_duration_since(std::time::Instant::now());

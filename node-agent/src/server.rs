@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use crate::api::{AppState, router};
 use crate::auth::Auth;
 use crate::error::{Error, Result};
-use crate::leftovers::ChildRegistry;
+use crate::leftovers::{ChildRegistry, RegistryError};
 use crate::process::{Limits, ProcessManager};
 use crate::sessions::{SessionManager, SessionOptions};
 
@@ -64,13 +64,12 @@ impl Server {
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
             .map_err(|e| Error::io(format!("listening on {}", config.listen), e))?;
-        let children = ChildRegistry::open(config.data_dir.join("children"))
-            .map_err(|e| Error::io("creating the children directory", e))?;
+        let children = ChildRegistry::open(&config.data_dir).map_err(|e| match e {
+            RegistryError::InUse(dir) => Error::InvalidRequest(format!("another node agent uses the data directory {dir}")),
+            RegistryError::Io(context, source) => Error::io(context, source),
+        })?;
         let reaper = children.clone();
-        let killed = tokio::task::spawn_blocking(move || reaper.kill_leftovers()).await.unwrap_or(0);
-        if killed > 0 {
-            tracing::warn!(killed, "killed processes left running by a node agent that did not stop cleanly");
-        }
+        tokio::task::spawn_blocking(move || reaper.kill_leftovers()).await.unwrap_or(0);
         if sessions.events_in_memory == 0 || sessions.max_queued_messages == 0 {
             return Err(Error::InvalidRequest("session event memory and message queue must be positive".into()));
         }

@@ -259,3 +259,18 @@ async fn the_openapi_document_describes_every_route() {
     assert_eq!(documented, 25, "operations documented: every method of every route in `api::router`");
     assert_eq!(doc["components"]["securitySchemes"]["bearer"]["scheme"], "bearer");
 }
+
+#[tokio::test]
+async fn a_data_directory_serves_one_node_agent_at_a_time() {
+    let server = TestServer::start().await;
+    let config = agentplane_node_agent::Config {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        token: Some(TOKEN.into()),
+        data_dir: server.data_dir(),
+        cors_origins: vec![],
+        limits: Limits::default(),
+    };
+    let second = agentplane_node_agent::Server::bind(config, tokio_util::sync::CancellationToken::new()).await;
+    let error = second.err().expect("a second node agent on the same data directory is refused").to_string();
+    assert!(error.contains("another node agent uses the data directory"), "{error}");
+}

@@ -39,6 +39,11 @@ use crate::{Result, annotations};
 /// felt. Never longer than `SETTLE_MAX`.
 const SETTLE: Duration = Duration::from_millis(5);
 const SETTLE_MAX: Duration = Duration::from_millis(100);
+/// How long a resource must stay undeclared before it is cleaned up. A file rewritten
+/// by replacing it (`git checkout`, many editors) or saved in place (truncated, then
+/// written) is briefly absent or empty; a rescan that lands in between must not stop
+/// what it declares. Updates and new resources are taken at once.
+const DELETE_GRACE: Duration = Duration::from_secs(1);
 /// How soon a failed cleanup is tried again.
 const CLEANUP_RETRY: Duration = Duration::from_secs(5);
 /// Deeper than any sensible repository; stops a symlink loop.
@@ -106,6 +111,8 @@ struct Entry {
     object: Object,
     /// Why the latest declaration was not taken, if it was not.
     problem: Option<String>,
+    /// Since when no file declares it (see `DELETE_GRACE`).
+    missing_since: Option<std::time::Instant>,
 }
 
 impl Entry {
@@ -158,7 +165,7 @@ impl DirStore {
         for record in state.load_all() {
             match record {
                 Ok(object) => {
-                    index.resources.insert(object.key(), Entry { object, problem: None });
+                    index.resources.insert(object.key(), Entry { object, problem: None, missing_since: None });
                 }
                 Err(e) => warn!(error = %e, "a state record could not be read; it is ignored"),
             }
@@ -192,9 +199,16 @@ impl DirStore {
     pub async fn run(&self, shutdown: CancellationToken) -> Result<()> {
         let inner = &self.inner;
         let mut wake_rx = inner.wake_rx.lock().unwrap_or_else(|e| e.into_inner()).take().expect("run is called once");
-        let _watcher = super::watch::watch(&inner.dir, inner.state.root().to_path_buf(), inner.wake.clone())?;
+        let mut watcher = super::watch::DirWatcher::new(inner.wake.clone())?;
+        watcher.sync(BTreeSet::from([inner.dir.clone()]))?;
+        // Walk until every directory found is watched.
+        loop {
+            let (_, dirs) = inner.clone().scan().await;
+            if !watcher.sync(dirs)? {
+                break;
+            }
+        }
         // Everything is looked at once after a start: the node agent may have lost what it ran.
-        inner.clone().scan().await;
         inner.enqueue_all();
         let mut workers = tokio::task::JoinSet::new();
         for _ in 0..inner.config.workers.max(1) {
@@ -212,19 +226,30 @@ impl DirStore {
         let mut resync = tokio::time::interval(inner.config.resync);
         resync.reset();
         loop {
-            tokio::select! {
+            let all = tokio::select! {
                 _ = shutdown.cancelled() => break,
                 Some(()) = wake_rx.recv() => {
                     settle(&mut wake_rx).await;
-                    let changed = inner.clone().scan().await;
-                    for key in changed {
-                        inner.queue.add(key);
+                    false
+                }
+                _ = resync.tick() => true,
+            };
+            loop {
+                let (changed, dirs) = inner.clone().scan().await;
+                for key in changed {
+                    inner.queue.add(key);
+                }
+                match watcher.sync(dirs) {
+                    Ok(true) => continue,
+                    Ok(false) => break,
+                    Err(e) => {
+                        warn!(error = %e, "a directory is not watched; the periodic rescan still covers it");
+                        break;
                     }
                 }
-                _ = resync.tick() => {
-                    inner.clone().scan().await;
-                    inner.enqueue_all();
-                }
+            }
+            if all {
+                inner.enqueue_all();
             }
         }
         inner.queue.close();
@@ -259,6 +284,9 @@ async fn follow_node_agent(inner: Arc<Inner>, client: Client, shutdown: Cancella
         match stream {
             Ok(mut events) => {
                 delay = Duration::from_millis(100);
+                // What happened before this stream began (an exit between the store's
+                // start and now, or during an outage) is looked at now.
+                inner.enqueue_all();
                 while let Some(message) = tokio::select! { _ = shutdown.cancelled() => return, m = events.next() => m } {
                     let Ok(message) = message else { break };
                     if let Some(id) = message.id.as_deref().and_then(|id| id.parse().ok()) {
@@ -279,8 +307,6 @@ async fn follow_node_agent(inner: Arc<Inner>, client: Client, shutdown: Cancella
             }
             Err(e) => debug!(error = %e, "node agent events unavailable"),
         }
-        // Whatever happened while we were away is looked at again.
-        inner.enqueue_all();
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = tokio::time::sleep(delay) => {}
@@ -336,17 +362,20 @@ fn parse_resource(value: &str) -> Option<Key> {
 /// The files the store reads under `dir` (see `walk`), by path relative to `dir`: what
 /// a tool editing the directory must look at to see what the store will see.
 pub fn yaml_files(dir: &Path, skip: &Path) -> BTreeMap<String, PathBuf> {
-    walk(dir, skip).into_iter().map(|(relative, (path, _))| (relative, path)).collect()
+    walk(dir, skip).0.into_iter().map(|(relative, (path, _))| (relative, path)).collect()
 }
 
 /// The `*.yaml` and `*.yml` files under `dir`, by path relative to it. Hidden entries
 /// (the state directory, `.git`, editors' swap files, the `..data` directories of a
-/// Kubernetes volume) are skipped; symlinks are followed.
-fn walk(dir: &Path, skip: &Path) -> BTreeMap<String, (PathBuf, Stamp)> {
+/// Kubernetes volume) are skipped; symlinks are followed. Also the directories walked.
+#[allow(clippy::type_complexity)]
+fn walk(dir: &Path, skip: &Path) -> (BTreeMap<String, (PathBuf, Stamp)>, BTreeSet<PathBuf>) {
     let mut found = BTreeMap::new();
+    let mut dirs = BTreeSet::new();
     let mut stack = vec![(dir.to_path_buf(), 0usize)];
     while let Some((current, depth)) = stack.pop() {
         let Ok(entries) = fs::read_dir(&current) else { continue };
+        dirs.insert(current.clone());
         for entry in entries.flatten() {
             let name = entry.file_name();
             let name = name.to_string_lossy();
@@ -368,7 +397,7 @@ fn walk(dir: &Path, skip: &Path) -> BTreeMap<String, (PathBuf, Stamp)> {
             }
         }
     }
-    found
+    (found, dirs)
 }
 
 impl Inner {
@@ -383,13 +412,22 @@ impl Inner {
         }
     }
 
-    /// Rescans the directory off the async runtime; returns what changed.
-    async fn scan(self: Arc<Self>) -> Vec<Key> {
+    /// Rescans the directory off the async runtime; returns what changed, and the
+    /// directories to watch.
+    async fn scan(self: Arc<Self>) -> (Vec<Key>, BTreeSet<PathBuf>) {
         tokio::task::spawn_blocking(move || self.scan_now()).await.unwrap_or_default()
     }
 
-    fn scan_now(&self) -> Vec<Key> {
-        let found = walk(&self.dir, self.state.root());
+    fn scan_now(&self) -> (Vec<Key>, BTreeSet<PathBuf>) {
+        let started = std::time::Instant::now();
+        let (found, dirs) = walk(&self.dir, self.state.root());
+        let changed = self.take(found);
+        debug!(changed = changed.len(), elapsed_ms = started.elapsed().as_secs_f64() * 1000.0, "scanned");
+        (changed, dirs)
+    }
+
+    /// Takes the directory's files as they are now; returns the resources that changed.
+    fn take(&self, found: BTreeMap<String, (PathBuf, Stamp)>) -> Vec<Key> {
         let mut index = self.lock();
         let index = &mut *index;
         index.files.retain(|path, _| found.contains_key(path));
@@ -448,6 +486,7 @@ impl Inner {
                 // once the cleanup is done.
                 Some(entry) if entry.object.meta().deletion_timestamp.is_some() => {}
                 Some(entry) => {
+                    entry.missing_since = None;
                     let mut dirty = false;
                     if !entry.object.same_spec(&declared.object) {
                         entry.object.take_spec(&declared.object);
@@ -486,7 +525,7 @@ impl Inner {
                         warn!(resource = %key, error = %e, "cannot record the resource");
                         continue;
                     }
-                    index.resources.insert(key.clone(), Entry { object, problem: None });
+                    index.resources.insert(key.clone(), Entry { object, problem: None, missing_since: None });
                     changed.push(key.clone());
                 }
             }
@@ -494,6 +533,7 @@ impl Inner {
 
         // What is no longer declared: held at its last good spec when its file is broken
         // or its name is claimed twice, cleaned up otherwise.
+        let mut recheck = None;
         let held_files: BTreeSet<&str> = index.files.iter().filter(|(_, f)| f.parsed.is_err()).map(|(p, _)| p.as_str()).collect();
         for (key, entry) in index.resources.iter_mut() {
             if taken.contains_key(key) {
@@ -511,6 +551,12 @@ impl Inner {
                 continue;
             }
             if entry.object.meta().deletion_timestamp.is_none() {
+                let since = *entry.missing_since.get_or_insert_with(std::time::Instant::now);
+                let left = DELETE_GRACE.saturating_sub(since.elapsed());
+                if !left.is_zero() {
+                    recheck = Some(recheck.map_or(left, |r: Duration| r.min(left)));
+                    continue;
+                }
                 entry.object.meta_mut().deletion_timestamp = Some(now.clone());
                 if let Err(e) = self.state.write(&entry.object) {
                     warn!(resource = %key, error = %e, "cannot record the deletion");
@@ -527,6 +573,16 @@ impl Inner {
                 warn!(error = %e, "cannot record the file errors");
             }
             index.errors = errors;
+        }
+        if let Some(after) = recheck
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            // Look again once the grace of what went missing is over.
+            let wake = self.wake.clone();
+            runtime.spawn(async move {
+                tokio::time::sleep(after).await;
+                let _ = wake.try_send(());
+            });
         }
         changed
     }

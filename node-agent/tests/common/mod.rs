@@ -47,6 +47,8 @@ impl TestServer {
             tokio::time::timeout(PATIENCE, task).await.expect("the server stops").unwrap().unwrap();
         }
         let data = std::mem::replace(&mut self.data, tempfile::tempdir().unwrap());
+        // The old node agent's hold on the data directory goes with it, as with a process exiting.
+        drop(self);
         Self::start_in(data, Limits::default(), SessionOptions::default()).await
     }
 
