@@ -505,3 +505,62 @@ fn a_mock_session_gets_each_message_once_across_restarts_of_up_and_takes_replies
     let ended = block_on(up.client().get_session(&format!("sess-{uid}"))).unwrap();
     assert_eq!(ended.state, agentplane_node_agent::model::SessionState::Ended);
 }
+
+fn record_of(up: &Up, plural: &str, namespace: &str, name: &str) -> Option<Value> {
+    let path = up.dir.join(".agentplane/resources").join(plural).join(namespace).join(format!("{name}.json"));
+    fs::read(path).ok().and_then(|b| serde_json::from_slice(&b).ok())
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    fs::create_dir_all(to).unwrap();
+    for entry in fs::read_dir(from).unwrap().flatten() {
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else {
+            fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+#[test]
+fn the_examples_converge_as_the_readme_says() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("examples");
+    copy_tree(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples"), &dir);
+    let up = Up::start(&dir);
+    let expect = [
+        ("processes", "default", "shell", "Running"),
+        ("processes", "default", "heartbeat", "Running"),
+        ("processes", "default", "wait-for-ready", "BackOff"),
+        ("processes", "team-a", "ticker", "Running"),
+        ("processes", "team-a", "console", "Stopped"),
+        ("sessions", "default", "demo", "Idle"),
+        ("sessions", "team-b", "review", "Idle"),
+        ("sessions", "default", "claude", "Pending"),
+    ];
+    for (plural, namespace, name, want) in expect {
+        up.wait(&format!("{plural}/{namespace}/{name} {want}"), || {
+            let record = record_of(&up, plural, namespace, name)?;
+            (record["status"]["observedGeneration"] == 1 && phase(&record) == want).then_some(())
+        });
+    }
+    assert!(up.state().read_errors().is_empty(), "every example file parses");
+    let demo = record_of(&up, "sessions", "default", "demo").unwrap();
+    assert_eq!(demo["status"]["deliveredMessages"], 2);
+    let claude = record_of(&up, "sessions", "default", "claude").unwrap();
+    assert_eq!(condition(&claude, "Ready")["reason"], "EnvNotResolved", "it waits for claude.env, and says so");
+
+    // The session's events, as `agentplane logs` prints them.
+    let out = Command::new(BIN).args(["logs", "session/demo", "--dir"]).arg(&dir).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("message user: Hello! What can you do?"), "{text}");
+    assert!(text.contains("reasoning completed:"), "{text}");
+    assert!(text.contains("message assistant: mock reply #2 to: Please think it over with some reasoning first."), "{text}");
+    let json = Command::new(BIN).args(["logs", "session/demo", "-o", "json", "--dir"]).arg(&dir).output().unwrap();
+    let events: Vec<Value> = String::from_utf8_lossy(&json.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(events.first().unwrap()["type"], "session.started");
+    assert!(events.windows(2).all(|w| w[1]["sequence"].as_u64() == w[0]["sequence"].as_u64().map(|s| s + 1)), "every event, in order");
+    assert!(events.iter().any(|e| e["type"] == "item.delta"), "deltas are in the JSON stream");
+}
