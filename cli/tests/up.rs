@@ -564,3 +564,50 @@ fn the_examples_converge_as_the_readme_says() {
     assert!(events.windows(2).all(|w| w[1]["sequence"].as_u64() == w[0]["sequence"].as_u64().map(|s| s + 1)), "every event, in order");
     assert!(events.iter().any(|e| e["type"] == "item.delta"), "deltas are in the JSON stream");
 }
+
+#[test]
+fn a_file_removed_while_up_was_down_is_cleaned_up_when_it_starts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("d");
+    let file = dir.join("chat.yaml");
+    let up = Up::start(&dir);
+    save(&file, &session_yaml(&["hello"], ""));
+    let idle = wait_session(&up, "chat", "idle", |r| phase(r) == "Idle");
+    let id = format!("sess-{}", idle["metadata"]["uid"].as_str().unwrap());
+    drop(up);
+    fs::remove_file(&file).unwrap();
+    // The node agent kept the session (sessions resume across restarts); the state
+    // directory remembers the resource, so the new `up` ends it before forgetting it.
+    let up = Up::start(&dir);
+    up.wait("the record to go", || session_record(&up, "chat").is_none().then_some(()));
+    let session = block_on(up.client().get_session(&id)).unwrap();
+    assert_eq!(session.state, agentplane_node_agent::model::SessionState::Ended);
+}
+
+#[test]
+fn a_kubernetes_style_atomic_update_through_a_data_symlink_is_taken() {
+    // How a ConfigMap volume (and kubectl-style tools) replace files: the content lives
+    // in a timestamped hidden directory, `..data` points at it, and each visible file
+    // is a symlink through `..data`; an update swaps `..data` with one rename.
+    use std::os::unix::fs::symlink;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("d");
+    fs::create_dir_all(dir.join("..2026_01")).unwrap();
+    fs::write(dir.join("..2026_01/web.yaml"), process_yaml("web", "  command: sleep\n  args: ['1000']\n")).unwrap();
+    symlink("..2026_01", dir.join("..data")).unwrap();
+    symlink("..data/web.yaml", dir.join("web.yaml")).unwrap();
+    let up = Up::start(&dir);
+    let first = up.wait_status("web", "running", |r| phase(r) == "Running");
+    assert_eq!(first["metadata"]["annotations"]["agentplane.dev/source"], "web.yaml#1", "seen once, through the visible link");
+
+    fs::create_dir_all(dir.join("..2026_02")).unwrap();
+    fs::write(dir.join("..2026_02/web.yaml"), process_yaml("web", "  command: sleep\n  args: ['2000']\n")).unwrap();
+    symlink("..2026_02", dir.join("..data_tmp")).unwrap();
+    fs::rename(dir.join("..data_tmp"), dir.join("..data")).unwrap();
+    fs::remove_dir_all(dir.join("..2026_01")).unwrap();
+    let second = up.wait_status("web", "the new content running", |r| r["metadata"]["generation"] == 2 && phase(r) == "Running");
+    assert_ne!(second["status"]["pid"], first["status"]["pid"]);
+    let running: Vec<_> = up.processes().into_iter().filter(|p| p.status == ProcessStatus::Running).collect();
+    assert_eq!(running.len(), 1);
+    assert_eq!(running[0].args, ["2000"]);
+}

@@ -73,6 +73,22 @@ pub fn set(
     }
 }
 
+/// `Valid`: whether the latest declared spec was taken; when it was not, the store
+/// keeps the last good one in force, and the message says so.
+pub fn set_valid(conditions: &mut Vec<Condition>, problem: Option<&str>, generation: Option<i64>) {
+    match problem {
+        None => set(conditions, VALID, true, "Valid", "", generation),
+        Some(problem) => set(
+            conditions,
+            VALID,
+            false,
+            "InvalidSpec",
+            format!("{problem} (the last valid spec stays in force)"),
+            generation,
+        ),
+    }
+}
+
 pub fn get<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
     conditions.iter().find(|c| c.type_ == type_)
 }

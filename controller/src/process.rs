@@ -21,7 +21,7 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 use time::OffsetDateTime;
 
-use crate::conditions::{self, READY, Status, VALID};
+use crate::conditions::{self, READY, Status};
 use crate::sandboxes::Sandboxes;
 use crate::{Error, Reconciled, Result, annotations};
 
@@ -199,17 +199,7 @@ impl ProcessReconciler {
         let prev = process.status.clone().unwrap_or_default();
         let mut step = Step { process, status: prev.clone(), generation };
         step.status.observed_generation = generation;
-        match &input.spec_problem {
-            None => conditions::set(&mut step.status.conditions, VALID, true, "Valid", "", generation),
-            Some(problem) => conditions::set(
-                &mut step.status.conditions,
-                VALID,
-                false,
-                "InvalidSpec",
-                format!("{problem} (the last valid spec stays in force)"),
-                generation,
-            ),
-        }
+        conditions::set_valid(&mut step.status.conditions, input.spec_problem.as_deref(), generation);
         let Some(uid) = process.metadata.uid.as_deref() else {
             step.status.phase.get_or_insert(ProcessPhase::Pending);
             step.ready(false, "NoUid", "the store gave this resource no uid");

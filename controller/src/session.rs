@@ -19,7 +19,7 @@ use agentplane_node_agent::client::{Client, ClientError};
 use agentplane_node_agent::model::{CreateSessionRequest, PermissionMode as NodePermissionMode, SessionInfo, SessionState};
 use agentplane_node_agent::universal::PermissionReply;
 
-use crate::conditions::{self, READY, Status, VALID};
+use crate::conditions::{self, READY, Status};
 use crate::sandboxes::Sandboxes;
 use crate::{Error, Reconciled, Result};
 
@@ -191,17 +191,7 @@ impl SessionReconciler {
         let generation = session.metadata.generation;
         let mut step = Step { session, status: session.status.clone().unwrap_or_default(), generation };
         step.status.observed_generation = generation;
-        match &input.spec_problem {
-            None => conditions::set(&mut step.status.conditions, VALID, true, "Valid", "", generation),
-            Some(problem) => conditions::set(
-                &mut step.status.conditions,
-                VALID,
-                false,
-                "InvalidSpec",
-                format!("{problem} (the last valid spec stays in force)"),
-                generation,
-            ),
-        }
+        conditions::set_valid(&mut step.status.conditions, input.spec_problem.as_deref(), generation);
         let Some(uid) = session.metadata.uid.as_deref() else {
             step.status.phase.get_or_insert(SessionPhase::Pending);
             step.ready(false, "NoUid", "the store gave this resource no uid");

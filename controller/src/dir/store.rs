@@ -752,11 +752,7 @@ impl Inner {
         let generation = sandbox.metadata.generation;
         status.observed_generation = generation;
         let name = sandbox.metadata.name.as_deref().unwrap_or_default();
-        if let Some(problem) = problem {
-            conditions::set(&mut status.conditions, conditions::VALID, false, "InvalidSpec", problem, generation);
-        } else {
-            conditions::set(&mut status.conditions, conditions::VALID, true, "Valid", "", generation);
-        }
+        conditions::set_valid(&mut status.conditions, problem.as_deref(), generation);
         if name == agentplane_crds::LOCAL_SANDBOX {
             conditions::set(&mut status.conditions, READY, false, "Reserved", "`local` is the embedded node agent; give this sandbox another name", generation);
             return status;
