@@ -488,6 +488,28 @@ mod tests {
     }
 
     #[test]
+    fn no_input_makes_it_panic() {
+        let deep = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000));
+        let laughs = "a: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\nc: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c]\ne: [*d, *d, *d, *d, *d, *d, *d, *d, *d]\n";
+        let inputs = [
+            "", "---", "---\n---\n", "...", "- a\n- b", ":", "[", "{a: *x}", "\u{0}\u{1}\u{2}", "apiVersion: 7", "kind: [Process]",
+            "apiVersion: agentplane.dev/v1alpha1\nkind: Process\nmetadata: []\nspec: {}",
+            "apiVersion: agentplane.dev/v1alpha1\nkind: Process\nmetadata: {name: a}\nspec: {command: x, tty: {rows: -1}}",
+            "apiVersion: agentplane.dev/v1alpha1\nkind: Process\nmetadata: {name: a}\nspec: {command: x, env: [{name: ''}]}",
+            "apiVersion: agentplane.dev/v1alpha1\nkind: Session\nmetadata: {name: a}\nspec: {agent: nobody}",
+            "apiVersion: agentplane.dev/v1alpha1\nkind: Process\nmetadata: {name: a}\nspec: {command: x, stopTimeoutSeconds: 99999999999999999999}",
+            "apiVersion: agentplane.dev/v1alpha1\nkind: Process\nmetadata: {name: a}\nspec: {command: x, args: [1, 2.5, true, null]}",
+            deep.as_str(),
+            laughs,
+        ];
+        for input in inputs {
+            if let Ok(declared) = parse_file("f.yaml", input) {
+                assert!(declared.is_empty(), "{input:?} declared something");
+            }
+        }
+    }
+
+    #[test]
     fn server_filled_metadata_and_status_are_ignored() {
         let text = "apiVersion: agentplane.dev/v1alpha1\nkind: Process\nmetadata:\n  name: a\n  uid: 123\n  resourceVersion: \"9\"\n  generation: 3\nspec: {command: x, cwd: null}\nstatus: {phase: Running}\n";
         let declared = parse_file("f.yaml", text).unwrap();

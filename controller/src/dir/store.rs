@@ -46,6 +46,9 @@ const SETTLE_MAX: Duration = Duration::from_millis(100);
 const DELETE_GRACE: Duration = Duration::from_secs(1);
 /// How soon a failed cleanup is tried again.
 const CLEANUP_RETRY: Duration = Duration::from_secs(5);
+/// Larger than any sensible file of resources: a log or a dump saved as `.yaml` by
+/// mistake is reported, not read into memory.
+const MAX_FILE_BYTES: u64 = 4 * 1024 * 1024;
 /// Deeper than any sensible repository; stops a symlink loop.
 const MAX_DEPTH: usize = 32;
 
@@ -435,9 +438,18 @@ impl Inner {
             if index.files.get(relative).is_some_and(|f| f.stamp == *stamp) {
                 continue;
             }
-            let parsed = match fs::read_to_string(path) {
+            let parsed = if stamp.len > MAX_FILE_BYTES {
+                Err(FileError {
+                    file: relative.clone(),
+                    line: None,
+                    column: None,
+                    message: format!("{} bytes is more than a resource file may hold ({MAX_FILE_BYTES})", stamp.len),
+                })
+            } else {
+                match fs::read_to_string(path) {
                 Ok(text) => parse_file(relative, &text),
-                Err(e) => Err(FileError { file: relative.clone(), line: None, column: None, message: format!("cannot read it: {e}") }),
+                    Err(e) => Err(FileError { file: relative.clone(), line: None, column: None, message: format!("cannot read it: {e}") }),
+                }
             };
             index.files.insert(relative.clone(), FileEntry { stamp: *stamp, parsed });
         }
