@@ -607,14 +607,8 @@ impl Inner {
         match object {
             Object::Process(process) => {
                 if process.metadata.deletion_timestamp.is_some() {
-                    match self.processes.cleanup(&process).await {
-                        Ok(()) => self.forget(key, process.metadata.uid.clone()).await,
-                        Err(e) => {
-                            warn!(resource = %key, error = %e, "cleanup failed; trying again");
-                            self.queue.add_after(key.clone(), CLEANUP_RETRY);
-                        }
-                    }
-                    return;
+                    let cleaned = self.processes.cleanup(&process).await;
+                    return self.forget_once_clean(key, process.metadata.uid.clone(), cleaned).await;
                 }
                 let reconciled = self.processes.reconcile(ProcessInput { process: &process, env, spec_problem: problem }).await;
                 let status = reconciled.status;
@@ -650,14 +644,8 @@ impl Inner {
             Object::Session(session) => {
                 if session.metadata.deletion_timestamp.is_some() {
                     self.stop_following(key);
-                    match self.sessions.cleanup(&session).await {
-                        Ok(()) => self.forget(key, session.metadata.uid.clone()).await,
-                        Err(e) => {
-                            warn!(resource = %key, error = %e, "cleanup failed; trying again");
-                            self.queue.add_after(key.clone(), CLEANUP_RETRY);
-                        }
-                    }
-                    return;
+                    let cleaned = self.sessions.cleanup(&session).await;
+                    return self.forget_once_clean(key, session.metadata.uid.clone(), cleaned).await;
                 }
                 let reconciled = self.sessions.reconcile(SessionInput { session: &session, env, spec_problem: problem }).await;
                 let live = !matches!(reconciled.status.phase, Some(SessionPhase::Ended | SessionPhase::Failed | SessionPhase::Pending) | None);
@@ -739,6 +727,17 @@ impl Inner {
             }
         })
         .await;
+    }
+
+    /// Forgets a resource whose cleanup succeeded; tries the cleanup again later otherwise.
+    async fn forget_once_clean(self: &Arc<Self>, key: &Key, uid: Option<String>, cleaned: Result<()>) {
+        match cleaned {
+            Ok(()) => self.forget(key, uid).await,
+            Err(e) => {
+                warn!(resource = %key, error = %e, "cleanup failed; trying again");
+                self.queue.add_after(key.clone(), CLEANUP_RETRY);
+            }
+        }
     }
 
     /// Forgets a cleaned-up resource; a file that declares it again brings it back new.
