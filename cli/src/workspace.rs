@@ -117,7 +117,11 @@ impl Workspace {
 
     /// A stored resource; an unreadable record is an error.
     pub fn record(&self, key: &Key) -> anyhow::Result<Option<Object>> {
-        self.state.read(key).transpose().map_err(|e| anyhow::anyhow!("a state record cannot be read: {e}"))
+        let record = self.state.read(key).transpose().map_err(|e| anyhow::anyhow!("a state record cannot be read: {e}"))?;
+        if record.is_none() && key.kind == Kind::Sandbox && key.name == agentplane_crds::LOCAL_SANDBOX {
+            return Ok(self.local_sandbox(&key.namespace));
+        }
+        Ok(record)
     }
 
     pub fn require(&self, key: &Key) -> anyhow::Result<Object> {
@@ -134,8 +138,36 @@ impl Workspace {
             .filter_map(|record| record.map_err(|e| eprintln!("warning: a state record cannot be read: {e}")).ok())
             .filter(|o| o.kind() == kind && namespace.is_none_or(|n| o.key().namespace == n))
             .collect();
+        if kind == Kind::Sandbox
+            && let Some(local) = self.local_sandbox(namespace.unwrap_or("default"))
+        {
+            out.push(local);
+        }
         out.sort_by_key(|o| o.key());
         out
+    }
+
+    /// The implicit sandbox `local`, the node agent a running `up` embeds: no file
+    /// declares it and the store keeps no record of it, so it is shown from `up.json`.
+    fn local_sandbox(&self, namespace: &str) -> Option<Object> {
+        let info = self.up()?;
+        let mut sandbox = agentplane_crds::Sandbox::new(
+            agentplane_crds::LOCAL_SANDBOX,
+            agentplane_crds::SandboxSpec { endpoint: info.url.clone(), token_secret_ref: None, agents: Vec::new() },
+        );
+        sandbox.metadata.namespace = Some(namespace.to_string());
+        sandbox.metadata.creation_timestamp = fs::metadata(self.state.up_path())
+            .and_then(|m| m.modified())
+            .ok()
+            .map(|t| k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::try_from(t).unwrap_or_default()));
+        let mut status = agentplane_crds::SandboxStatus {
+            node_agent_version: Some(env!("CARGO_PKG_VERSION").to_string()),
+            ..Default::default()
+        };
+        let message = format!("embedded in `agentplane up` (pid {}) on {}", info.pid, info.dir.display());
+        agentplane_controller::conditions::set(&mut status.conditions, "Ready", true, "Embedded", message, None);
+        sandbox.status = Some(status);
+        Some(Object::Sandbox(sandbox))
     }
 
     /// The running `agentplane up` on this directory, if there is one.

@@ -551,6 +551,12 @@ fn the_examples_converge_as_the_readme_says() {
     let claude = record_of(&up, "sessions", "default", "claude").unwrap();
     assert_eq!(condition(&claude, "Ready")["reason"], "EnvNotResolved", "it waits for claude.env, and says so");
 
+    // The embedded node agent is the implicit sandbox `local`.
+    let sandboxes = Command::new(BIN).args(["get", "sandboxes", "--dir"]).arg(&dir).output().unwrap();
+    let table = String::from_utf8_lossy(&sandboxes.stdout);
+    let row = table.lines().find(|l| l.starts_with("local ")).unwrap_or_else(|| panic!("{table}"));
+    assert!(row.contains("True") && row.contains(&up.info().url), "{row}");
+
     // The session's events, as `agentplane logs` prints them.
     let out = Command::new(BIN).args(["logs", "session/demo", "--dir"]).arg(&dir).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
