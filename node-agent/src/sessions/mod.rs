@@ -227,6 +227,15 @@ impl Session {
         self.changes.send_modify(|v| *v = v.wrapping_add(1));
     }
 
+    /// After a change made under the log's lock (if there was one): wakes the runner and
+    /// saves the record.
+    async fn settled(&self, changed: bool) {
+        if changed {
+            self.notify();
+            self.persist().await;
+        }
+    }
+
     /// Writes the record (atomically: a temporary file renamed over it). A save that
     /// lost the race to a newer one is skipped. Not fsynced: this survives the node
     /// agent crashing, as the event log does, not the machine losing power.
@@ -302,10 +311,7 @@ impl Session {
                 Ok(true)
             })
             .await?;
-        if changed {
-            self.notify();
-            self.persist().await;
-        }
+        self.settled(changed).await;
         Ok(self.info())
     }
 
@@ -347,10 +353,7 @@ impl Session {
                 Ok(true)
             })
             .await?;
-        if changed {
-            self.notify();
-            self.persist().await;
-        }
+        self.settled(changed).await;
         Ok(self.info())
     }
 
@@ -387,10 +390,7 @@ impl Session {
                 true
             })
             .await;
-        if changed {
-            self.notify();
-            self.persist().await;
-        }
+        self.settled(changed).await;
         self.info()
     }
 
@@ -413,10 +413,7 @@ impl Session {
                 true
             })
             .await;
-        if changed {
-            self.notify();
-            self.persist().await;
-        }
+        self.settled(changed).await;
     }
 
     /// The driver is up; false when the session ended meanwhile.
@@ -549,6 +546,13 @@ impl TurnContext {
 
     /// Announces a permission request; the session awaits input until it is answered.
     pub async fn request_permission(&self, request: PermissionRequest) -> Result<(), Interrupted> {
+        let pending = request.clone();
+        self.open_request(move |rec| rec.pending_permissions.push(pending), EventData::PermissionRequested(request)).await
+    }
+
+    /// Records a pending request and announces it as one step, then saves the session
+    /// so a restart re-offers it; nothing is opened on an ended session.
+    async fn open_request(&self, add: impl FnOnce(&mut SessionRecord), event: EventData) -> Result<(), Interrupted> {
         let opened = self
             .session
             .log
@@ -557,9 +561,9 @@ impl TurnContext {
                 if rec.state.is_final() {
                     return false;
                 }
-                rec.pending_permissions.push(request.clone());
+                add(&mut rec);
                 rec.settle();
-                batch.push(rec.draft(EventSource::Agent, EventData::PermissionRequested(request)));
+                batch.push(rec.draft(EventSource::Agent, event));
                 true
             })
             .await;
@@ -578,22 +582,8 @@ impl TurnContext {
     }
 
     pub async fn ask_question(&self, request: QuestionRequest) -> Result<(), Interrupted> {
-        let opened = self
-            .session
-            .log
-            .append_with(|batch| {
-                let mut rec = self.session.record();
-                if rec.state.is_final() {
-                    return false;
-                }
-                rec.pending_questions.push(request.clone());
-                rec.settle();
-                batch.push(rec.draft(EventSource::Agent, EventData::QuestionRequested(request)));
-                true
-            })
-            .await;
-        self.session.persist().await;
-        if opened { Ok(()) } else { Err(Interrupted::Ended) }
+        let pending = request.clone();
+        self.open_request(move |rec| rec.pending_questions.push(pending), EventData::QuestionRequested(request)).await
     }
 
     pub async fn wait_question(&self, id: &str) -> Result<QuestionAnswer, Interrupted> {
