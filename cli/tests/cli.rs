@@ -2,6 +2,8 @@
 //! cleanly on SIGTERM, the `proc` verbs, and `proc attach` driven inside tmux with
 //! keystrokes and a screen to read.
 
+mod common;
+
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -77,7 +79,7 @@ impl NodeAgent {
 
     fn terminate(&mut self) -> std::process::ExitStatus {
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
-        wait_until("the node agent to exit", || self.child.try_wait().unwrap().is_some());
+        common::wait_until(PATIENCE, "the node agent to exit", || self.child.try_wait().unwrap().is_some());
         self.child.wait().unwrap()
     }
 }
@@ -94,17 +96,6 @@ impl Drop for NodeAgent {
         }
         let _ = self.child.kill();
         let _ = self.child.wait();
-    }
-}
-
-/// Polls a condition that has no event to wait on (a screen, /proc), failing after PATIENCE.
-fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
-    let deadline = Instant::now() + PATIENCE;
-    let mut delay = Duration::from_millis(2);
-    while !condition() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(delay);
-        delay = (delay * 2).min(Duration::from_millis(50));
     }
 }
 
@@ -126,7 +117,7 @@ fn sigterm_stops_every_process_and_exits_cleanly() {
     let group = agent.json(&["run", "--", "sh", "-c", "sleep 1000 & sleep 1000"]);
     let shell = agent.json(&["run", "--tty", "--", "bash", "--norc"]);
     let (group_pid, shell_pid) = (group["pid"].as_u64().unwrap(), shell["pid"].as_u64().unwrap());
-    wait_until("both sleeps", || live_group_members(group_pid) == 3);
+    common::wait_until(PATIENCE, "both sleeps", || live_group_members(group_pid) == 3);
     assert_eq!(live_group_members(shell_pid), 1);
     let status = agent.terminate();
     assert!(status.success(), "exit status {status:?}");
@@ -167,7 +158,7 @@ fn sighup_stops_a_node_agent_whose_terminal_went_away() {
     let pid = shell["pid"].as_u64().unwrap();
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(agent.child.id() as i32), nix::sys::signal::Signal::SIGHUP).unwrap();
     let mut agent = agent;
-    wait_until("the node agent to exit", || agent.child.try_wait().unwrap().is_some());
+    common::wait_until(PATIENCE, "the node agent to exit", || agent.child.try_wait().unwrap().is_some());
     assert!(agent.child.wait().unwrap().success());
     assert_eq!(live_group_members(pid), 0, "its processes were stopped, not orphaned");
 }
@@ -181,7 +172,7 @@ fn proc_verbs_print_tables_json_and_yaml() {
     // Follows until the end, then returns.
     assert_eq!(agent.ok(&["logs", "-f", "greeter"]), "hello world\n");
     assert_eq!(agent.ok(&["logs", "greeter", "--stream", "stderr"]), "oops\n");
-    wait_until("the exit", || agent.json(&["get", &id])["status"] == "exited");
+    common::wait_until(PATIENCE, "the exit", || agent.json(&["get", &id])["status"] == "exited");
     assert_eq!(agent.json(&["get", "greeter"])["exitCode"], 3);
     let yaml = agent.ok(&["get", &id, "-o", "yaml"]);
     assert!(yaml.contains(&format!("id: {id}")) && yaml.contains("exitCode: 3"), "{yaml}");

@@ -2,6 +2,8 @@
 //! directory, the verbs run as a person runs them, and what they did checked in the
 //! files, the state directory and the node agent.
 
+mod common;
+
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
@@ -44,7 +46,7 @@ impl Dir {
         std::thread::spawn(move || for _ in log.lines() {});
         self.up = Some(child);
         let up_json = self.dir.join(".agentplane/up.json");
-        wait_until("agentplane up to write up.json", || up_json.exists());
+        common::wait_until(PATIENCE, "agentplane up to write up.json", || up_json.exists());
     }
 
     fn stop(&mut self) {
@@ -97,7 +99,7 @@ impl Dir {
     }
 
     fn wait_record(&self, plural: &str, name: &str, what: &str, check: impl Fn(&Value) -> bool) -> Value {
-        wait_until(&format!("{plural}/{name}: {what}"), || self.record(plural, name).is_some_and(|r| check(&r)));
+        common::wait_until(PATIENCE, &format!("{plural}/{name}: {what}"), || self.record(plural, name).is_some_and(|r| check(&r)));
         self.record(plural, name).unwrap()
     }
 
@@ -122,16 +124,6 @@ impl Dir {
 impl Drop for Dir {
     fn drop(&mut self) {
         self.stop();
-    }
-}
-
-fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
-    let deadline = Instant::now() + PATIENCE;
-    let mut delay = Duration::from_millis(2);
-    while !condition() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(delay);
-        delay = (delay * 2).min(Duration::from_millis(50));
     }
 }
 

@@ -2,6 +2,8 @@
 //! swapped by `git checkout` in a watched directory, and the processes they declare
 //! checked on the node agent and on the machine.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -401,13 +403,7 @@ fn kill_9_while_200_files_converge_then_start_again_runs_each_exactly_once() {
     // leftovers were killed: once on the machine too.
     assert_eq!(up.processes().len(), 200);
     // SIGKILLed leftovers vanish from /proc once reaped: looked at until then.
-    let deadline = Instant::now() + PATIENCE;
-    let mut seen = count_on_machine(&marker);
-    while seen != 200 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
-        seen = count_on_machine(&marker);
-    }
-    assert_eq!(seen, 200, "copies running on the machine");
+    common::wait_until(PATIENCE, "200 copies on the machine, the leftovers gone", || count_on_machine(&marker) == 200);
     // The resources recorded before the kill kept their uid: the same resources, not new ones.
     for (name, uid) in &uids_before {
         assert_eq!(&up.record(name).unwrap()["metadata"]["uid"], uid, "{name}");
