@@ -9,6 +9,8 @@
 
 pub mod conditions;
 pub mod dir;
+#[cfg(feature = "envtest")]
+pub mod envtest;
 pub mod error;
 pub mod process;
 pub mod queue;

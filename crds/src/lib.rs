@@ -522,8 +522,35 @@ pub struct SandboxStatus {
 // The CRDs
 
 /// The three CustomResourceDefinitions, generated from the types above.
+///
+/// An optional enum's schema lists `null` among its values; `nullable: true` already
+/// says the same, and API servers before 1.22 or so reject a CRD whose `enum` holds a
+/// `null` (with a misleading "per-version schemas may not all be set to identical
+/// values"), so the `null` is taken out.
 pub fn crds() -> Vec<CustomResourceDefinition> {
-    vec![Session::crd(), Process::crd(), Sandbox::crd()]
+    [Session::crd(), Process::crd(), Sandbox::crd()].into_iter().map(without_null_enum_values).collect()
+}
+
+fn without_null_enum_values(crd: CustomResourceDefinition) -> CustomResourceDefinition {
+    fn walk(value: &mut serde_json::Value) {
+        match value {
+            serde_json::Value::Object(map) => {
+                for (key, child) in map.iter_mut() {
+                    if key == "enum"
+                        && let serde_json::Value::Array(values) = child
+                    {
+                        values.retain(|v| !v.is_null());
+                    }
+                    walk(child);
+                }
+            }
+            serde_json::Value::Array(items) => items.iter_mut().for_each(walk),
+            _ => {}
+        }
+    }
+    let mut value = serde_json::to_value(&crd).expect("a CRD serializes");
+    walk(&mut value);
+    serde_json::from_value(value).expect("a CRD without null enum values still reads")
 }
 
 /// The file name of a CRD in `crds/`: `<plural>.<group>.yaml`.
