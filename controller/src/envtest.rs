@@ -23,9 +23,11 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, Patch, PatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
-/// The namespace `manifests/` installs into, and its two ServiceAccounts.
+/// The namespace `manifests/` installs the controller into, and its ServiceAccount.
 pub const SYSTEM_NAMESPACE: &str = "agentplane-system";
 pub const CONTROLLER_SERVICE_ACCOUNT: &str = "agentplane-controller";
+/// The node agent runs in the namespace of its Sandbox (`default` in `manifests/`).
+pub const NODE_AGENT_NAMESPACE: &str = "default";
 pub const NODE_AGENT_SERVICE_ACCOUNT: &str = "agentplane-node-agent";
 
 /// How long a cold API server may take to answer `/readyz`.
@@ -42,7 +44,7 @@ pub struct ApiServer {
     pub admin_token: String,
     /// The token of `system:serviceaccount:agentplane-system:agentplane-controller`.
     pub controller_token: String,
-    /// The token of `system:serviceaccount:agentplane-system:agentplane-node-agent`.
+    /// The token of `system:serviceaccount:default:agentplane-node-agent`.
     pub node_agent_token: String,
     dir: PathBuf,
     tethers: Vec<Tether>,
@@ -181,11 +183,13 @@ impl ApiServer {
         run(Command::new("openssl").arg("rsa").arg("-in").arg(&sa_key).arg("-pubout").arg("-out").arg(&sa_pub))?;
 
         let (admin_token, controller_token, node_agent_token) = (token(), token(), token());
-        let sa_groups = format!("system:serviceaccounts,system:serviceaccounts:{SYSTEM_NAMESPACE}");
+        let groups = |ns: &str| format!("system:serviceaccounts,system:serviceaccounts:{ns},system:authenticated");
         let tokens = format!(
             "{admin_token},admin,admin,\"system:masters\"\n\
-             {controller_token},system:serviceaccount:{SYSTEM_NAMESPACE}:{CONTROLLER_SERVICE_ACCOUNT},controller,\"{sa_groups}\"\n\
-             {node_agent_token},system:serviceaccount:{SYSTEM_NAMESPACE}:{NODE_AGENT_SERVICE_ACCOUNT},node-agent,\"{sa_groups}\"\n"
+             {controller_token},system:serviceaccount:{SYSTEM_NAMESPACE}:{CONTROLLER_SERVICE_ACCOUNT},controller,\"{}\"\n\
+             {node_agent_token},system:serviceaccount:{NODE_AGENT_NAMESPACE}:{NODE_AGENT_SERVICE_ACCOUNT},node-agent,\"{}\"\n",
+            groups(SYSTEM_NAMESPACE),
+            groups(NODE_AGENT_NAMESPACE),
         );
         std::fs::write(dir.join("tokens.csv"), tokens).map_err(|e| e.to_string())?;
 
