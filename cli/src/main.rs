@@ -2,6 +2,7 @@
 
 mod apply;
 mod attach;
+mod controller;
 mod get;
 mod logs;
 mod node_agent;
@@ -26,6 +27,9 @@ enum Command {
     /// Run the controller and a node agent on a watched directory of YAML resources:
     /// the embedded default, no cluster needed.
     Up(up::UpArgs),
+    /// Run the controller on a Kubernetes cluster: reconciles the Session, Process and
+    /// Sandbox resources of the API server (the cluster store).
+    Controller(controller::ControllerArgs),
     /// Run the node agent: the per-sandbox daemon that runs processes and terminals over HTTP.
     NodeAgent(node_agent::NodeAgentArgs),
     /// Start, list, stop, and attach to processes and terminals on a node agent.
@@ -67,7 +71,7 @@ fn main() {
         // The controller parses, writes status and drives the node agent while the node
         // agent spawns: on several cores these overlap (measured: 1,000 files converge
         // about a third faster on two cores).
-        Command::Up(_) => tokio::runtime::Builder::new_multi_thread().enable_all().build(),
+        Command::Up(_) | Command::Controller(_) => tokio::runtime::Builder::new_multi_thread().enable_all().build(),
         _ => tokio::runtime::Builder::new_current_thread().enable_all().build(),
     }
     .expect("the tokio runtime starts");
@@ -75,6 +79,7 @@ fn main() {
         let result = match cli.command {
             Command::Up(args) => up::run(args).await.map(|()| 0),
             Command::NodeAgent(args) => node_agent::run(args).await.map(|()| 0),
+            Command::Controller(args) => controller::run(args).await.map(|()| 0),
             Command::Proc(args) => proc::run(args).await,
             Command::Get(args) => get::get(args).await,
             Command::Describe(args) => get::describe(args).await,

@@ -77,7 +77,9 @@ pub fn set(
 /// keeps the last good one in force, and the message says so.
 pub fn set_valid(conditions: &mut Vec<Condition>, problem: Option<&str>, generation: Option<i64>) {
     match problem {
-        None => set(conditions, VALID, true, "Valid", "", generation),
+        // Never an empty message: server-side apply on API servers before 1.22 turns
+        // an empty string into null, which the schema then refuses.
+        None => set(conditions, VALID, true, "Valid", "the spec is in force", generation),
         Some(problem) => set(
             conditions,
             VALID,

@@ -12,6 +12,10 @@ pub enum Error {
     },
     #[error("sandbox {0:?} is not known")]
     SandboxNotFound(String),
+    #[error("sandbox {sandbox:?} is not ready: {why}")]
+    SandboxNotReady { sandbox: String, why: String },
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
     #[error("{context}: {source}")]
     Io {
         context: String,
@@ -25,6 +29,17 @@ pub enum Error {
 }
 
 impl Error {
+    /// The `reason` of a `Ready=False` condition caused by this error.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Error::NodeAgent { .. } => "NodeAgentUnreachable",
+            Error::SandboxNotFound(_) => "SandboxNotFound",
+            Error::SandboxNotReady { .. } => "SandboxNotReady",
+            Error::Kube(_) => "KubernetesApiError",
+            Error::Io { .. } | Error::Config(_) | Error::AlreadyRunning(_) => "Error",
+        }
+    }
+
     pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
         Error::Io { context: context.into(), source }
     }

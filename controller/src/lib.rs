@@ -12,6 +12,7 @@ pub mod dir;
 #[cfg(feature = "envtest")]
 pub mod envtest;
 pub mod error;
+pub mod kube;
 pub mod process;
 pub mod queue;
 pub mod sandboxes;

@@ -205,11 +205,11 @@ impl ProcessReconciler {
             step.ready(false, "NoUid", "the store gave this resource no uid");
             return step.done(None);
         };
-        let sandbox = match self.sandboxes.get(&spec.sandbox) {
+        let sandbox = match self.sandboxes.for_resource(&process.metadata, &spec.sandbox) {
             Ok(sandbox) => sandbox,
             Err(e) => {
                 step.status.phase.get_or_insert(ProcessPhase::Pending);
-                step.ready(false, "SandboxNotFound", e.to_string());
+                step.ready(false, e.reason(), e.to_string());
                 return step.done(Some(RETRY_START));
             }
         };
@@ -426,7 +426,7 @@ impl ProcessReconciler {
     /// Stops and forgets the resource's process. Idempotent; nothing to do is success.
     pub async fn cleanup(&self, process: &Process) -> Result<()> {
         let Some(uid) = process.metadata.uid.as_deref() else { return Ok(()) };
-        let sandbox = match self.sandboxes.get(&process.spec.sandbox) {
+        let sandbox = match self.sandboxes.for_resource(&process.metadata, &process.spec.sandbox) {
             Ok(sandbox) => sandbox,
             // Nothing can run on a sandbox we never knew.
             Err(Error::SandboxNotFound(_)) => return Ok(()),

@@ -1,9 +1,14 @@
-//! The node agents the controller can reach, by sandbox name.
+//! The node agents the controller can reach, by sandbox.
+//!
+//! In the directory store a sandbox is known by its name alone (the implicit `local`
+//! serves every namespace); in a cluster a Sandbox is namespaced and serves the
+//! resources of its own namespace.
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
 use agentplane_node_agent::client::Client;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::{Error, Result};
 
@@ -13,31 +18,62 @@ pub struct SandboxHandle {
     pub client: Client,
 }
 
+#[derive(Debug)]
+enum Entry {
+    Ready(Arc<SandboxHandle>),
+    /// Known but not usable now, and why (e.g. its heartbeat is late).
+    NotReady(String),
+}
+
 #[derive(Debug, Default)]
 pub struct Sandboxes {
-    by_name: RwLock<HashMap<String, Arc<SandboxHandle>>>,
+    namespaced: bool,
+    by_key: RwLock<HashMap<String, Entry>>,
 }
 
 impl Sandboxes {
+    /// Sandboxes known by name alone (the directory store).
     pub fn new() -> Self {
         Self::default()
     }
 
-    pub fn insert(&self, name: &str, client: Client) {
-        let handle = Arc::new(SandboxHandle { name: name.to_string(), client });
-        self.by_name.write().unwrap_or_else(|e| e.into_inner()).insert(name.to_string(), handle);
+    /// Sandboxes that serve their own namespace (the cluster store).
+    pub fn namespaced() -> Self {
+        Sandboxes { namespaced: true, ..Self::default() }
     }
 
-    pub fn remove(&self, name: &str) {
-        self.by_name.write().unwrap_or_else(|e| e.into_inner()).remove(name);
+    /// The key of sandbox `name` as seen from a resource in `namespace`.
+    pub fn key(&self, namespace: Option<&str>, name: &str) -> String {
+        if self.namespaced { format!("{}/{name}", namespace.unwrap_or("default")) } else { name.to_string() }
     }
 
-    pub fn get(&self, name: &str) -> Result<Arc<SandboxHandle>> {
-        self.by_name
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(name)
-            .cloned()
-            .ok_or_else(|| Error::SandboxNotFound(name.to_string()))
+    pub fn insert(&self, key: &str, client: Client) {
+        let handle = Arc::new(SandboxHandle { name: key.to_string(), client });
+        self.write().insert(key.to_string(), Entry::Ready(handle));
+    }
+
+    pub fn set_not_ready(&self, key: &str, why: impl Into<String>) {
+        self.write().insert(key.to_string(), Entry::NotReady(why.into()));
+    }
+
+    pub fn remove(&self, key: &str) {
+        self.write().remove(key);
+    }
+
+    /// The sandbox `name` of a resource with metadata `meta`.
+    pub fn for_resource(&self, meta: &ObjectMeta, name: &str) -> Result<Arc<SandboxHandle>> {
+        self.get(&self.key(meta.namespace.as_deref(), name))
+    }
+
+    pub fn get(&self, key: &str) -> Result<Arc<SandboxHandle>> {
+        match self.by_key.read().unwrap_or_else(|e| e.into_inner()).get(key) {
+            Some(Entry::Ready(handle)) => Ok(Arc::clone(handle)),
+            Some(Entry::NotReady(why)) => Err(Error::SandboxNotReady { sandbox: key.to_string(), why: why.clone() }),
+            None => Err(Error::SandboxNotFound(key.to_string())),
+        }
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<String, Entry>> {
+        self.by_key.write().unwrap_or_else(|e| e.into_inner())
     }
 }

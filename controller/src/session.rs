@@ -181,7 +181,7 @@ impl SessionReconciler {
     /// The client of the sandbox a Session runs on, and its node-agent session id.
     pub fn target(&self, session: &Session) -> Option<(Client, String)> {
         let uid = session.metadata.uid.as_deref()?;
-        let sandbox = self.sandboxes.get(&session.spec.sandbox).ok()?;
+        let sandbox = self.sandboxes.for_resource(&session.metadata, &session.spec.sandbox).ok()?;
         Some((sandbox.client.clone(), node_session_id(uid)))
     }
 
@@ -197,11 +197,11 @@ impl SessionReconciler {
             step.ready(false, "NoUid", "the store gave this resource no uid");
             return step.done(None);
         };
-        let sandbox = match self.sandboxes.get(&spec.sandbox) {
+        let sandbox = match self.sandboxes.for_resource(&session.metadata, &spec.sandbox) {
             Ok(sandbox) => sandbox,
             Err(e) => {
                 step.status.phase.get_or_insert(SessionPhase::Pending);
-                step.ready(false, "SandboxNotFound", e.to_string());
+                step.ready(false, e.reason(), e.to_string());
                 return step.done(Some(RETRY_LATER));
             }
         };
@@ -324,7 +324,7 @@ impl SessionReconciler {
     /// Ends the resource's session. Idempotent; nothing to end is success.
     pub async fn cleanup(&self, session: &Session) -> Result<()> {
         let Some(uid) = session.metadata.uid.as_deref() else { return Ok(()) };
-        let sandbox = match self.sandboxes.get(&session.spec.sandbox) {
+        let sandbox = match self.sandboxes.for_resource(&session.metadata, &session.spec.sandbox) {
             Ok(sandbox) => sandbox,
             Err(Error::SandboxNotFound(_)) => return Ok(()),
             Err(e) => return Err(e),

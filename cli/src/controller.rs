@@ -1,0 +1,121 @@
+//! `agentplane controller`: the cluster store, as an operator runs it.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use agentplane_controller::kube::{Election, KubeStoreConfig, Metrics, run_elected};
+use anyhow::Context as _;
+use clap::{ArgAction, Args};
+use tokio_util::sync::CancellationToken;
+
+use crate::node_agent::{init_logging, watch_stop_signals};
+
+#[derive(Args, Debug)]
+pub struct ControllerArgs {
+    /// A kubeconfig file; without it, the in-cluster config or ~/.kube/config.
+    #[arg(long, env = "KUBECONFIG")]
+    kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use (default: its current context).
+    #[arg(long)]
+    context: Option<String>,
+    /// A namespace to watch (repeat for several; default: all namespaces).
+    #[arg(long = "namespace", short = 'n', env = "AGENTPLANE_NAMESPACES", value_delimiter = ',')]
+    namespaces: Vec<String>,
+    /// Where to serve Prometheus metrics (`/metrics`).
+    #[arg(long, env = "AGENTPLANE_METRICS_LISTEN", default_value = "0.0.0.0:8080")]
+    metrics_listen: SocketAddr,
+    /// Where to serve `/healthz` and `/readyz`.
+    #[arg(long, env = "AGENTPLANE_HEALTH_LISTEN", default_value = "0.0.0.0:8081")]
+    health_listen: SocketAddr,
+    /// Hold a Lease so that only one replica reconciles (`--leader-election=false` to run alone).
+    #[arg(long, env = "AGENTPLANE_LEADER_ELECTION", default_value_t = true, action = ArgAction::Set)]
+    leader_election: bool,
+    /// The Lease's namespace (default: this pod's namespace, else the kubeconfig's).
+    #[arg(long, env = "POD_NAMESPACE")]
+    leader_election_namespace: Option<String>,
+    /// The Lease's name.
+    #[arg(long, default_value = "agentplane-controller")]
+    leader_election_lease: String,
+    /// Seconds a leader that stopped renewing keeps the Lease.
+    #[arg(long, default_value_t = 15)]
+    lease_duration: u64,
+    /// This replica's identity in the Lease and in Events (default: the pod's name).
+    #[arg(long, env = "POD_NAME")]
+    identity: Option<String>,
+    /// Reconciles run at once, per kind.
+    #[arg(long, default_value_t = 32)]
+    concurrency: u16,
+    /// Seconds after which a Sandbox whose node agent stopped reporting is not ready.
+    #[arg(long, default_value_t = 30)]
+    heartbeat_grace: u64,
+}
+
+/// A client from `kubeconfig` (and `context`), else from the environment, with the
+/// namespace it defaults to.
+pub async fn kube_client(kubeconfig: Option<&PathBuf>, context: Option<&str>) -> anyhow::Result<(kube::Client, String)> {
+    use kube::config::{KubeConfigOptions, Kubeconfig};
+    let options = KubeConfigOptions { context: context.map(str::to_string), ..Default::default() };
+    let config = match kubeconfig {
+        Some(path) => {
+            let file = Kubeconfig::read_from(path).with_context(|| format!("reading kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(file, &options).await.with_context(|| format!("kubeconfig {}", path.display()))?
+        }
+        None if context.is_some() => kube::Config::from_kubeconfig(&options).await.context("reading ~/.kube/config")?,
+        None => kube::Config::infer().await.context("no kubeconfig given, none in ~/.kube, and not in a cluster")?,
+    };
+    let namespace = config.default_namespace.clone();
+    Ok((kube::Client::try_from(config).context("building the Kubernetes client")?, namespace))
+}
+
+pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
+    init_logging();
+    if args.concurrency == 0 {
+        anyhow::bail!("--concurrency must be at least 1");
+    }
+    let (client, default_namespace) = kube_client(args.kubeconfig.as_ref(), args.context.as_deref()).await?;
+    let identity = args.identity.unwrap_or_else(|| {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_else(|_| "controller".into());
+        format!("{host}-{}", &uuid_suffix())
+    });
+    let config = KubeStoreConfig {
+        namespaces: args.namespaces,
+        concurrency: args.concurrency,
+        heartbeat_grace: Duration::from_secs(args.heartbeat_grace.max(1)),
+        instance: identity.clone(),
+    };
+    let election = args.leader_election.then(|| Election {
+        namespace: args.leader_election_namespace.clone().unwrap_or(default_namespace),
+        lease: args.leader_election_lease.clone(),
+        identity: identity.clone(),
+        duration: Duration::from_secs(args.lease_duration.max(2)),
+        grace: Duration::from_secs((args.lease_duration / 3).max(1)),
+    });
+    let shutdown = CancellationToken::new();
+    watch_stop_signals(shutdown.clone())?;
+    let metrics = Metrics::new();
+    let bound = agentplane_controller::kube::metrics::serve(
+        metrics.clone(),
+        Some(args.metrics_listen),
+        Some(args.health_listen),
+        shutdown.clone(),
+    )
+    .await
+    .context("serving metrics and health")?;
+    tracing::info!(
+        identity = %identity,
+        leader_election = args.leader_election,
+        namespaces = ?config.namespaces,
+        listening = ?bound,
+        "controller starting"
+    );
+    let result = run_elected(client, config, metrics, election, shutdown.clone()).await;
+    shutdown.cancel();
+    result.map_err(Into::into)
+}
+
+fn uuid_suffix() -> String {
+    let mut bytes = [0u8; 4];
+    let _ = getrandom::fill(&mut bytes);
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}

@@ -1,0 +1,72 @@
+//! A resource's environment in the cluster: values, and Secrets of its namespace.
+
+use std::collections::BTreeMap;
+
+use agentplane_crds::{EnvFromSource, EnvVar};
+use k8s_openapi::api::core::v1::Secret;
+use kube::Api;
+
+/// Resolves `envFrom` then `env` over it, as Kubernetes does. A missing Secret or key
+/// is a problem to report in the status (and retried), not an error of the reconcile.
+pub async fn resolve(
+    client: &kube::Client,
+    namespace: &str,
+    env: &[EnvVar],
+    env_from: &[EnvFromSource],
+) -> Result<BTreeMap<String, String>, String> {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let mut out = BTreeMap::new();
+    for source in env_from {
+        if let Some(secret) = &source.secret_ref {
+            out.extend(secret_data(&secrets, &secret.name).await?);
+        } else if source.file.is_some() {
+            return Err("envFrom.file reads a file beside the resource's YAML: it works only in the directory store; use envFrom.secretRef".into());
+        }
+    }
+    for var in env {
+        if let Some(value) = &var.value {
+            out.insert(var.name.clone(), value.clone());
+            continue;
+        }
+        let Some(from) = &var.value_from else {
+            out.insert(var.name.clone(), String::new());
+            continue;
+        };
+        if let Some(selector) = &from.secret_key_ref {
+            let data = secret_data(&secrets, &selector.name).await?;
+            let value = data
+                .get(&selector.key)
+                .ok_or_else(|| format!("env {}: Secret {:?} has no key {:?}", var.name, selector.name, selector.key))?;
+            out.insert(var.name.clone(), value.clone());
+        } else if from.file_key_ref.is_some() {
+            return Err(format!(
+                "env {}: fileKeyRef reads a file beside the resource's YAML: it works only in the directory store; use secretKeyRef",
+                var.name
+            ));
+        }
+    }
+    Ok(out)
+}
+
+/// One key of a Secret, as text.
+pub async fn secret_key(client: &kube::Client, namespace: &str, name: &str, key: &str) -> Result<String, String> {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let data = secret_data(&secrets, name).await?;
+    data.get(key).cloned().ok_or_else(|| format!("Secret {name:?} has no key {key:?}"))
+}
+
+async fn secret_data(secrets: &Api<Secret>, name: &str) -> Result<BTreeMap<String, String>, String> {
+    let secret = match secrets.get_opt(name).await {
+        Ok(Some(secret)) => secret,
+        Ok(None) => return Err(format!("Secret {name:?} not found")),
+        Err(e) => return Err(format!("Secret {name:?}: {e}")),
+    };
+    let mut out = BTreeMap::new();
+    for (key, value) in secret.data.unwrap_or_default() {
+        let text = String::from_utf8(value.0).map_err(|_| format!("Secret {name:?} key {key:?} is not UTF-8 text"))?;
+        out.insert(key, text);
+    }
+    // `stringData` is write-only on a real API server; honoured for objects built by hand.
+    out.extend(secret.string_data.unwrap_or_default());
+    Ok(out)
+}

@@ -1,0 +1,794 @@
+//! The cluster store: the same resources as CRDs on a Kubernetes API server, driven by
+//! kube-runtime controllers on the shared reconcile core.
+//!
+//! - Each kind is watched once; a reflector keeps the cache, and only changes of
+//!   generation or finalizers trigger a reconcile, so the controller's own status
+//!   writes never come back as work. Sandboxes also pass on a heartbeat.
+//! - Status goes out by server-side apply under one field manager, and only when it
+//!   differs from what the API server holds.
+//! - Processes and Sessions carry a finalizer: deleting one stops what runs for it on
+//!   its node agent first (`finalizer`, kube-runtime's helper).
+//! - What happens on a node agent (an exit, a session event) comes back as a
+//!   reconcile of the resource concerned, through bounded channels, without waiting
+//!   for a resync.
+//! - A Sandbox is ready while the heartbeat its node agent writes is recent (or, for a
+//!   Sandbox nobody registers, while its endpoint answers). A Sandbox turning ready
+//!   or not ready re-drives every resource placed on it.
+
+mod env;
+pub mod metrics;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agentplane_crds::{Process, ProcessPhase, Sandbox, SandboxStatus, Session, SessionPhase};
+use agentplane_node_agent::client::{Client, SessionStreamItem};
+use agentplane_node_agent::model::LifecycleEventType;
+use agentplane_node_agent::universal::EventType;
+use futures_util::StreamExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use kube::runtime::events::{Event as KubeEvent, EventType as KubeEventType, Recorder, Reporter};
+use kube::runtime::finalizer::{Event as Finalizer, finalizer};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{Predicate, WatchStreamExt, predicates, watcher};
+use kube::{Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::conditions::{self, READY};
+use crate::process::{ProcessInput, ProcessReconciler};
+use crate::sandboxes::Sandboxes;
+use crate::session::{SessionInput, SessionReconciler};
+use crate::{Error, Result, annotations};
+
+pub use metrics::Metrics;
+
+/// The field manager of every status the controller writes.
+pub const FIELD_MANAGER: &str = "agentplane-controller";
+/// The finalizer that stops a resource's process or session before it goes.
+pub const FINALIZER: &str = "agentplane.dev/cleanup";
+/// Capacity of the channels that turn node-agent events into reconciles.
+const TRIGGER_CAPACITY: usize = 1024;
+
+#[derive(Debug, Clone)]
+pub struct KubeStoreConfig {
+    /// Namespaces to watch; empty means all.
+    pub namespaces: Vec<String>,
+    /// Reconciles run at once, per kind.
+    pub concurrency: u16,
+    /// A Sandbox whose heartbeat is older than this is not ready.
+    pub heartbeat_grace: Duration,
+    /// This replica's name in Events.
+    pub instance: String,
+}
+
+impl Default for KubeStoreConfig {
+    fn default() -> Self {
+        KubeStoreConfig {
+            namespaces: Vec::new(),
+            concurrency: 32,
+            heartbeat_grace: Duration::from_secs(30),
+            instance: "agentplane-controller".into(),
+        }
+    }
+}
+
+/// Shared by the three controllers.
+struct Context {
+    client: kube::Client,
+    config: KubeStoreConfig,
+    sandboxes: Arc<Sandboxes>,
+    processes: ProcessReconciler,
+    sessions: SessionReconciler,
+    recorder: Recorder,
+    metrics: Metrics,
+    process_store: Store<Process>,
+    session_store: Store<Session>,
+    process_trigger: mpsc::Sender<ObjectRef<Process>>,
+    session_trigger: mpsc::Sender<ObjectRef<Session>>,
+    /// The lifecycle stream followed for each ready sandbox, by sandbox key.
+    sandbox_followers: Mutex<HashMap<String, tokio::task::AbortHandle>>,
+    /// The event stream followed for each live Session, with the uid it follows.
+    session_followers: Mutex<HashMap<ObjectRef<Session>, (Option<String>, tokio::task::AbortHandle)>>,
+    shutdown: CancellationToken,
+}
+
+/// Why a reconcile failed; kube-runtime retries it after a delay.
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    #[error(transparent)]
+    Finalizer(#[from] Box<kube::runtime::finalizer::Error<Error>>),
+    #[error(transparent)]
+    Store(#[from] Error),
+}
+
+/// Runs the controllers until `shutdown`; `metrics` counts what they do.
+pub async fn run(client: kube::Client, config: KubeStoreConfig, metrics: Metrics, shutdown: CancellationToken) -> Result<()> {
+    let sandboxes = Arc::new(Sandboxes::namespaced());
+    let (process_trigger, process_rx) = mpsc::channel(TRIGGER_CAPACITY);
+    let (session_trigger, session_rx) = mpsc::channel(TRIGGER_CAPACITY);
+
+    let watch_config = watcher::Config::default().any_semantic();
+    let (process_store, process_writer) = reflector::store::<Process>();
+    let (session_store, session_writer) = reflector::store::<Session>();
+    let (sandbox_store, sandbox_writer) = reflector::store::<Sandbox>();
+    let process_stream = watch_all::<Process>(&client, &config.namespaces, watch_config.clone())
+        .default_backoff()
+        .reflect(process_writer)
+        .applied_objects()
+        .predicate_filter(predicates::generation.combine(predicates::finalizers), Default::default());
+    let session_stream = watch_all::<Session>(&client, &config.namespaces, watch_config.clone())
+        .default_backoff()
+        .reflect(session_writer)
+        .applied_objects()
+        .predicate_filter(predicates::generation.combine(predicates::finalizers), Default::default());
+    let sandbox_stream = watch_all::<Sandbox>(&client, &config.namespaces, watch_config)
+        .default_backoff()
+        .reflect(sandbox_writer)
+        .applied_objects()
+        .predicate_filter(predicates::generation.combine(heartbeat), Default::default());
+
+    let recorder = Recorder::new(client.clone(), Reporter { controller: FIELD_MANAGER.into(), instance: Some(config.instance.clone()) });
+    let ctx = Arc::new(Context {
+        client: client.clone(),
+        processes: ProcessReconciler::new(Arc::clone(&sandboxes)),
+        sessions: SessionReconciler::new(Arc::clone(&sandboxes)),
+        sandboxes,
+        config: config.clone(),
+        recorder,
+        metrics: metrics.clone(),
+        process_store: process_store.clone(),
+        session_store: session_store.clone(),
+        process_trigger,
+        session_trigger,
+        sandbox_followers: Mutex::new(HashMap::new()),
+        session_followers: Mutex::new(HashMap::new()),
+        shutdown: shutdown.clone(),
+    });
+
+    let controller_config = ControllerConfig::default().concurrency(config.concurrency);
+    let stop = shutdown.clone();
+    let sandbox_controller = Controller::for_stream(sandbox_stream, sandbox_store.clone())
+        .with_config(controller_config.clone())
+        .graceful_shutdown_on(async move { stop.cancelled().await })
+        .run(reconcile_sandbox, error_policy, Arc::clone(&ctx))
+        .for_each(|_| async {});
+    let sandbox_task = tokio::spawn(sandbox_controller);
+
+    // Processes and Sessions wait for the first list of Sandboxes, and each of those
+    // to be looked at once, so a restart does not report them all as on an unknown
+    // sandbox for a moment.
+    tokio::select! {
+        _ = shutdown.cancelled() => return Ok(()),
+        r = store_ready(&sandbox_store) => r.map_err(|e| Error::Config(format!("the Sandbox cache never filled: {e}")))?,
+    }
+    for sandbox in sandbox_store.state() {
+        debug!(sandbox = %sandbox.name_any(), "first look");
+        if let Err(e) = look_at_sandbox(&sandbox, &ctx).await {
+            warn!(sandbox = %sandbox.name_any(), error = %e, "cannot look at the sandbox yet");
+        }
+    }
+
+    debug!("starting the Process and Session controllers");
+    let stop = shutdown.clone();
+    let process_controller = Controller::for_stream(process_stream, process_store.clone())
+        .with_config(controller_config.clone())
+        .reconcile_on(ReceiverStream::new(process_rx))
+        .graceful_shutdown_on(async move { stop.cancelled().await })
+        .run(reconcile_process, error_policy, Arc::clone(&ctx))
+        .for_each(|_| async {});
+    let stop = shutdown.clone();
+    let session_controller = Controller::for_stream(session_stream, session_store.clone())
+        .with_config(controller_config)
+        .reconcile_on(ReceiverStream::new(session_rx))
+        .graceful_shutdown_on(async move { stop.cancelled().await })
+        .run(reconcile_session, error_policy, Arc::clone(&ctx))
+        .for_each(|_| async {});
+    let ready = {
+        let metrics = metrics.clone();
+        let (p, s) = (process_store.clone(), session_store.clone());
+        async move {
+            if store_ready(&p).await.is_ok() && store_ready(&s).await.is_ok() {
+                metrics.set_ready(true);
+                info!("caches synced; reconciling");
+            }
+        }
+    };
+    tokio::join!(process_controller, session_controller, ready);
+    let _ = sandbox_task.await;
+    ctx.stop_followers();
+    Ok(())
+}
+
+/// `Store::wait_until_ready` from a second task: the store's readiness is a oneshot
+/// whose receiver keeps one waker, so a waiter beside the controller's own may never
+/// be woken. Polling again now and then sees the memoized result.
+async fn store_ready<K>(store: &Store<K>) -> std::result::Result<(), reflector::store::WriterDropped>
+where
+    K: kube::runtime::reflector::Lookup + Clone + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    loop {
+        if let Ok(result) = tokio::time::timeout(Duration::from_millis(100), store.wait_until_ready()).await {
+            return result;
+        }
+    }
+}
+
+/// A watcher on every namespace, or on each of `namespaces`.
+fn watch_all<K>(
+    client: &kube::Client,
+    namespaces: &[String],
+    config: watcher::Config,
+) -> futures_util::stream::BoxStream<'static, watcher::Result<watcher::Event<K>>>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K::DynamicType: Default,
+{
+    if namespaces.is_empty() {
+        return watcher(Api::<K>::all(client.clone()), config).boxed();
+    }
+    let streams = namespaces.iter().map(|ns| watcher(Api::<K>::namespaced(client.clone(), ns), config.clone()).boxed());
+    futures_util::stream::select_all(streams).boxed()
+}
+
+/// A Sandbox's node agent writes its heartbeat into the status: that is news.
+fn heartbeat(sandbox: &Sandbox) -> Option<u64> {
+    let beat = sandbox.status.as_ref().and_then(|s| s.last_heartbeat.as_ref()).map(|t| t.0.as_second());
+    Some(beat.map_or(0, |s| s as u64))
+}
+
+fn error_policy<K: Resource<DynamicType = ()>>(obj: Arc<K>, error: &ReconcileError, ctx: Arc<Context>) -> Action {
+    let kind = match K::kind(&()).as_ref() {
+        "Process" => "Process",
+        "Session" => "Session",
+        _ => "Sandbox",
+    };
+    warn!(kind, name = %obj.meta().name.as_deref().unwrap_or_default(), error = %error, "reconcile failed; retrying");
+    Metrics::count(&ctx.metrics.reconcile_errors, kind);
+    Action::requeue(Duration::from_secs(5))
+}
+
+fn requeue(after: Option<Duration>) -> Action {
+    after.map_or_else(Action::await_change, Action::requeue)
+}
+
+// ---------------------------------------------------------------------------------
+// Processes
+
+async fn reconcile_process(process: Arc<Process>, ctx: Arc<Context>) -> std::result::Result<Action, ReconcileError> {
+    Metrics::count(&ctx.metrics.reconciles, "Process");
+    let namespace = process.namespace().unwrap_or_else(|| "default".into());
+    let api: Api<Process> = Api::namespaced(ctx.client.clone(), &namespace);
+    let result = finalizer(&api, FINALIZER, process, |event| async {
+        match event {
+            Finalizer::Apply(process) => ctx.apply_process(&api, &process).await,
+            Finalizer::Cleanup(process) => {
+                ctx.processes.cleanup(&process).await?;
+                ctx.event(&*process, KubeEventType::Normal, "Stopped", "Delete", "stopped on its node agent before deletion").await;
+                Ok(Action::await_change())
+            }
+        }
+    })
+    .await;
+    result.map_err(|e| ReconcileError::Finalizer(Box::new(e)))
+}
+
+impl Context {
+    async fn apply_process(&self, api: &Api<Process>, process: &Process) -> Result<Action> {
+        let namespace = process.namespace().unwrap_or_default();
+        let env = env::resolve(&self.client, &namespace, &process.spec.env, &process.spec.env_from).await;
+        let reconciled = self.processes.reconcile(ProcessInput { process, env, spec_problem: None }).await;
+        let before = process.status.as_ref();
+        self.write_status(api, process, before, &reconciled.status, "Process").await?;
+        self.process_events(process, before, &reconciled.status).await;
+        Ok(requeue(reconciled.requeue_after))
+    }
+
+    async fn process_events(&self, process: &Process, before: Option<&agentplane_crds::ProcessStatus>, after: &agentplane_crds::ProcessStatus) {
+        let (was, is) = (before.and_then(|s| s.phase), after.phase);
+        let started_again = before.and_then(|s| s.pid) != after.pid && after.pid.is_some();
+        if is == Some(ProcessPhase::Running) && (was != is || started_again) {
+            let note = after.pid.map_or_else(|| "started".into(), |p| format!("started, pid {p}"));
+            self.event(process, KubeEventType::Normal, "Started", "Start", &note).await;
+        }
+        if was == is {
+            return;
+        }
+        let exit = match (after.exit_code, &after.signal) {
+            (Some(code), _) => format!("exited with code {code}"),
+            (None, Some(signal)) => format!("killed by {signal}"),
+            _ => "exited".into(),
+        };
+        match is {
+            Some(ProcessPhase::Succeeded) | Some(ProcessPhase::Stopped) => {
+                self.event(process, KubeEventType::Normal, "Exited", "Exit", &exit).await
+            }
+            Some(ProcessPhase::BackOff) => self.event(process, KubeEventType::Warning, "BackOff", "Restart", &exit).await,
+            Some(ProcessPhase::Failed) => {
+                let why = conditions::get(&after.conditions, READY).map(|c| c.message.clone()).unwrap_or(exit);
+                self.event(process, KubeEventType::Warning, "Failed", "Exit", &why).await
+            }
+            _ => {}
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Sessions
+
+async fn reconcile_session(session: Arc<Session>, ctx: Arc<Context>) -> std::result::Result<Action, ReconcileError> {
+    Metrics::count(&ctx.metrics.reconciles, "Session");
+    let namespace = session.namespace().unwrap_or_else(|| "default".into());
+    let api: Api<Session> = Api::namespaced(ctx.client.clone(), &namespace);
+    let result = finalizer(&api, FINALIZER, session, |event| async {
+        match event {
+            Finalizer::Apply(session) => ctx.apply_session(&api, &session).await,
+            Finalizer::Cleanup(session) => {
+                ctx.stop_following(&ObjectRef::from_obj(&*session));
+                ctx.sessions.cleanup(&session).await?;
+                ctx.event(&*session, KubeEventType::Normal, "Ended", "Delete", "ended on its node agent before deletion").await;
+                Ok(Action::await_change())
+            }
+        }
+    })
+    .await;
+    result.map_err(|e| ReconcileError::Finalizer(Box::new(e)))
+}
+
+impl Context {
+    async fn apply_session(self: &Context, api: &Api<Session>, session: &Session) -> Result<Action> {
+        let namespace = session.namespace().unwrap_or_default();
+        let env = env::resolve(&self.client, &namespace, &session.spec.env, &session.spec.env_from).await;
+        let reconciled = self.sessions.reconcile(SessionInput { session, env, spec_problem: None }).await;
+        let status = &reconciled.status;
+        let before = session.status.as_ref();
+        self.write_status(api, session, before, status, "Session").await?;
+        let (was, is) = (before.and_then(|s| s.phase), status.phase);
+        if was != is {
+            match is {
+                Some(SessionPhase::Installing) => {
+                    self.event(session, KubeEventType::Normal, "Installing", "Install", &format!("installing {:?}", session.spec.agent)).await
+                }
+                Some(SessionPhase::AwaitingInput) => {
+                    self.event(session, KubeEventType::Normal, "AwaitingInput", "Ask", "the agent waits for an answer in spec.replies")
+                        .await
+                }
+                Some(SessionPhase::Failed) => {
+                    let why = conditions::get(&status.conditions, READY).map(|c| c.message.clone()).unwrap_or_default();
+                    self.event(session, KubeEventType::Warning, "Failed", "Run", &why).await
+                }
+                Some(SessionPhase::Ended) => self.event(session, KubeEventType::Normal, "Ended", "End", "the session ended").await,
+                _ if was == Some(SessionPhase::Installing) => {
+                    self.event(session, KubeEventType::Normal, "Installed", "Install", "the agent is installed").await
+                }
+                _ => {}
+            }
+        }
+        let live = !matches!(status.phase, Some(SessionPhase::Ended | SessionPhase::Failed | SessionPhase::Pending) | None);
+        let last = status.last_event_sequence;
+        let key = ObjectRef::from_obj(session);
+        if live {
+            self.follow_session(key, session, last);
+        } else {
+            self.stop_following(&key);
+        }
+        Ok(requeue(reconciled.requeue_after))
+    }
+
+    /// Follows a live session's events, so what happens in it (a turn ending, a
+    /// question asked) is reflected in its status without waiting for a resync.
+    fn follow_session(&self, key: ObjectRef<Session>, session: &Session, last: Option<u64>) {
+        let uid = session.metadata.uid.clone();
+        let mut followers = self.session_followers.lock().unwrap_or_else(|e| e.into_inner());
+        if followers.get(&key).is_some_and(|(u, handle)| *u == uid && !handle.is_finished()) {
+            return;
+        }
+        let Some((client, id)) = self.sessions.target(session) else { return };
+        let task = tokio::spawn(follow_session(self.session_trigger.clone(), key.clone(), client, id, last, self.shutdown.clone()));
+        if let Some((_, old)) = followers.insert(key, (uid, task.abort_handle())) {
+            old.abort();
+        }
+    }
+
+    fn stop_following(&self, key: &ObjectRef<Session>) {
+        if let Some((_, handle)) = self.session_followers.lock().unwrap_or_else(|e| e.into_inner()).remove(key) {
+            handle.abort();
+        }
+    }
+
+    fn stop_followers(&self) {
+        for (_, handle) in self.session_followers.lock().unwrap_or_else(|e| e.into_inner()).drain() {
+            handle.1.abort();
+        }
+        for (_, handle) in self.sandbox_followers.lock().unwrap_or_else(|e| e.into_inner()).drain() {
+            handle.abort();
+        }
+    }
+}
+
+/// Reconciles a Session whenever something other than a text delta happens in it.
+async fn follow_session(
+    trigger: mpsc::Sender<ObjectRef<Session>>,
+    key: ObjectRef<Session>,
+    client: Client,
+    id: String,
+    mut last: Option<u64>,
+    shutdown: CancellationToken,
+) {
+    let mut delay = Duration::from_millis(100);
+    while !shutdown.is_cancelled() {
+        match client.session_events_sse(&id, None, last).await {
+            Ok(mut events) => {
+                delay = Duration::from_millis(100);
+                while let Some(item) = events.next().await {
+                    match item {
+                        Ok(SessionStreamItem::Event(event)) => {
+                            last = Some(event.sequence);
+                            let kind = event.kind();
+                            if kind != EventType::ItemDelta && trigger.send(key.clone()).await.is_err() {
+                                return;
+                            }
+                            if kind == EventType::SessionEnded {
+                                return;
+                            }
+                        }
+                        Ok(SessionStreamItem::Gap(_)) => {
+                            if trigger.send(key.clone()).await.is_err() {
+                                return;
+                            }
+                        }
+                        Err(_) => break,
+                    }
+                }
+            }
+            Err(e) if e.problem_code() == Some("session_not_found") => return,
+            Err(e) => debug!(session = %id, error = %e, "session events unavailable"),
+        }
+        if trigger.send(key.clone()).await.is_err() {
+            return;
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_secs(5));
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Sandboxes
+
+async fn reconcile_sandbox(sandbox: Arc<Sandbox>, ctx: Arc<Context>) -> std::result::Result<Action, ReconcileError> {
+    Metrics::count(&ctx.metrics.reconciles, "Sandbox");
+    Ok(look_at_sandbox(&sandbox, &ctx).await?)
+}
+
+/// Decides whether a Sandbox is ready, tells the reconcile core, writes the status,
+/// and re-drives what is placed on it when its readiness changed.
+async fn look_at_sandbox(sandbox: &Sandbox, ctx: &Context) -> Result<Action> {
+    let namespace = sandbox.namespace().unwrap_or_else(|| "default".into());
+    let name = sandbox.name_any();
+    let key = ctx.sandboxes.key(Some(&namespace), &name);
+    let generation = sandbox.metadata.generation;
+    let mut status = SandboxStatus { observed_generation: generation, ..Default::default() };
+    let before = sandbox.status.clone().unwrap_or_default();
+    status.conditions = before.conditions.clone();
+
+    let (ready, reason, message, after) = match ctx.sandbox_client(sandbox, &namespace).await {
+        Err(why) => (false, "TokenUnavailable", why, Some(Duration::from_secs(30))),
+        Ok(client) => match &before.last_heartbeat {
+            Some(beat) => {
+                let age = heartbeat_age(beat);
+                let grace = ctx.config.heartbeat_grace;
+                if age <= grace {
+                    ctx.sandboxes.insert(&key, client.clone());
+                    let left = grace.saturating_sub(age) + Duration::from_millis(200);
+                    (true, "HeartbeatRecent", format!("the node agent reported in {}s ago", age.as_secs()), Some(left))
+                } else {
+                    (false, "HeartbeatLate", format!("no heartbeat for {}s (grace {}s)", age.as_secs(), grace.as_secs()), None)
+                }
+            }
+            // Nobody registers this Sandbox: ask its endpoint.
+            None => match client.health().await {
+                Ok(_) => {
+                    ctx.sandboxes.insert(&key, client.clone());
+                    (true, "Healthy", "the node agent answers".to_string(), Some(Duration::from_secs(10)))
+                }
+                Err(e) => (false, "Unreachable", e.to_string(), Some(Duration::from_secs(10))),
+            },
+        },
+    };
+    if ready {
+        if let Ok(handle) = ctx.sandboxes.get(&key) {
+            ctx.follow_sandbox(&key, &namespace, &name, handle.client.clone());
+        }
+    } else {
+        ctx.sandboxes.set_not_ready(&key, message.clone());
+        ctx.unfollow_sandbox(&key);
+    }
+    conditions::set(&mut status.conditions, READY, ready, reason, message.clone(), generation);
+    let was_ready = conditions::get(&before.conditions, READY).map(|c| c.status == "True");
+    if was_ready != Some(ready) {
+        let (kind, why) = if ready { (KubeEventType::Normal, "Ready") } else { (KubeEventType::Warning, "NotReady") };
+        ctx.event(sandbox, kind, why, "Heartbeat", &message).await;
+        // Everything placed here learns of it: re-driven when it comes back, told why
+        // not when it goes.
+        ctx.redrive(&namespace, &name).await;
+    }
+    // Only the fields the controller owns; the node agent's go untouched.
+    let owned = SandboxStatus { observed_generation: status.observed_generation, conditions: status.conditions.clone(), ..Default::default() };
+    let theirs = SandboxStatus { observed_generation: before.observed_generation, conditions: before.conditions.clone(), ..Default::default() };
+    let api: Api<Sandbox> = Api::namespaced(ctx.client.clone(), &namespace);
+    ctx.write_status(&api, sandbox, Some(&theirs), &owned, "Sandbox").await?;
+    Ok(requeue(after))
+}
+
+fn heartbeat_age(beat: &Time) -> Duration {
+    let now = k8s_openapi::jiff::Timestamp::now();
+    let nanos = now.as_nanosecond().saturating_sub(beat.0.as_nanosecond()).max(0);
+    Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
+}
+
+impl Context {
+    async fn sandbox_client(&self, sandbox: &Sandbox, namespace: &str) -> std::result::Result<Client, String> {
+        let token = match &sandbox.spec.token_secret_ref {
+            Some(selector) => Some(env::secret_key(&self.client, namespace, &selector.name, &selector.key).await?),
+            None => None,
+        };
+        Client::new(&sandbox.spec.endpoint, token).map_err(|e| format!("endpoint {:?}: {e}", sandbox.spec.endpoint))
+    }
+
+    /// Queues every Process and Session of `namespace` placed on sandbox `name`.
+    async fn redrive(&self, namespace: &str, name: &str) {
+        let processes: Vec<_> = self
+            .process_store
+            .state()
+            .into_iter()
+            .filter(|p| p.namespace().as_deref() == Some(namespace) && p.spec.sandbox == name)
+            .map(|p| ObjectRef::from_obj(&*p))
+            .collect();
+        for key in processes {
+            let _ = self.process_trigger.send(key).await;
+        }
+        let sessions: Vec<_> = self
+            .session_store
+            .state()
+            .into_iter()
+            .filter(|s| s.namespace().as_deref() == Some(namespace) && s.spec.sandbox == name)
+            .map(|s| ObjectRef::from_obj(&*s))
+            .collect();
+        for key in sessions {
+            let _ = self.session_trigger.send(key).await;
+        }
+    }
+
+    fn follow_sandbox(&self, key: &str, namespace: &str, name: &str, client: Client) {
+        let mut followers = self.sandbox_followers.lock().unwrap_or_else(|e| e.into_inner());
+        if followers.get(key).is_some_and(|handle| !handle.is_finished()) {
+            return;
+        }
+        let follower = SandboxFollower {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            client,
+            process_store: self.process_store.clone(),
+            trigger: self.process_trigger.clone(),
+            shutdown: self.shutdown.clone(),
+        };
+        let task = tokio::spawn(follower.run());
+        followers.insert(key.to_string(), task.abort_handle());
+    }
+
+    fn unfollow_sandbox(&self, key: &str) {
+        if let Some(handle) = self.sandbox_followers.lock().unwrap_or_else(|e| e.into_inner()).remove(key) {
+            handle.abort();
+        }
+    }
+}
+
+/// Turns a node agent's lifecycle events into reconciles of the Processes they
+/// concern, so an exit is recorded (and a restart made) at once.
+struct SandboxFollower {
+    namespace: String,
+    name: String,
+    client: Client,
+    process_store: Store<Process>,
+    trigger: mpsc::Sender<ObjectRef<Process>>,
+    shutdown: CancellationToken,
+}
+
+impl SandboxFollower {
+    async fn run(self) {
+        let mut last: Option<u64> = None;
+        let mut delay = Duration::from_millis(100);
+        while !self.shutdown.is_cancelled() {
+            if let Ok(mut events) = self.client.lifecycle_events(last).await {
+                delay = Duration::from_millis(100);
+                // What happened before this stream began is looked at now.
+                self.everything().await;
+                while let Some(Ok(message)) = events.next().await {
+                    if let Some(id) = message.id.as_deref().and_then(|id| id.parse().ok()) {
+                        last = Some(id);
+                    }
+                    if message.event.as_deref() == Some("gap") {
+                        self.everything().await;
+                        continue;
+                    }
+                    let Ok(event) = serde_json::from_str::<agentplane_node_agent::model::LifecycleEvent>(&message.data) else {
+                        continue;
+                    };
+                    if !matches!(event.kind, LifecycleEventType::ProcessExited | LifecycleEventType::ProcessDeleted) {
+                        continue;
+                    }
+                    let Some(key) = event.process.annotations.get(annotations::RESOURCE).and_then(|r| process_ref(r)) else {
+                        continue;
+                    };
+                    if self.trigger.send(key).await.is_err() {
+                        return;
+                    }
+                }
+            }
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_secs(5));
+        }
+    }
+
+    async fn everything(&self) {
+        let keys: Vec<_> = self
+            .process_store
+            .state()
+            .into_iter()
+            .filter(|p| p.namespace().as_deref() == Some(&self.namespace) && p.spec.sandbox == self.name)
+            .map(|p| ObjectRef::from_obj(&*p))
+            .collect();
+        for key in keys {
+            if self.trigger.send(key).await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// `Process/<namespace>/<name>` (the `agentplane.dev/resource` annotation).
+fn process_ref(value: &str) -> Option<ObjectRef<Process>> {
+    let mut parts = value.splitn(3, '/');
+    if parts.next()? != "Process" {
+        return None;
+    }
+    let namespace = parts.next()?;
+    Some(ObjectRef::new(parts.next()?).within(namespace))
+}
+
+// ---------------------------------------------------------------------------------
+// Writing back
+
+impl Context {
+    /// Server-side applies `status` when it differs from `before` (compared as the API
+    /// server stores it: times to the second).
+    async fn write_status<K, S>(&self, api: &Api<K>, obj: &K, before: Option<&S>, status: &S, kind: &'static str) -> Result<()>
+    where
+        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+        S: Serialize,
+    {
+        let new = serde_json::to_value(status).map_err(|e| Error::Config(format!("a status serializes: {e}")))?;
+        let old = before.map(serde_json::to_value).transpose().map_err(|e| Error::Config(e.to_string()))?;
+        if old.as_ref() == Some(&new) {
+            return Ok(());
+        }
+        let name = obj.meta().name.clone().unwrap_or_default();
+        let patch = serde_json::json!({
+            "apiVersion": K::api_version(&()),
+            "kind": K::kind(&()),
+            "metadata": {"name": name},
+            "status": new,
+        });
+        Metrics::count(&self.metrics.status_writes, kind);
+        api.patch_status(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch)).await?;
+        Ok(())
+    }
+
+    /// Publishes a Kubernetes Event about `obj`; failing to is logged, never fatal.
+    async fn event<K: Resource<DynamicType = ()>>(&self, obj: &K, type_: KubeEventType, reason: &str, action: &str, note: &str) {
+        let event = KubeEvent {
+            type_,
+            reason: reason.into(),
+            note: Some(note.chars().take(1024).collect()),
+            action: action.into(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&event, &obj.object_ref(&())).await {
+            debug!(reason, error = %e, "cannot publish an event");
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Leader election
+
+/// The Lease that decides which replica reconciles.
+#[derive(Debug, Clone)]
+pub struct Election {
+    pub namespace: String,
+    pub lease: String,
+    /// This replica's name in the Lease (unique among replicas).
+    pub identity: String,
+    /// How long a holder that stopped renewing keeps the Lease.
+    pub duration: Duration,
+    /// How long before expiry the holder renews.
+    pub grace: Duration,
+}
+
+/// Runs the controllers, under `election` when given: a replica waits for the Lease,
+/// reconciles while it holds it, and stops with an error the moment it loses it (so
+/// two replicas never both write; the Deployment restarts it as a standby).
+pub async fn run_elected(
+    client: kube::Client,
+    config: KubeStoreConfig,
+    metrics: Metrics,
+    election: Option<Election>,
+    shutdown: CancellationToken,
+) -> Result<()> {
+    let Some(election) = election else {
+        metrics.leader.set(1);
+        return run(client, config, metrics, shutdown).await;
+    };
+    let manager = kube_lease_manager::LeaseManagerBuilder::new(client.clone(), &election.lease)
+        .with_namespace(&election.namespace)
+        .with_identity(&election.identity)
+        .with_duration(election.duration.as_secs().max(2))
+        .with_grace(election.grace.as_secs().max(1))
+        .with_field_manager(FIELD_MANAGER)
+        .build()
+        .await
+        .map_err(|e| Error::Config(format!("leader election Lease {}/{}: {e}", election.namespace, election.lease)))?;
+    let (mut leader, lease_task) = manager.watch().await;
+    // A standby is ready: it answers probes while it waits.
+    metrics.set_ready(true);
+    info!(identity = %election.identity, lease = %election.lease, "waiting for the leader Lease");
+    while !*leader.borrow_and_update() {
+        tokio::select! {
+            _ = shutdown.cancelled() => return release(leader, lease_task).await,
+            changed = leader.changed() => if changed.is_err() {
+                return Err(Error::Config("the leader election task ended".into()));
+            },
+        }
+    }
+    info!(identity = %election.identity, "became the leader");
+    metrics.leader.set(1);
+    let work = shutdown.child_token();
+    let controllers = tokio::spawn(run(client, config, metrics.clone(), work.clone()));
+    let lost = async {
+        loop {
+            if leader.changed().await.is_err() || !*leader.borrow_and_update() {
+                return;
+            }
+        }
+    };
+    let outcome = tokio::select! {
+        _ = shutdown.cancelled() => Ok(()),
+        _ = lost => Err(Error::Config("lost the leader Lease; stopping so that only the new leader writes".into())),
+    };
+    work.cancel();
+    metrics.leader.set(0);
+    let _ = controllers.await;
+    let released = release(leader, lease_task).await;
+    outcome.and(released)
+}
+
+/// Gives the Lease back so a standby takes over at once rather than after it expires.
+async fn release(
+    leader: tokio::sync::watch::Receiver<bool>,
+    task: tokio::task::JoinHandle<kube_lease_manager::Result<kube_lease_manager::LeaseManager>>,
+) -> Result<()> {
+    drop(leader);
+    match task.await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(Error::Config(format!("releasing the leader Lease: {e}"))),
+        Err(e) => Err(Error::Config(format!("the leader election task: {e}"))),
+    }
+}
