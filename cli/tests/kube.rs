@@ -1,0 +1,441 @@
+//! The cluster store on a real etcd and kube-apiserver: `agentplane controller` and a
+//! real node agent, driven with kubectl as people drive a cluster.
+//!
+//! Each test works in a namespace of its own on one API server per test binary, with
+//! a controller watching only that namespace.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use agentplane_controller::envtest::ApiServer;
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_agentplane");
+const TOKEN: &str = "kube-test-token-42";
+/// Only turns a hang into a failure; a correct run never gets near it.
+const PATIENCE: Duration = Duration::from_secs(60);
+
+fn runtime() -> &'static tokio::runtime::Runtime {
+    static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    RT.get_or_init(|| tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap())
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// One test's namespace on the shared API server.
+struct Cluster {
+    server: &'static ApiServer,
+    ns: String,
+}
+
+impl Cluster {
+    fn new(prefix: &str) -> Cluster {
+        let server = ApiServer::shared();
+        static CRDS: OnceLock<()> = OnceLock::new();
+        CRDS.get_or_init(|| runtime().block_on(server.install_crds()));
+        let ns = runtime().block_on(server.namespace(prefix));
+        Cluster { server, ns }
+    }
+
+    fn kubectl_output(&self, args: &[&str], stdin: Option<&str>) -> Output {
+        let mut cmd = self.server.kubectl();
+        cmd.arg("-n").arg(&self.ns).args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
+        cmd.stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() });
+        let mut child = cmd.spawn().unwrap();
+        if let Some(text) = stdin {
+            child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+        }
+        child.wait_with_output().unwrap()
+    }
+
+    /// Runs kubectl in this namespace; it must succeed. Returns stdout.
+    fn kubectl(&self, args: &[&str]) -> String {
+        let out = self.kubectl_output(args, None);
+        assert!(out.status.success(), "kubectl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    fn apply(&self, yaml: &str) {
+        let out = self.kubectl_output(&["apply", "-f", "-"], Some(yaml));
+        assert!(out.status.success(), "kubectl apply: {}\n{yaml}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    fn get(&self, kind: &str, name: &str) -> Option<Value> {
+        let out = self.kubectl_output(&["get", kind, name, "-o", "json", "--ignore-not-found"], None);
+        assert!(out.status.success(), "kubectl get {kind} {name}: {}", String::from_utf8_lossy(&out.stderr));
+        (!out.stdout.is_empty()).then(|| serde_json::from_slice(&out.stdout).unwrap())
+    }
+
+    fn list(&self, kind: &str) -> Vec<Value> {
+        let v: Value = serde_json::from_str(&self.kubectl(&["get", kind, "-o", "json"])).unwrap();
+        v["items"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// Waits until `check` holds for the resource (looked at as kubectl shows it).
+    fn wait_for(&self, kind: &str, name: &str, what: &str, check: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let got = self.get(kind, name);
+            if let Some(v) = got.as_ref().filter(|v| check(v)) {
+                return v.clone();
+            }
+            assert!(Instant::now() < deadline, "timed out waiting for {kind}/{name} {what}; last: {got:#?}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// A Sandbox named `name` for `agent`, with its token in a Secret.
+    fn sandbox(&self, name: &str, agent: &NodeAgent) {
+        self.apply(&format!(
+            "apiVersion: v1\nkind: Secret\nmetadata: {{name: {name}-token}}\nstringData: {{token: {TOKEN}}}\n---\n\
+             apiVersion: agentplane.dev/v1alpha1\nkind: Sandbox\nmetadata: {{name: {name}}}\n\
+             spec: {{endpoint: '{}', tokenSecretRef: {{name: {name}-token, key: token}}}}\n",
+            agent.url
+        ));
+    }
+}
+
+fn phase(v: &Value) -> &str {
+    v["status"]["phase"].as_str().unwrap_or("")
+}
+
+fn ready(v: &Value) -> Option<&Value> {
+    v["status"]["conditions"].as_array()?.iter().find(|c| c["type"] == "Ready")
+}
+
+fn process_yaml(name: &str, spec: &str) -> String {
+    format!("apiVersion: agentplane.dev/v1alpha1\nkind: Process\nmetadata: {{name: {name}}}\nspec:\n{spec}")
+}
+
+struct NodeAgent {
+    child: Child,
+    url: String,
+    port: u16,
+    data: std::path::PathBuf,
+    _tmp: Option<tempfile::TempDir>,
+}
+
+impl NodeAgent {
+    fn start() -> NodeAgent {
+        let tmp = tempfile::tempdir().unwrap();
+        let data = tmp.path().to_path_buf();
+        let mut agent = Self::start_on(&data, free_port(), &[]);
+        agent._tmp = Some(tmp);
+        agent
+    }
+
+    /// Starts a node agent on `data` listening on `port`, with extra flags.
+    fn start_on(data: &Path, port: u16, extra: &[&str]) -> NodeAgent {
+        let mut child = Command::new(BIN)
+            .args(["node-agent", "--listen", &format!("127.0.0.1:{port}"), "--data-dir"])
+            .arg(data)
+            .args(extra)
+            .env("AGENTPLANE_TOKEN", TOKEN)
+            .env("AGENTPLANE_STOP_TIMEOUT", "5")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        loop {
+            let line = lines.next().expect("the node agent logs that it is ready").unwrap();
+            if line.contains("node agent ready") {
+                break;
+            }
+        }
+        std::thread::spawn(move || for _ in lines {});
+        NodeAgent { child, url: format!("http://127.0.0.1:{port}"), port, data: data.to_path_buf(), _tmp: None }
+    }
+
+    fn client(&self) -> agentplane_node_agent::client::Client {
+        agentplane_node_agent::client::Client::new(&self.url, Some(TOKEN.to_string())).unwrap()
+    }
+
+    fn processes(&self) -> Vec<agentplane_node_agent::model::ProcessInfo> {
+        let client = self.client();
+        runtime().block_on(async move { client.list_processes(&Default::default()).await.unwrap() })
+    }
+
+    fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for NodeAgent {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), nix::sys::signal::Signal::SIGTERM);
+            common::wait_until(Duration::from_secs(20), "the node agent to stop", || !matches!(self.child.try_wait(), Ok(None)));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `agentplane controller` watching one namespace.
+struct Controller {
+    child: Child,
+    metrics: SocketAddr,
+    log: std::path::PathBuf,
+}
+
+impl Controller {
+    fn start(cluster: &Cluster, extra: &[&str]) -> Controller {
+        let metrics: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let health = format!("127.0.0.1:{}", free_port());
+        let log = std::env::temp_dir().join(format!("agentplane-controller-{}-{}.log", cluster.ns, metrics.port()));
+        let child = Command::new(BIN)
+            .arg("controller")
+            .arg("--kubeconfig")
+            .arg(&cluster.server.kubeconfig)
+            .args(["--namespace", &cluster.ns, "--metrics-listen", &metrics.to_string(), "--health-listen", &health])
+            .args(extra)
+            .env("RUST_LOG", "info,agentplane_controller=debug")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let controller = Controller { child, metrics, log };
+        common::wait_until(PATIENCE, "the controller's metrics endpoint", || controller.scrape().is_some());
+        controller
+    }
+
+    /// The metrics page, or None while nothing answers.
+    fn scrape(&self) -> Option<String> {
+        let mut stream = TcpStream::connect(self.metrics).ok()?;
+        stream.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n").ok()?;
+        let mut text = String::new();
+        stream.read_to_string(&mut text).ok()?;
+        Some(text.split_once("\r\n\r\n")?.1.to_string())
+    }
+
+    /// A sample's value (0 when absent), e.g. `agentplane_reconciles_total{kind="Process"}`.
+    fn metric(&self, sample: &str) -> f64 {
+        let page = self.scrape().unwrap_or_default();
+        page.lines()
+            .find_map(|l| l.strip_prefix(sample).and_then(|rest| rest.trim().parse().ok()))
+            .unwrap_or(0.0)
+    }
+
+    fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), nix::sys::signal::Signal::SIGTERM);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while matches!(self.child.try_wait(), Ok(None)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.log);
+    }
+}
+
+fn examples_dir() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples")
+}
+
+#[test]
+fn kubectl_apply_of_the_examples_converges_and_kubectl_shows_it() {
+    let cluster = Cluster::new("examples");
+    let agent = NodeAgent::start();
+    cluster.sandbox("local", &agent);
+    let _controller = Controller::start(&cluster, &["--leader-election=false"]);
+    cluster.kubectl(&["apply", "-f", examples_dir().to_str().unwrap()]);
+
+    cluster.wait_for("process", "shell", "Running", |v| phase(v) == "Running");
+    cluster.wait_for("process", "wait-for-ready", "in back-off", |v| phase(v) == "BackOff");
+    let demo = cluster.wait_for("session", "demo", "Idle with both messages", |v| {
+        phase(v) == "Idle" && v["status"]["deliveredMessages"] == 2
+    });
+    assert!(demo["status"]["agentSessionId"].as_str().is_some_and(|s| !s.is_empty()), "{demo:#}");
+    // The Claude example reads its key from a file beside it: a directory-store
+    // feature, refused here with a reason rather than ignored.
+    let claude = cluster.wait_for("session", "claude", "told why it cannot start", |v| ready(v).is_some());
+    let why = ready(&claude).unwrap();
+    assert_eq!(why["reason"], "EnvNotResolved", "{claude:#}");
+    assert!(why["message"].as_str().unwrap().contains("directory store"), "{why:#}");
+
+    // What a person sees with kubectl.
+    let table = cluster.kubectl(&["get", "proc"]);
+    let header = table.lines().next().unwrap();
+    for column in ["NAME", "PHASE", "COMMAND", "RESTARTS"] {
+        assert!(header.contains(column), "no {column} column in:\n{table}");
+    }
+    assert!(table.lines().any(|l| l.starts_with("shell ") && l.contains("Running")), "{table}");
+    let waited = cluster.kubectl(&["wait", "--for=condition=Ready", "process/shell", "--timeout=30s"]);
+    assert!(waited.contains("condition met"), "{waited}");
+    let explained = cluster.kubectl(&["explain", "session.spec"]);
+    assert!(explained.contains("messages") && explained.contains("permissionMode"), "{explained}");
+
+    // The shell runs on the node agent as the resource's own process.
+    let shell = cluster.get("process", "shell").unwrap();
+    let uid = shell["metadata"]["uid"].as_str().unwrap();
+    let id = format!("proc-{uid}");
+    let on_node = agent.processes();
+    let run = on_node.iter().find(|p| p.id == id).expect("the shell's process on the node agent");
+    assert_eq!(Some(run.pid), shell["status"]["pid"].as_u64().map(|p| p as u32).or(Some(run.pid)));
+
+    // Events say what happened.
+    let events = cluster.kubectl(&["get", "events", "-o", "json"]);
+    assert!(events.contains("\"Started\""), "no Started event: {events}");
+}
+
+#[test]
+fn delete_stops_the_process_before_the_finalizer_goes_even_for_one_never_started() {
+    let cluster = Cluster::new("delete");
+    let agent = NodeAgent::start();
+    cluster.sandbox("local", &agent);
+    let _controller = Controller::start(&cluster, &["--leader-election=false"]);
+    cluster.apply(&process_yaml("sleeper", "  command: sleep\n  args: ['600']\n"));
+    // On a sandbox that does not exist: nothing ever started for it.
+    cluster.apply(&process_yaml("nowhere", "  command: sleep\n  args: ['600']\n  sandbox: missing\n"));
+    let sleeper = cluster.wait_for("process", "sleeper", "Running", |v| phase(v) == "Running");
+    let nowhere = cluster.wait_for("process", "nowhere", "told its sandbox is unknown", |v| {
+        ready(v).is_some_and(|c| c["reason"] == "SandboxNotFound")
+    });
+    for v in [&sleeper, &nowhere] {
+        assert_eq!(v["metadata"]["finalizers"], serde_json::json!(["agentplane.dev/cleanup"]), "{v:#}");
+    }
+    let id = format!("proc-{}", sleeper["metadata"]["uid"].as_str().unwrap());
+    let pid = sleeper["status"]["pid"].as_i64().unwrap();
+    assert!(agent.processes().iter().any(|p| p.id == id));
+
+    // kubectl delete waits for the object to go, which the finalizer holds until the
+    // cleanup ran: by the time it returns, the node agent has nothing left.
+    cluster.kubectl(&["delete", "process", "sleeper", "nowhere", "--timeout=30s"]);
+    assert!(!agent.processes().iter().any(|p| p.id == id), "the process outlived its resource");
+    assert!(!Path::new(&format!("/proc/{pid}")).exists() || std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default().contains(" Z "));
+    assert!(cluster.get("process", "nowhere").is_none());
+}
+
+#[test]
+fn an_edit_applied_server_side_is_reconciled_once_and_status_writes_trigger_nothing() {
+    let cluster = Cluster::new("once");
+    let agent = NodeAgent::start();
+    cluster.sandbox("local", &agent);
+    let controller = Controller::start(&cluster, &["--leader-election=false"]);
+    let spec = |rows: u32| format!("  command: sleep\n  args: ['600']\n  tty: {{rows: {rows}, cols: 80}}\n");
+    let apply_ss = |name: &str, rows: u32| {
+        let out = cluster.kubectl_output(&["apply", "--server-side", "--field-manager=tester", "-f", "-"], Some(&process_yaml(name, &spec(rows))));
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    };
+    apply_ss("a", 24);
+    apply_ss("b", 24);
+    let a = cluster.wait_for("process", "a", "Running", |v| phase(v) == "Running" && v["status"]["observedGeneration"] == 1);
+    cluster.wait_for("process", "b", "Running", |v| phase(v) == "Running" && v["status"]["observedGeneration"] == 1);
+    let pid = a["status"]["pid"].as_i64().unwrap();
+    let reconciles = "agentplane_reconciles_total{kind=\"Process\"}";
+    let before = controller.metric(reconciles);
+
+    apply_ss("a", 40);
+    let a = cluster.wait_for("process", "a", "at generation 2", |v| v["status"]["observedGeneration"] == 2);
+    assert_eq!(a["metadata"]["generation"], 2);
+    assert_eq!(a["status"]["pid"].as_i64(), Some(pid), "a resize is applied to the running process, not a restart");
+    // A second edit, of another object, after a's status write: watch events arrive
+    // in order, so had that write triggered a reconcile of a, it would be counted
+    // by the time b's edit is reconciled.
+    apply_ss("b", 40);
+    cluster.wait_for("process", "b", "at generation 2", |v| v["status"]["observedGeneration"] == 2);
+    assert_eq!(controller.metric(reconciles) - before, 2.0, "one reconcile per edit; log:\n{}", controller.log());
+}
+
+#[test]
+fn kill_9_of_the_controller_while_300_converge_then_start_again_runs_each_exactly_once() {
+    let cluster = Cluster::new("kill9");
+    let agent = NodeAgent::start();
+    cluster.sandbox("local", &agent);
+    let marker = format!("agentplane-kill9-{}", cluster.ns);
+    let mut yaml = String::new();
+    for i in 0..300 {
+        yaml.push_str(&process_yaml(&format!("p{i}"), &format!("  command: sleep\n  args: ['600', '{marker}']\n")));
+        yaml.push_str("\n---\n");
+    }
+    cluster.apply(&yaml);
+    let mut controller = Controller::start(&cluster, &["--leader-election=false"]);
+    common::wait_until(PATIENCE, "30 processes running before the kill", || agent.processes().len() >= 30);
+    controller.kill9();
+    let started_before = agent.processes().len();
+    assert!(started_before < 300, "all 300 started before the kill: nothing left to test");
+    let _controller = Controller::start(&cluster, &["--leader-election=false"]);
+
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let items = cluster.list("process");
+        let running = items.iter().filter(|v| phase(v) == "Running").count();
+        if running == 300 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{running} of 300 running");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let items = cluster.list("process");
+    let on_node = agent.processes();
+    let alive: Vec<_> = on_node.iter().filter(|p| p.exit_code.is_none() && p.signal.is_none()).collect();
+    assert_eq!(alive.len(), 300, "exactly one run per resource on the node agent");
+    for item in &items {
+        let id = format!("proc-{}", item["metadata"]["uid"].as_str().unwrap());
+        let run = on_node.iter().find(|p| p.id == id).unwrap_or_else(|| panic!("no process for {}", item["metadata"]["name"]));
+        assert_eq!(item["status"]["pid"].as_u64(), Some(u64::from(run.pid)), "the status names the live run");
+    }
+    // And on the machine: the marker is in exactly 300 command lines.
+    let mut copies = 0;
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        if let Ok(cmdline) = std::fs::read(entry.path().join("cmdline"))
+            && String::from_utf8_lossy(&cmdline).split('\0').any(|a| a == marker)
+        {
+            copies += 1;
+        }
+    }
+    assert_eq!(copies, 300);
+}
+
+#[test]
+fn two_replicas_elect_one_leader_and_the_other_takes_over_when_it_dies() {
+    let cluster = Cluster::new("leader");
+    let agent = NodeAgent::start();
+    cluster.sandbox("local", &agent);
+    let election = ["--leader-election=true", "--leader-election-namespace", &cluster.ns, "--lease-duration", "3"];
+    let mut first = Controller::start(&cluster, &[&election[..], &["--identity", "first"]].concat());
+    let mut second = Controller::start(&cluster, &[&election[..], &["--identity", "second"]].concat());
+    let leader_gauge = "agentplane_leader";
+    common::wait_until(PATIENCE, "a leader", || first.metric(leader_gauge) + second.metric(leader_gauge) >= 1.0);
+    assert_eq!(first.metric(leader_gauge) + second.metric(leader_gauge), 1.0, "exactly one leader");
+    let (leader, standby, standby_name) =
+        if first.metric(leader_gauge) == 1.0 { (&mut first, &mut second, "second") } else { (&mut second, &mut first, "first") };
+
+    cluster.apply(&process_yaml("before", "  command: sleep\n  args: ['600']\n"));
+    cluster.wait_for("process", "before", "Running", |v| phase(v) == "Running");
+    assert_eq!(standby.metric("agentplane_reconciles_total{kind=\"Process\"}"), 0.0, "the standby reconciles nothing");
+
+    leader.kill9();
+    common::wait_until(PATIENCE, "the standby to take over", || standby.metric(leader_gauge) == 1.0);
+    let lease: Value = serde_json::from_str(&cluster.kubectl(&["get", "lease", "agentplane-controller", "-o", "json"])).unwrap();
+    assert_eq!(lease["spec"]["holderIdentity"], standby_name);
+    cluster.apply(&process_yaml("after", "  command: sleep\n  args: ['600']\n"));
+    cluster.wait_for("process", "after", "Running under the new leader", |v| phase(v) == "Running");
+    // The first process was adopted, not started again.
+    let before = cluster.get("process", "before").unwrap();
+    let id = format!("proc-{}", before["metadata"]["uid"].as_str().unwrap());
+    assert_eq!(agent.processes().iter().filter(|p| p.id == id).count(), 1);
+}
