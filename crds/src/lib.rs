@@ -553,6 +553,14 @@ fn without_null_enum_values(crd: CustomResourceDefinition) -> CustomResourceDefi
     serde_json::from_value(value).expect("a CRD without null enum values still reads")
 }
 
+/// The directories that hold the committed CRD YAML: `crds/` itself and
+/// `manifests/crds/` (what `kubectl apply -k manifests/` installs).
+pub fn crd_dirs() -> Vec<std::path::PathBuf> {
+    let crate_dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let repo = crate_dir.parent().expect("CARGO_MANIFEST_DIR is absolute");
+    vec![crate_dir.to_path_buf(), repo.join("manifests").join("crds")]
+}
+
 /// The file name of a CRD in `crds/`: `<plural>.<group>.yaml`.
 pub fn crd_file_name(crd: &CustomResourceDefinition) -> String {
     format!("{}.yaml", crd.metadata.name.as_deref().unwrap_or("unnamed"))

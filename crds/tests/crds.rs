@@ -6,14 +6,16 @@ use kube::CustomResourceExt;
 
 #[test]
 fn committed_crd_yaml_matches_the_types() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    for crd in crds() {
-        let name = crd_file_name(&crd);
-        let committed = std::fs::read_to_string(dir.join(&name)).unwrap_or_default();
-        assert!(
-            committed == crd_yaml(&crd),
-            "crds/{name} differs from the Rust types: run `cargo run -p agentplane-crds --bin crdgen` and commit the result"
-        );
+    for dir in crd_dirs() {
+        for crd in crds() {
+            let path = dir.join(crd_file_name(&crd));
+            let committed = std::fs::read_to_string(&path).unwrap_or_default();
+            assert!(
+                committed == crd_yaml(&crd),
+                "{} differs from the Rust types: run `cargo run -p agentplane-crds --bin crdgen` and commit the result",
+                path.display()
+            );
+        }
     }
 }
 
