@@ -14,6 +14,7 @@ pub mod envtest;
 pub mod error;
 pub mod process;
 pub mod queue;
+pub mod register;
 pub mod sandboxes;
 pub mod session;
 
