@@ -297,10 +297,7 @@ impl Registrar {
         self.finish(tokio::time::timeout(API_TIMEOUT, call).await).map(drop)
     }
 
-    fn finish<T>(
-        &self,
-        outcome: Result<kube::Result<T>, tokio::time::error::Elapsed>,
-    ) -> Result<T, Failure> {
+    fn finish<T>(&self, outcome: Result<kube::Result<T>, tokio::time::error::Elapsed>) -> Result<T, Failure> {
         match outcome {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(error)) => Err(explain(&error, &self.registration)),
@@ -314,8 +311,12 @@ impl Registrar {
     async fn refresh_installed_agents(&mut self) {
         match tokio::time::timeout(NODE_TIMEOUT, self.node.list_agents()).await {
             Ok(Ok(agents)) => self.installed_agents = Some(installed_agents(&agents)),
-            Ok(Err(error)) => tracing::warn!("cannot list the node agent's agents (the heartbeat repeats the last list): {error}"),
-            Err(_) => tracing::warn!("the node agent did not list its agents within {NODE_TIMEOUT:?} (the heartbeat repeats the last list)"),
+            Ok(Err(error)) => {
+                tracing::warn!("cannot list the node agent's agents (the heartbeat repeats the last list): {error}")
+            }
+            Err(_) => tracing::warn!(
+                "the node agent did not list its agents within {NODE_TIMEOUT:?} (the heartbeat repeats the last list)"
+            ),
         }
     }
 }
@@ -386,32 +387,32 @@ fn explain(error: &kube::Error, registration: &Registration) -> Failure {
     let details = status.details.as_ref();
     match status.code {
         401 => failure(format!(
-            "the API server does not accept our credentials (401 {}): check --kubeconfig, or the \
+            "the API server does not accept our credentials (HTTP 401: {}): check --kubeconfig, or the \
              ServiceAccount token mounted in the pod",
             status.message
         )),
         403 => failure(format!(
-            "forbidden (403): {}. The node agent needs get, create and patch on sandboxes and get \
+            "forbidden (HTTP 403): {}. The node agent needs get, create and patch on sandboxes and get \
              and patch on sandboxes/status (group agentplane.dev) in namespace {ns}",
             status.message
         )),
         404 if details.is_some_and(|d| d.kind == "namespaces") => {
-            failure(format!("namespace {ns:?} does not exist (404): create it, or register in another"))
+            failure(format!("namespace {ns:?} does not exist (HTTP 404): create it, or register in another"))
         }
         404 if details.is_some_and(|d| d.name == registration.name) => Failure {
-            message: format!("the Sandbox is gone (404 {}); registering it again", status.message),
+            message: format!("the Sandbox is gone (HTTP 404: {}); registering it again", status.message),
             sandbox_gone: true,
         },
         // What is left is the path itself: the API server does not serve the type
         // (1.20 answers a bare "404 page not found").
         404 => failure(format!(
-            "the API server does not serve sandboxes.agentplane.dev/v1alpha1 (404 {}): the \
+            "the API server does not serve sandboxes.agentplane.dev/v1alpha1 (HTTP 404: {}): the \
              agentplane CRDs are not installed; apply the ones in crds/",
             status.message
         )),
-        409 => failure(format!("conflict (409): {}", status.message)),
-        422 => failure(format!("the API server rejects the Sandbox (422): {}", status.message)),
-        code => failure(format!("the API server answered {code} {}: {}", status.reason, status.message)),
+        409 => failure(format!("conflict (HTTP 409): {}", status.message)),
+        422 => failure(format!("the API server rejects the Sandbox (HTTP 422): {}", status.message)),
+        code => failure(format!("the API server answered HTTP {code} {}: {}", status.reason, status.message)),
     }
 }
 
@@ -433,8 +434,8 @@ fn chain(error: &dyn std::error::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kube::core::response::StatusDetails;
     use kube::core::Status;
+    use kube::core::response::StatusDetails;
 
     fn registration() -> Registration {
         Registration {
@@ -552,7 +553,8 @@ mod tests {
         let r = registration();
         let unauthorized = api_error(Status::failure("Unauthorized", "Unauthorized").with_code(401));
         assert!(explain(&unauthorized, &r).message.contains("check --kubeconfig"));
-        let forbidden = api_error(Status::failure("sandboxes.agentplane.dev \"box-1\" is forbidden", "Forbidden").with_code(403));
+        let forbidden =
+            api_error(Status::failure("sandboxes.agentplane.dev \"box-1\" is forbidden", "Forbidden").with_code(403));
         let message = explain(&forbidden, &r).message;
         assert!(message.contains("sandboxes/status") && message.contains("namespace team-a"), "{message}");
     }
