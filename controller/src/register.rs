@@ -459,7 +459,8 @@ mod tests {
 
     #[test]
     fn bad_values_are_refused_with_what_is_wrong() {
-        let cases: [(fn(&mut Registration), &str); 7] = [
+        type Spoil = fn(&mut Registration);
+        let cases: [(Spoil, &str); 7] = [
             (|r| r.name = "Box_1".into(), "the Sandbox's name"),
             (|r| r.name = String::new(), "the Sandbox's name"),
             (|r| r.namespace = "a.b".into(), "namespace"),
