@@ -155,11 +155,12 @@ pub async fn run(
                 delay
             }
             Err(failure) => {
+                let delay = retries.failed(&registrar.registration, phase, &failure);
                 if phase == Phase::Heartbeat && failure.sandbox_gone {
                     // Deleted while we run: register again, as a restart would.
                     phase = Phase::Register;
                 }
-                retries.failed(&registrar.registration, phase, &failure)
+                delay
             }
         };
         if until_cancelled(&shutdown, tokio::time::sleep(delay)).await.is_none() {
