@@ -1,12 +1,16 @@
 //! `agentplane node-agent`: flags, logging and signals around the node agent server.
 
-use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use agentplane_controller::register::{self, Registration};
+use agentplane_crds::SecretKeySelector;
 use agentplane_node_agent::{Config, Limits, Server};
 use anyhow::{Context, bail};
 use clap::Args;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 #[derive(Args, Debug)]
@@ -42,6 +46,170 @@ pub struct NodeAgentArgs {
     /// is overwritten (that client then gets a gap marker).
     #[arg(long, env = "AGENTPLANE_SLOW_CLIENT_TIMEOUT_MS", default_value_t = 500)]
     slow_client_timeout_ms: u64,
+    #[command(flatten)]
+    registration: RegisterArgs,
+}
+
+/// Registration as a Sandbox in a Kubernetes cluster (see `agentplane_controller::register`).
+#[derive(Args, Debug)]
+#[command(next_help_heading = "Registration in a cluster")]
+pub struct RegisterArgs {
+    /// Register as a Sandbox in a Kubernetes cluster, and keep its heartbeat while serving.
+    #[arg(long)]
+    register: bool,
+    /// The Sandbox's name (required with --register).
+    #[arg(
+        long = "sandbox",
+        env = "AGENTPLANE_SANDBOX",
+        value_name = "NAME",
+        required_if_eq("register", "true"),
+        value_parser = parse_name
+    )]
+    sandbox: Option<String>,
+    /// The Sandbox's namespace [default: the kubeconfig's namespace, else `default`].
+    #[arg(long, env = "POD_NAMESPACE", value_name = "NS")]
+    sandbox_namespace: Option<String>,
+    /// The http(s) URL the controller reaches this node agent at: the Sandbox's
+    /// spec.endpoint (required with --register).
+    #[arg(
+        long,
+        env = "AGENTPLANE_ADVERTISE_URL",
+        value_name = "URL",
+        required_if_eq("register", "true"),
+        value_parser = parse_endpoint
+    )]
+    advertise_url: Option<String>,
+    /// The Secret holding this node agent's token, as NAME or NAME:KEY (the key
+    /// defaults to `token`): the Sandbox's spec.tokenSecretRef.
+    #[arg(long, env = "AGENTPLANE_TOKEN_SECRET", value_name = "NAME[:KEY]", value_parser = parse_token_secret)]
+    token_secret: Option<SecretKeySelector>,
+    /// The kubeconfig to register with [default: $KUBECONFIG, else ~/.kube/config,
+    /// else the pod's ServiceAccount].
+    // Not `env = "KUBECONFIG"`: that variable may list several files, which
+    // `kube::Config::infer` merges and a single path cannot.
+    #[arg(long, value_name = "PATH")]
+    kubeconfig: Option<PathBuf>,
+    /// Seconds between heartbeats.
+    #[arg(long, value_name = "SECONDS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    heartbeat_interval: u64,
+}
+
+fn parse_name(value: &str) -> Result<String, String> {
+    register::validate_name(value).map(|()| value.to_string())
+}
+
+fn parse_endpoint(value: &str) -> Result<String, String> {
+    register::validate_endpoint(value).map(|()| value.to_string())
+}
+
+/// `NAME` or `NAME:KEY`, the key `token` when absent.
+fn parse_token_secret(value: &str) -> Result<SecretKeySelector, String> {
+    let (name, key) = value.split_once(':').unwrap_or((value, "token"));
+    register::validate_name(name)?;
+    if key.is_empty() {
+        return Err(format!("{value:?} has an empty key after ':' (give NAME, or NAME:KEY)"));
+    }
+    Ok(SecretKeySelector { name: name.to_string(), key: key.to_string() })
+}
+
+impl RegisterArgs {
+    /// The cluster and what to register as, or `None` without --register. Everything
+    /// that can be wrong with the flags or the kubeconfig is found here, before the
+    /// node agent starts: what the cluster does wrong later is only logged.
+    async fn resolve(self, serves_with_token: bool) -> anyhow::Result<Option<(kube::Client, Registration)>> {
+        if !self.register {
+            return Ok(None);
+        }
+        let (Some(name), Some(endpoint)) = (self.sandbox, self.advertise_url) else {
+            bail!("--register needs --sandbox and --advertise-url");
+        };
+        let config = kube_config(self.kubeconfig.as_deref()).await?;
+        let registration = Registration {
+            name,
+            namespace: self.sandbox_namespace.unwrap_or_else(|| config.default_namespace.clone()),
+            endpoint,
+            token_secret: self.token_secret,
+            heartbeat_interval: Duration::from_secs(self.heartbeat_interval),
+            node_agent_version: env!("CARGO_PKG_VERSION").to_string(),
+        };
+        registration.validate()?;
+        warn_about_token(&registration, serves_with_token);
+        let client = kube::Client::try_from(config).context("cannot build a Kubernetes client")?;
+        Ok(Some((client, registration)))
+    }
+}
+
+async fn kube_config(path: Option<&Path>) -> anyhow::Result<kube::Config> {
+    let Some(path) = path else {
+        return kube::Config::infer()
+            .await
+            .context("no cluster to register in: pass --kubeconfig, set KUBECONFIG, or run in a pod");
+    };
+    let text = tokio::fs::read_to_string(path)
+        .await
+        .with_context(|| format!("cannot read --kubeconfig {}", path.display()))?;
+    let kubeconfig =
+        Kubeconfig::from_yaml(&text).with_context(|| format!("--kubeconfig {} is not a kubeconfig", path.display()))?;
+    kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .with_context(|| format!("--kubeconfig {} cannot be used", path.display()))
+}
+
+/// The controller authenticates with the Secret the Sandbox names; a mismatch is
+/// allowed (the Secret may be set later by hand) but worth saying.
+fn warn_about_token(registration: &Registration, serves_with_token: bool) {
+    match (&registration.token_secret, serves_with_token) {
+        (None, true) => tracing::warn!(
+            "registering without --token-secret: the controller has no token to call this node agent with"
+        ),
+        (Some(secret), false) => tracing::warn!(
+            secret = %secret.name,
+            "--token-secret is given but the node agent serves without a token (--no-token)"
+        ),
+        _ => {}
+    }
+}
+
+/// Registration beside the server: the token stops it, the handle says how it ended.
+struct Registering {
+    stop: CancellationToken,
+    task: JoinHandle<agentplane_controller::Result<()>>,
+}
+
+impl Registering {
+    fn start(
+        cluster: kube::Client,
+        registration: Registration,
+        server: &Server,
+        token: Option<String>,
+        shutdown: &CancellationToken,
+    ) -> anyhow::Result<Self> {
+        let node = agentplane_node_agent::client::Client::new(&local_url(server.local_addr()), token)
+            .context("cannot build a client of this node agent")?;
+        let stop = shutdown.child_token();
+        let task = tokio::spawn(register::run(cluster, registration, node, stop.clone()));
+        Ok(Registering { stop, task })
+    }
+
+    async fn stop(self) {
+        self.stop.cancel();
+        match self.task.await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => tracing::error!("registration ended: {error}"),
+            Err(error) => tracing::error!("registration ended abnormally: {error}"),
+        }
+    }
+}
+
+/// The server's own address as a client reaches it: a wildcard address is not one
+/// to connect to.
+fn local_url(addr: SocketAddr) -> String {
+    let ip = match addr.ip() {
+        IpAddr::V4(ip) if ip.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
+        IpAddr::V6(ip) if ip.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
+        ip => ip,
+    };
+    format!("http://{}", SocketAddr::new(ip, addr.port()))
 }
 
 pub async fn run(args: NodeAgentArgs) -> anyhow::Result<()> {
@@ -57,6 +225,7 @@ pub async fn run(args: NodeAgentArgs) -> anyhow::Result<()> {
     if !args.stop_timeout.is_finite() || args.stop_timeout < 0.0 {
         bail!("--stop-timeout must be a positive number of seconds");
     }
+    let cluster = args.registration.resolve(token.is_some()).await?;
     let data_dir = match args.data_dir {
         Some(dir) => dir,
         None => default_data_dir()?,
@@ -84,7 +253,18 @@ pub async fn run(args: NodeAgentArgs) -> anyhow::Result<()> {
         auth = config.token.is_some(),
         "node agent ready"
     );
-    server.run().await?;
+    let registering = match cluster {
+        Some((cluster, registration)) => {
+            Some(Registering::start(cluster, registration, &server, config.token.clone(), &shutdown)?)
+        }
+        None => None,
+    };
+    let served = server.run().await;
+    // Also when serving failed: registration must not outlive the server it announces.
+    if let Some(registering) = registering {
+        registering.stop().await;
+    }
+    served?;
     tracing::info!("node agent stopped");
     Ok(())
 }

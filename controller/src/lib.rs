@@ -15,6 +15,7 @@ pub mod error;
 pub mod kube;
 pub mod process;
 pub mod queue;
+pub mod register;
 pub mod sandboxes;
 pub mod session;
 
