@@ -251,6 +251,11 @@ impl Drop for Controller {
     }
 }
 
+fn tail(text: &str) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(40)..].join("\n")
+}
+
 fn examples_dir() -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples")
 }
@@ -386,7 +391,7 @@ fn kill_9_of_the_controller_while_300_converge_then_start_again_runs_each_exactl
         if running == 300 {
             break;
         }
-        assert!(Instant::now() < deadline, "{running} of 300 running");
+        assert!(Instant::now() < deadline, "{running} of 300 running; log:\n{}", tail(&_controller.log()));
         std::thread::sleep(Duration::from_millis(250));
     }
     let items = cluster.list("process");
