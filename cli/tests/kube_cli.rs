@@ -7,7 +7,6 @@
 mod common;
 
 use std::io::{BufRead, BufReader, Write};
-use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
@@ -18,18 +17,16 @@ use agentplane_controller::session::node_session_id;
 use agentplane_crds::{Process, Session};
 use agentplane_node_agent::client::Client;
 use agentplane_node_agent::model::{CreateProcessRequest, CreateSessionRequest, InputRequest, ProcessStatus};
-use common::{BIN, NodeAgent, TOKEN, wait_until};
+use agentplane_node_agent::universal::PermissionReply;
+use common::{NodeAgent, TOKEN, wait_until};
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
 
 /// Only turns a hang into a failure; a correct run never gets near it.
 const PATIENCE: Duration = Duration::from_secs(30);
 
-/// The CLI under test. Checkouts that share a target directory share its
-/// `debug/agentplane`, linked by whichever built last: `AGENTPLANE_TEST_BIN` names a
-/// copy of this checkout's build instead.
 fn agentplane() -> Command {
-    Command::new(std::env::var_os("AGENTPLANE_TEST_BIN").map_or_else(|| PathBuf::from(BIN), PathBuf::from))
+    Command::new(common::bin())
 }
 
 /// A namespace of its own on the shared API server, a node agent, and a Sandbox
@@ -184,6 +181,15 @@ fn next_line(lines: &mpsc::Receiver<String>, what: &str) -> String {
     lines.recv_timeout(PATIENCE).unwrap_or_else(|_| panic!("no line: {what}"))
 }
 
+/// The lines up to and with the first that `last` accepts.
+fn lines_until(lines: &mpsc::Receiver<String>, last: impl Fn(&str) -> bool) -> Vec<String> {
+    let mut seen: Vec<String> = Vec::new();
+    while !seen.last().is_some_and(|l| last(l)) {
+        seen.push(next_line(lines, &format!("the awaited line, after {seen:?}")));
+    }
+    seen
+}
+
 /// Waits for a child that must end by itself; kills it if it does not.
 fn finish(mut child: Child, what: &str) -> std::process::ExitStatus {
     let deadline = std::time::Instant::now() + PATIENCE;
@@ -275,8 +281,8 @@ fn logs_follow_new_output_and_attach_reaches_the_process() {
     let mut attach = f.command(&["attach", "process/echoer"]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
     attach.stdin.take().unwrap().write_all(b"typed\n").unwrap();
     let lines = lines_of(&mut attach);
-    let seen: Vec<String> = std::iter::from_fn(|| lines.recv_timeout(PATIENCE).ok()).take_while(|l| l != "got typed").collect();
-    assert!(seen.iter().all(|l| l == "first"), "attach printed {seen:?}");
+    let seen = lines_until(&lines, |l| l == "got typed");
+    assert_eq!(seen, ["first", "got typed"], "the output so far, then the answer to what was typed");
     assert!(finish(attach, "attach").success(), "attach ends with the process's exit code");
 
     let uid = f.create("Process", "piped", json!({"sandbox": "box", "command": "true"}));
@@ -364,9 +370,19 @@ fn a_session_shows_its_events_and_takes_a_reply_to_what_it_asks() {
     let refused = f.fails(&["reply", "session/chat", "nope", "--decision", "once"]);
     assert!(refused.contains(&format!(r#"session/chat has no pending question or permission request "nope" (it waits for {permission})"#)), "{refused}");
     assert!(f.get("session", "chat")["spec"].get("replies").is_none(), "nothing was added");
+    let mut follow = f.command(&["logs", "-f", "session/chat"]).stdout(Stdio::piped()).spawn().unwrap();
+    let lines = lines_of(&mut follow);
     let out = f.ok(&["reply", "session/chat", &permission, "--decision", "once"]);
     assert_eq!(out, format!("session/chat: reply 1 ({permission}) added\n"));
     assert_eq!(f.get("session", "chat")["spec"]["replies"], json!([{"id": permission, "decision": "once"}]));
+
+    // The controller's part: the reply goes to the node agent, and the turn goes on.
+    f.runtime.block_on(f.node.reply_permission(&id, &permission, PermissionReply::Once)).unwrap();
+    let answer = format!("message assistant: mock reply #1 to: {message}");
+    let seen = lines_until(&lines, |l| l.contains(&answer));
+    assert!(seen.iter().any(|l| l.contains("permission requested")), "logs -f printed what came before too: {seen:?}");
+    let _ = follow.kill();
+    let _ = follow.wait();
 }
 
 #[test]

@@ -18,6 +18,14 @@ pub fn wait_until(patience: Duration, what: &str, mut condition: impl FnMut() ->
 // Not every test crate starts a node agent of its own.
 #[allow(dead_code)]
 pub const BIN: &str = env!("CARGO_BIN_EXE_agentplane");
+
+/// The binary under test: `BIN`, or `AGENTPLANE_TEST_BIN`. Checkouts that share a
+/// target directory share its `debug/agentplane`, linked by whichever built last;
+/// the variable names a copy of this checkout's build instead.
+#[allow(dead_code)]
+pub fn bin() -> std::path::PathBuf {
+    std::env::var_os("AGENTPLANE_TEST_BIN").map_or_else(|| BIN.into(), Into::into)
+}
 #[allow(dead_code)]
 pub const TOKEN: &str = "cli-test-token-42";
 /// How long a node agent may take to stop what it runs; a correct one needs far less.
@@ -43,7 +51,8 @@ impl NodeAgent {
         let data = tempfile::tempdir().unwrap();
         let script = format!("{} exec \"$0\" node-agent --listen 127.0.0.1:0 --data-dir \"$1\"", prelude.join(" "));
         let mut child = std::process::Command::new("sh")
-            .args(["-c", &script, BIN])
+            .args(["-c", &script])
+            .arg(bin())
             .arg(data.path())
             .env("AGENTPLANE_TOKEN", TOKEN)
             .env("AGENTPLANE_STOP_TIMEOUT", "5")
