@@ -1,23 +1,26 @@
 //! `agentplane get` and `agentplane describe`: the resources of a watched directory as
-//! the state directory records them, so both work whether or not `agentplane up` runs.
-//! The table columns are the CRDs' printer columns, as kubectl would show them, and a
-//! file that was not taken is shown under the table: a person looking at `get` sees a
-//! broken file without reading logs.
+//! the state directory records them, so both work whether or not `agentplane up` runs,
+//! or of a cluster (`--kubeconfig`), printed alike. The table columns are the CRDs'
+//! printer columns, as kubectl would show them, and a file that was not taken is shown
+//! under the table: a person looking at `get` sees a broken file without reading logs.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Duration;
 
 use agentplane_controller::conditions::{self, READY, VALID};
 use agentplane_controller::dir::parse::{Key, Kind, Object};
 use agentplane_controller::process::node_process_id;
+use agentplane_node_agent::client::Client;
 use agentplane_node_agent::model::{OutputEncoding, OutputQuery, OutputStream};
 use anyhow::bail;
 use base64::Engine as _;
 use clap::{Args, ValueEnum};
+use futures_util::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
 
+use crate::cluster::event_time;
 use crate::printing::{Format, age_of, column_widths, format_row, print_structured, print_table};
-use crate::workspace::{DirArgs, Workspace, parse_kind, parse_one};
+use crate::store::{Change, Events, Selection, Store, StoreArgs};
+use crate::workspace::{parse_kind, parse_one};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum GetFormat {
@@ -33,9 +36,9 @@ pub struct GetArgs {
     kind: String,
     /// Only this resource.
     name: Option<String>,
-    /// The namespace.
-    #[arg(short, long, default_value = "default", conflicts_with = "all_namespaces")]
-    namespace: String,
+    /// The namespace (default: the kubeconfig context's, else `default`).
+    #[arg(short, long, conflicts_with = "all_namespaces")]
+    namespace: Option<String>,
     /// Every namespace.
     #[arg(short = 'A', long)]
     all_namespaces: bool,
@@ -46,7 +49,7 @@ pub struct GetArgs {
     #[arg(short, long)]
     watch: bool,
     #[command(flatten)]
-    dir: DirArgs,
+    store: StoreArgs,
 }
 
 #[derive(Args, Debug)]
@@ -54,45 +57,33 @@ pub struct DescribeArgs {
     /// process, session or sandbox, and its name: `process web` or `process/web`.
     #[arg(required = true, num_args = 1..=2)]
     resource: Vec<String>,
-    /// The namespace of the resource.
-    #[arg(short, long, default_value = "default")]
-    namespace: String,
-    /// Lines of a Process's output shown (from the node agent of a running `up`).
+    /// The namespace of the resource (default: the kubeconfig context's, else `default`).
+    #[arg(short, long)]
+    namespace: Option<String>,
+    /// Lines of a Process's output shown (from its node agent).
     #[arg(long, default_value_t = 20)]
     tail: usize,
     #[command(flatten)]
-    dir: DirArgs,
+    store: StoreArgs,
 }
 
 pub async fn get(args: GetArgs) -> anyhow::Result<i32> {
-    let workspace = Workspace::new(&args.dir);
+    let store = Store::open(&args.store).await?;
     let (kind, name) = match args.kind.split_once('/') {
         Some((kind, name)) if args.name.is_none() => (parse_kind(kind)?, Some(name.to_string())),
         Some(_) => bail!("give KIND/NAME or KIND NAME, not both"),
         None => (parse_kind(&args.kind)?, args.name.clone()),
     };
-    if !workspace.dir.is_dir() {
-        bail!("{} does not exist: give the directory `agentplane up --dir` watches (--dir or AGENTPLANE_DIR)", workspace.dir.display());
-    }
-    let namespace = (!args.all_namespaces).then_some(args.namespace.as_str());
-    let list = |workspace: &Workspace| -> anyhow::Result<Vec<Object>> {
-        match &name {
-            Some(name) => {
-                let key = Key { kind, namespace: args.namespace.clone(), name: name.clone() };
-                Ok(vec![workspace.require(&key)?])
-            }
-            None => Ok(workspace.records(kind, namespace)),
-        }
-    };
-    let objects = list(&workspace)?;
+    let selection = Selection { kind, namespace: store.namespace(args.namespace.as_deref()), all_namespaces: args.all_namespaces, name };
+    let objects = store.select(&selection).await?;
     let columns = Columns { kind, wide: args.output == Some(GetFormat::Wide), namespaces: args.all_namespaces };
-    let mut shown_errors = BTreeSet::new();
+    let mut shown_problems = BTreeSet::new();
     match args.output {
         None | Some(GetFormat::Wide) => {
             if args.watch {
                 // Printed by `watch`, in the columns it keeps.
             } else if objects.is_empty() {
-                match namespace {
+                match selection.scope() {
                     Some(ns) => eprintln!("No resources found in {ns} namespace."),
                     None => eprintln!("No resources found."),
                 }
@@ -103,7 +94,7 @@ pub async fn get(args: GetArgs) -> anyhow::Result<i32> {
         }
         Some(format) => {
             let format = if format == GetFormat::Json { Format::Json } else { Format::Yaml };
-            if name.is_some() && !args.watch {
+            if selection.name.is_some() && !args.watch {
                 print_structured(format, &objects[0].to_json())?;
             } else if !args.watch {
                 let items: Vec<serde_json::Value> = objects.iter().map(Object::to_json).collect();
@@ -115,9 +106,9 @@ pub async fn get(args: GetArgs) -> anyhow::Result<i32> {
             }
         }
     }
-    print_file_errors(&workspace, &mut shown_errors);
+    print_problems(&store, &mut shown_problems);
     if args.watch {
-        watch(&workspace, &args, &columns, objects, list, shown_errors).await?;
+        watch(&store, &selection, args.output, &columns, objects, shown_problems).await?;
     }
     Ok(0)
 }
@@ -129,10 +120,10 @@ fn print_watched(format: Format, object: &Object) -> anyhow::Result<()> {
     print_structured(format, &object.to_json())
 }
 
-/// The file errors not shown yet, to stderr, where they do not mix with a table read by a program.
-fn print_file_errors(workspace: &Workspace, shown: &mut BTreeSet<String>) {
-    for error in workspace.state.read_errors() {
-        let line = error.to_string();
+/// The store's problems not shown yet (a file that was not taken), to stderr, where
+/// they do not mix with a table read by a program.
+fn print_problems(store: &Store, shown: &mut BTreeSet<String>) {
+    for line in store.problems() {
         if shown.insert(line.clone()) {
             eprintln!("error: {line}");
         }
@@ -141,15 +132,14 @@ fn print_file_errors(workspace: &Workspace, shown: &mut BTreeSet<String>) {
 
 /// kubectl's `-w`: the header once, then a row (or an object) per change.
 async fn watch(
-    workspace: &Workspace,
-    args: &GetArgs,
+    store: &Store,
+    selection: &Selection,
+    output: Option<GetFormat>,
     columns: &Columns,
     initial: Vec<Object>,
-    list: impl Fn(&Workspace) -> anyhow::Result<Vec<Object>>,
-    mut shown_errors: BTreeSet<String>,
+    mut shown_problems: BTreeSet<String>,
 ) -> anyhow::Result<()> {
-    let (_watcher, mut changes) = crate::workspace::watch_state(&workspace.state)?;
-    let table = matches!(args.output, None | Some(GetFormat::Wide));
+    let mut changes = store.changes(selection)?;
     let headers = columns.headers();
     let rows: Vec<Vec<String>> = initial.iter().map(|o| columns.row(o)).collect();
     let mut widths = column_widths(&headers, &rows);
@@ -157,37 +147,51 @@ async fn watch(
     for width in &mut widths {
         *width = (*width).max(8);
     }
-    if table {
+    if matches!(output, None | Some(GetFormat::Wide)) {
         println!("{}", format_row(&widths, &headers));
         for row in &rows {
             println!("{}", format_row(&widths, row));
         }
     }
+    let show = |object: &Object| match output {
+        None | Some(GetFormat::Wide) => {
+            println!("{}", format_row(&widths, &columns.row(object)));
+            Ok(())
+        }
+        Some(GetFormat::Json) => print_watched(Format::Json, object),
+        Some(GetFormat::Yaml) => print_watched(Format::Yaml, object),
+    };
     // A row is printed again when its resource changed (not when only its age did).
     let mut last: BTreeMap<Key, serde_json::Value> = initial.iter().map(|o| (o.key(), o.to_json())).collect();
-    while changes.recv().await.is_some() {
-        // Let a burst of writes land before reading them.
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        while changes.try_recv().is_ok() {}
-        // NAME may be gone for now, and come back.
-        let objects = list(workspace).unwrap_or_default();
-        let mut now = BTreeMap::new();
-        for object in objects {
-            let json = object.to_json();
-            let key = object.key();
-            if last.get(&key) != Some(&json) {
-                match args.output {
-                    None | Some(GetFormat::Wide) => println!("{}", format_row(&widths, &columns.row(&object))),
-                    Some(GetFormat::Json) => print_watched(Format::Json, &object)?,
-                    Some(GetFormat::Yaml) => print_watched(Format::Yaml, &object)?,
-                }
+    while let Some(change) = changes.next().await {
+        match change {
+            Change::All(objects) => {
+                last = objects.iter().map(|o| show_if_changed(o, &last, show)).collect::<anyhow::Result<_>>()?;
             }
-            now.insert(key, json);
+            Change::Applied(object) => {
+                let (key, json) = show_if_changed(&object, &last, show)?;
+                last.insert(key, json);
+            }
+            Change::Deleted(key) => {
+                last.remove(&key);
+            }
         }
-        last = now;
-        print_file_errors(workspace, &mut shown_errors);
+        print_problems(store, &mut shown_problems);
     }
     Ok(())
+}
+
+/// Shows `object` unless `seen` holds it as it is; returns what to remember of it.
+fn show_if_changed(
+    object: &Object,
+    seen: &BTreeMap<Key, serde_json::Value>,
+    show: impl Fn(&Object) -> anyhow::Result<()>,
+) -> anyhow::Result<(Key, serde_json::Value)> {
+    let json = object.to_json();
+    if seen.get(&object.key()) != Some(&json) {
+        show(object)?;
+    }
+    Ok((object.key(), json))
 }
 
 /// The table of one kind.
@@ -306,7 +310,7 @@ fn source(meta: &ObjectMeta) -> Option<String> {
 }
 
 pub async fn describe(args: DescribeArgs) -> anyhow::Result<i32> {
-    let workspace = Workspace::new(&args.dir);
+    let store = Store::open(&args.store).await?;
     let words = &args.resource;
     let (kind, name) = match words.as_slice() {
         [one] => match one.split_once('/') {
@@ -318,8 +322,8 @@ pub async fn describe(args: DescribeArgs) -> anyhow::Result<i32> {
             (kind, parse_one(&words[1..], kind)?)
         }
     };
-    let key = Key { kind, namespace: args.namespace.clone(), name };
-    let object = workspace.require(&key)?;
+    let key = Key { kind, namespace: store.namespace(args.namespace.as_deref()), name };
+    let object = store.require(&key).await?;
     let mut out = Describe::default();
     let meta = object.meta();
     out.field(0, "Name", meta.name.clone().unwrap_or_default());
@@ -442,31 +446,64 @@ pub async fn describe(args: DescribeArgs) -> anyhow::Result<i32> {
     }
     print!("{}", out.text);
     println!("Conditions:");
-    if conditions.is_empty() {
-        println!("  <none>");
-    } else {
-        let rows: Vec<Vec<String>> = conditions
-            .iter()
-            .map(|c| vec![c.type_.clone(), c.status.clone(), c.reason.clone(), c.message.clone(), age_of(&c.last_transition_time)])
-            .collect();
-        let headers = ["TYPE", "STATUS", "REASON", "MESSAGE", "AGE"];
-        let widths = column_widths(&headers, &rows);
-        println!("  {}", format_row(&widths, &headers));
-        for row in &rows {
-            println!("  {}", format_row(&widths, row));
-        }
-    }
+    let rows: Vec<Vec<String>> = conditions
+        .iter()
+        .map(|c| vec![c.type_.clone(), c.status.clone(), c.reason.clone(), c.message.clone(), age_of(&c.last_transition_time)])
+        .collect();
+    print_indented_table(&["TYPE", "STATUS", "REASON", "MESSAGE", "AGE"], &rows);
     if let Object::Process(p) = &object {
-        print_output_tail(&workspace, p, args.tail).await;
+        print_output_tail(store.output_source(&object).await, p, args.tail).await;
     }
+    print_events(store.events(&object).await);
     Ok(0)
 }
 
-/// The last lines a Process printed, when a running `up` can tell.
-async fn print_output_tail(workspace: &Workspace, process: &agentplane_crds::Process, lines: usize) {
-    let (Some(uid), Ok(client)) = (process.metadata.uid.as_deref(), workspace.node_agent()) else {
-        println!("Output: (agentplane up is not running)");
+/// A table under a section of `describe`, or `<none>`.
+fn print_indented_table(headers: &[&str], rows: &[Vec<String>]) {
+    if rows.is_empty() {
+        println!("  <none>");
         return;
+    }
+    let widths = column_widths(headers, rows);
+    println!("  {}", format_row(&widths, headers));
+    for row in rows {
+        println!("  {}", format_row(&widths, row));
+    }
+}
+
+/// What happened to the resource, as its reporters recorded it (cluster store).
+fn print_events(events: Events) {
+    let events = match events {
+        Events::NotKept => return,
+        Events::Unavailable(why) => {
+            println!("Events: ({why})");
+            return;
+        }
+        Events::Listed(events) => events,
+    };
+    println!("Events:");
+    let rows: Vec<Vec<String>> = events
+        .iter()
+        .map(|e| {
+            let from = e.reporting_component.clone().filter(|c| !c.is_empty()).or_else(|| e.source.as_ref().and_then(|s| s.component.clone()));
+            vec![
+                e.type_.clone().unwrap_or_default(),
+                e.reason.clone().unwrap_or_default(),
+                event_time(e).as_ref().map(age_of).unwrap_or_default(),
+                from.unwrap_or_default(),
+                one_line(&e.message.clone().unwrap_or_default(), 100),
+            ]
+        })
+        .collect();
+    print_indented_table(&["TYPE", "REASON", "AGE", "FROM", "MESSAGE"], &rows);
+}
+
+/// The last lines a Process printed, when its node agent can tell.
+async fn print_output_tail(source: Result<Client, String>, process: &agentplane_crds::Process, lines: usize) {
+    let (client, uid) = match (source, process.metadata.uid.as_deref()) {
+        (Ok(client), Some(uid)) => (client, uid),
+        (Err(why), _) => return println!("Output: ({why})"),
+        (Ok(_), None) => return println!("Output: (no uid: not started)"),
     };
     let id = node_process_id(uid);
     // A terminal has one stream; pipes have two, each worth seeing.

@@ -1,6 +1,7 @@
 //! `agentplane logs` and `agentplane attach` for a Process resource, and `logs` for a
-//! Session (its universal events): the record gives the uid, the uid the node-agent
-//! id, and the running `agentplane up` the node agent.
+//! Session (its universal events): the store gives the uid, the uid the node-agent
+//! id, and the store the node agent (a running `agentplane up`'s, or in a cluster the
+//! one the resource's Sandbox names).
 
 use agentplane_controller::dir::parse::{Key, Kind, Object};
 use agentplane_controller::process::node_process_id;
@@ -13,7 +14,8 @@ use anyhow::bail;
 use clap::Args;
 
 use crate::proc::StreamArg;
-use crate::workspace::{DirArgs, Workspace, parse_one, ref_name};
+use crate::store::{Store, StoreArgs};
+use crate::workspace::{parse_one, ref_name};
 
 #[derive(Args, Debug)]
 pub struct LogsArgs {
@@ -29,31 +31,45 @@ pub struct LogsArgs {
     /// stdout or stderr (processes without a terminal).
     #[arg(long, value_enum)]
     stream: Option<StreamArg>,
-    /// The namespace of the resource.
-    #[arg(short, long, default_value = "default")]
-    namespace: String,
+    /// The namespace of the resource (default: the kubeconfig context's, else `default`).
+    #[arg(short, long)]
+    namespace: Option<String>,
     #[command(flatten)]
-    dir: DirArgs,
+    store: StoreArgs,
 }
 
 #[derive(Args, Debug)]
 pub struct AttachArgs {
     /// process/NAME (or NAME) of a process with `tty` (or `stdin`) in its spec.
     process: String,
-    /// The namespace of the resource.
-    #[arg(short, long, default_value = "default")]
-    namespace: String,
+    /// The namespace of the resource (default: the kubeconfig context's, else `default`).
+    #[arg(short, long)]
+    namespace: Option<String>,
     #[command(flatten)]
-    dir: DirArgs,
+    store: StoreArgs,
+}
+
+/// A resource of the store with its node agent, and its uid there.
+struct Located {
+    key: Key,
+    object: Object,
+    client: Client,
+    uid: String,
+}
+
+async fn locate(store: &Store, namespace: Option<&str>, kind: Kind, name: &str) -> anyhow::Result<Located> {
+    let key = Key { kind, namespace: store.namespace(namespace), name: name.to_string() };
+    let object = store.require(&key).await?;
+    let Some(uid) = object.meta().uid.clone() else { bail!("{} has no uid in its record", ref_name(&key)) };
+    let client = store.node_agent(&object).await?;
+    Ok(Located { key, object, client, uid })
 }
 
 /// The node agent and the id of a Process resource's process there.
-async fn locate(dir: &DirArgs, namespace: &str, word: &str) -> anyhow::Result<(Client, String, agentplane_crds::Process)> {
-    let workspace = Workspace::new(dir);
-    let key = Key { kind: Kind::Process, namespace: namespace.to_string(), name: parse_one(&[word.to_string()], Kind::Process)? };
-    let Object::Process(process) = workspace.require(&key)? else { bail!("{key} is not a Process") };
-    let Some(uid) = process.metadata.uid.clone() else { bail!("{} has no uid in its record", ref_name(&key)) };
-    let client = workspace.node_agent()?;
+async fn locate_process(args: &StoreArgs, namespace: Option<&str>, word: &str) -> anyhow::Result<(Client, String, agentplane_crds::Process)> {
+    let store = Store::open(args).await?;
+    let Located { key, object, client, uid } = locate(&store, namespace, Kind::Process, &parse_one(&[word.to_string()], Kind::Process)?).await?;
+    let Object::Process(process) = object else { bail!("{key} is not a Process") };
     let id = node_process_id(&uid);
     match client.get_process(&id).await {
         Ok(_) => Ok((client, id, process)),
@@ -77,7 +93,7 @@ pub async fn logs(args: LogsArgs) -> anyhow::Result<i32> {
     {
         return session_logs(&args, name).await;
     }
-    let (client, id, _) = locate(&args.dir, &args.namespace, &args.process).await?;
+    let (client, id, _) = locate_process(&args.store, args.namespace.as_deref(), &args.process).await?;
     let stream = args.stream.map(|s| match s {
         StreamArg::Stdout => OutputStream::Stdout,
         StreamArg::Stderr => OutputStream::Stderr,
@@ -86,7 +102,7 @@ pub async fn logs(args: LogsArgs) -> anyhow::Result<i32> {
 }
 
 pub async fn attach(args: AttachArgs) -> anyhow::Result<i32> {
-    let (client, id, process) = locate(&args.dir, &args.namespace, &args.process).await?;
+    let (client, id, process) = locate_process(&args.store, args.namespace.as_deref(), &args.process).await?;
     if process.spec.tty.is_none() && !process.spec.stdin {
         let name = process.metadata.name.unwrap_or_default();
         bail!("process/{name} has neither a terminal nor stdin (spec.tty, spec.stdin): follow its output with `agentplane logs -f process/{name}`");
@@ -96,11 +112,8 @@ pub async fn attach(args: AttachArgs) -> anyhow::Result<i32> {
 
 /// A session's universal events: those so far, then (`-f`) the rest as they come.
 async fn session_logs(args: &LogsArgs, name: &str) -> anyhow::Result<i32> {
-    let workspace = Workspace::new(&args.dir);
-    let key = Key { kind: Kind::Session, namespace: args.namespace.clone(), name: name.to_string() };
-    let Object::Session(session) = workspace.require(&key)? else { bail!("{key} is not a Session") };
-    let Some(uid) = session.metadata.uid.clone() else { bail!("{} has no uid in its record", ref_name(&key)) };
-    let client = workspace.node_agent()?;
+    let store = Store::open(&args.store).await?;
+    let Located { key, client, uid, .. } = locate(&store, args.namespace.as_deref(), Kind::Session, name).await?;
     let id = node_session_id(&uid);
     let mut last = 0;
     loop {

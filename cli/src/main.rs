@@ -2,6 +2,7 @@
 
 mod apply;
 mod attach;
+mod cluster;
 mod controller;
 mod get;
 mod logs;
@@ -9,6 +10,7 @@ mod node_agent;
 mod printing;
 mod proc;
 mod session;
+mod store;
 mod up;
 mod workspace;
 mod yaml_edit;
@@ -35,7 +37,8 @@ enum Command {
     /// Start, list, stop, and attach to processes and terminals on a node agent.
     #[command(alias = "process")]
     Proc(proc::ProcArgs),
-    /// List the resources of a watched directory with their status: `get processes`.
+    /// List resources with their status: `get processes` (of a watched directory, or
+    /// of a cluster with --kubeconfig).
     Get(get::GetArgs),
     /// Show one resource in detail: metadata, spec, status, conditions (and a
     /// Process's latest output).
@@ -44,11 +47,11 @@ enum Command {
     Apply(apply::ApplyArgs),
     /// Remove resources from the files that declare them, and wait for their cleanup.
     Delete(apply::DeleteArgs),
-    /// Print a Process's output (from the node agent of a running `agentplane up`).
+    /// Print a Process's output, or a Session's events (from its node agent).
     Logs(logs::LogsArgs),
     /// Attach this terminal to a Process's terminal (detach with Ctrl-]).
     Attach(logs::AttachArgs),
-    /// Say something to a Session: appends to spec.messages in its file.
+    /// Say something to a Session: appends to spec.messages (in its file, or in the cluster).
     Send(session::SendArgs),
     /// Answer a Session's question or permission request: appends to spec.replies.
     Reply(session::ReplyArgs),

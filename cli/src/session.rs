@@ -1,17 +1,17 @@
 //! `agentplane send` and `agentplane reply`: talking to a Session by appending to its
-//! `spec.messages` or `spec.replies` in the user's own file, the single source of what
-//! the Session is. The edit is textual and minimal (one list item added), and the
-//! result must parse to the same resources with exactly that item more before it is
-//! written.
+//! `spec.messages` or `spec.replies`. In the directory store that is the user's own
+//! file, the single source of what the Session is: the edit is textual and minimal
+//! (one list item added), and the result must parse to the same resources with
+//! exactly that item more before it is written. In a cluster it is a JSON patch that
+//! only applies to the version it was made from.
 
-use agentplane_controller::dir::parse::{Key, Kind, Object, parse_file};
-use agentplane_crds::{PermissionDecision, Reply};
+use agentplane_controller::dir::parse::{Key, Kind};
+use agentplane_crds::{PermissionDecision, Reply, SessionStatus};
 use anyhow::bail;
 use clap::{Args, ValueEnum};
-use serde::Serialize;
 
-use crate::workspace::{Declaration, DirArgs, Workspace, not_found, parse_one, ref_name, write_atomically};
-use crate::yaml_edit;
+use crate::store::{SpecItem, Store, StoreArgs};
+use crate::workspace::{parse_one, ref_name};
 
 #[derive(Args, Debug)]
 pub struct SendArgs {
@@ -19,11 +19,11 @@ pub struct SendArgs {
     session: String,
     /// What to say; appended to spec.messages.
     text: String,
-    /// The namespace of the resource.
-    #[arg(short, long, default_value = "default")]
-    namespace: String,
+    /// The namespace of the resource (default: the kubeconfig context's, else `default`).
+    #[arg(short, long)]
+    namespace: Option<String>,
     #[command(flatten)]
-    dir: DirArgs,
+    store: StoreArgs,
 }
 
 #[derive(Args, Debug)]
@@ -43,11 +43,11 @@ pub struct ReplyArgs {
     /// Decline to answer the question.
     #[arg(long)]
     reject: bool,
-    /// The namespace of the resource.
-    #[arg(short, long, default_value = "default")]
-    namespace: String,
+    /// The namespace of the resource (default: the kubeconfig context's, else `default`).
+    #[arg(short, long)]
+    namespace: Option<String>,
     #[command(flatten)]
-    dir: DirArgs,
+    store: StoreArgs,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -58,77 +58,50 @@ enum DecisionArg {
 }
 
 pub async fn send(args: SendArgs) -> anyhow::Result<i32> {
-    let workspace = Workspace::new(&args.dir);
-    let key = Key { kind: Kind::Session, namespace: args.namespace.clone(), name: parse_one(std::slice::from_ref(&args.session), Kind::Session)? };
-    let declaration = workspace.declaration(&key)?.ok_or_else(|| not_found(&key))?;
-    let count = append(&declaration, "messages", &args.text, |session| {
-        session.spec.messages.push(args.text.clone());
-        session.spec.messages.len()
-    })?;
-    println!("{}: message {count} added to {}", ref_name(&key), declaration.file);
+    let store = Store::open(&args.store).await?;
+    let key = session_key(&store, args.namespace.as_deref(), &args.session)?;
+    let (count, file) = store.append(&key, &SpecItem::Message(args.text.clone())).await?;
+    println!("{}: message {count} added{}", ref_name(&key), written_to(file));
     Ok(0)
 }
 
 pub async fn reply(args: ReplyArgs) -> anyhow::Result<i32> {
-    let workspace = Workspace::new(&args.dir);
-    let key = Key { kind: Kind::Session, namespace: args.namespace.clone(), name: parse_one(std::slice::from_ref(&args.session), Kind::Session)? };
-    let declaration = workspace.declaration(&key)?.ok_or_else(|| not_found(&key))?;
-    let answers = if args.answer.is_empty() {
-        Vec::new()
-    } else {
-        // One multi-select question takes all the options chosen; else one answer each.
-        let asked = match workspace.record(&key).ok().flatten() {
-            Some(Object::Session(s)) => s.status.and_then(|st| st.pending_questions.into_iter().find(|q| q.id == args.id)).map(|q| q.questions),
-            _ => None,
-        };
-        match asked {
-            Some(questions) if questions.len() == 1 && questions[0].multi_select => vec![args.answer.clone()],
-            Some(questions) if questions.len() != args.answer.len() => {
-                bail!("{} asks {} question{}: give one --answer each", args.id, questions.len(), if questions.len() == 1 { "" } else { "s" })
-            }
-            _ => args.answer.iter().map(|a| vec![a.clone()]).collect(),
-        }
-    };
+    let store = Store::open(&args.store).await?;
+    let key = session_key(&store, args.namespace.as_deref(), &args.session)?;
+    let status = store.session(&key).await?.and_then(|s| s.status);
+    let answers = answers(&args.id, &args.answer, status.as_ref())?;
     let decision = args.decision.map(|d| match d {
         DecisionArg::Once => PermissionDecision::Once,
         DecisionArg::Always => PermissionDecision::Always,
         DecisionArg::Reject => PermissionDecision::Reject,
     });
     let reply = Reply { id: args.id.clone(), decision, answers, reject: args.reject };
-    let count = append(&declaration, "replies", &reply, |session| {
-        session.spec.replies.push(reply.clone());
-        session.spec.replies.len()
-    })?;
-    println!("{}: reply {count} ({}) added to {}", ref_name(&key), args.id, declaration.file);
+    let (count, file) = store.append(&key, &SpecItem::Reply(reply)).await?;
+    println!("{}: reply {count} ({}) added{}", ref_name(&key), args.id, written_to(file));
     Ok(0)
 }
 
-/// Appends `item` to `spec.<list>` of the declared Session, checking that the edited
-/// file declares what `expect` makes of the Session and everything else unchanged.
-fn append<T: Serialize>(
-    declaration: &Declaration,
-    list: &str,
-    item: &T,
-    expect: impl FnOnce(&mut agentplane_crds::Session) -> usize,
-) -> anyhow::Result<usize> {
-    let refuse = |why: String| {
-        anyhow::anyhow!("{}: {why}; nothing was changed: add the item to spec.{list} by hand", declaration.file)
-    };
-    let this = declaration.this();
-    let documents = yaml_edit::documents(&declaration.text).map_err(|e| refuse(e.0))?;
-    let document = documents
-        .iter()
-        .find(|d| d.line() == this.line)
-        .ok_or_else(|| refuse(format!("its documents cannot be told apart at line {}", this.line)))?;
-    let edited = yaml_edit::append_to_spec_list(&declaration.text, document, list, item).map_err(|e| refuse(e.0))?;
+fn session_key(store: &Store, namespace: Option<&str>, word: &str) -> anyhow::Result<Key> {
+    let name = parse_one(&[word.to_string()], Kind::Session)?;
+    Ok(Key { kind: Kind::Session, namespace: store.namespace(namespace), name })
+}
 
-    let mut expected: Vec<Object> = declaration.declared.iter().map(|d| d.object.clone()).collect();
-    let Object::Session(session) = &mut expected[declaration.index] else { bail!("{} is not a Session", this.object.key()) };
-    let count = expect(session);
-    let reparsed = parse_file(&declaration.file, &edited).map_err(|e| refuse(format!("the edit would not parse ({e})")))?;
-    if reparsed.into_iter().map(|d| d.object).collect::<Vec<_>>() != expected {
-        return Err(refuse("the edit would not read back as intended".into()));
+fn written_to(file: Option<String>) -> String {
+    file.map(|file| format!(" to {file}")).unwrap_or_default()
+}
+
+/// The answers of a reply as the Session takes them: one multi-select question takes
+/// all the options chosen; else one answer each question.
+fn answers(id: &str, given: &[String], status: Option<&SessionStatus>) -> anyhow::Result<Vec<Vec<String>>> {
+    if given.is_empty() {
+        return Ok(Vec::new());
     }
-    write_atomically(&declaration.path, edited.as_bytes())?;
-    Ok(count)
+    let asked = status.and_then(|st| st.pending_questions.iter().find(|q| q.id == id)).map(|q| &q.questions);
+    match asked {
+        Some(questions) if questions.len() == 1 && questions[0].multi_select => Ok(vec![given.to_vec()]),
+        Some(questions) if questions.len() != given.len() => {
+            bail!("{id} asks {} question{}: give one --answer each", questions.len(), if questions.len() == 1 { "" } else { "s" })
+        }
+        _ => Ok(given.iter().map(|a| vec![a.clone()]).collect()),
+    }
 }

@@ -15,6 +15,9 @@ use agentplane_node_agent::client::Client;
 use anyhow::{Context, bail};
 use clap::Args;
 
+use crate::store::SpecItem;
+use crate::yaml_edit;
+
 /// `--dir` and `--state-dir`, as `agentplane up` takes them.
 #[derive(Args, Debug, Clone)]
 pub struct DirArgs {
@@ -228,6 +231,34 @@ impl Workspace {
             bail!("{} is declared in {source}, which does not parse ({error}): fix the file first", ref_name(key));
         }
         Ok(None)
+    }
+
+    /// Appends `item` to `spec.<list>` of the Session `key` in the file that declares
+    /// it, checking that the edited file declares that Session with exactly that item
+    /// more and everything else unchanged; returns the list's length and the file.
+    pub fn append_to_session(&self, key: &Key, item: &SpecItem) -> anyhow::Result<(usize, String)> {
+        let declaration = self.declaration(key)?.ok_or_else(|| not_found(key))?;
+        let list = item.list();
+        let refuse = |why: String| {
+            anyhow::anyhow!("{}: {why}; nothing was changed: add the item to spec.{list} by hand", declaration.file)
+        };
+        let this = declaration.this();
+        let documents = yaml_edit::documents(&declaration.text).map_err(|e| refuse(e.0))?;
+        let document = documents
+            .iter()
+            .find(|d| d.line() == this.line)
+            .ok_or_else(|| refuse(format!("its documents cannot be told apart at line {}", this.line)))?;
+        let edited = yaml_edit::append_to_spec_list(&declaration.text, document, list, item).map_err(|e| refuse(e.0))?;
+
+        let mut expected: Vec<Object> = declaration.declared.iter().map(|d| d.object.clone()).collect();
+        let Object::Session(session) = &mut expected[declaration.index] else { bail!("{} is not a Session", this.object.key()) };
+        let count = item.push(&mut session.spec);
+        let reparsed = parse_file(&declaration.file, &edited).map_err(|e| refuse(format!("the edit would not parse ({e})")))?;
+        if reparsed.into_iter().map(|d| d.object).collect::<Vec<_>>() != expected {
+            return Err(refuse("the edit would not read back as intended".into()));
+        }
+        write_atomically(&declaration.path, edited.as_bytes())?;
+        Ok((count, declaration.file))
     }
 
     /// Waits until the store has forgotten `key` (its cleanup done), watching the state

@@ -4,54 +4,16 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_agentplane");
-const TOKEN: &str = "cli-test-token-42";
+use common::{BIN, NodeAgent, TOKEN};
+
 /// Only turns a hang into a failure; a correct run never gets near it.
 const PATIENCE: Duration = Duration::from_secs(20);
 
-struct NodeAgent {
-    child: Child,
-    url: String,
-    _data: tempfile::TempDir,
-}
-
+/// The `proc` verbs, on the node agent's URL and token.
 impl NodeAgent {
-    fn start() -> NodeAgent {
-        Self::start_with(&[])
-    }
-
-    /// Starts `agentplane node-agent` under `sh -c "<prelude> exec agentplane ..."`.
-    fn start_with(prelude: &[&str]) -> NodeAgent {
-        let data = tempfile::tempdir().unwrap();
-        let script = format!("{} exec \"$0\" node-agent --listen 127.0.0.1:0 --data-dir \"$1\"", prelude.join(" "));
-        let mut child = Command::new("sh")
-            .args(["-c", &script, BIN])
-            .arg(data.path())
-            .env("AGENTPLANE_TOKEN", TOKEN)
-            .env("AGENTPLANE_STOP_TIMEOUT", "5")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        // The daemon says where it listens once it is ready.
-        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-        let url = loop {
-            let line = lines.next().expect("the node agent logs that it is ready").unwrap();
-            if let Some(at) = line.find("listen=") {
-                let addr = line[at + 7..].split_whitespace().next().unwrap();
-                break format!("http://{addr}");
-            }
-        };
-        // Keep draining its log so it never blocks on a full pipe.
-        std::thread::spawn(move || for _ in lines {});
-        NodeAgent { child, url, _data: data }
-    }
-
     fn cli(&self, args: &[&str]) -> Output {
         Command::new(BIN)
             .arg("proc")
@@ -75,27 +37,6 @@ impl NodeAgent {
         let mut all = vec!["-o", "json"];
         all.extend(args);
         serde_json::from_str(&self.ok(&all)).unwrap()
-    }
-
-    fn terminate(&mut self) -> std::process::ExitStatus {
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
-        common::wait_until(PATIENCE, "the node agent to exit", || self.child.try_wait().unwrap().is_some());
-        self.child.wait().unwrap()
-    }
-}
-
-impl Drop for NodeAgent {
-    fn drop(&mut self) {
-        // SIGTERM, so that it stops what it started; SIGKILL would orphan all of it.
-        if let Ok(None) = self.child.try_wait() {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), nix::sys::signal::Signal::SIGTERM);
-            let deadline = Instant::now() + PATIENCE;
-            while matches!(self.child.try_wait(), Ok(None)) && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

@@ -1,4 +1,5 @@
-//! What the tests of the `agentplane` binary share.
+//! What the tests of the `agentplane` binary share: waiting for what has no event,
+//! and a real node agent to drive.
 
 use std::time::{Duration, Instant};
 
@@ -11,5 +12,87 @@ pub fn wait_until(patience: Duration, what: &str, mut condition: impl FnMut() ->
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
         std::thread::sleep(delay);
         delay = (delay * 2).min(Duration::from_millis(50));
+    }
+}
+
+// Not every test crate starts a node agent of its own.
+#[allow(dead_code)]
+pub const BIN: &str = env!("CARGO_BIN_EXE_agentplane");
+
+/// The binary under test: `BIN`, or `AGENTPLANE_TEST_BIN`. Checkouts that share a
+/// target directory share its `debug/agentplane`, linked by whichever built last;
+/// the variable names a copy of this checkout's build instead.
+#[allow(dead_code)]
+pub fn bin() -> std::path::PathBuf {
+    std::env::var_os("AGENTPLANE_TEST_BIN").map_or_else(|| BIN.into(), Into::into)
+}
+#[allow(dead_code)]
+pub const TOKEN: &str = "cli-test-token-42";
+/// How long a node agent may take to stop what it runs; a correct one needs far less.
+const STOP_PATIENCE: Duration = Duration::from_secs(20);
+
+/// `agentplane node-agent` on a free loopback port, stopped with SIGTERM when dropped.
+#[allow(dead_code)]
+pub struct NodeAgent {
+    pub child: std::process::Child,
+    pub url: String,
+    _data: tempfile::TempDir,
+}
+
+#[allow(dead_code)]
+impl NodeAgent {
+    pub fn start() -> NodeAgent {
+        Self::start_with(&[])
+    }
+
+    /// Starts `agentplane node-agent` under `sh -c "<prelude> exec agentplane ..."`.
+    pub fn start_with(prelude: &[&str]) -> NodeAgent {
+        use std::io::BufRead;
+        let data = tempfile::tempdir().unwrap();
+        let script = format!("{} exec \"$0\" node-agent --listen 127.0.0.1:0 --data-dir \"$1\"", prelude.join(" "));
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", &script])
+            .arg(bin())
+            .arg(data.path())
+            .env("AGENTPLANE_TOKEN", TOKEN)
+            .env("AGENTPLANE_STOP_TIMEOUT", "5")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // The daemon says where it listens once it is ready.
+        let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
+        let url = loop {
+            let line = lines.next().expect("the node agent logs that it is ready").unwrap();
+            if let Some(at) = line.find("listen=") {
+                let addr = line[at + 7..].split_whitespace().next().unwrap();
+                break format!("http://{addr}");
+            }
+        };
+        // Keep draining its log so it never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        NodeAgent { child, url, _data: data }
+    }
+
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+        wait_until(STOP_PATIENCE, "the node agent to exit", || self.child.try_wait().unwrap().is_some());
+        self.child.wait().unwrap()
+    }
+}
+
+impl Drop for NodeAgent {
+    fn drop(&mut self) {
+        // SIGTERM, so that it stops what it started; SIGKILL would orphan all of it.
+        if let Ok(None) = self.child.try_wait() {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), nix::sys::signal::Signal::SIGTERM);
+            let deadline = Instant::now() + STOP_PATIENCE;
+            while matches!(self.child.try_wait(), Ok(None)) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
