@@ -118,8 +118,6 @@ fn process_yaml(name: &str, spec: &str) -> String {
 struct NodeAgent {
     child: Child,
     url: String,
-    port: u16,
-    data: std::path::PathBuf,
     _tmp: Option<tempfile::TempDir>,
 }
 
@@ -127,7 +125,8 @@ impl NodeAgent {
     fn start() -> NodeAgent {
         let tmp = tempfile::tempdir().unwrap();
         let data = tmp.path().to_path_buf();
-        let mut agent = Self::start_on(&data, free_port(), &[]);
+        // Above the default 256: a test runs 300 at once.
+        let mut agent = Self::start_on(&data, free_port(), &["--max-processes", "2000"]);
         agent._tmp = Some(tmp);
         agent
     }
@@ -153,7 +152,7 @@ impl NodeAgent {
             }
         }
         std::thread::spawn(move || for _ in lines {});
-        NodeAgent { child, url: format!("http://127.0.0.1:{port}"), port, data: data.to_path_buf(), _tmp: None }
+        NodeAgent { child, url: format!("http://127.0.0.1:{port}"), _tmp: None }
     }
 
     fn client(&self) -> agentplane_node_agent::client::Client {
@@ -194,10 +193,13 @@ impl Controller {
         let metrics: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let health = format!("127.0.0.1:{}", free_port());
         let log = std::env::temp_dir().join(format!("agentplane-controller-{}-{}.log", cluster.ns, metrics.port()));
-        let child = Command::new(BIN)
-            .arg("controller")
-            .arg("--kubeconfig")
-            .arg(&cluster.server.kubeconfig)
+        let mut cmd = Command::new(BIN);
+        cmd.arg("controller");
+        // As the administrator unless the test gives another identity.
+        if !extra.contains(&"--kubeconfig") {
+            cmd.arg("--kubeconfig").arg(&cluster.server.kubeconfig);
+        }
+        let child = cmd
             .args(["--namespace", &cluster.ns, "--metrics-listen", &metrics.to_string(), "--health-listen", &health])
             .args(extra)
             .env("RUST_LOG", "info,agentplane_controller=debug")
@@ -247,7 +249,11 @@ impl Drop for Controller {
         }
         let _ = self.child.kill();
         let _ = self.child.wait();
-        let _ = std::fs::remove_file(&self.log);
+        if std::thread::panicking() {
+            eprintln!("controller log kept: {}", self.log.display());
+        } else {
+            let _ = std::fs::remove_file(&self.log);
+        }
     }
 }
 
@@ -373,7 +379,8 @@ fn kill_9_of_the_controller_while_300_converge_then_start_again_runs_each_exactl
     let marker = format!("agentplane-kill9-{}", cluster.ns);
     let mut yaml = String::new();
     for i in 0..300 {
-        yaml.push_str(&process_yaml(&format!("p{i}"), &format!("  command: sleep\n  args: ['600', '{marker}']\n")));
+        // The shell stays (it has more to do after sleep) and carries the marker in argv.
+        yaml.push_str(&process_yaml(&format!("p{i}"), &format!("  command: sh\n  args: ['-c', 'sleep 600; :', '{marker}']\n")));
         yaml.push_str("\n---\n");
     }
     cluster.apply(&yaml);
@@ -420,7 +427,20 @@ fn two_replicas_elect_one_leader_and_the_other_takes_over_when_it_dies() {
     let cluster = Cluster::new("leader");
     let agent = NodeAgent::start();
     cluster.sandbox("local", &agent);
-    let election = ["--leader-election=true", "--leader-election-namespace", &cluster.ns, "--lease-duration", "3"];
+    // Both replicas run as the manifests' ServiceAccount, under exactly their RBAC
+    // (applying it twice is harmless).
+    let manifests = Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests");
+    for file in ["namespace.yaml", "controller-rbac.yaml"] {
+        let out = cluster.server.kubectl().arg("apply").arg("-f").arg(manifests.join(file)).output().unwrap();
+        assert!(out.status.success(), "{file}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let as_controller = cluster.server.kubeconfig_for(
+        &format!("controller-{}", cluster.ns),
+        &cluster.server.controller_token,
+        agentplane_controller::envtest::SYSTEM_NAMESPACE,
+    );
+    let as_controller = as_controller.to_str().unwrap();
+    let election = ["--kubeconfig", as_controller, "--leader-election=true", "--lease-duration", "3"];
     let mut first = Controller::start(&cluster, &[&election[..], &["--identity", "first"]].concat());
     let mut second = Controller::start(&cluster, &[&election[..], &["--identity", "second"]].concat());
     let leader_gauge = "agentplane_leader";
@@ -435,7 +455,8 @@ fn two_replicas_elect_one_leader_and_the_other_takes_over_when_it_dies() {
 
     leader.kill9();
     common::wait_until(PATIENCE, "the standby to take over", || standby.metric(leader_gauge) == 1.0);
-    let lease: Value = serde_json::from_str(&cluster.kubectl(&["get", "lease", "agentplane-controller", "-o", "json"])).unwrap();
+    let lease = cluster.server.kubectl().args(["-n", agentplane_controller::envtest::SYSTEM_NAMESPACE, "get", "lease", "agentplane-controller", "-o", "json"]).output().unwrap();
+    let lease: Value = serde_json::from_slice(&lease.stdout).unwrap();
     assert_eq!(lease["spec"]["holderIdentity"], standby_name);
     cluster.apply(&process_yaml("after", "  command: sleep\n  args: ['600']\n"));
     cluster.wait_for("process", "after", "Running under the new leader", |v| phase(v) == "Running");
@@ -443,4 +464,80 @@ fn two_replicas_elect_one_leader_and_the_other_takes_over_when_it_dies() {
     let before = cluster.get("process", "before").unwrap();
     let id = format!("proc-{}", before["metadata"]["uid"].as_str().unwrap());
     assert_eq!(agent.processes().iter().filter(|p| p.id == id).count(), 1);
+}
+
+fn count_on_machine(marker: &str) -> usize {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|entry| {
+            std::fs::read(entry.path().join("cmdline")).is_ok_and(|c| String::from_utf8_lossy(&c).split('\0').any(|a| a == marker))
+        })
+        .count()
+}
+
+#[test]
+fn a_node_agent_that_stops_reporting_makes_its_sandbox_not_ready_and_coming_back_redrives_its_resources() {
+    let cluster = Cluster::new("heartbeat");
+    let tmp = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let kubeconfig = cluster.server.kubeconfig.to_str().unwrap().to_string();
+    let url = format!("http://127.0.0.1:{port}");
+    let register = [
+        "--register",
+        "--sandbox",
+        "local",
+        "--sandbox-namespace",
+        &cluster.ns,
+        "--advertise-url",
+        &url,
+        "--token-secret",
+        "local-token:token",
+        "--kubeconfig",
+        &kubeconfig,
+        "--heartbeat-interval",
+        "1",
+    ];
+    cluster.apply(&format!("apiVersion: v1\nkind: Secret\nmetadata: {{name: local-token}}\nstringData: {{token: {TOKEN}}}\n"));
+    let mut agent = NodeAgent::start_on(tmp.path(), port, &register);
+    let _controller = Controller::start(&cluster, &["--leader-election=false", "--heartbeat-grace", "3"]);
+    let marker = format!("agentplane-heartbeat-{}", cluster.ns);
+    cluster.apply(&process_yaml("svc", &format!("  command: sh\n  args: ['-c', 'sleep 600; :', '{marker}']\n")));
+    cluster.apply(
+        "apiVersion: agentplane.dev/v1alpha1\nkind: Session\nmetadata: {name: chat}\nspec: {agent: mock, messages: [hello]}\n",
+    );
+    let svc = cluster.wait_for("process", "svc", "Running", |v| phase(v) == "Running");
+    let first_pid = svc["status"]["pid"].as_i64().unwrap();
+    let chat = cluster.wait_for("session", "chat", "Idle after one message", |v| {
+        phase(v) == "Idle" && v["status"]["deliveredMessages"] == 1
+    });
+    let agent_session = chat["status"]["agentSessionId"].as_str().unwrap().to_string();
+    let sandbox = cluster.wait_for("sandbox", "local", "ready on its heartbeat", |v| {
+        ready(v).is_some_and(|c| c["status"] == "True" && c["reason"] == "HeartbeatRecent")
+    });
+    assert_eq!(sandbox["spec"]["endpoint"], url.as_str());
+
+    // The node agent dies without a word: only its silence tells.
+    agent.kill9();
+    cluster.wait_for("sandbox", "local", "not ready once the heartbeat is late", |v| {
+        ready(v).is_some_and(|c| c["status"] == "False" && c["reason"] == "HeartbeatLate")
+    });
+    cluster.wait_for("process", "svc", "told its sandbox is not ready", |v| {
+        ready(v).is_some_and(|c| c["status"] == "False" && c["reason"] == "SandboxNotReady")
+    });
+
+    // Back on the same data directory: it kills what the dead one left, registers,
+    // and the controller runs the process again and resumes the session.
+    let _agent = NodeAgent::start_on(tmp.path(), port, &register);
+    cluster.wait_for("sandbox", "local", "ready again", |v| ready(v).is_some_and(|c| c["status"] == "True"));
+    let svc = cluster.wait_for("process", "svc", "running again", |v| {
+        phase(v) == "Running" && v["status"]["pid"].as_i64().is_some_and(|p| p != first_pid)
+    });
+    assert!(ready(&svc).is_some_and(|c| c["status"] == "True"), "{svc:#}");
+    common::wait_until(PATIENCE, "one copy of the process on the machine", || count_on_machine(&marker) == 1);
+    cluster.kubectl(&["patch", "session", "chat", "--type=json", "-p", r#"[{"op":"add","path":"/spec/messages/-","value":"again"}]"#]);
+    let chat = cluster.wait_for("session", "chat", "Idle after the second message", |v| {
+        phase(v) == "Idle" && v["status"]["deliveredMessages"] == 2
+    });
+    assert_eq!(chat["status"]["agentSessionId"], agent_session.as_str(), "resumed, not a new conversation");
 }
