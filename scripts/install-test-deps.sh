@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the real programs the tests drive: tmux (to type into `agentplane proc
 # attach` as a person would), vim and bash (on real PTYs), script (the benchmark's
-# baseline), git (a GitOps checkout swapping a watched directory). Idempotent: does nothing when they are all present.
+# baseline), git (a GitOps checkout swapping a watched directory), openssl (the test API server's
+# service-account key). Idempotent: does nothing when they are all present.
 set -euo pipefail
 
 need=()
@@ -11,6 +12,7 @@ command -v bash >/dev/null || need+=(bash)
 command -v script >/dev/null || need+=(bsdutils)
 command -v cc >/dev/null || need+=(gcc)
 command -v git >/dev/null || need+=(git)
+command -v openssl >/dev/null || need+=(openssl)
 if [ ${#need[@]} -eq 0 ]; then
   exit 0
 fi

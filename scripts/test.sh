@@ -6,7 +6,9 @@
 #   3. the `agentplane` binary: the daemon's SIGTERM, the `proc` verbs,
 #      `proc attach` typed into inside tmux, `agentplane up` on real files (git
 #      checkout, kill -9, sessions) and the resource verbs;
-#   4. a short run of the PTY throughput benchmark, for its zero-loss check
+#   4. the cluster store on a real etcd and kube-apiserver (provisioned below, once
+#      per machine): the controller, registration, manifests/ and the CLI verbs;
+#   5. a short run of the PTY throughput benchmark, for its zero-loss check
 #      (its speed figures need the full run: see the README), and the `up`
 #      benchmark, which fails if a process is missing or runs twice.
 set -euo pipefail
@@ -18,6 +20,12 @@ if ! command -v cargo >/dev/null; then
   exit 1
 fi
 
+# etcd, kube-apiserver and kubectl for the cluster tests: KUBEBUILDER_ASSETS when
+# set, else built on Debian and cached outside the checkout (several minutes once).
+KUBEBUILDER_ASSETS="$(scripts/kube-test-assets.sh)"
+export KUBEBUILDER_ASSETS
+
 AGENTPLANE_BENCH_MIB=16 cargo bench --locked -p agentplane --bench pty_throughput
 cargo bench --locked -p agentplane --bench up_converge
+cargo bench --locked -p agentplane --bench kube_converge
 cargo test --locked --workspace

@@ -2,7 +2,7 @@
 //! its API server with the user's kubeconfig, and the node agent of each found
 //! through its Sandbox and the Secret holding that node agent's token.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use agentplane_controller::dir::parse::{API_VERSION, Key, Kind, Object};
 use agentplane_crds::{Process, Sandbox, SecretKeySelector, Session};
@@ -13,7 +13,6 @@ use futures_util::stream::LocalBoxStream;
 use k8s_openapi::api::core::v1::{Event, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::{WatchStreamExt, watcher};
 
 use crate::store::{Change, Events, Selection, SpecItem};
@@ -33,7 +32,7 @@ pub struct Cluster {
 
 impl Cluster {
     pub async fn connect(kubeconfig: &Path, context: Option<&str>) -> anyhow::Result<Cluster> {
-        let config = load_config(kubeconfig.to_path_buf(), context.map(str::to_string))
+        let config = crate::kubeconfig::load(Some(kubeconfig), context)
             .await
             .with_context(|| format!("kubeconfig {}", kubeconfig.display()))?;
         let namespace = config.default_namespace.clone();
@@ -202,18 +201,6 @@ impl Cluster {
             other => anyhow::Error::new(other).context(format!("the Kubernetes API server at {}", self.server)),
         }
     }
-}
-
-/// Reads the kubeconfig, and the files it names, on a thread where blocking is allowed.
-async fn load_config(path: PathBuf, context: Option<String>) -> anyhow::Result<kube::Config> {
-    let runtime = tokio::runtime::Handle::current();
-    tokio::task::spawn_blocking(move || -> anyhow::Result<kube::Config> {
-        let kubeconfig = Kubeconfig::read_from(&path)?;
-        let options = KubeConfigOptions { context, ..Default::default() };
-        Ok(runtime.block_on(kube::Config::from_custom_kubeconfig(kubeconfig, &options))?)
-    })
-    .await
-    .context("reading the kubeconfig")?
 }
 
 /// `test` the version, then `add` the item (or the list, when there is none yet: a

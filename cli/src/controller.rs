@@ -51,19 +51,9 @@ pub struct ControllerArgs {
     heartbeat_grace: u64,
 }
 
-/// A client from `kubeconfig` (and `context`), else from the environment, with the
-/// namespace it defaults to.
-pub async fn kube_client(kubeconfig: Option<&PathBuf>, context: Option<&str>) -> anyhow::Result<(kube::Client, String)> {
-    use kube::config::{KubeConfigOptions, Kubeconfig};
-    let options = KubeConfigOptions { context: context.map(str::to_string), ..Default::default() };
-    let config = match kubeconfig {
-        Some(path) => {
-            let file = Kubeconfig::read_from(path).with_context(|| format!("reading kubeconfig {}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(file, &options).await.with_context(|| format!("kubeconfig {}", path.display()))?
-        }
-        None if context.is_some() => kube::Config::from_kubeconfig(&options).await.context("reading ~/.kube/config")?,
-        None => kube::Config::infer().await.context("no kubeconfig given, none in ~/.kube, and not in a cluster")?,
-    };
+/// A client for the cluster, with the namespace it defaults to.
+async fn kube_client(kubeconfig: Option<&PathBuf>, context: Option<&str>) -> anyhow::Result<(kube::Client, String)> {
+    let config = crate::kubeconfig::load(kubeconfig.map(PathBuf::as_path), context).await?;
     let namespace = config.default_namespace.clone();
     Ok((kube::Client::try_from(config).context("building the Kubernetes client")?, namespace))
 }

@@ -5,6 +5,7 @@ mod attach;
 mod cluster;
 mod controller;
 mod get;
+mod kubeconfig;
 mod logs;
 mod node_agent;
 mod printing;

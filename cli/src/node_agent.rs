@@ -1,7 +1,7 @@
 //! `agentplane node-agent`: flags, logging and signals around the node agent server.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use agentplane_controller::register::{self, Registration};
@@ -9,7 +9,6 @@ use agentplane_crds::SecretKeySelector;
 use agentplane_node_agent::{Config, Limits, Server};
 use anyhow::{Context, bail};
 use clap::Args;
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -123,7 +122,7 @@ impl RegisterArgs {
         let (Some(name), Some(endpoint)) = (self.sandbox, self.advertise_url) else {
             bail!("--register needs --sandbox and --advertise-url");
         };
-        let config = kube_config(self.kubeconfig.as_deref()).await?;
+        let config = crate::kubeconfig::load(self.kubeconfig.as_deref(), None).await?;
         let registration = Registration {
             name,
             namespace: self.sandbox_namespace.unwrap_or_else(|| config.default_namespace.clone()),
@@ -137,22 +136,6 @@ impl RegisterArgs {
         let client = kube::Client::try_from(config).context("cannot build a Kubernetes client")?;
         Ok(Some((client, registration)))
     }
-}
-
-async fn kube_config(path: Option<&Path>) -> anyhow::Result<kube::Config> {
-    let Some(path) = path else {
-        return kube::Config::infer()
-            .await
-            .context("no cluster to register in: pass --kubeconfig, set KUBECONFIG, or run in a pod");
-    };
-    let text = tokio::fs::read_to_string(path)
-        .await
-        .with_context(|| format!("cannot read --kubeconfig {}", path.display()))?;
-    let kubeconfig =
-        Kubeconfig::from_yaml(&text).with_context(|| format!("--kubeconfig {} is not a kubeconfig", path.display()))?;
-    kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .with_context(|| format!("--kubeconfig {} cannot be used", path.display()))
 }
 
 /// The controller authenticates with the Secret the Sandbox names; a mismatch is

@@ -11,12 +11,3 @@ async fn crds_are_served() {
     assert!(api.list(&ListParams::default()).await.unwrap().items.is_empty());
 }
 
-/// Manual aid: `AGENTPLANE_ENVTEST_HOLD=1 cargo test ... hold -- --ignored --nocapture`
-#[test]
-#[ignore]
-fn hold() {
-    let server = ApiServer::start().unwrap();
-    println!("KUBECONFIG={}", server.kubeconfig.display());
-    std::fs::write("/tmp/envtest.kubeconfig.path", server.kubeconfig.display().to_string()).unwrap();
-    std::thread::sleep(std::time::Duration::from_secs(3600));
-}
