@@ -347,7 +347,7 @@ fn bad_registration_flags_exit_1_with_a_clear_message() {
                 "--kubeconfig",
                 "/nonexistent/kubeconfig",
             ],
-            "cannot read --kubeconfig /nonexistent/kubeconfig",
+            "cannot read kubeconfig /nonexistent/kubeconfig",
         ),
     ];
     for (args, expected) in cases {

@@ -96,9 +96,12 @@ struct Context {
     /// The lifecycle stream followed for each ready sandbox, by sandbox key.
     sandbox_followers: Mutex<HashMap<String, tokio::task::AbortHandle>>,
     /// The event stream followed for each live Session, with the uid it follows.
-    session_followers: Mutex<HashMap<ObjectRef<Session>, (Option<String>, tokio::task::AbortHandle)>>,
+    session_followers: Mutex<HashMap<ObjectRef<Session>, Follower>>,
     shutdown: CancellationToken,
 }
+
+/// A follower task and the uid of the object it follows.
+type Follower = (Option<String>, tokio::task::AbortHandle);
 
 /// Why a reconcile failed; kube-runtime retries it after a delay.
 #[derive(Debug, thiserror::Error)]
