@@ -310,6 +310,32 @@ fn kubectl_apply_of_the_examples_converges_and_kubectl_shows_it() {
     // Events say what happened.
     let events = cluster.kubectl(&["get", "events", "-o", "json"]);
     assert!(events.contains("\"Started\""), "no Started event: {events}");
+
+    // A person talks to the session with the CLI; the controller delivers it, the
+    // agent asks, the person answers, the controller forwards the answer.
+    let verb = |args: &[&str]| {
+        let out = Command::new(BIN)
+            .args(args)
+            .arg("--kubeconfig")
+            .arg(&cluster.server.kubeconfig)
+            .args(["-n", &cluster.ns])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "agentplane {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    verb(&["send", "session/demo", "please ask permission to run touch x"]);
+    let asking = cluster.wait_for("session", "demo", "awaiting a permission", |v| {
+        phase(v) == "AwaitingInput" && v["status"]["pendingPermissions"].as_array().is_some_and(|p| !p.is_empty())
+    });
+    let permission = asking["status"]["pendingPermissions"][0]["id"].as_str().unwrap().to_string();
+    verb(&["reply", "session/demo", &permission, "--decision", "once"]);
+    let demo = cluster.wait_for("session", "demo", "Idle after the answer", |v| {
+        phase(v) == "Idle" && v["status"]["deliveredMessages"] == 3
+    });
+    assert!(demo["status"]["pendingPermissions"].as_array().is_none_or(|p| p.is_empty()), "{demo:#}");
+    let events = cluster.kubectl(&["get", "events", "-o", "json"]);
+    assert!(events.contains("\"AwaitingInput\""), "no AwaitingInput event: {events}");
 }
 
 #[test]

@@ -336,3 +336,48 @@ impl SessionReconciler {
         }
     }
 }
+
+/// Follows a node-agent session's events from `last` and calls `notify` whenever
+/// something other than a text delta happens (or a gap says something was missed),
+/// reconnecting with back-off. Ends when the session ends or is gone, or when `notify`
+/// answers false (nobody listens any more).
+pub async fn follow_events<F, Fut>(client: Client, id: String, mut last: Option<u64>, notify: F)
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    use agentplane_node_agent::client::SessionStreamItem;
+    use agentplane_node_agent::universal::EventType;
+    use futures_util::StreamExt;
+    let mut delay = Duration::from_millis(100);
+    loop {
+        match client.session_events_sse(&id, None, last).await {
+            Ok(mut events) => {
+                delay = Duration::from_millis(100);
+                while let Some(item) = events.next().await {
+                    let kind = match item {
+                        Ok(SessionStreamItem::Event(event)) => {
+                            last = Some(event.sequence);
+                            Some(event.kind())
+                        }
+                        Ok(SessionStreamItem::Gap(_)) => None,
+                        Err(_) => break,
+                    };
+                    if kind != Some(EventType::ItemDelta) && !notify().await {
+                        return;
+                    }
+                    if kind == Some(EventType::SessionEnded) {
+                        return;
+                    }
+                }
+            }
+            Err(e) if e.problem_code() == Some("session_not_found") => return,
+            Err(e) => tracing::debug!(session = %id, error = %e, "session events unavailable"),
+        }
+        if !notify().await {
+            return;
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_secs(5));
+    }
+}

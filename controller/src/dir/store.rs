@@ -16,8 +16,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use agentplane_crds::{EnvFromSource, EnvVar, SandboxStatus, SessionPhase};
-use agentplane_node_agent::client::{Client, SessionStreamItem};
-use agentplane_node_agent::universal::EventType;
+use agentplane_node_agent::client::Client;
 use agentplane_node_agent::model::{LifecycleEvent, LifecycleEventType};
 use futures_util::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -314,39 +313,6 @@ async fn follow_node_agent(inner: Arc<Inner>, client: Client, shutdown: Cancella
             _ = shutdown.cancelled() => return,
             _ = tokio::time::sleep(delay) => {}
         }
-        delay = (delay * 2).min(Duration::from_secs(5));
-    }
-}
-
-/// Reconciles a Session whenever something other than a text delta happens in it.
-async fn follow_session(inner: Arc<Inner>, key: Key, client: Client, id: String, mut last: Option<u64>) {
-    let mut delay = Duration::from_millis(100);
-    loop {
-        match client.session_events_sse(&id, None, last).await {
-            Ok(mut events) => {
-                delay = Duration::from_millis(100);
-                while let Some(item) = events.next().await {
-                    match item {
-                        Ok(SessionStreamItem::Event(event)) => {
-                            last = Some(event.sequence);
-                            let kind = event.kind();
-                            if kind != EventType::ItemDelta {
-                                inner.queue.add(key.clone());
-                            }
-                            if kind == EventType::SessionEnded {
-                                return;
-                            }
-                        }
-                        Ok(SessionStreamItem::Gap(_)) => inner.queue.add(key.clone()),
-                        Err(_) => break,
-                    }
-                }
-            }
-            Err(e) if e.problem_code() == Some("session_not_found") => return,
-            Err(e) => debug!(session = %id, error = %e, "session events unavailable"),
-        }
-        inner.queue.add(key.clone());
-        tokio::time::sleep(delay).await;
         delay = (delay * 2).min(Duration::from_secs(5));
     }
 }
@@ -680,7 +646,12 @@ impl Inner {
             return;
         }
         let Some((client, id)) = self.sessions.target(session) else { return };
-        let task = tokio::spawn(follow_session(Arc::clone(self), key.clone(), client, id, last));
+        let (inner, k) = (Arc::clone(self), key.clone());
+        let notify = move || {
+            inner.queue.add(k.clone());
+            std::future::ready(true)
+        };
+        let task = tokio::spawn(crate::session::follow_events(client, id, last, notify));
         if let Some((_, old)) = followers.insert(key.clone(), (uid, task.abort_handle())) {
             old.abort();
         }

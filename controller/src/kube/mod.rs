@@ -23,9 +23,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agentplane_crds::{Process, ProcessPhase, Sandbox, SandboxStatus, Session, SessionPhase};
-use agentplane_node_agent::client::{Client, SessionStreamItem};
+use agentplane_node_agent::client::Client;
 use agentplane_node_agent::model::LifecycleEventType;
-use agentplane_node_agent::universal::EventType;
 use futures_util::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams};
@@ -395,7 +394,12 @@ impl Context {
             return;
         }
         let Some((client, id)) = self.sessions.target(session) else { return };
-        let task = tokio::spawn(follow_session(self.session_trigger.clone(), key.clone(), client, id, last, self.shutdown.clone()));
+        let (trigger, shutdown, k) = (self.session_trigger.clone(), self.shutdown.clone(), key.clone());
+        let notify = move || {
+            let (trigger, shutdown, k) = (trigger.clone(), shutdown.clone(), k.clone());
+            async move { !shutdown.is_cancelled() && trigger.send(k).await.is_ok() }
+        };
+        let task = tokio::spawn(crate::session::follow_events(client, id, last, notify));
         if let Some((_, old)) = followers.insert(key, (uid, task.abort_handle())) {
             old.abort();
         }
@@ -414,52 +418,6 @@ impl Context {
         for (_, handle) in self.sandbox_followers.lock().unwrap_or_else(|e| e.into_inner()).drain() {
             handle.abort();
         }
-    }
-}
-
-/// Reconciles a Session whenever something other than a text delta happens in it.
-async fn follow_session(
-    trigger: mpsc::Sender<ObjectRef<Session>>,
-    key: ObjectRef<Session>,
-    client: Client,
-    id: String,
-    mut last: Option<u64>,
-    shutdown: CancellationToken,
-) {
-    let mut delay = Duration::from_millis(100);
-    while !shutdown.is_cancelled() {
-        match client.session_events_sse(&id, None, last).await {
-            Ok(mut events) => {
-                delay = Duration::from_millis(100);
-                while let Some(item) = events.next().await {
-                    match item {
-                        Ok(SessionStreamItem::Event(event)) => {
-                            last = Some(event.sequence);
-                            let kind = event.kind();
-                            if kind != EventType::ItemDelta && trigger.send(key.clone()).await.is_err() {
-                                return;
-                            }
-                            if kind == EventType::SessionEnded {
-                                return;
-                            }
-                        }
-                        Ok(SessionStreamItem::Gap(_)) => {
-                            if trigger.send(key.clone()).await.is_err() {
-                                return;
-                            }
-                        }
-                        Err(_) => break,
-                    }
-                }
-            }
-            Err(e) if e.problem_code() == Some("session_not_found") => return,
-            Err(e) => debug!(session = %id, error = %e, "session events unavailable"),
-        }
-        if trigger.send(key.clone()).await.is_err() {
-            return;
-        }
-        tokio::time::sleep(delay).await;
-        delay = (delay * 2).min(Duration::from_secs(5));
     }
 }
 
