@@ -92,6 +92,10 @@ struct Context {
     session_store: Store<Session>,
     process_trigger: mpsc::Sender<ObjectRef<Process>>,
     session_trigger: mpsc::Sender<ObjectRef<Session>>,
+    /// Each Sandbox's last heartbeat and when this controller first saw it: freshness
+    /// is judged on this clock, so a node agent's skewed clock cannot make it look
+    /// alive or dead (the node lifecycle controller judges kubelets the same way).
+    heartbeats: Mutex<HashMap<String, (Time, std::time::Instant)>>,
     /// The lifecycle stream followed for each ready sandbox, by sandbox key.
     sandbox_followers: Mutex<HashMap<String, tokio::task::AbortHandle>>,
     /// The event stream followed for each live Session, with the uid it follows.
@@ -150,6 +154,7 @@ pub async fn run(client: kube::Client, config: KubeStoreConfig, metrics: Metrics
         session_store: session_store.clone(),
         process_trigger,
         session_trigger,
+        heartbeats: Mutex::new(HashMap::new()),
         sandbox_followers: Mutex::new(HashMap::new()),
         session_followers: Mutex::new(HashMap::new()),
         shutdown: shutdown.clone(),
@@ -444,14 +449,14 @@ async fn look_at_sandbox(sandbox: &Sandbox, ctx: &Context) -> Result<Action> {
         Err(why) => (false, "TokenUnavailable", why, Some(Duration::from_secs(30))),
         Ok(client) => match &before.last_heartbeat {
             Some(beat) => {
-                let age = heartbeat_age(beat);
+                let age = ctx.heartbeat_age(&key, beat);
                 let grace = ctx.config.heartbeat_grace;
                 if age <= grace {
                     ctx.sandboxes.insert(&key, client.clone());
                     let left = grace.saturating_sub(age) + Duration::from_millis(200);
-                    (true, "HeartbeatRecent", format!("the node agent reported in {}s ago", age.as_secs()), Some(left))
+                    (true, "HeartbeatRecent", format!("the node agent reported within {}s", grace.as_secs()), Some(left))
                 } else {
-                    (false, "HeartbeatLate", format!("no heartbeat for {}s (grace {}s)", age.as_secs(), grace.as_secs()), None)
+                    (false, "HeartbeatLate", format!("no heartbeat for {}s or more", grace.as_secs()), None)
                 }
             }
             // Nobody registers this Sandbox: ask its endpoint.
@@ -489,13 +494,22 @@ async fn look_at_sandbox(sandbox: &Sandbox, ctx: &Context) -> Result<Action> {
     Ok(requeue(after))
 }
 
-fn heartbeat_age(beat: &Time) -> Duration {
-    let now = k8s_openapi::jiff::Timestamp::now();
-    let nanos = now.as_nanosecond().saturating_sub(beat.0.as_nanosecond()).max(0);
-    Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
-}
-
 impl Context {
+    /// How long ago, on this controller's clock, the heartbeat last changed. One not
+    /// seen before counts as new: a restarted controller gives every node agent a
+    /// full grace period.
+    fn heartbeat_age(&self, key: &str, beat: &Time) -> Duration {
+        let now = std::time::Instant::now();
+        let mut seen = self.heartbeats.lock().unwrap_or_else(|e| e.into_inner());
+        match seen.get(key) {
+            Some((last, at)) if last == beat => now.duration_since(*at),
+            _ => {
+                seen.insert(key.to_string(), (beat.clone(), now));
+                Duration::ZERO
+            }
+        }
+    }
+
     async fn sandbox_client(&self, sandbox: &Sandbox, namespace: &str) -> std::result::Result<Client, String> {
         let token = match &sandbox.spec.token_secret_ref {
             Some(selector) => Some(env::secret_key(&self.client, namespace, &selector.name, &selector.key).await?),
