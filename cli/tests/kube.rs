@@ -39,8 +39,15 @@ struct Cluster {
 impl Cluster {
     fn new(prefix: &str) -> Cluster {
         let server = ApiServer::shared();
+        // As an operator installs them: `kubectl apply -f crds/`.
         static CRDS: OnceLock<()> = OnceLock::new();
-        CRDS.get_or_init(|| runtime().block_on(server.install_crds()));
+        CRDS.get_or_init(|| {
+            let crds = Path::new(env!("CARGO_MANIFEST_DIR")).join("../crds");
+            for args in [vec!["apply", "-f", crds.to_str().unwrap()], vec!["wait", "--for=condition=Established", "crd", "--all", "--timeout=60s"]] {
+                let out = server.kubectl().args(&args).output().unwrap();
+                assert!(out.status.success(), "kubectl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+            }
+        });
         let ns = runtime().block_on(server.namespace(prefix));
         Cluster { server, ns }
     }
