@@ -59,14 +59,17 @@ struct Tether {
 }
 
 impl Tether {
-    fn spawn(name: &'static str, program: &Path, args: &[String], dir: &Path) -> Result<Tether, String> {
+    /// Starts `program`; `cleanup`, when given, is removed once it has exited (the
+    /// API server's directory, with etcd's data, lives in memory under /dev/shm).
+    fn spawn(name: &'static str, program: &Path, args: &[String], dir: &Path, cleanup: Option<&Path>) -> Result<Tether, String> {
         let log = dir.join(format!("{name}.log"));
         let out = std::fs::File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
         let err = out.try_clone().map_err(|e| e.to_string())?;
         // The program runs in the background of a shell that waits for its stdin to
         // close, then stops the program.
-        let script = r#""$@" & child=$!; read -r _; kill "$child" 2>/dev/null; wait "$child""#;
+        let script = r#""$@" & child=$!; read -r _; kill "$child" 2>/dev/null; wait "$child"; [ -z "$CLEANUP" ] || rm -rf "$CLEANUP""#;
         let child = Command::new("sh")
+            .env("CLEANUP", cleanup.map(Path::as_os_str).unwrap_or_default())
             .arg("-c")
             .arg(script)
             .arg(name)
@@ -209,6 +212,9 @@ impl ApiServer {
                 "--log-level=warn".into(),
             ],
             &dir,
+            // etcd stops last: its tether removes the whole directory, even when the
+            // test process dies without dropping anything (the shared server never is).
+            Some(&dir),
         )?);
         let cert_dir = dir.join("certs");
         tethers.push(Tether::spawn(
@@ -233,6 +239,7 @@ impl ApiServer {
                 "--v=0".into(),
             ],
             &dir,
+            None,
         )?);
 
         let url = format!("https://127.0.0.1:{api_port}");
