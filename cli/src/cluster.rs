@@ -32,9 +32,8 @@ pub struct Cluster {
 
 impl Cluster {
     pub async fn connect(kubeconfig: &Path, context: Option<&str>) -> anyhow::Result<Cluster> {
-        let config = crate::kubeconfig::load(Some(kubeconfig), context)
-            .await
-            .with_context(|| format!("kubeconfig {}", kubeconfig.display()))?;
+        // The loader's errors name the file already.
+        let config = crate::kubeconfig::load(Some(kubeconfig), context).await?;
         let namespace = config.default_namespace.clone();
         let server = config.cluster_url.to_string();
         let client = kube::Client::try_from(config).with_context(|| format!("a client of the Kubernetes API server at {server}"))?;
