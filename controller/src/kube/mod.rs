@@ -520,26 +520,8 @@ impl Context {
 
     /// Queues every Process and Session of `namespace` placed on sandbox `name`.
     async fn redrive(&self, namespace: &str, name: &str) {
-        let processes: Vec<_> = self
-            .process_store
-            .state()
-            .into_iter()
-            .filter(|p| p.namespace().as_deref() == Some(namespace) && p.spec.sandbox == name)
-            .map(|p| ObjectRef::from_obj(&*p))
-            .collect();
-        for key in processes {
-            let _ = self.process_trigger.send(key).await;
-        }
-        let sessions: Vec<_> = self
-            .session_store
-            .state()
-            .into_iter()
-            .filter(|s| s.namespace().as_deref() == Some(namespace) && s.spec.sandbox == name)
-            .map(|s| ObjectRef::from_obj(&*s))
-            .collect();
-        for key in sessions {
-            let _ = self.session_trigger.send(key).await;
-        }
+        requeue_placed_on(&self.process_store, &self.process_trigger, namespace, name, |p| &p.spec.sandbox).await;
+        requeue_placed_on(&self.session_store, &self.session_trigger, namespace, name, |s| &s.spec.sandbox).await;
     }
 
     fn follow_sandbox(&self, key: &str, namespace: &str, name: &str, client: Client) {
@@ -614,19 +596,34 @@ impl SandboxFollower {
     }
 
     async fn everything(&self) {
-        let keys: Vec<_> = self
-            .process_store
-            .state()
-            .into_iter()
-            .filter(|p| p.namespace().as_deref() == Some(&self.namespace) && p.spec.sandbox == self.name)
-            .map(|p| ObjectRef::from_obj(&*p))
-            .collect();
-        for key in keys {
-            if self.trigger.send(key).await.is_err() {
-                return;
-            }
+        requeue_placed_on(&self.process_store, &self.trigger, &self.namespace, &self.name, |p| &p.spec.sandbox).await;
+    }
+}
+
+/// Queues every cached object of `namespace` placed on sandbox `name`; false once
+/// nobody takes them any more.
+async fn requeue_placed_on<K>(
+    store: &Store<K>,
+    trigger: &mpsc::Sender<ObjectRef<K>>,
+    namespace: &str,
+    name: &str,
+    sandbox_of: impl Fn(&K) -> &str,
+) -> bool
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+{
+    let keys: Vec<_> = store
+        .state()
+        .into_iter()
+        .filter(|o| o.meta().namespace.as_deref() == Some(namespace) && sandbox_of(o) == name)
+        .map(|o| ObjectRef::from_obj(&*o))
+        .collect();
+    for key in keys {
+        if trigger.send(key).await.is_err() {
+            return false;
         }
     }
+    true
 }
 
 /// `Process/<namespace>/<name>` (the `agentplane.dev/resource` annotation).
