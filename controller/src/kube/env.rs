@@ -15,10 +15,12 @@ pub async fn resolve(
     env_from: &[EnvFromSource],
 ) -> Result<BTreeMap<String, String>, String> {
     let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    // Each Secret is read once however many variables name it.
+    let mut read: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
     let mut out = BTreeMap::new();
     for source in env_from {
         if let Some(secret) = &source.secret_ref {
-            out.extend(secret_data(&secrets, &secret.name).await?);
+            out.extend(secret_once(&secrets, &mut read, &secret.name).await?.clone());
         } else if source.file.is_some() {
             return Err("envFrom.file reads a file beside the resource's YAML: it works only in the directory store; use envFrom.secretRef".into());
         }
@@ -33,7 +35,7 @@ pub async fn resolve(
             continue;
         };
         if let Some(selector) = &from.secret_key_ref {
-            let data = secret_data(&secrets, &selector.name).await?;
+            let data = secret_once(&secrets, &mut read, &selector.name).await?;
             let value = data
                 .get(&selector.key)
                 .ok_or_else(|| format!("env {}: Secret {:?} has no key {:?}", var.name, selector.name, selector.key))?;
@@ -46,6 +48,18 @@ pub async fn resolve(
         }
     }
     Ok(out)
+}
+
+async fn secret_once<'a>(
+    secrets: &Api<Secret>,
+    read: &'a mut BTreeMap<String, BTreeMap<String, String>>,
+    name: &str,
+) -> Result<&'a BTreeMap<String, String>, String> {
+    if !read.contains_key(name) {
+        let data = secret_data(secrets, name).await?;
+        read.insert(name.to_string(), data);
+    }
+    Ok(&read[name])
 }
 
 /// One key of a Secret, as text.
