@@ -574,3 +574,24 @@ fn a_node_agent_that_stops_reporting_makes_its_sandbox_not_ready_and_coming_back
     });
     assert_eq!(chat["status"]["agentSessionId"], agent_session.as_str(), "resumed, not a new conversation");
 }
+
+#[test]
+fn env_comes_from_secrets_of_the_namespace_and_a_missing_one_is_named() {
+    let cluster = Cluster::new("env");
+    let agent = NodeAgent::start();
+    cluster.sandbox("local", &agent);
+    let _controller = Controller::start(&cluster, &["--leader-election=false"]);
+    cluster.apply("apiVersion: v1\nkind: Secret\nmetadata: {name: creds}\nstringData: {A: one, B: two}\n");
+    // Runs on only when both variables arrived (from envFrom and from a key, of one
+    // Secret read once), and says what it got otherwise.
+    let spec = "  command: sh\n  args: ['-c', 'test \"$A-$B-$C\" = one-two-three && exec sleep 600; echo \"got $A-$B-$C\"; exit 1']\n  restartPolicy: Never\n  envFrom: [{secretRef: {name: creds}}]\n  env:\n  - {name: B, valueFrom: {secretKeyRef: {name: creds, key: B}}}\n  - {name: C, value: three}\n";
+    cluster.apply(&process_yaml("with-env", spec));
+    let v = cluster.wait_for("process", "with-env", "Running", |v| phase(v) == "Running");
+    let pid = v["status"]["pid"].as_i64().unwrap();
+    common::wait_until(PATIENCE, "the shell to pass its check and become sleep", || {
+        std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == b"sleep\x00600\x00")
+    });
+    cluster.apply(&process_yaml("no-secret", "  command: sleep\n  args: ['600']\n  envFrom: [{secretRef: {name: absent}}]\n"));
+    let v = cluster.wait_for("process", "no-secret", "told the Secret is missing", |v| ready(v).is_some_and(|c| c["reason"] == "EnvNotResolved"));
+    assert!(ready(&v).unwrap()["message"].as_str().unwrap().contains("\"absent\" not found"), "{v:#}");
+}
