@@ -473,7 +473,9 @@ fn two_replicas_elect_one_leader_and_the_other_takes_over_when_it_dies() {
         agentplane_controller::envtest::SYSTEM_NAMESPACE,
     );
     let as_controller = as_controller.to_str().unwrap();
-    let election = ["--kubeconfig", as_controller, "--leader-election=true", "--lease-duration", "3"];
+    // Long enough that a leader on a loaded 2-core machine renews in time (renewal
+    // starts a third of it before expiry); takeover waits for it to expire.
+    let election = ["--kubeconfig", as_controller, "--leader-election=true", "--lease-duration", "9"];
     let mut first = Controller::start(&cluster, &[&election[..], &["--identity", "first"]].concat());
     let mut second = Controller::start(&cluster, &[&election[..], &["--identity", "second"]].concat());
     let leader_gauge = "agentplane_leader";
