@@ -558,16 +558,21 @@ async fn lifecycle_events(State(state): State<AppState>, headers: HeaderMap) -> 
 
 /// The agents this node agent can drive.
 #[utoipa::path(get, path = "/v1/agents", tag = "agents", responses((status = 200, body = AgentList)))]
-async fn list_agents() -> Json<AgentList> {
-    Json(AgentList { agents: AgentId::ALL.into_iter().map(AgentId::info).collect() })
+async fn list_agents(State(state): State<AppState>) -> Json<AgentList> {
+    let host = state.sessions.host();
+    let mut agents = Vec::with_capacity(AgentId::ALL.len());
+    for agent in AgentId::ALL {
+        agents.push(agent.info(host).await);
+    }
+    Json(AgentList { agents })
 }
 
 /// One agent.
 #[utoipa::path(get, path = "/v1/agents/{agent}", tag = "agents", params(("agent" = String, Path, description = "Agent id")),
     responses((status = 200, body = AgentInfo), (status = 404, body = Problem, content_type = "application/problem+json", description = "unsupported_agent")))]
-async fn get_agent(axum::extract::Path(agent): axum::extract::Path<String>) -> Result<Json<AgentInfo>> {
+async fn get_agent(State(state): State<AppState>, axum::extract::Path(agent): axum::extract::Path<String>) -> Result<Json<AgentInfo>> {
     let agent = AgentId::parse(&agent).ok_or(Error::AgentNotFound(agent))?;
-    Ok(Json(agent.info()))
+    Ok(Json(agent.info(state.sessions.host()).await))
 }
 
 /// Starts a session with an agent. The id is the caller's (letters, digits, `.`, `_`,

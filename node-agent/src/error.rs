@@ -41,6 +41,25 @@ pub enum Error {
     AgentNotFound(String),
     #[error("{0}")]
     ModeNotSupported(String),
+    /// The agent's CLI is not installed and the request does not install it.
+    #[error("{0}")]
+    AgentNotInstalled(String),
+    /// npm (or the download) failed; `detail` carries its error. What was installed
+    /// before is untouched.
+    #[error("{0}")]
+    InstallFailed(String),
+    /// The agent's process ended when it should not have.
+    #[error("the agent process exited{}{}", code.map(|c| format!(" with code {c}")).unwrap_or_default(), if stderr_tail.is_empty() { String::new() } else { format!(": {stderr_tail}") })]
+    AgentProcessExited { code: Option<i32>, stderr_tail: String },
+    /// The agent refused to do something (e.g. a tool its permission mode forbids).
+    #[error("{0}")]
+    PermissionDenied(String),
+    /// The agent's output could not be read (a broken stream, an unparseable protocol).
+    #[error("{0}")]
+    StreamError(String),
+    /// The agent did not answer in time.
+    #[error("{0}")]
+    Timeout(String),
     #[error("no session with id {0:?}")]
     SessionNotFound(String),
     #[error("a session with id {0:?} already exists")]
@@ -89,6 +108,12 @@ impl Error {
             Error::LimitExceeded(_) => "limit_exceeded",
             Error::UnsupportedAgent(_) | Error::AgentNotFound(_) => "unsupported_agent",
             Error::ModeNotSupported(_) => "mode_not_supported",
+            Error::AgentNotInstalled(_) => "agent_not_installed",
+            Error::InstallFailed(_) => "install_failed",
+            Error::AgentProcessExited { .. } => "agent_process_exited",
+            Error::PermissionDenied(_) => "permission_denied",
+            Error::StreamError(_) => "stream_error",
+            Error::Timeout(_) => "timeout",
             Error::SessionNotFound(_) => "session_not_found",
             Error::SessionAlreadyExists(_) => "session_already_exists",
             Error::PermissionNotFound { .. } => "permission_not_found",
@@ -117,6 +142,9 @@ impl Error {
             | Error::SessionAlreadyExists(_)
             | Error::Conflict(_) => StatusCode::CONFLICT,
             Error::SpawnFailed { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+            Error::AgentNotInstalled(_) | Error::PermissionDenied(_) => StatusCode::CONFLICT,
+            Error::InstallFailed(_) | Error::AgentProcessExited { .. } | Error::StreamError(_) => StatusCode::BAD_GATEWAY,
+            Error::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
             Error::LimitExceeded(_) => StatusCode::TOO_MANY_REQUESTS,
             Error::Unauthorized => StatusCode::UNAUTHORIZED,
             Error::Forbidden(_) => StatusCode::FORBIDDEN,
@@ -136,6 +164,12 @@ impl Error {
             Error::LimitExceeded(_) => "Limit exceeded",
             Error::UnsupportedAgent(_) | Error::AgentNotFound(_) => "Unsupported agent",
             Error::ModeNotSupported(_) => "Mode not supported",
+            Error::AgentNotInstalled(_) => "Agent not installed",
+            Error::InstallFailed(_) => "Install failed",
+            Error::AgentProcessExited { .. } => "Agent process exited",
+            Error::PermissionDenied(_) => "Permission denied",
+            Error::StreamError(_) => "Stream error",
+            Error::Timeout(_) => "Timeout",
             Error::SessionNotFound(_) => "Session not found",
             Error::SessionAlreadyExists(_) => "Session already exists",
             Error::PermissionNotFound { .. } => "Permission request not found",

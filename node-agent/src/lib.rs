@@ -10,6 +10,7 @@ pub mod error;
 pub mod events;
 pub mod leftovers;
 pub mod model;
+pub mod model_server;
 pub mod output;
 pub mod process;
 pub mod server;

@@ -10,6 +10,7 @@ use axum::http::HeaderValue;
 use axum::serve::ListenerExt;
 use tokio_util::sync::CancellationToken;
 
+use crate::agents::AgentHost;
 use crate::api::{AppState, router};
 use crate::auth::Auth;
 use crate::error::{Error, Result};
@@ -73,7 +74,9 @@ impl Server {
         if sessions.events_in_memory == 0 || sessions.max_queued_messages == 0 {
             return Err(Error::InvalidRequest("session event memory and message queue must be positive".into()));
         }
-        let sessions = SessionManager::load(config.data_dir.join("sessions"), sessions, shutdown.child_token()).await?;
+        let agents_dir = sessions.agents_dir.clone().unwrap_or_else(|| config.data_dir.join("agents"));
+        let host = AgentHost::new(config.data_dir.clone(), agents_dir);
+        let sessions = SessionManager::load(config.data_dir.join("sessions"), host, sessions, shutdown.child_token()).await?;
         let state = AppState {
             processes: ProcessManager::with_registry(config.limits.clone(), Some(children)),
             sessions,

@@ -124,8 +124,9 @@ fn tool_result(events: &[UniversalEvent]) -> Item {
 async fn the_mock_agent_is_listed_with_its_capabilities() {
     let server = TestServer::start().await;
     let agents = server.client.list_agents().await.unwrap();
-    assert_eq!(agents.len(), 1);
-    let mock = &agents[0];
+    let ids: Vec<&str> = agents.iter().map(|a| a.id.as_str()).collect();
+    assert_eq!(ids, ["claude", "codex", "opencode", "pi", "gemini", "amp", "mock"]);
+    let mock = agents.iter().find(|a| a.id == "mock").unwrap();
     assert_eq!((mock.id.as_str(), mock.installed, mock.path.as_deref()), ("mock", true, None));
     assert_eq!(mock.version.as_deref(), Some(server.client.health().await.unwrap().version.as_str()));
     assert!(mock.credentials_available);

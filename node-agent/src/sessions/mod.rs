@@ -26,7 +26,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::agents::{AgentDriver, AgentId, DriverConfig, TurnInput, TurnOutcome, agent_from_request};
+use crate::agents::{AgentDriver, AgentHost, AgentId, DriverConfig, TurnInput, TurnOutcome, agent_from_request};
 use crate::error::{Error, Result};
 use crate::model::{CreateSessionRequest, PermissionMode, SessionInfo, SessionState};
 use crate::universal::{
@@ -46,11 +46,14 @@ pub struct SessionOptions {
     pub events_in_memory: usize,
     /// Messages waiting for their turn, per session; more answers `limit_exceeded`.
     pub max_queued_messages: usize,
+    /// Where agent CLIs are installed; `<data dir>/agents` when absent. Node agents
+    /// may share one (installs lock per agent and version).
+    pub agents_dir: Option<PathBuf>,
 }
 
 impl Default for SessionOptions {
     fn default() -> Self {
-        SessionOptions { events_in_memory: 10_000, max_queued_messages: 1_000 }
+        SessionOptions { events_in_memory: 10_000, max_queued_messages: 1_000, agents_dir: None }
     }
 }
 
@@ -163,9 +166,12 @@ impl SessionRecord {
         })
     }
 
-    fn driver_config(&self) -> DriverConfig {
+    fn driver_config(&self, session_dir: PathBuf, host: Arc<AgentHost>) -> DriverConfig {
         DriverConfig {
             session_id: self.id.clone(),
+            agent_version: self.agent_version.clone(),
+            session_dir,
+            host,
             agent_mode: self.agent_mode.clone(),
             permission_mode: self.permission_mode,
             model: self.model.clone(),
@@ -618,10 +624,10 @@ impl TurnContext {
 
 /// The task of one session: starts the driver, then runs the queued messages as
 /// turns, one at a time, until the session ends or the node agent stops.
-async fn run(session: Arc<Session>, shutdown: CancellationToken, resumed: bool) {
+async fn run(session: Arc<Session>, host: Arc<AgentHost>, shutdown: CancellationToken, resumed: bool) {
     let (config, saved) = {
         let rec = session.record();
-        (rec.driver_config(), rec.driver_state.clone())
+        (rec.driver_config(session.dir.clone(), host), rec.driver_state.clone())
     };
     let mut driver = match session.agent.start(&config, saved).await {
         Ok(driver) => driver,
@@ -663,6 +669,7 @@ pub struct SessionManager {
 
 struct Inner {
     root: PathBuf,
+    host: Arc<AgentHost>,
     options: SessionOptions,
     sessions: Mutex<Sessions>,
     runners: Mutex<Vec<JoinHandle<()>>>,
@@ -678,7 +685,7 @@ struct Sessions {
 
 impl SessionManager {
     /// Loads the sessions kept under `root` and resumes the live ones.
-    pub async fn load(root: PathBuf, options: SessionOptions, shutdown: CancellationToken) -> Result<SessionManager> {
+    pub async fn load(root: PathBuf, host: Arc<AgentHost>, options: SessionOptions, shutdown: CancellationToken) -> Result<SessionManager> {
         let (loaded_root, loaded_options) = (root.clone(), options.clone());
         let loaded = tokio::task::spawn_blocking(move || load_all(&loaded_root, &loaded_options))
             .await
@@ -686,6 +693,7 @@ impl SessionManager {
         let manager = SessionManager {
             inner: Arc::new(Inner {
                 root,
+                host,
                 options,
                 sessions: Mutex::new(Sessions::default()),
                 runners: Mutex::new(Vec::new()),
@@ -725,9 +733,10 @@ impl SessionManager {
     fn spawn_runner(&self, session: Arc<Session>, resumed: bool) {
         use futures_util::FutureExt;
         let shutdown = self.inner.shutdown.clone();
+        let host = Arc::clone(&self.inner.host);
         let runner = tokio::spawn(async move {
             // A driver that panics fails its session instead of leaving it running forever.
-            let ran = std::panic::AssertUnwindSafe(run(Arc::clone(&session), shutdown, resumed)).catch_unwind().await;
+            let ran = std::panic::AssertUnwindSafe(run(Arc::clone(&session), host, shutdown, resumed)).catch_unwind().await;
             if ran.is_err() {
                 session.fail("the agent driver panicked".into()).await;
             }
@@ -772,7 +781,10 @@ impl SessionManager {
         let record = SessionRecord {
             id: id.to_string(),
             agent: agent.as_str().to_string(),
-            agent_version: agent.info().version,
+            agent_version: match agent.package() {
+                Some(package) => Some(request.agent_version.unwrap_or_else(|| package.default_version.to_string())),
+                None => agent.capabilities_version(),
+            },
             agent_mode: request.agent_mode,
             permission_mode: request.permission_mode.unwrap_or_default(),
             model: request.model,
@@ -815,6 +827,11 @@ impl SessionManager {
         .await
         .map_err(|e| Error::io("creating the session", std::io::Error::other(e)))??;
         Ok(self.session(agent, dir, record, log))
+    }
+
+    /// What the sessions' agents share: installs, opencode's server.
+    pub fn host(&self) -> &Arc<AgentHost> {
+        &self.inner.host
     }
 
     pub fn get(&self, id: &str) -> Result<Arc<Session>> {

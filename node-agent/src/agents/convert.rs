@@ -1,0 +1,31 @@
+//! Converters: an agent's native output, line by line, into universal events.
+//!
+//! Every native line becomes at least one event. A line no converter understands
+//! becomes `agent.unparsed` with the line kept as the envelope's `raw`: never dropped.
+//! Converters are stateful (an item's id across its deltas, a tool call's name when
+//! its result comes), so one lives as long as the stream it reads.
+
+use crate::universal::EventData;
+
+/// One converted native line: the events it became. The session manager (or
+/// `node-agent convert`) wraps each in an envelope with the line as `raw`.
+pub trait Converter: Send {
+    /// Converts one native line (a JSON line, or an SSE `data:` payload). Never empty:
+    /// a line that means nothing to a client still yields an event (`agent.unparsed`
+    /// when the converter does not know it).
+    fn convert(&mut self, line: &str) -> Vec<EventData>;
+}
+
+/// The event for a line no converter understood.
+pub fn unparsed(reason: impl Into<String>) -> EventData {
+    EventData::AgentUnparsed { reason: Some(reason.into()) }
+}
+
+/// The converter of an agent that has no native output (the mock).
+pub struct Unconverted;
+
+impl Converter for Unconverted {
+    fn convert(&mut self, _line: &str) -> Vec<EventData> {
+        vec![unparsed("this agent has no native output to convert")]
+    }
+}
