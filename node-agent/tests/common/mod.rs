@@ -25,6 +25,13 @@ pub struct TestServer {
     pub shutdown: CancellationToken,
     pub task: Option<tokio::task::JoinHandle<agentplane_node_agent::Result<()>>>,
     data: tempfile::TempDir,
+    options: SessionOptions,
+}
+
+/// Where the tests install the real agents' CLIs: one directory for every test
+/// binary of a build, so that each pinned version is fetched and unpacked once.
+pub fn shared_agents_dir() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("agents")
 }
 
 impl TestServer {
@@ -40,6 +47,11 @@ impl TestServer {
         Self::start_in(tempfile::tempdir().unwrap(), Limits::default(), options).await
     }
 
+    /// A node agent that installs agents into [`shared_agents_dir`].
+    pub async fn start_with_agents() -> Self {
+        Self::start_with_sessions(SessionOptions { agents_dir: Some(shared_agents_dir()), ..SessionOptions::default() }).await
+    }
+
     /// Stops this node agent and starts another on the same data directory (and a new port).
     pub async fn restart(mut self) -> Self {
         self.shutdown.cancel();
@@ -48,8 +60,9 @@ impl TestServer {
         }
         let data = std::mem::replace(&mut self.data, tempfile::tempdir().unwrap());
         // The old node agent's hold on the data directory goes with it, as with a process exiting.
+        let options = self.options.clone();
         drop(self);
-        Self::start_in(data, Limits::default(), SessionOptions::default()).await
+        Self::start_in(data, Limits::default(), options).await
     }
 
     /// Where the node agent keeps its data.
@@ -71,12 +84,13 @@ impl TestServer {
             cors_origins: vec!["https://app.example".into()],
             limits,
         };
+        let options = sessions.clone();
         let server = Server::bind_with(config, sessions, shutdown.clone()).await.unwrap();
         let url = format!("http://{}", server.local_addr());
         let processes = server.processes();
         let task = tokio::spawn(server.run());
         let client = Client::new(&url, Some(TOKEN.into())).unwrap();
-        TestServer { url, processes, client, shutdown, task: Some(task), data }
+        TestServer { url, processes, client, shutdown, task: Some(task), data, options }
     }
 
     pub fn anonymous(&self) -> Client {
