@@ -21,11 +21,18 @@ pub struct Installed {
 
 pub struct Installer {
     root: PathBuf,
+    /// One install at a time per agent and version in this node agent.
+    locks: std::sync::Mutex<std::collections::HashMap<(AgentId, String), std::sync::Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl Installer {
     pub fn new(root: PathBuf) -> Installer {
-        Installer { root }
+        Installer { root, locks: Default::default() }
+    }
+
+    fn lock(&self, agent: AgentId, version: &str) -> std::sync::Arc<tokio::sync::Mutex<()>> {
+        let mut locks = self.locks.lock().unwrap_or_else(|e| e.into_inner());
+        std::sync::Arc::clone(locks.entry((agent, version.to_string())).or_default())
     }
 
     pub fn root(&self) -> &Path {
@@ -57,6 +64,11 @@ impl Installer {
         if let Some(installed) = self.installed_version(agent, version).await {
             return Ok(installed);
         }
+        let lock = self.lock(agent, version);
+        let _held = lock.lock().await;
+        if let Some(installed) = self.installed_version(agent, version).await {
+            return Ok(installed);
+        }
         let dir = self.agent_dir(agent);
         tokio::fs::create_dir_all(&dir).await.map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
         let scratch = dir.join(format!(".{version}.{}", std::process::id()));
@@ -76,7 +88,13 @@ impl Installer {
             return Err(Error::InstallFailed(format!("npm install {}@{version} failed: {}", package.name, stderr.trim())));
         }
         let target = dir.join(version);
-        tokio::fs::rename(&scratch, &target).await.map_err(|e| Error::io(format!("moving the install to {}", target.display()), e))?;
+        if let Err(e) = tokio::fs::rename(&scratch, &target).await {
+            let _ = tokio::fs::remove_dir_all(&scratch).await;
+            // Another node agent sharing the directory got there first.
+            if self.installed_version(agent, version).await.is_none() {
+                return Err(Error::io(format!("moving the install to {}", target.display()), e));
+            }
+        }
         tokio::fs::write(dir.join("current"), version).await.map_err(|e| Error::io("recording the current version", e))?;
         self.installed_version(agent, version)
             .await
