@@ -235,21 +235,44 @@ async fn openapi_json() -> Json<utoipa::openapi::OpenApi> {
     Json(ApiDoc::openapi())
 }
 
-/// Starts a process, on a PTY when `pty` is given.
+/// Starts a process, on a PTY when `pty` is given. With `sessionId` it feeds that
+/// session: a `tool_result` item there when it starts and when it exits (with its exit
+/// and the last 64 KiB of its output), that output prepended to the message of the
+/// session's next turn, and the process stopped when the session is ended.
 #[utoipa::path(post, path = "/v1/processes", tag = "processes", request_body = CreateProcessRequest,
     responses(
         (status = 201, body = ProcessInfo),
         (status = 400, body = Problem, content_type = "application/problem+json", description = "invalid_request"),
-        (status = 409, body = Problem, content_type = "application/problem+json", description = "process_already_exists"),
+        (status = 404, body = Problem, content_type = "application/problem+json", description = "session_not_found"),
+        (status = 409, body = Problem, content_type = "application/problem+json", description = "process_already_exists; conflict: the session has ended"),
         (status = 422, body = Problem, content_type = "application/problem+json", description = "spawn_failed"),
         (status = 429, body = Problem, content_type = "application/problem+json", description = "limit_exceeded"),
     ))]
 async fn create_process(State(state): State<AppState>, Json(request): Json<CreateProcessRequest>) -> Result<(StatusCode, Json<ProcessInfo>)> {
+    let session = match &request.session_id {
+        Some(id) => {
+            let session = state.sessions.get(id)?;
+            if session.info().state.is_final() {
+                return Err(Error::Conflict(format!("session {id:?} has ended: no process can feed it")));
+            }
+            Some(session)
+        }
+        None => None,
+    };
     let processes = state.processes.clone();
     // Spawning forks and opens a PTY: blocking calls, kept off the async workers.
     let process = tokio::task::spawn_blocking(move || processes.spawn(request))
         .await
         .map_err(|e| Error::io("spawning", std::io::Error::other(e)))??;
+    if let Some(session) = session {
+        if let Err(error) = session.process_started(&process).await {
+            // The session ended while the process started: it must not outlive it.
+            let signal = if process.is_pty() { nix::sys::signal::Signal::SIGHUP } else { nix::sys::signal::Signal::SIGTERM };
+            state.processes.stop(&process, signal, state.processes.limits().stop_timeout).await?;
+            return Err(error);
+        }
+        crate::sessions::feed::follow(session, Arc::clone(&process));
+    }
     Ok((StatusCode::CREATED, Json(process.info())))
 }
 
@@ -257,7 +280,12 @@ async fn create_process(State(state): State<AppState>, Json(request): Json<Creat
 #[utoipa::path(get, path = "/v1/processes", tag = "processes", params(ListProcessesQuery),
     responses((status = 200, body = ProcessList)))]
 async fn list_processes(State(state): State<AppState>, Query(query): Query<ListProcessesQuery>) -> Json<ProcessList> {
-    let processes = state.processes.list(query.tag.as_deref(), query.pty).iter().map(|p| p.info()).collect();
+    let processes = state
+        .processes
+        .list_for(query.tag.as_deref(), query.pty, query.session.as_deref())
+        .iter()
+        .map(|p| p.info())
+        .collect();
     Json(ProcessList { processes })
 }
 
@@ -602,14 +630,31 @@ async fn get_session(State(state): State<AppState>, PathId(id): PathId) -> Resul
 }
 
 /// Ends a session: `session.ended` is its last event. It stays listed, as ended;
-/// ending it again answers the same.
+/// ending it again answers the same. Processes that feed it are stopped (their
+/// stop signal, then SIGKILL after the node agent's stop timeout) before the answer.
 #[utoipa::path(delete, path = "/v1/sessions/{id}", tag = "sessions", params(("id" = String, Path)),
     responses((status = 200, body = SessionInfo), (status = 404, body = Problem, content_type = "application/problem+json", description = "session_not_found")))]
 async fn end_session(State(state): State<AppState>, PathId(id): PathId) -> Result<Json<SessionInfo>> {
-    Ok(Json(state.sessions.get(&id)?.end().await))
+    let info = state.sessions.get(&id)?.end().await;
+    let feeding = state.processes.list_for(None, None, Some(&id));
+    let timeout = state.processes.limits().stop_timeout;
+    let stops = feeding.iter().filter(|p| !p.run_state().is_exited()).map(|p| {
+        let signal = if p.is_pty() { nix::sys::signal::Signal::SIGHUP } else { nix::sys::signal::Signal::SIGTERM };
+        state.processes.stop(p, signal, timeout)
+    });
+    for stopped in futures_util::future::join_all(stops).await {
+        if let Err(error) = stopped {
+            tracing::warn!(session = %id, %error, "could not stop a process of an ended session");
+        }
+    }
+    Ok(Json(info))
 }
 
-/// Sends a message: it runs as the next turn, after any before it.
+/// Sends a message: it runs as the next turn, after any before it. Output of
+/// processes that fed the session (`sessionId` on `POST /v1/processes`) and exited
+/// since the last turn started is delivered to the agent before the message, as
+/// ``Output of `CMD` (exit 0):`` and a fenced block each, then a blank line; the
+/// turn's user message item keeps the message as sent.
 #[utoipa::path(post, path = "/v1/sessions/{id}/messages", tag = "sessions", params(("id" = String, Path)), request_body = SendMessageRequest,
     responses(
         (status = 202, body = SessionInfo, description = "Accepted; `messagesReceived` counts it"),

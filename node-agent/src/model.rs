@@ -42,6 +42,18 @@ pub struct CreateProcessRequest {
     /// version of its spec, a process was started for.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub annotations: BTreeMap<String, String>,
+    /// A session this process feeds (`session_not_found` if there is none; `conflict`
+    /// if it has ended). The session gets an `item.started` of kind `tool_result`
+    /// (source `daemon`, status `inProgress`) when the process starts and the same
+    /// item `item.completed` when it exits: `input` holds `command`, `args`,
+    /// `processId`, `exitCode` and `signal`; `output` the last 64 KiB of its output
+    /// (stdout, then stderr under a `--- stderr ---` line; a first line saying how
+    /// many bytes were cut when there was more). The next turn the session starts
+    /// gets that output prepended to the message delivered to the agent, as
+    /// ``Output of `CMD` (exit 0):`` and a fenced block; the turn's user message item
+    /// keeps the person's own text. Ending the session stops its processes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -107,6 +119,9 @@ pub struct ProcessInfo {
     /// Bytes written to stderr so far (processes without a PTY).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stderr_offset: Option<u64>,
+    /// The session this process feeds, if any (see `CreateProcessRequest.sessionId`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
 }
 
 /// Query of `GET /v1/processes`.
@@ -118,6 +133,8 @@ pub struct ListProcessesQuery {
     pub tag: Option<String>,
     /// Only processes with (true) or without (false) a PTY.
     pub pty: Option<bool>,
+    /// Only processes that feed this session.
+    pub session: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]

@@ -11,6 +11,7 @@
 //! change that announces itself with an event is made inside the log's append step, so
 //! the events read in the order the changes happened.
 
+pub mod feed;
 pub mod log;
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
@@ -115,6 +116,9 @@ pub struct SessionRecord {
     /// Whatever the driver needs to resume its conversation.
     #[serde(default)]
     driver_state: Option<Value>,
+    /// Output of processes that fed this session, for the next turn (see [`feed`]).
+    #[serde(default, skip_serializing_if = "VecDeque::is_empty")]
+    process_outputs: VecDeque<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -475,7 +479,9 @@ impl Session {
                 }
                 let message = rec.queue.pop_front()?;
                 rec.turns_started += 1;
-                let turn = TurnInput { number: rec.turns_started, message };
+                // The agent gets what processes printed meanwhile; the item shows what was said.
+                let delivered = rec.take_process_outputs(&message);
+                let turn = TurnInput { number: rec.turns_started, message: delivered };
                 rec.current_turn = Some(turn.clone());
                 rec.settle();
                 batch.push(rec.draft(EventSource::Daemon, EventData::TurnStarted { turn: turn.number }));
@@ -483,7 +489,7 @@ impl Session {
                     id: format!("turn-{}-message", turn.number),
                     kind: ItemKind::Message,
                     role: Some(Role::User),
-                    text: Some(turn.message.clone()),
+                    text: Some(message),
                     ..Default::default()
                 };
                 batch.push(rec.draft(EventSource::Daemon, EventData::ItemCompleted { item }));
@@ -806,6 +812,7 @@ impl SessionManager {
             current_turn: None,
             resolutions: VecDeque::new(),
             driver_state: None,
+            process_outputs: VecDeque::new(),
         };
         let dir = self.inner.root.join(id);
         let bytes = serde_json::to_vec_pretty(&record).expect("records serialize");
