@@ -1,9 +1,11 @@
 //! `agentplane`: run the node agent, and drive one from a terminal.
 
+mod agent_session;
 mod apply;
 mod attach;
 mod cluster;
 mod controller;
+mod convert;
 mod get;
 mod kubeconfig;
 mod logs;
@@ -56,6 +58,9 @@ enum Command {
     Send(session::SendArgs),
     /// Answer a Session's question or permission request: appends to spec.replies.
     Reply(session::ReplyArgs),
+    /// Create, list, message, follow, answer and end agent sessions on a node agent.
+    #[command(name = "session")]
+    AgentSession(agent_session::SessionArgs),
 }
 
 fn main() {
@@ -82,7 +87,7 @@ fn main() {
     let code = runtime.block_on(async {
         let result = match cli.command {
             Command::Up(args) => up::run(args).await.map(|()| 0),
-            Command::NodeAgent(args) => node_agent::run(args).await.map(|()| 0),
+            Command::NodeAgent(args) => node_agent::main(args).await,
             Command::Controller(args) => controller::run(args).await.map(|()| 0),
             Command::Proc(args) => proc::run(args).await,
             Command::Get(args) => get::get(args).await,
@@ -93,6 +98,7 @@ fn main() {
             Command::Attach(args) => logs::attach(args).await,
             Command::Send(args) => session::send(args).await,
             Command::Reply(args) => session::reply(args).await,
+            Command::AgentSession(args) => agent_session::run(args).await,
         };
         match result {
             Ok(code) => code,
