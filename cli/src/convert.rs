@@ -51,12 +51,13 @@ fn convert_line(converter: &mut dyn Converter, line: &str) -> Vec<EventData> {
     }
 }
 
-/// Exit 0 once stdin is converted, 2 for an agent that is not known; errors reading
+/// Exit 0 once stdin is converted, 2 for an agent that is not known (or the mock); errors reading
 /// stdin or writing stdout are errors (exit 1), except a reader that went away.
 pub async fn run(args: ConvertArgs) -> anyhow::Result<i32> {
     let Some(agent) = AgentId::parse(&args.agent).filter(|a| a.package().is_some()) else {
         let known: Vec<&str> = AgentId::ALL.iter().filter(|a| a.package().is_some()).map(|a| a.as_str()).collect();
-        eprintln!("error: unknown agent {:?}: give --agent one of {}", args.agent, known.join(", "));
+        let why = if AgentId::parse(&args.agent).is_some() { "is built in and has no native transcript" } else { "is unknown" };
+        eprintln!("error: agent {:?} {why}: give --agent one of {}", args.agent, known.join(", "));
         return Ok(2);
     };
     // Reading stdin blocks: on a thread of its own, not the async runtime's.

@@ -120,7 +120,7 @@ fn an_unknown_agent_is_a_clear_error() {
     assert_eq!(output.status.code(), Some(2));
     assert!(output.stdout.is_empty());
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("unknown agent \"clippy\"") && stderr.contains("claude"), "{stderr}");
+    assert!(stderr.contains("agent \"clippy\" is unknown") && stderr.contains("claude"), "{stderr}");
 }
 
 #[test]
