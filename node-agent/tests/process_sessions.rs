@@ -203,3 +203,27 @@ async fn an_unknown_session_is_a_problem_and_nothing_runs() {
     assert!(server.client.list_processes(&ListProcessesQuery::default()).await.unwrap().is_empty());
     server.stop().await;
 }
+
+#[tokio::test]
+async fn output_waiting_for_the_next_turn_survives_a_restart() {
+    let server = TestServer::start().await;
+    mock_session(&server.client, "kept").await;
+    let mut events = Events::open(&server.client, "kept").await;
+    let process = server.client.create_process(&feeding("kept", "echo", &["before the restart"])).await.unwrap();
+    events.until("the process's item.completed", completed_with(format!("process-{}", process.id))).await;
+    drop(events);
+
+    let server = server.restart().await;
+    server.client.send_message("kept", "and now?").await.unwrap();
+    let mut events = Events::open(&server.client, "kept").await;
+    let turn = events.until("the turn's end", |e| e.kind() == EventType::TurnEnded).await;
+    let reply = turn
+        .iter()
+        .find_map(|e| match &e.data {
+            EventData::ItemCompleted { item } if item.role == Some(Role::Assistant) => item.text.clone(),
+            _ => None,
+        })
+        .unwrap();
+    assert!(reply.ends_with("Output of `echo 'before the restart'` (exit 0):\n```\nbefore the restart\n```\n\nand now?"), "{reply:?}");
+    server.stop().await;
+}
