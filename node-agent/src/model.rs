@@ -396,6 +396,8 @@ pub struct CreateSessionRequest {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub enum SessionState {
+    /// The agent's CLI is being installed (from the npm registry, pinned).
+    Installing,
     /// The agent is being started.
     Starting,
     /// A turn is under way (or messages wait for one).
