@@ -198,5 +198,18 @@ async fn refused_requests_never_reach_npm() {
     assert!(models.models.iter().any(|m| m.id == "sonnet"), "{models:?}");
     let missing = server.client.agent_modes("cursor").await.unwrap_err();
     assert_eq!(missing.problem_code(), Some("unsupported_agent"));
+    // The document describes what the routes take and answer.
+    let doc: serde_json::Value = reqwest::Client::new()
+        .get(format!("{}/v1/openapi.json", server.url))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    for schema in ["InstallRequest", "InstallResult", "InstallProgress", "AgentModes", "AgentModels"] {
+        assert!(doc["components"]["schemas"][schema].is_object(), "{schema} is described");
+    }
     server.stop().await;
 }

@@ -12,6 +12,9 @@ use crate::agents::AgentId;
 use crate::error::Error;
 use crate::model::{AgentModeInfo, AgentModels, AgentModes, CreateSessionRequest, ModelInfo, PermissionMode};
 
+/// A file that may hold credentials, and whether its text does.
+type CredentialFile = (PathBuf, fn(&str) -> bool);
+
 /// Credential files are small; a bigger one is not read (and not taken for credentials).
 const MAX_CREDENTIAL_FILE: u64 = 1024 * 1024;
 
@@ -134,10 +137,10 @@ pub fn credentials_source(agent: AgentId, env: &dyn Fn(&str) -> Option<String>, 
         }
     };
     let data_home = || dir("XDG_DATA_HOME", ".local/share");
-    let files: Vec<(PathBuf, fn(&str) -> bool)> = match agent {
+    let files: Vec<CredentialFile> = match agent {
         AgentId::Claude => {
             let config = dir("CLAUDE_CONFIG_DIR", ".claude");
-            let mut files: Vec<(PathBuf, fn(&str) -> bool)> = Vec::new();
+            let mut files: Vec<CredentialFile> = Vec::new();
             if let Some(config) = config {
                 files.push((config.join(".credentials.json"), |t| json_strings(t, &[&["claudeAiOauth", "accessToken"], &["claudeAiOauth", "refreshToken"]])));
             }

@@ -72,11 +72,13 @@ pub struct InstallMarker {
     pub installed_at: String,
 }
 
+type InstallLock = std::sync::Arc<tokio::sync::Mutex<()>>;
+
 pub struct Installer {
     root: PathBuf,
     /// One install at a time per agent and version in this node agent (the file lock
     /// does it across processes; this keeps waiting installs off the blocking pool).
-    locks: std::sync::Mutex<std::collections::HashMap<(AgentId, String), std::sync::Arc<tokio::sync::Mutex<()>>>>,
+    locks: std::sync::Mutex<std::collections::HashMap<(AgentId, String), InstallLock>>,
 }
 
 impl Installer {
@@ -84,7 +86,7 @@ impl Installer {
         Installer { root, locks: Default::default() }
     }
 
-    fn lock(&self, agent: AgentId, version: &str) -> std::sync::Arc<tokio::sync::Mutex<()>> {
+    fn lock(&self, agent: AgentId, version: &str) -> InstallLock {
         let mut locks = self.locks.lock().unwrap_or_else(|e| e.into_inner());
         std::sync::Arc::clone(locks.entry((agent, version.to_string())).or_default())
     }
@@ -354,8 +356,11 @@ impl<'a> Reporter<'a> {
         self.current.tarballs_fetched += 1;
         self.current.message = Some(name);
         if self.current.phase == InstallPhase::Resolving {
-            self.phase(InstallPhase::Downloading).await;
-            self.current.message = None;
+            // A phase change: waits for room rather than being dropped.
+            self.current.phase = InstallPhase::Downloading;
+            if let Some(tx) = self.tx {
+                let _ = tx.send(self.current.clone()).await;
+            }
             return;
         }
         self.count();
