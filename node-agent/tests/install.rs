@@ -149,13 +149,16 @@ async fn progress_arrives_over_sse_and_a_reinstall_is_swapped_in() {
 async fn two_node_agents_sharing_a_directory_install_once() {
     let agents = tempfile::tempdir().unwrap();
     let (one, two) = (server_with_agents_in(agents.path()).await, server_with_agents_in(agents.path()).await);
-    let (a, b) = tokio::join!(install(&one, None, false), install(&two, Some(pinned()), false));
-    let (a, b) = (a.unwrap(), b.unwrap());
-    // One ran npm; the other waited on the lock and found it done.
-    let mut already = [a.already_installed, b.already_installed];
+    // Two node agents (the file lock between them), and twice the same one.
+    let (a, b, c) = tokio::join!(install(&one, None, false), install(&two, Some(pinned()), false), install(&one, None, false));
+    let (a, b, c) = (a.unwrap(), b.unwrap(), c.unwrap());
+    // One ran npm; the others waited on the lock and found it done.
+    let mut already = [a.already_installed, b.already_installed, c.already_installed];
     already.sort();
-    assert_eq!(already, [false, true], "{a:?} {b:?}");
-    assert_eq!((a.path.as_str(), a.integrity.as_deref()), (b.path.as_str(), b.integrity.as_deref()));
+    assert_eq!(already, [false, true, true], "{a:?} {b:?} {c:?}");
+    for other in [&b, &c] {
+        assert_eq!((a.path.as_str(), a.integrity.as_deref()), (other.path.as_str(), other.integrity.as_deref()));
+    }
     // Each reads the disk: both list it.
     for server in [&one, &two] {
         let amp = server.client.get_agent("amp").await.unwrap();

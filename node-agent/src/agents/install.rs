@@ -205,23 +205,26 @@ impl Installer {
         let stderr = child.stderr.take().expect("stderr is piped");
         let run = async {
             let mut lines = tokio::io::BufReader::new(stderr).split(b'\n');
-            let mut errors = VecDeque::new();
+            // npm's error lines, else (an npm that died without saying why) its last words.
+            let (mut errors, mut tail) = (VecDeque::new(), VecDeque::new());
+            let keep = |lines: &mut VecDeque<String>, line: &str| {
+                if lines.len() == ERROR_LINES {
+                    lines.pop_front();
+                }
+                lines.push_back(line.to_string());
+            };
             while let Ok(Some(line)) = lines.next_segment().await {
                 let line = String::from_utf8_lossy(&line);
                 let line = line.trim_end();
                 match parse_npm_line(line) {
                     Some(NpmLine::Packument(name)) => report.resolved(name),
                     Some(NpmLine::Tarball(name)) => report.fetched(name).await,
-                    None if line.starts_with("npm error") || line.starts_with("npm ERR!") => {
-                        if errors.len() == ERROR_LINES {
-                            errors.pop_front();
-                        }
-                        errors.push_back(line.to_string());
-                    }
+                    None if line.starts_with("npm error") || line.starts_with("npm ERR!") => keep(&mut errors, line),
+                    None if !line.is_empty() && !line.starts_with("npm http") => keep(&mut tail, line),
                     None => {}
                 }
             }
-            (child.wait().await, errors)
+            (child.wait().await, if errors.is_empty() { tail } else { errors })
         };
         let (status, errors) = tokio::time::timeout(INSTALL_TIMEOUT, run)
             .await
