@@ -1,5 +1,6 @@
 //! `agentplane`: run the node agent, and drive one from a terminal.
 
+mod agent;
 mod agent_session;
 mod apply;
 mod attach;
@@ -40,6 +41,8 @@ enum Command {
     /// Start, list, stop, and attach to processes and terminals on a node agent.
     #[command(alias = "process")]
     Proc(proc::ProcArgs),
+    /// The agents of a node agent: list them, install one, their modes and models.
+    Agent(agent::AgentArgs),
     /// List resources with their status: `get processes` (of a watched directory, or
     /// of a cluster with --kubeconfig).
     Get(get::GetArgs),
@@ -90,6 +93,7 @@ fn main() {
             Command::NodeAgent(args) => node_agent::main(args).await,
             Command::Controller(args) => controller::run(args).await.map(|()| 0),
             Command::Proc(args) => proc::run(args).await,
+            Command::Agent(args) => agent::run(args).await,
             Command::Get(args) => get::get(args).await,
             Command::Describe(args) => get::describe(args).await,
             Command::Apply(args) => apply::apply(args).await,

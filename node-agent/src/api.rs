@@ -112,6 +112,9 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/events/sse", get(lifecycle_events))
         .route("/v1/agents", get(list_agents))
         .route("/v1/agents/{agent}", get(get_agent))
+        .route("/v1/agents/{agent}/install", post(install_agent))
+        .route("/v1/agents/{agent}/modes", get(agent_modes))
+        .route("/v1/agents/{agent}/models", get(agent_models))
         .route("/v1/sessions", get(list_sessions))
         .route("/v1/sessions/{id}", get(get_session).post(create_session).delete(end_session))
         .route("/v1/sessions/{id}/messages", post(send_message))
@@ -182,10 +185,10 @@ fn ticket_grants(state: &AppState, request: &Request) -> bool {
     paths(
         health, openapi_json, create_process, list_processes, get_process, delete_process,
         signal_process, resize_process, write_input, read_output, issue_ticket, connect, lifecycle_events,
-        list_agents, get_agent, create_session, list_sessions, get_session, end_session, send_message,
+        list_agents, get_agent, install_agent, agent_modes, agent_models, create_session, list_sessions, get_session, end_session, send_message,
         session_events, session_events_sse, reply_permission, reply_question, reject_question
     ),
-    components(schemas(Problem, ControlMessage, LifecycleEvent, UniversalEvent, EventData, EventType, EventSource, Gap)),
+    components(schemas(Problem, ControlMessage, LifecycleEvent, UniversalEvent, EventData, EventType, EventSource, Gap, InstallProgress)),
     modifiers(&ApiConventions),
     tags(
         (name = "processes", description = "Processes and terminals"),
@@ -601,6 +604,117 @@ async fn list_agents(State(state): State<AppState>) -> Json<AgentList> {
 async fn get_agent(State(state): State<AppState>, axum::extract::Path(agent): axum::extract::Path<String>) -> Result<Json<AgentInfo>> {
     let agent = AgentId::parse(&agent).ok_or(Error::AgentNotFound(agent))?;
     Ok(Json(agent.info(state.sessions.host()).await))
+}
+
+/// An agent id from a route's path (`unsupported_agent`, 404).
+fn agent_from_path(agent: String) -> Result<AgentId> {
+    AgentId::parse(&agent).ok_or(Error::AgentNotFound(agent))
+}
+
+/// Installs an agent's CLI from the npm registry (the user's npm configuration
+/// applies), verified against the registry's integrity. The same version again is a
+/// no-op (`alreadyInstalled`) unless `reinstall`. With `Accept: text/event-stream` the
+/// answer is an SSE stream of `install.progress` events ending in `install.completed`
+/// (an `InstallResult`) or `install.failed` (a problem document). The install goes on
+/// if the client goes away.
+#[utoipa::path(post, path = "/v1/agents/{agent}/install", tag = "agents", params(("agent" = String, Path, description = "Agent id")),
+    request_body(content = Option<InstallRequest>, description = "Optional: the pinned version by default"),
+    responses(
+        (status = 200, body = InstallResult, description = "Installed, or already there"),
+        (status = 200, content_type = "text/event-stream", body = InstallProgress, description = "When asked for: `install.progress`, then `install.completed` or `install.failed`"),
+        (status = 400, body = Problem, content_type = "application/problem+json", description = "invalid_request: not an exact version, or the built-in mock"),
+        (status = 404, body = Problem, content_type = "application/problem+json", description = "unsupported_agent"),
+        (status = 502, body = Problem, content_type = "application/problem+json", description = "install_failed, with npm's error; what was installed before is untouched"),
+    ))]
+async fn install_agent(
+    State(state): State<AppState>,
+    axum::extract::Path(agent): axum::extract::Path<String>,
+    headers: HeaderMap,
+    body: bytes::Bytes,
+) -> Result<Response> {
+    let agent = agent_from_path(agent)?;
+    let request: InstallRequest = if body.iter().all(u8::is_ascii_whitespace) {
+        InstallRequest::default()
+    } else {
+        serde_json::from_slice(&body).map_err(|e| Error::InvalidRequest(format!("invalid install request: {e}")))?
+    };
+    if agent.package().is_none() {
+        return Err(Error::InvalidRequest(format!("{} is built in: there is nothing to install", agent.as_str())));
+    }
+    if let Some(version) = &request.version {
+        crate::agents::install::check_version(version)?;
+    }
+    let wants_sse = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|accept| accept.contains("text/event-stream"));
+    // Progress is small and cumulative: a few phase changes wait for room, counts
+    // beyond this are dropped (the next one carries the totals).
+    let (tx, mut rx) = mpsc::channel::<InstallProgress>(64);
+    let host = Arc::clone(state.sessions.host());
+    let options = crate::agents::install::InstallOptions { version: request.version, reinstall: request.reinstall };
+    // Its own task, so that a client going away does not leave a half-done install.
+    let install = tokio::spawn(async move {
+        let outcome = host.installer.install(agent, &options, Some(&tx)).await;
+        outcome.map(|o| InstallResult {
+            agent: agent.as_str().to_string(),
+            version: o.installed.version,
+            path: o.installed.bin.display().to_string(),
+            already_installed: o.already_installed,
+            integrity: o.integrity,
+        })
+    });
+    let joined = |joined: std::result::Result<Result<InstallResult>, tokio::task::JoinError>| {
+        joined.unwrap_or_else(|e| Err(Error::InstallFailed(format!("the install stopped: {e}"))))
+    };
+    if !wants_sse {
+        return Ok(Json(joined(install.await)?).into_response());
+    }
+    let shutdown = state.shutdown.clone();
+    let stream = async_stream_of(move |out| async move {
+        while let Some(progress) = rx.recv().await {
+            let data = serde_json::to_string(&progress).expect("progress serializes");
+            if out.send(Event::default().event("install.progress").data(data)).await.is_err() {
+                return;
+            }
+        }
+        let event = tokio::select! {
+            result = install => match joined(result) {
+                Ok(result) => Event::default().event("install.completed").data(serde_json::to_string(&result).expect("results serialize")),
+                Err(error) => Event::default().event("install.failed").data(serde_json::to_string(&error.to_problem()).expect("problems serialize")),
+            },
+            () = shutdown.cancelled() => return,
+        };
+        let _ = out.send(event).await;
+    });
+    Ok(Sse::new(stream).keep_alive(KeepAlive::default()).into_response())
+}
+
+/// A stream fed by a task through a bounded channel (one event in flight: the task
+/// goes at the client's pace).
+fn async_stream_of<F, Fut>(produce: F) -> impl Stream<Item = std::result::Result<Event, Infallible>>
+where
+    F: FnOnce(mpsc::Sender<Event>) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let (tx, rx) = mpsc::channel(1);
+    tokio::spawn(produce(tx));
+    tokio_stream::wrappers::ReceiverStream::new(rx).map(Ok)
+}
+
+/// The agent's own modes (`agentMode`) and the permission modes its driver accepts.
+#[utoipa::path(get, path = "/v1/agents/{agent}/modes", tag = "agents", params(("agent" = String, Path, description = "Agent id")),
+    responses((status = 200, body = AgentModes), (status = 404, body = Problem, content_type = "application/problem+json", description = "unsupported_agent")))]
+async fn agent_modes(axum::extract::Path(agent): axum::extract::Path<String>) -> Result<Json<AgentModes>> {
+    Ok(Json(crate::agents::catalog::modes(agent_from_path(agent)?)))
+}
+
+/// The models a session's `model` may name, as far as the node agent knows them
+/// (`source` says from where; `note` what else the agent takes).
+#[utoipa::path(get, path = "/v1/agents/{agent}/models", tag = "agents", params(("agent" = String, Path, description = "Agent id")),
+    responses((status = 200, body = AgentModels), (status = 404, body = Problem, content_type = "application/problem+json", description = "unsupported_agent")))]
+async fn agent_models(axum::extract::Path(agent): axum::extract::Path<String>) -> Result<Json<AgentModels>> {
+    Ok(Json(crate::agents::catalog::models(agent_from_path(agent)?)))
 }
 
 /// Starts a session with an agent. The id is the caller's (letters, digits, `.`, `_`,
