@@ -16,8 +16,12 @@ use common::{NodeAgent, TOKEN};
 const PATIENCE: Duration = Duration::from_secs(30);
 
 fn session(agent: &NodeAgent, args: &[&str]) -> Command {
+    session_at(&agent.url, args)
+}
+
+fn session_at(url: &str, args: &[&str]) -> Command {
     let mut command = Command::new(common::bin());
-    command.arg("session").args(args).env("AGENTPLANE_URL", &agent.url).env("AGENTPLANE_TOKEN", TOKEN).stdin(Stdio::null());
+    command.arg("session").args(args).env("AGENTPLANE_URL", url).env("AGENTPLANE_TOKEN", TOKEN).stdin(Stdio::null());
     command
 }
 
@@ -54,7 +58,11 @@ struct Follow {
 
 impl Follow {
     fn start(agent: &NodeAgent, args: &[&str]) -> Follow {
-        let mut child = session(agent, args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        Follow::start_at(&agent.url, args)
+    }
+
+    fn start_at(url: &str, args: &[&str]) -> Follow {
+        let mut child = session_at(url, args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
         let stdout = child.stdout.take().unwrap();
         // Bounded by what the test reads; a line at a time.
         let (tx, lines) = mpsc::sync_channel(1024);
@@ -243,4 +251,90 @@ fn an_unknown_session_is_a_clear_error() {
     let out = run(&agent, &["create", "s4", "--agent", "clippy"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("clippy"));
+}
+
+/// `agentplane node-agent` on a fixed port and data directory, so that a restarted
+/// one is found where its clients left it.
+struct Daemon {
+    child: Child,
+}
+
+impl Daemon {
+    fn start(port: u16, data: &std::path::Path) -> Daemon {
+        let mut child = Command::new(common::bin())
+            .args(["node-agent", "--listen", &format!("127.0.0.1:{port}"), "--data-dir"])
+            .arg(data)
+            .env("AGENTPLANE_TOKEN", TOKEN)
+            .env("AGENTPLANE_STOP_TIMEOUT", "5")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
+        loop {
+            let line = lines.next().expect("the node agent logs that it is ready").unwrap();
+            if line.contains("node agent ready") {
+                break;
+            }
+        }
+        std::thread::spawn(move || for _ in lines {});
+        Daemon { child }
+    }
+
+    fn stop(mut self) {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+        common::wait_until(PATIENCE, "the node agent to stop", || self.child.try_wait().unwrap().is_some());
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), nix::sys::signal::Signal::SIGTERM);
+            // No assertion here: a panic while a failed test unwinds would abort the run.
+            let deadline = std::time::Instant::now() + PATIENCE;
+            while matches!(self.child.try_wait(), Ok(None)) && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn following_survives_a_restart_of_the_node_agent_without_repeating_or_losing_events() {
+    let data = tempfile::tempdir().unwrap();
+    // A port the kernel had free; the node agent takes it over (tokio binds with SO_REUSEADDR).
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let url = format!("http://127.0.0.1:{port}");
+    let daemon = Daemon::start(port, data.path());
+    let ok_at = |args: &[&str]| {
+        let out = session_at(&url, args).output().unwrap();
+        assert!(out.status.success(), "agentplane session {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    ok_at(&["create", "s5", "--agent", "mock"]);
+    let mut follow = Follow::start_at(&url, &["events", "s5", "-f", "--json"]);
+    ok_at(&["send", "s5", "one"]);
+    follow.until_event(EventType::TurnEnded);
+
+    daemon.stop();
+    let daemon = Daemon::start(port, data.path());
+    ok_at(&["send", "s5", "two"]);
+    let turn = follow.until_event(EventType::TurnEnded);
+    assert_eq!(assistant_text(&turn).as_deref(), Some("mock reply #2 to: two"));
+    assert!(turn.iter().any(|e| matches!(e.data, EventData::SessionStarted { resumed: true, .. })), "{turn:#?}");
+
+    let all: Vec<UniversalEvent> =
+        ok_at(&["events", "s5", "--json"]).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let followed: Vec<UniversalEvent> = follow.seen.iter().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(followed, all, "resumed after the last event it printed: none twice, none missed");
+    ok_at(&["end", "s5"]);
+    follow.until_event(EventType::SessionEnded);
+    let (status, stderr) = follow.exit();
+    assert!(status.success(), "{status:?}: {stderr}");
+    assert!(stderr.contains("reconnecting"), "it said the connection dropped: {stderr}");
+    daemon.stop();
 }
