@@ -155,8 +155,12 @@ impl Acp {
     /// Sends a request and waits for its answer; lines before it are only logged (a
     /// handshake has no turn to report them in).
     async fn call(&mut self, method: &str, params: Value) -> Result<Value> {
+        self.call_within(method, params, HANDSHAKE).await
+    }
+
+    async fn call_within(&mut self, method: &str, params: Value, patience: Duration) -> Result<Value> {
         let id = self.send_request(method, params).await?;
-        let deadline = tokio::time::Instant::now() + HANDSHAKE;
+        let deadline = tokio::time::Instant::now() + patience;
         loop {
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
             let line = self.next_line(left, &format!("answering {method}")).await?;
@@ -440,6 +444,31 @@ impl AgentDriver for GeminiDriver {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn shell(script: &str) -> Acp {
+        let mut command = Command::new("sh");
+        command.args(["-c", script]);
+        Acp { child: LineChild::spawn(command).unwrap(), next_id: 1 }
+    }
+
+    #[tokio::test]
+    async fn a_cli_that_says_nothing_is_a_timeout_and_one_that_dies_says_how() {
+        let mut silent = shell("cat >/dev/null");
+        let error = silent.call_within("initialize", json!({}), Duration::from_millis(300)).await.unwrap_err();
+        assert!(matches!(&error, Error::Timeout(m) if m.contains("initialize")), "{error:?}");
+        silent.child.stop(Duration::from_secs(1)).await;
+
+        let mut dying = shell("read line; echo 'not json'; echo 'no API key' >&2; exit 41");
+        match dying.call_within("initialize", json!({}), Duration::from_secs(20)).await.unwrap_err() {
+            Error::AgentProcessExited { code, stderr_tail } => assert_eq!((code, stderr_tail.as_str()), (Some(41), "no API key")),
+            other => panic!("{other:?}"),
+        }
+
+        let mut refusing = shell(r#"read line; echo '{"jsonrpc":"2.0","id":1,"error":{"code":-32603,"message":"Internal error","data":{"details":"auth"}}}'; cat >/dev/null"#);
+        let error = refusing.call_within("session/new", json!({}), Duration::from_secs(20)).await.unwrap_err();
+        assert!(matches!(&error, Error::StreamError(m) if m == "gemini refused session/new: Internal error: auth"), "{error:?}");
+        refusing.child.stop(Duration::from_secs(1)).await;
+    }
 
     #[test]
     fn minute_stamps_read_like_the_clis() {
