@@ -234,7 +234,20 @@ async fn permissions_are_asked_and_answered_through_http() {
     assert_eq!((result.call_id.as_deref(), result.status), (Some(request.id.as_str()), Some(ItemStatus::Denied)));
     assert!(assistant_text(&denied).contains("canceled by the user"), "the model heard of the refusal: {denied:#?}");
 
-    let all = until(&server.client, "p", 0, "everything", |e| e.sequence == denied.last().unwrap().sequence).await;
+    // `always`: this call runs, and the next one of the same command does without asking.
+    let after = denied.last().unwrap().sequence;
+    server.client.send_message("p", "[[run:touch always1.txt]]").await.unwrap();
+    let asked = until(&server.client, "p", after, "a permission request", |e| e.kind() == EventType::PermissionRequested).await;
+    server.client.reply_permission("p", &permission_request(&asked).id, PermissionReply::Always).await.unwrap();
+    let always = until(&server.client, "p", after, "turn.ended", |e| e.kind() == EventType::TurnEnded).await;
+    assert_eq!(turn_status(&always), TurnStatus::Completed, "{always:#?}");
+    assert!(setup.work.path().join("always1.txt").exists());
+    let unasked = turn(&server.client, "p", "[[run:touch always2.txt]]").await;
+    assert_eq!(turn_status(&unasked), TurnStatus::Completed, "{unasked:#?}");
+    assert!(unasked.iter().all(|e| e.kind() != EventType::PermissionRequested), "allowed always: {unasked:#?}");
+    assert!(setup.work.path().join("always2.txt").exists());
+
+    let all = until(&server.client, "p", 0, "everything", |e| e.sequence == unasked.last().unwrap().sequence).await;
     no_unparsed(&all);
 }
 

@@ -408,8 +408,9 @@ async fn avoid_same_minute_clash(home: &Path, session_id: &str) {
         for n in 1..100 {
             let to = chats.join(format!("session-{minute}-r{n}-{short}.jsonl"));
             if !tokio::fs::try_exists(&to).await.unwrap_or(true) {
-                if let Err(error) = tokio::fs::rename(&from, &to).await {
-                    tracing::warn!(agent = "gemini", %error, "could not move {} aside", from.display());
+                match tokio::fs::rename(&from, &to).await {
+                    Ok(()) => tracing::debug!(agent = "gemini", "moved {} aside to {}", from.display(), to.display()),
+                    Err(error) => tracing::warn!(agent = "gemini", %error, "could not move {} aside", from.display()),
                 }
                 break;
             }
