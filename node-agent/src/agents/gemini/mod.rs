@@ -57,6 +57,9 @@ pub fn validate(request: &CreateSessionRequest) -> Result<()> {
             "gemini has no agent modes (asked for {mode:?}); its approval modes follow permissionMode (default, plan, bypass)"
         )));
     }
+    if let Some(variant) = &request.variant {
+        return Err(Error::ModeNotSupported(format!("gemini has no model variants (asked for {variant:?}): name the model instead")));
+    }
     Ok(())
 }
 
@@ -478,8 +481,10 @@ mod tests {
     }
 
     #[test]
-    fn agent_modes_are_refused() {
+    fn agent_modes_and_variants_are_refused() {
         let request = CreateSessionRequest { agent: "gemini".into(), agent_mode: Some("build".into()), ..Default::default() };
+        assert!(matches!(validate(&request), Err(Error::ModeNotSupported(_))));
+        let request = CreateSessionRequest { agent: "gemini".into(), variant: Some("high".into()), ..Default::default() };
         assert!(matches!(validate(&request), Err(Error::ModeNotSupported(_))));
         assert!(validate(&CreateSessionRequest { agent: "gemini".into(), ..Default::default() }).is_ok());
     }
