@@ -319,3 +319,31 @@ async fn a_session_resumes_after_the_node_agent_restarts() {
     assert!(messages.contains("remember me") && messages.contains("do you remember"), "{messages}");
     assert_all_parsed(&events);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_fails_clearly_when_the_server_dies_and_the_next_turn_starts_another() {
+    let fx = Fixture::start().await;
+    let client = fx.client();
+    client.create_session("crash", &fx.request(PermissionMode::Default)).await.unwrap();
+    client.send_message("crash", "[[run:touch never.txt]]").await.unwrap();
+    // The turn is under way (it waits for a reply) when the server goes.
+    until_permission(client, "crash").await;
+    let servers = fx.servers();
+    assert_eq!(servers.len(), 1);
+    nix::sys::signal::killpg(nix::unistd::Pid::from_raw(servers[0] as i32), nix::sys::signal::Signal::SIGKILL).unwrap();
+    let events = until_turn_ended(client, "crash", 1).await;
+    let (status, error) = turn_status(&events, 1);
+    assert_eq!(status, TurnStatus::Failed);
+    let error = error.expect("why the turn failed");
+    assert!(error.contains("agent process exited"), "{error}");
+    assert!(!fx.work.path().join("never.txt").exists());
+
+    client.send_message("crash", "still there?").await.unwrap();
+    let events = until_turn_ended(client, "crash", 2).await;
+    assert_eq!(turn_status(&events, 2), (TurnStatus::Completed, None), "{events:#?}");
+    let new_servers = fx.servers();
+    assert_eq!(new_servers.len(), 1);
+    assert_ne!(new_servers, servers);
+    // The conversation goes on in the same OpenCode session, kept under HOME.
+    assert!(assistant_texts(&turn_events(&events, 2))[0].starts_with("scripted reply: "));
+}
