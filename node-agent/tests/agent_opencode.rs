@@ -347,3 +347,27 @@ async fn a_turn_fails_clearly_when_the_server_dies_and_the_next_turn_starts_anot
     // The conversation goes on in the same OpenCode session, kept under HOME.
     assert!(assistant_texts(&turn_events(&events, 2))[0].starts_with("scripted reply: "));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permission_pending_at_a_restart_is_answered_after_it() {
+    let mut fx = Fixture::start().await;
+    fx.node.client.create_session("waiting", &fx.request(PermissionMode::Default)).await.unwrap();
+    fx.node.client.send_message("waiting", "[[run:touch after-restart.txt]]").await.unwrap();
+    let request = until_permission(&fx.node.client, "waiting").await;
+
+    let node = std::mem::replace(&mut fx.node, TestServer::start().await);
+    fx.node = node.restart().await;
+    // The client answers the request it has; the resumed turn asked OpenCode again and
+    // takes that answer for its new request.
+    let session = fx.node.client.get_session("waiting").await.unwrap();
+    assert_eq!(session.pending_permissions.iter().map(|p| p.id.as_str()).collect::<Vec<_>>(), [request.id.as_str()]);
+    fx.node.client.reply_permission("waiting", &request.id, PermissionReply::Once).await.unwrap();
+    let events = until_turn_ended(&fx.node.client, "waiting", 1).await;
+    assert_eq!(turn_status(&events, 1), (TurnStatus::Completed, None), "{events:#?}");
+    assert!(fx.work.path().join("after-restart.txt").exists());
+    // No second request reached the client.
+    let requested = events.iter().filter(|e| e.kind() == EventType::PermissionRequested).count();
+    assert_eq!(requested, 1, "{events:#?}");
+    assert!(fx.node.client.get_session("waiting").await.unwrap().pending_permissions.is_empty());
+    assert_all_parsed(&events);
+}

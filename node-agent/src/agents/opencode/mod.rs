@@ -394,6 +394,18 @@ fn free_port() -> Result<u16> {
 #[serde(rename_all = "camelCase")]
 struct Saved {
     session_id: String,
+    /// Permission requests a client has not answered yet: a turn resumed after a
+    /// restart asks OpenCode again, and the same request from before stands for it.
+    #[serde(default)]
+    pending: Vec<Pending>,
+}
+
+/// A permission request as the client saw it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+struct Pending {
+    id: String,
+    tool: String,
+    input: Value,
 }
 
 struct OpencodeDriver {
@@ -401,6 +413,8 @@ struct OpencodeDriver {
     launch: Launch,
     server: Option<Arc<Server>>,
     session: String,
+    /// Unanswered permission requests of the turn under way (saved with the session).
+    pending: Vec<Pending>,
     directory: Option<String>,
     agent: Option<String>,
     model: Option<Value>,
@@ -413,12 +427,14 @@ impl OpencodeDriver {
         let launch = Launch::new(installed.bin, environment(config));
         let server = config.host.opencode.server(&launch).await?;
         let directory = config.working_dir.clone();
+        let mut pending = Vec::new();
         let session = match saved {
             Some(saved) => {
                 let saved: Saved = serde_json::from_value(saved)
                     .map_err(|e| Error::InvalidRequest(format!("the opencode driver's saved state is unreadable: {e}")))?;
                 // The server keeps its sessions under HOME: a new one knows the old session.
                 server.call(reqwest::Method::GET, &format!("/session/{}", saved.session_id), directory.as_deref(), None).await?;
+                pending = saved.pending;
                 saved.session_id
             }
             None => {
@@ -437,6 +453,7 @@ impl OpencodeDriver {
             launch,
             server: Some(server),
             session,
+            pending,
             directory,
             agent,
             model: model_ref(config),
@@ -457,8 +474,17 @@ impl OpencodeDriver {
         }
     }
 
-    async fn turn(&mut self, ctx: &TurnContext, turn: &TurnInput) -> Result<TurnOutcome, Interrupted> {
-        ctx.save_state(json!(Saved { session_id: self.session.clone() }));
+    fn save(&self, ctx: &TurnContext) {
+        ctx.save_state(json!(Saved { session_id: self.session.clone(), pending: self.pending.clone() }));
+    }
+
+    async fn turn(&mut self, ctx: &TurnContext, turn: &TurnInput, resume: bool) -> Result<TurnOutcome, Interrupted> {
+        // Requests from before a restart, which OpenCode will ask again.
+        if !resume {
+            self.pending.clear();
+        }
+        let mut asked_before = self.pending.clone();
+        self.save(ctx);
         let server = match self.live_server().await {
             Ok(server) => server,
             Err(error) => return Ok(TurnOutcome::failed(error.to_string())),
@@ -494,9 +520,25 @@ impl OpencodeDriver {
                     for event in converter.convert(&line) {
                         match event {
                             EventData::PermissionRequested(request) => {
-                                let id = request.id.clone();
-                                ctx.request_permission(request).await?;
-                                replies.push(async move { Answer::Permission(id.clone(), ctx.wait_permission(&id).await) }.boxed());
+                                let opencode_id = request.id.clone();
+                                let same = |p: &Pending| p.tool == request.tool && p.input == request.input;
+                                let client_id = match asked_before.iter().position(same) {
+                                    // The client's request from before the restart stands for this one.
+                                    Some(at) => asked_before.remove(at).id,
+                                    None => {
+                                        self.pending.push(Pending { id: opencode_id.clone(), tool: request.tool.clone(), input: request.input.clone() });
+                                        self.save(ctx);
+                                        ctx.request_permission(request).await?;
+                                        opencode_id.clone()
+                                    }
+                                };
+                                replies.push(
+                                    async move {
+                                        let reply = ctx.wait_permission(&client_id).await;
+                                        Answer::Permission { opencode_id, client_id, reply }
+                                    }
+                                    .boxed(),
+                                );
                             }
                             EventData::QuestionRequested(request) => {
                                 let id = request.id.clone();
@@ -523,8 +565,11 @@ impl OpencodeDriver {
                 }
                 Some(answer) = replies.next() => {
                     let (path, body) = match answer {
-                        Answer::Permission(id, reply) => {
-                            let reply = match reply? {
+                        Answer::Permission { opencode_id: id, client_id, reply } => {
+                            let reply = reply?;
+                            self.pending.retain(|p| p.id != client_id);
+                            self.save(ctx);
+                            let reply = match reply {
                                 PermissionReply::Once => "once",
                                 PermissionReply::Always => "always",
                                 PermissionReply::Reject => "reject",
@@ -554,7 +599,7 @@ impl OpencodeDriver {
 }
 
 enum Answer {
-    Permission(String, Result<PermissionReply, Interrupted>),
+    Permission { opencode_id: String, client_id: String, reply: Result<PermissionReply, Interrupted> },
     Question(String, Result<QuestionAnswer, Interrupted>),
 }
 
@@ -590,10 +635,11 @@ impl AgentDriver for OpencodeDriver {
         Some(self.session.clone())
     }
 
-    fn run_turn<'a>(&'a mut self, ctx: &'a TurnContext, turn: &'a TurnInput, _resume: bool) -> BoxFuture<'a, Result<TurnOutcome, Interrupted>> {
-        // A turn cut short by a restart is sent again: the new server has no memory of
-        // a request that was pending in the old one.
-        Box::pin(self.turn(ctx, turn))
+    fn run_turn<'a>(&'a mut self, ctx: &'a TurnContext, turn: &'a TurnInput, resume: bool) -> BoxFuture<'a, Result<TurnOutcome, Interrupted>> {
+        // A turn cut short by a restart is sent again (the new server has no memory of
+        // the old one's work in progress); permission requests it asks again are the
+        // ones the client already has.
+        Box::pin(self.turn(ctx, turn, resume))
     }
 
     fn stop(&mut self) -> BoxFuture<'_, ()> {
