@@ -201,7 +201,9 @@ async fn text_streams_and_a_second_message_continues_the_conversation() {
 async fn a_tool_call_runs_and_its_result_reaches_the_model() {
     let fx = Fixture::start().await;
     let client = fx.client();
-    client.create_session("tool", &fx.request(PermissionMode::Bypass)).await.unwrap();
+    // A bare model name is a model of the provider the driver configures.
+    let request = CreateSessionRequest { model: Some("scripted-model".into()), ..fx.request(PermissionMode::Bypass) };
+    client.create_session("tool", &request).await.unwrap();
     client.send_message("tool", "please [[run:echo hi]]").await.unwrap();
     let events = until_turn_ended(client, "tool", 1).await;
     assert_eq!(turn_status(&events, 1), (TurnStatus::Completed, None), "{events:#?}");
@@ -214,6 +216,7 @@ async fn a_tool_call_runs_and_its_result_reaches_the_model() {
     assert_eq!(results[0].call_id.as_deref(), Some(calls[0].id.as_str()));
     assert_eq!(results[0].output.as_deref().map(str::trim), Some("hi"));
     assert_eq!(assistant_texts(&events).last().map(String::as_str), Some("tool said: hi"));
+    assert!(fx.agent_requests().iter().all(|r| r.body["model"] == "scripted-model"));
     // Bypass: nothing was asked.
     assert!(!events.iter().any(|e| e.kind() == EventType::PermissionRequested));
     assert_all_parsed(&events);

@@ -135,3 +135,21 @@ fn unknown_lines_are_unparsed_and_errors_are_errors() {
     assert_eq!(completed(&events, ItemKind::ToolCall)[0].status, Some(ItemStatus::Denied));
     assert_eq!(completed(&events, ItemKind::ToolResult)[0].status, Some(ItemStatus::Denied));
 }
+
+#[test]
+fn questions_and_their_answers_convert() {
+    let mut converter = AgentId::Opencode.converter();
+    let asked = r#"{"id":"evt_1","type":"question.asked","properties":{"id":"que_1","sessionID":"ses_1","questions":[{"question":"Which?","header":"Pick","options":[{"label":"a","description":"first"},{"label":"b","description":"second"}],"multiple":true}]}}"#;
+    let expected = QuestionRequest {
+        id: "que_1".into(),
+        questions: vec![Question { question: "Which?".into(), header: Some("Pick".into()), options: vec!["a".into(), "b".into()], multi_select: true }],
+    };
+    assert_eq!(converter.convert(asked), vec![EventData::QuestionRequested(expected)]);
+    let replied = r#"{"id":"evt_2","type":"question.replied","properties":{"sessionID":"ses_1","requestID":"que_1","answers":[["a","b"]]}}"#;
+    assert_eq!(
+        converter.convert(replied),
+        vec![EventData::QuestionResolved { id: "que_1".into(), outcome: QuestionOutcome::Answered, answers: Some(vec![vec!["a".into(), "b".into()]]) }]
+    );
+    let rejected = r#"{"id":"evt_3","type":"question.rejected","properties":{"sessionID":"ses_1","requestID":"que_1"}}"#;
+    assert_eq!(converter.convert(rejected), vec![EventData::QuestionResolved { id: "que_1".into(), outcome: QuestionOutcome::Rejected, answers: None }]);
+}

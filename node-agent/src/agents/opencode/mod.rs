@@ -61,6 +61,10 @@ const REQUEST: Duration = Duration::from_secs(60);
 /// when a session's buffer is full; a session drains its buffer throughout a turn
 /// (also while a permission request waits), so that wait is short.
 const EVENTS_AHEAD: usize = 256;
+/// How long a turn may go without any event of its session while no reply is awaited
+/// (a model streams, and OpenCode reports each retry): past it the turn fails as
+/// timed out instead of hanging.
+const QUIET: Duration = Duration::from_secs(600);
 /// What one SSE event may weigh before it is dropped (a whole session's diff can be big).
 const MAX_EVENT: usize = 32 << 20;
 
@@ -424,7 +428,9 @@ struct OpencodeDriver {
 impl OpencodeDriver {
     async fn start(config: &DriverConfig, saved: Option<Value>) -> Result<OpencodeDriver> {
         let installed = config.host.installer.ensure(AgentId::Opencode, config.agent_version.as_deref()).await?;
-        let launch = Launch::new(installed.bin, environment(config));
+        let (env, configured) = environment(config);
+        let model = model_ref(config, configured)?;
+        let launch = Launch::new(installed.bin, env);
         let server = config.host.opencode.server(&launch).await?;
         let directory = config.working_dir.clone();
         let mut pending = Vec::new();
@@ -456,7 +462,7 @@ impl OpencodeDriver {
             pending,
             directory,
             agent,
-            model: model_ref(config),
+            model,
             variant: config.variant.clone(),
         })
     }
@@ -510,9 +516,12 @@ impl OpencodeDriver {
         let mut failure: Option<String> = None;
         let mut interrupted = std::pin::pin!(ctx.interrupted());
         let mut exit = std::pin::pin!(wait_exit(server.exit.clone()));
+        let quiet = tokio::time::sleep(QUIET);
+        let mut quiet = std::pin::pin!(quiet);
         loop {
             tokio::select! {
                 line = events.recv() => {
+                    quiet.as_mut().reset(tokio::time::Instant::now() + QUIET);
                     let Some(line) = line else {
                         return Ok(TurnOutcome::failed("opencode's event stream ended"));
                     };
@@ -593,6 +602,12 @@ impl OpencodeDriver {
                     return Err(why);
                 }
                 exit = &mut exit => return Ok(TurnOutcome::failed(exit.error().to_string())),
+                // Silence while nobody is asked anything: OpenCode lost the turn.
+                () = &mut quiet, if replies.is_empty() => {
+                    server.abort(&self.session, self.directory.as_deref());
+                    let error = Error::Timeout(format!("opencode said nothing about the turn for {} s", QUIET.as_secs()));
+                    return Ok(TurnOutcome::failed(error.to_string()));
+                }
             }
         }
     }
@@ -655,19 +670,21 @@ impl AgentDriver for OpencodeDriver {
 }
 
 /// The environment `opencode serve` runs with: the session's, plus what keeps it
-/// offline-friendly and, given a base URL, the provider it talks to.
-fn environment(config: &DriverConfig) -> BTreeMap<String, String> {
+/// offline-friendly and, given a base URL, the provider it talks to (then `true`).
+fn environment(config: &DriverConfig) -> (BTreeMap<String, String>, bool) {
     let mut env = config.env.clone();
+    let mut configured = false;
     let lookup = |key: &str| config.env.get(key).cloned().or_else(|| std::env::var(key).ok()).filter(|v| !v.is_empty());
     if !env.contains_key("OPENCODE_CONFIG_CONTENT")
         && let Some(base_url) = lookup("OPENAI_BASE_URL")
     {
         let api_key = lookup("OPENAI_API_KEY").unwrap_or_else(|| "agentplane".into());
         env.insert("OPENCODE_CONFIG_CONTENT".into(), provider_config(&base_url, &api_key, &model_id(config)).to_string());
+        configured = true;
     }
     env.entry("OPENCODE_DISABLE_MODELS_FETCH".into()).or_insert_with(|| "1".into());
     env.entry("OPENCODE_DISABLE_AUTOUPDATE".into()).or_insert_with(|| "1".into());
-    env
+    (env, configured)
 }
 
 /// The model of the configured provider: the session's (without a `fake/` prefix), else `default`.
@@ -698,11 +715,14 @@ fn provider_config(base_url: &str, api_key: &str, model: &str) -> Value {
 
 /// The `model` of a prompt: `provider/model` as given, or a bare name in the
 /// configured provider; none (OpenCode's default) when the session names none.
-fn model_ref(config: &DriverConfig) -> Option<Value> {
-    let model = config.model.as_deref()?;
+fn model_ref(config: &DriverConfig, configured: bool) -> Result<Option<Value>> {
+    let Some(model) = config.model.as_deref() else { return Ok(None) };
     match model.split_once('/') {
-        Some((provider, model)) => Some(json!({"providerID": provider, "modelID": model})),
-        None => Some(json!({"providerID": PROVIDER, "modelID": model})),
+        Some((provider, model)) => Ok(Some(json!({"providerID": provider, "modelID": model}))),
+        None if configured => Ok(Some(json!({"providerID": PROVIDER, "modelID": model}))),
+        None => Err(Error::InvalidRequest(format!(
+            "opencode names models provider/model: {model:?} needs its provider (or OPENAI_BASE_URL, which configures the provider {PROVIDER:?})"
+        ))),
     }
 }
 
