@@ -374,3 +374,26 @@ async fn a_permission_pending_at_a_restart_is_answered_after_it() {
     assert!(fx.node.client.get_session("waiting").await.unwrap().pending_permissions.is_empty());
     assert_all_parsed(&events);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plan_mode_runs_opencodes_plan_agent_and_unknown_modes_are_refused() {
+    let fx = Fixture::start().await;
+    let client = fx.client();
+    let refused = client.create_session("yolo", &CreateSessionRequest { agent_mode: Some("yolo".into()), ..fx.request(PermissionMode::Default) }).await;
+    assert_eq!(refused.err().and_then(|e| e.problem_code().map(str::to_string)).as_deref(), Some("mode_not_supported"));
+
+    client.create_session("plan", &fx.request(PermissionMode::Plan)).await.unwrap();
+    client.send_message("plan", "make a plan").await.unwrap();
+    let events = until_turn_ended(client, "plan", 1).await;
+    assert_eq!(turn_status(&events, 1), (TurnStatus::Completed, None), "{events:#?}");
+    // OpenCode records which of its agents answered.
+    let agents: Vec<String> = events
+        .iter()
+        .filter_map(|e| e.raw.as_deref())
+        .filter_map(|raw| serde_json::from_str::<Value>(raw).ok())
+        .filter(|v| v["payload"]["type"] == "message.updated" && v["payload"]["properties"]["info"]["role"] == "assistant")
+        .filter_map(|v| v["payload"]["properties"]["info"]["agent"].as_str().map(str::to_string))
+        .collect();
+    assert!(!agents.is_empty() && agents.iter().all(|a| a == "plan"), "{agents:?}");
+    assert_all_parsed(&events);
+}
