@@ -111,11 +111,6 @@ impl Shared {
         servers.insert(launch.key.clone(), Arc::downgrade(&server));
         Ok(server)
     }
-
-    /// How many servers run (for tests and diagnostics).
-    pub async fn running(&self) -> usize {
-        self.servers.lock().await.values().filter_map(Weak::upgrade).filter(|s| s.exit().is_none()).count()
-    }
 }
 
 /// How to start a server: the executable and the environment it gets.
