@@ -13,7 +13,11 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 #[derive(Args, Debug)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct NodeAgentArgs {
+    /// Without a command: serve.
+    #[command(subcommand)]
+    command: Option<NodeAgentCommand>,
     /// Address to listen on.
     #[arg(long, env = "AGENTPLANE_LISTEN", default_value = "127.0.0.1:2468")]
     listen: SocketAddr,
@@ -47,6 +51,22 @@ pub struct NodeAgentArgs {
     slow_client_timeout_ms: u64,
     #[command(flatten)]
     registration: RegisterArgs,
+}
+
+/// Tools that run without a node agent.
+#[derive(clap::Subcommand, Debug)]
+pub enum NodeAgentCommand {
+    /// Convert an agent's native transcript (stdin: JSON lines, or SSE `data:` lines)
+    /// into universal events (stdout: one JSON envelope a line).
+    Convert(crate::convert::ConvertArgs),
+}
+
+/// `agentplane node-agent [COMMAND]`: serves, or runs one of its tools; the exit code.
+pub async fn main(mut args: NodeAgentArgs) -> anyhow::Result<i32> {
+    match args.command.take() {
+        Some(NodeAgentCommand::Convert(convert)) => crate::convert::run(convert).await,
+        None => run(args).await.map(|()| 0),
+    }
 }
 
 /// Registration as a Sandbox in a Kubernetes cluster (see `agentplane_controller::register`).
