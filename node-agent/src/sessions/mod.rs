@@ -626,6 +626,15 @@ impl TurnContext {
         .await
     }
 
+    /// Resolves when the turn has to stop: the session ended, or the node agent stops.
+    /// For a driver that waits on its agent's output rather than on a reply.
+    pub async fn interrupted(&self) -> Interrupted {
+        match self.wait(|_| None::<Result<(), Interrupted>>).await {
+            Err(why) => why,
+            Ok(()) => Interrupted::Ended,
+        }
+    }
+
     async fn wait<T>(&self, mut ready: impl FnMut(&SessionRecord) -> Option<Result<T, Interrupted>>) -> Result<T, Interrupted> {
         let mut changes = self.session.changes.subscribe();
         loop {
