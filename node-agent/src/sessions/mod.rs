@@ -531,6 +531,17 @@ impl Session {
                 }
                 rec.current_turn = None;
                 rec.turns_completed += 1;
+                // A request the turn left unanswered (its agent went away) can no
+                // longer be answered: cancelled, so the session does not wait for it.
+                for request in std::mem::take(&mut rec.pending_permissions) {
+                    rec.resolve(Resolution::Permission { id: request.id.clone(), reply: None });
+                    batch.push(rec.draft(EventSource::Daemon, EventData::PermissionResolved { id: request.id, reply: None }));
+                }
+                for request in std::mem::take(&mut rec.pending_questions) {
+                    let outcome = QuestionOutcome::Cancelled;
+                    rec.resolve(Resolution::Question { id: request.id.clone(), outcome, answers: None });
+                    batch.push(rec.draft(EventSource::Daemon, EventData::QuestionResolved { id: request.id, outcome, answers: None }));
+                }
                 rec.settle();
                 let status = if outcome.failed { TurnStatus::Failed } else { TurnStatus::Completed };
                 batch.push(rec.draft(EventSource::Daemon, EventData::TurnEnded { turn: turn.number, status, error: outcome.error }));
