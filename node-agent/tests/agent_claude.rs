@@ -282,6 +282,52 @@ async fn a_conversation_resumes_after_the_node_agent_restarts() {
     server.stop().await;
 }
 
+/// The live `claude` processes whose HOME is `home` (the session's).
+fn claude_pids(home: &std::path::Path) -> Vec<u32> {
+    let needle = format!("HOME={}", home.display());
+    let with_home: Vec<ProcStat> = live_processes()
+        .into_iter()
+        .filter(|p| {
+            let environ = std::fs::read(format!("/proc/{}/environ", p.pid)).unwrap_or_default();
+            environ.split(|b| *b == 0).any(|var| var == needle.as_bytes())
+        })
+        .collect();
+    // Not its children (a tool's shell inherits the HOME).
+    with_home.iter().filter(|p| !with_home.iter().any(|q| q.pid == p.ppid)).map(|p| p.pid).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claude_killed_mid_turn_fails_the_turn_and_the_next_resumes() {
+    let setup = Setup::new().await;
+    let client = &setup.server.client;
+    client.create_session("k1", &setup.request()).await.unwrap();
+    let mut events = Events::open(client, "k1", None).await;
+    client.send_message("k1", "remember the word heron").await.unwrap();
+    assert_completed(&events.turn().await);
+    client.send_message("k1", "then [[run:touch killed.txt]]").await.unwrap();
+    let request = events.permission(&setup).await;
+    let pids = claude_pids(setup.home.path());
+    assert_eq!(pids.len(), 1, "one claude for the session: {pids:?}");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pids[0] as i32), nix::sys::signal::Signal::SIGKILL).unwrap();
+    client.reply_permission("k1", &request.id, PermissionReply::Once).await.unwrap();
+    let turn = events.turn().await;
+    let (status, error) = status(&turn);
+    assert_eq!(status, TurnStatus::Failed, "{turn:#?}");
+    assert!(error.as_deref().unwrap_or_default().contains("exit"), "{error:?}");
+    assert!(turn.iter().any(|e| matches!(&e.data, EventData::Error { code: Some(code), .. } if code == "agent_process_exited")), "{turn:#?}");
+    assert!(!setup.work.path().join("killed.txt").exists());
+
+    client.send_message("k1", "are you back?").await.unwrap();
+    let turn = events.turn().await;
+    assert_completed(&turn);
+    let last = setup.conversations().last().cloned().unwrap();
+    assert!(mentions(&last, "remember the word heron"), "the resumed claude has the earlier turns: {last:?}");
+    assert!(mentions(&last, "are you back?"));
+    let pids_after = claude_pids(setup.home.path());
+    assert_eq!(pids_after.len(), 1, "{pids_after:?}");
+    assert_ne!(pids_after, pids);
+}
+
 impl Setup {
     fn request_with(model: &ModelServer, home: &tempfile::TempDir, work: &tempfile::TempDir) -> CreateSessionRequest {
         CreateSessionRequest {

@@ -444,7 +444,8 @@ fn content_text(content: Option<&Value>) -> String {
     }
 }
 
-fn result_error(line: &Value) -> String {
+/// What a failed `result` line says went wrong.
+pub fn result_error(line: &Value) -> String {
     if let Some(result) = str_at(line, &["result"]).filter(|r| !r.is_empty()) {
         return result.to_string();
     }

@@ -165,6 +165,7 @@ impl ClaudeDriver {
         }
         self.state.conversation_started = true;
         self.save(ctx);
+        let mut restarted_fresh = false;
         loop {
             let line = {
                 let Some(child) = self.child.as_mut() else { return self.failed(ctx, Error::StreamError("claude is not running".into())).await };
@@ -191,13 +192,29 @@ impl ClaudeDriver {
             }
             if kind == "result" {
                 let is_error = value.get("is_error").and_then(Value::as_bool).unwrap_or(false);
-                self.save(ctx);
-                if is_error {
-                    let subtype = value.get("subtype").and_then(Value::as_str).unwrap_or("error");
-                    let message = value.get("result").and_then(Value::as_str).filter(|r| !r.is_empty()).unwrap_or(subtype);
-                    return Ok(TurnOutcome::failed(format!("claude ended the turn with an error: {message}")));
+                if !is_error {
+                    self.save(ctx);
+                    return Ok(TurnOutcome::completed());
                 }
-                return Ok(TurnOutcome::completed());
+                let message = convert::result_error(&value);
+                if message.contains("No conversation found") && !restarted_fresh {
+                    // Claude died before it stored the conversation: nothing is there to
+                    // resume, so the conversation starts again under the same id.
+                    restarted_fresh = true;
+                    tracing::warn!(session = %self.config.session_id, "claude has no stored conversation to resume; starting it afresh");
+                    if let Some(mut child) = self.child.take() {
+                        child.stop(STOP_GRACE).await;
+                    }
+                    self.state.conversation_started = false;
+                    if let Err(error) = self.send_message(&turn.message).await {
+                        return self.failed(ctx, error).await;
+                    }
+                    self.state.conversation_started = true;
+                    self.save(ctx);
+                    continue;
+                }
+                self.save(ctx);
+                return Ok(TurnOutcome::failed(format!("claude ended the turn with an error: {message}")));
             }
         }
     }
@@ -213,6 +230,16 @@ impl ClaudeDriver {
             "parent_tool_use_id": null,
             "session_id": self.state.agent_session_id,
         });
+        let child = self.child.as_mut().expect("spawned above");
+        if child.send(&line).await.is_ok() {
+            return Ok(());
+        }
+        // It died while idle (nothing of a turn is lost): start it again, resuming.
+        if let Some(mut dead) = self.child.take() {
+            let error = dead.exited().await;
+            tracing::warn!(session = %self.config.session_id, %error, "claude was gone between turns; starting it again");
+        }
+        self.spawn().await?;
         let child = self.child.as_mut().expect("spawned above");
         match child.send(&line).await {
             Ok(()) => Ok(()),
