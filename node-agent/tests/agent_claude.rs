@@ -343,3 +343,14 @@ impl Setup {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_says_what_it_can_and_refuses_agent_modes() {
+    let server = TestServer::start_with_agents().await;
+    let agent = server.client.get_agent("claude").await.unwrap();
+    assert!(agent.capabilities.permissions && agent.capabilities.questions && agent.capabilities.resume && agent.capabilities.streaming_deltas);
+    let request = CreateSessionRequest { agent: "claude".into(), agent_mode: Some("build".into()), ..Default::default() };
+    let error = server.client.create_session("m1", &request).await.unwrap_err();
+    assert_eq!(error.problem_code(), Some("mode_not_supported"), "{error}");
+    server.stop().await;
+}
