@@ -141,3 +141,39 @@ fn a_failed_result_is_an_error_and_a_rejected_call_is_denied() {
     assert!(events.iter().any(|e| matches!(e, EventData::Error { message, .. } if message == "boom")), "{events:?}");
     assert!(events.iter().any(|e| matches!(e, EventData::ItemCompleted { item } if item.text.as_deref().unwrap_or_default().contains("permission denied for Bash"))));
 }
+
+/// Every claude transcript in the test data, the recorded ones and those our own
+/// end-to-end runs with the pinned CLI wrote (`claude-<version>-*.jsonl`).
+#[test]
+fn every_claude_transcript_converts_without_unparsed_lines() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/agent-transcripts");
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.starts_with("claude-") && n.ends_with(".jsonl"))
+        .collect();
+    names.sort();
+    assert!(names.len() >= 5, "{names:?}");
+    for name in &names {
+        convert(name);
+    }
+}
+
+#[test]
+fn the_pinned_cli_s_own_transcripts_hold_the_calls_and_the_denial() {
+    let events = convert("claude-2.1.330-text-tool.jsonl");
+    let calls = completed(&events, ItemKind::ToolCall);
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].input.as_ref().unwrap()["command"], "echo hi");
+    let results = completed(&events, ItemKind::ToolResult);
+    assert_eq!(results[0].output.as_deref(), Some("hi"));
+    assert!(completed(&events, ItemKind::Message).iter().any(|m| m.text.as_deref() == Some("tool said: hi")));
+
+    let events = convert("claude-2.1.330-permissions.jsonl");
+    let results = completed(&events, ItemKind::ToolResult);
+    assert_eq!(results.len(), 2, "{results:?}");
+    assert_eq!(results[0].status, Some(ItemStatus::Completed));
+    // Without the driver's word that the user rejected it, a denial reads as a failed call.
+    assert_eq!(results[1].status, Some(ItemStatus::Failed));
+    assert!(results[1].output.as_deref().unwrap_or_default().contains("did not allow"));
+}
