@@ -45,7 +45,7 @@ impl Events {
     }
 
     /// Events up to the next permission request.
-    async fn permission(&mut self, setup: &Setup) -> PermissionRequest {
+    async fn permission(&mut self, model: &ModelServer) -> PermissionRequest {
         loop {
             let found = self.seen[self.mark..].iter().position(|e| matches!(e.data, EventData::PermissionRequested(_)));
             if let Some(at) = found {
@@ -56,7 +56,7 @@ impl Events {
             if let Some(ended) = self.seen[self.mark..].iter().find(|e| e.kind() == EventType::TurnEnded) {
                 let raws: Vec<&str> = self.seen[self.mark..].iter().filter_map(|e| e.raw.as_deref()).collect();
                 let asked: Vec<String> =
-                    setup.model.requests().iter().map(|r| format!("{} {}", r.uri, r.body.get("messages").map(|m| m.to_string()).unwrap_or_default())).collect();
+                    model.requests().iter().map(|r| format!("{} {}", r.uri, r.body.get("messages").map(|m| m.to_string()).unwrap_or_default())).collect();
                 panic!("the turn ended ({ended:?}) without a permission request; claude said {raws:#?}; the model was asked {asked:#?}");
             }
             self.next("a permission.requested").await;
@@ -220,7 +220,7 @@ async fn a_permission_allowed_and_one_denied_through_the_api() {
     let denied = setup.work.path().join("denied.txt");
 
     client.send_message("p1", "please [[run:touch allowed.txt]]").await.unwrap();
-    let request = events.permission(&setup).await;
+    let request = events.permission(&setup.model).await;
     assert_eq!(request.tool, "Bash");
     assert_eq!(request.input["command"], "touch allowed.txt");
     assert_eq!(request.options, vec![PermissionReply::Once, PermissionReply::Always, PermissionReply::Reject]);
@@ -234,7 +234,7 @@ async fn a_permission_allowed_and_one_denied_through_the_api() {
     assert_eq!(completed(&turn, ItemKind::ToolResult)[0].status, Some(ItemStatus::Completed));
 
     client.send_message("p1", "then [[run:touch denied.txt]]").await.unwrap();
-    let request = events.permission(&setup).await;
+    let request = events.permission(&setup.model).await;
     assert_eq!(request.input["command"], "touch denied.txt");
     client.reply_permission("p1", &request.id, PermissionReply::Reject).await.unwrap();
     let turn = events.turn().await;
@@ -305,7 +305,7 @@ async fn a_claude_killed_mid_turn_fails_the_turn_and_the_next_resumes() {
     client.send_message("k1", "remember the word heron").await.unwrap();
     assert_completed(&events.turn().await);
     client.send_message("k1", "then [[run:touch killed.txt]]").await.unwrap();
-    let request = events.permission(&setup).await;
+    let request = events.permission(&setup.model).await;
     let pids = claude_pids(setup.home.path());
     assert_eq!(pids.len(), 1, "one claude for the session: {pids:?}");
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pids[0] as i32), nix::sys::signal::Signal::SIGKILL).unwrap();
@@ -352,5 +352,35 @@ async fn claude_says_what_it_can_and_refuses_agent_modes() {
     let request = CreateSessionRequest { agent: "claude".into(), agent_mode: Some("build".into()), ..Default::default() };
     let error = server.client.create_session("m1", &request).await.unwrap_err();
     assert_eq!(error.problem_code(), Some("mode_not_supported"), "{error}");
+    server.stop().await;
+}
+
+/// A restart while Claude waits for a permission: the request stays open across it,
+/// its reply is given to the resumed Claude when it asks for the same call again
+/// (the interrupted message is sent again), and the turn completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permission_pending_across_a_restart_is_answered_after_it() {
+    let Setup { server, model, home, work } = Setup::new().await;
+    let request = Setup::request_with(&model, &home, &work);
+    server.client.create_session("w1", &request).await.unwrap();
+    let mut events = Events::open(&server.client, "w1", None).await;
+    server.client.send_message("w1", "remember the word ibis").await.unwrap();
+    assert_completed(&events.turn().await);
+    server.client.send_message("w1", "then [[run:touch across.txt]]").await.unwrap();
+    let pending = events.permission(&model).await;
+    let before = server.client.get_session("w1").await.unwrap();
+    drop(events);
+
+    let server = server.restart().await;
+    let session = server.client.get_session("w1").await.unwrap();
+    assert_eq!(session.pending_permissions.iter().map(|p| p.id.clone()).collect::<Vec<_>>(), vec![pending.id.clone()]);
+    let mut events = Events::open(&server.client, "w1", Some(before.last_sequence)).await;
+    server.client.reply_permission("w1", &pending.id, PermissionReply::Once).await.unwrap();
+    let turn = events.turn().await;
+    assert_completed(&turn);
+    assert!(work.path().join("across.txt").exists(), "the command allowed across the restart ran");
+    let requests: Vec<&UniversalEvent> = turn.iter().filter(|e| e.kind() == EventType::PermissionRequested).collect();
+    assert!(requests.is_empty(), "Claude's second ask was answered with the kept reply: {requests:#?}");
+    assert_eq!(reply_text(&turn), "tool said: (Bash completed with no output)");
     server.stop().await;
 }
