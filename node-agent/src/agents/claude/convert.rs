@@ -53,8 +53,11 @@ pub struct Converter {
     completed_per_message: HashMap<String, u64>,
     /// Tool calls the user rejected: their results are `denied`.
     denied: HashSet<String>,
-    /// Numbers items of lines that carry no id of their own.
+    /// Numbers items of lines that carry no id of their own...
     counter: u64,
+    /// ...after this converter's random tag, so that a converter of the same session
+    /// after a restart names none the same.
+    tag: Option<String>,
 }
 
 impl Converter {
@@ -70,7 +73,12 @@ impl Converter {
 
     fn next_id(&mut self, prefix: &str) -> String {
         self.counter += 1;
-        format!("{prefix}-{}", self.counter)
+        let tag = self.tag.get_or_insert_with(|| {
+            let mut bytes = [0u8; 4];
+            getrandom::fill(&mut bytes).expect("the OS random source works");
+            bytes.iter().map(|b| format!("{b:02x}")).collect()
+        });
+        format!("{prefix}-{tag}-{}", self.counter)
     }
 
     /// An item id from a line's `uuid`, else a counter.
