@@ -171,7 +171,7 @@ impl ClaudeDriver {
                 let Some(child) = self.child.as_mut() else { return self.failed(ctx, Error::StreamError("claude is not running".into())).await };
                 tokio::select! {
                     line = child.next_line() => line,
-                    () = ctx.stopping() => return Err(Interrupted::Shutdown),
+                    why = ctx.interrupted() => return Err(why),
                 }
             };
             let Some(line) = line else {
