@@ -197,6 +197,7 @@ impl Drop for ModelServer {
 fn router(shared: Shared) -> Router {
     Router::new()
         .route("/v1/messages", post(anthropic::messages))
+        .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
         .route("/api/provider/anthropic/v1/messages", post(anthropic::messages))
         .route("/v1/responses", post(responses::create))
         .route("/v1/chat/completions", post(chat::completions))
