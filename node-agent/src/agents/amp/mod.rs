@@ -8,15 +8,20 @@
 //! - One thread per session: `amp threads new` when the session starts (so its id is
 //!   known from the start), then one `amp threads continue <thread> -x <message>
 //!   --stream-json` per turn, which is also how a session resumes after a restart.
+//!   `threads new` exits without waiting for its local write of the thread; when
+//!   that write is lost, amp fetches the thread from its server (which keeps what
+//!   amp uploads: the scripted model server does too).
 //!   (`--stream-json-input` keeps one process for several messages, but then amp
 //!   reports a `result` only at the end of its input, so a turn's end is not told.)
 //! - Permissions: amp cannot ask over this protocol. `bypass` runs with
-//!   `--dangerously-allow-all`; in `default` amp applies its own rules and refuses a
-//!   tool its rules would ask about (the turn fails with `permission_denied`); `plan`
+//!   `--dangerously-allow-all`; in `default` amp applies its own rules, and a tool
+//!   they would ask about is either refused (the turn fails with
+//!   `permission_denied`) or, in some runs of `threads continue -x`, waits for an
+//!   approval nobody can give, until the turn's timeout (below); `plan`
 //!   is `mode_not_supported`. `agentMode` is amp's `--mode` (free, rush, smart).
 //! - A turn that outlives its timeout (120 s, or `AGENTPLANE_AMP_TURN_TIMEOUT_SECS`
 //!   in the session's env) is killed, with its process group, and fails with
-//!   `timeout`: older amp builds wait forever for an approval in `-x` mode.
+//!   `timeout`.
 
 pub mod convert;
 
@@ -124,25 +129,31 @@ impl AmpDriver {
         command
     }
 
-    /// `amp threads new`: prints the new thread's id.
+    /// `amp threads new`: prints the new thread's id. amp writes the thread to its
+    /// store after printing the id, so it is let run to its end.
     async fn new_thread(&self) -> Result<String> {
         let mut command = self.command();
         command.args(["threads", "new"]);
         let mut child = LineChild::spawn(command)?;
         child.close_stdin();
-        let read = async {
+        let run = async {
+            let mut thread = None;
             while let Some(line) = child.next_line().await {
                 if let Some(id) = line.split_whitespace().find(|w| w.starts_with("T-")) {
-                    return Ok(id.to_string());
+                    thread = Some(id.to_string());
                 }
             }
-            Err(child.exited().await)
+            match (thread, child.exited().await) {
+                (Some(thread), Error::AgentProcessExited { code: Some(0), .. }) => Ok(thread),
+                (_, exited) => Err(exited),
+            }
         };
-        let found = tokio::time::timeout(STARTUP, read).await;
-        child.stop(GRACE).await;
-        match found {
+        match tokio::time::timeout(STARTUP, run).await {
             Ok(result) => result,
-            Err(_) => Err(Error::Timeout(format!("`amp threads new` printed no thread id within {} s", STARTUP.as_secs()))),
+            Err(_) => {
+                child.stop(GRACE).await;
+                Err(Error::Timeout(format!("`amp threads new` did not finish within {} s", STARTUP.as_secs())))
+            }
         }
     }
 
