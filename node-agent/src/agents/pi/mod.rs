@@ -284,11 +284,12 @@ impl PiDriver {
             self.emit_line(ctx, &line).await?;
             let value: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
             match value.get("type").and_then(Value::as_str) {
-                Some("response") if value.get("id").and_then(Value::as_str) == Some(request_id.as_str()) => {
-                    if value.get("success").and_then(Value::as_bool) == Some(false) {
-                        let error = value.get("error").and_then(Value::as_str).unwrap_or("no reason given");
-                        return Ok(TurnOutcome::failed(format!("pi refused the prompt: {error}")));
-                    }
+                Some("response")
+                    if value.get("id").and_then(Value::as_str) == Some(request_id.as_str())
+                        && value.get("success").and_then(Value::as_bool) == Some(false) =>
+                {
+                    let error = value.get("error").and_then(Value::as_str).unwrap_or("no reason given");
+                    return Ok(TurnOutcome::failed(format!("pi refused the prompt: {error}")));
                 }
                 Some("agent_end") => return Ok(outcome_of(&value)),
                 _ => {}
