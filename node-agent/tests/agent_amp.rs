@@ -241,6 +241,7 @@ async fn a_turn_past_its_timeout_is_killed_and_fails_with_timeout() {
     let (message, code) = error_event(&turn);
     assert_eq!(code.as_deref(), Some("timeout"), "{message}");
     assert!(asked.elapsed() < Duration::from_secs(120), "the timeout cut the turn short");
+    assert_eq!(completed(&turn, ItemKind::ToolCall).len(), 1, "amp was running the tool: {turn:#?}");
     // The tool's `sleep` went with amp's process group.
     let sleeping = live_processes().into_iter().filter(|p| p.comm == "sleep").any(|p| {
         std::fs::read(format!("/proc/{}/cmdline", p.pid)).is_ok_and(|c| String::from_utf8_lossy(&c).contains("300"))

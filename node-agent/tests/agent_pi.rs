@@ -242,6 +242,26 @@ async fn a_dead_pi_fails_its_turn_clearly_and_the_next_turn_resumes() {
     server.client.end_session("doomed").await.unwrap();
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plan_mode_offers_pi_only_its_read_only_tools() {
+    install_pi_once().await;
+    let model = ModelServer::start().await.unwrap();
+    let server = TestServer::start_with_agents().await;
+    let dirs = Dirs { home: tempfile::tempdir().unwrap(), work: tempfile::tempdir().unwrap() };
+    let plan = CreateSessionRequest { permission_mode: Some(PermissionMode::Plan), ..pi_session(&model, &dirs) };
+    server.client.create_session("plan", &plan).await.unwrap();
+    server.client.send_message("plan", "please [[run:touch changed]]").await.unwrap();
+    let turn = turn_events(&server.client, "plan", 0, 1, INSTALL_PATIENCE).await;
+    assert_nothing_unparsed(&turn);
+    assert_eq!(turn_end(&turn).0, TurnStatus::Completed, "{turn:#?}");
+    let request = model.requests().into_iter().rev().find(|r| r.uri.contains("/v1/messages")).expect("a Messages request");
+    let mut tools: Vec<String> = request.body["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_string()).collect();
+    tools.sort();
+    assert_eq!(tools, ["find", "grep", "ls", "read"]);
+    assert_eq!(reply_text(&turn), "no shell tool offered to run \"touch changed\"");
+    assert!(!dirs.work.path().join("changed").exists());
+}
+
 #[tokio::test]
 async fn modes_pi_cannot_honour_are_refused() {
     let model = ModelServer::start().await.unwrap();
