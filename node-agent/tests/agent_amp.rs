@@ -145,7 +145,8 @@ async fn amp_answers_runs_a_tool_under_bypass_and_resumes_after_a_restart() {
     let dirs = Dirs::new();
     server.client.create_session("amp", &amp_session(&model, &dirs, PermissionMode::Bypass)).await.unwrap();
 
-    server.client.send_message("amp", "say hello").await.unwrap();
+    // A message that looks like an option is still a message.
+    server.client.send_message("amp", "--help say hello").await.unwrap();
     let first = turn_events(&server.client, "amp", 0, 1, TURN_PATIENCE).await;
     assert_nothing_unparsed(&first);
     assert_eq!(turn_status(&first), TurnStatus::Completed, "{first:#?}");
@@ -158,6 +159,7 @@ async fn amp_answers_runs_a_tool_under_bypass_and_resumes_after_a_restart() {
         .expect("the thread is known from the start");
     assert!(thread.starts_with("T-"), "{thread}");
     assert!(reply_text(&first).starts_with("scripted reply: "), "{first:#?}");
+    assert!(!requests_with(&model, "--help say hello").is_empty(), "the model got the message as it was");
     assert!(model.requests().iter().any(|r| r.uri == "/api/internal?getUserInfo"), "amp asked the scripted server who it is");
 
     // A tool call under bypass: amp runs it and the model quotes the output.

@@ -6,8 +6,9 @@
 //!   `/api/internal?<method>` there and its model at
 //!   `/api/provider/anthropic/v1/messages`.
 //! - One thread per session: `amp threads new` when the session starts (so its id is
-//!   known from the start), then one `amp threads continue <thread> -x <message>
-//!   --stream-json` per turn, which is also how a session resumes after a restart.
+//!   known from the start), then one `amp threads continue <thread> -x --stream-json`
+//!   per turn with the message on its stdin, which is also how a session resumes
+//!   after a restart.
 //!   `threads new` exits without waiting for its local write of the thread; when
 //!   that write is lost, amp fetches the thread from its server (which keeps what
 //!   amp uploads: the scripted model server does too).
@@ -177,7 +178,9 @@ impl AmpDriver {
             return self.fail(ctx, Error::StreamError("amp has no thread".into())).await;
         };
         let mut command = self.command();
-        command.args(["threads", "continue", &thread, "--execute", &turn.message, "--stream-json"]);
+        // The message goes on stdin: as an argument, one starting with `-` would be
+        // taken for an option (and a long one could pass the kernel's limit).
+        command.args(["threads", "continue", &thread, "--execute", "--stream-json"]);
         if self.config.permission_mode == PermissionMode::Bypass {
             command.arg("--dangerously-allow-all");
         }
@@ -188,8 +191,12 @@ impl AmpDriver {
             Ok(child) => child,
             Err(error) => return self.fail(ctx, error).await,
         };
-        // In `-x` mode amp reads stdin to its end and adds it to the message.
+        // In `-x` mode amp reads its stdin to the end as the message (trimmed).
+        let sent = child.send_line(&turn.message).await;
         child.close_stdin();
+        if let Err(error) = sent {
+            return self.fail(ctx, error).await;
+        }
         let deadline = tokio::time::Instant::now() + self.turn_timeout;
         let mut result: Option<TurnOutcome> = None;
         loop {
