@@ -58,15 +58,23 @@ fn estimate_tokens(request: &Value) -> u64 {
 }
 
 /// The conversation of a Messages request. `system`, thinking blocks, images and
-/// `cache_control` mean nothing to the script and are skipped. A user message that
-/// answers tool calls becomes its text (Claude Code adds reminders there) followed by
-/// the results, so that the results are what the script answers.
+/// `cache_control` mean nothing to the script and are skipped. Consecutive messages
+/// of the user (Claude Code sends its environment as a second one) are one turn, as
+/// the API takes them: its text (prompt and reminders, joined) and then the tool
+/// results it carries, so that the results are what the script answers.
 pub fn conversation(request: &Value) -> Conversation {
-    let mut messages = Vec::new();
+    // (role, texts, then tool calls or results) per turn.
+    let mut turns: Vec<(String, Vec<String>, Vec<Message>)> = Vec::new();
     for message in request.get("messages").and_then(Value::as_array).into_iter().flatten() {
-        let role = message.get("role").and_then(Value::as_str).unwrap_or("user");
-        let mut texts = Vec::new();
-        let mut after = Vec::new();
+        let role = message.get("role").and_then(Value::as_str).unwrap_or("user").to_string();
+        // Claude Code puts its environment in a message of role `system`: not the conversation.
+        if role != "user" && role != "assistant" {
+            continue;
+        }
+        if turns.last().is_none_or(|(last, _, _)| *last != role) {
+            turns.push((role, Vec::new(), Vec::new()));
+        }
+        let Some((_, texts, after)) = turns.last_mut() else { continue };
         match message.get("content") {
             Some(Value::String(text)) => texts.push(text.clone()),
             Some(Value::Array(blocks)) => {
@@ -84,6 +92,9 @@ pub fn conversation(request: &Value) -> Conversation {
             }
             _ => {}
         }
+    }
+    let mut messages = Vec::new();
+    for (role, texts, after) in turns {
         let text = texts.into_iter().filter(|t| !t.is_empty()).collect::<Vec<_>>().join("\n");
         if !text.is_empty() {
             messages.push(if role == "assistant" { Message::Assistant(text) } else { Message::User(text) });
@@ -233,6 +244,8 @@ mod tests {
             ]
         );
         assert_eq!(conversation.tools.len(), 1);
+        let two_users = json!({"messages": [{"role": "user", "content": "go [[run]]"}, {"role": "user", "content": [{"type": "text", "text": "# Environment"}]}, {"role": "system", "content": [{"type": "text", "text": "env"}]}]});
+        assert_eq!(super::conversation(&two_users).messages, vec![Message::User("go [[run]]\n# Environment".into())]);
         assert_eq!(conversation.tools[0].schema["properties"]["command"]["type"], "string");
         assert_eq!(conversation.reply(), Reply::Text("tool said: hi".into()));
     }

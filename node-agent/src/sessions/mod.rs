@@ -533,6 +533,12 @@ impl TurnContext {
         self.session.record().permission_mode
     }
 
+    /// Resolves when the node agent stops: a driver reading its agent's output
+    /// selects on it, so that a turn under way resumes after the restart.
+    pub async fn stopping(&self) {
+        self.shutdown.cancelled().await
+    }
+
     /// Reports an event converted from the agent's output.
     pub async fn emit(&self, data: EventData) -> Result<(), Interrupted> {
         self.emit_raw(data, None).await
