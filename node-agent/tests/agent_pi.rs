@@ -243,6 +243,37 @@ async fn a_dead_pi_fails_its_turn_clearly_and_the_next_turn_resumes() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_agent_stopping_mid_turn_does_not_wait_for_pi_and_the_turn_runs_again() {
+    install_pi_once().await;
+    let model = ModelServer::start().await.unwrap();
+    let server = TestServer::start_with_agents().await;
+    let dirs = Dirs { home: tempfile::tempdir().unwrap(), work: tempfile::tempdir().unwrap() };
+    server.client.create_session("long", &pi_session(&model, &dirs)).await.unwrap();
+    // Longer than the restart may take (PATIENCE): a stop that waited for it would fail.
+    server.client.send_message("long", "please [[run:sleep 25; echo late]]").await.unwrap();
+    let wait = async {
+        loop {
+            let page = server.client.session_events("long", &SessionEventsQuery::default()).await.unwrap();
+            if page.events.iter().any(|e| matches!(&e.data, EventData::ItemStarted { item } if item.kind == ItemKind::ToolResult)) {
+                return page.events.last().unwrap().sequence;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    let offset = tokio::time::timeout(INSTALL_PATIENCE, wait).await.expect("pi runs the tool");
+
+    let server = server.restart().await;
+    let turn = turn_events(&server.client, "long", offset, 1, TURN_PATIENCE).await;
+    assert_nothing_unparsed(&turn);
+    assert_eq!(turn_end(&turn).0, TurnStatus::Completed, "{turn:#?}");
+    assert!(turn.iter().any(|e| matches!(e.data, EventData::SessionStarted { resumed: true, .. })));
+    // pi closes the call cut short with a result of its own ("No result provided"),
+    // and the script answers that: what matters is that the turn ran again and ended.
+    assert!(reply_text(&turn).starts_with("tool said: "), "{turn:#?}");
+    server.client.end_session("long").await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plan_mode_offers_pi_only_its_read_only_tools() {
     install_pi_once().await;
     let model = ModelServer::start().await.unwrap();

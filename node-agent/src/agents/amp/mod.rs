@@ -200,7 +200,15 @@ impl AmpDriver {
         let deadline = tokio::time::Instant::now() + self.turn_timeout;
         let mut result: Option<TurnOutcome> = None;
         loop {
-            let line = match tokio::time::timeout_at(deadline, child.next_line()).await {
+            let next = tokio::select! {
+                next = tokio::time::timeout_at(deadline, child.next_line()) => next,
+                // A stopping node agent does not wait for the turn: it runs again after the restart.
+                () = ctx.stopping() => {
+                    child.stop(GRACE).await;
+                    return Err(Interrupted::Shutdown);
+                }
+            };
+            let line = match next {
                 Ok(Some(line)) => line,
                 Ok(None) => break,
                 Err(_) => {

@@ -276,7 +276,12 @@ impl PiDriver {
             let Some(child) = self.child.as_mut() else {
                 return self.fail(ctx, Error::StreamError("pi is not running".into())).await;
             };
-            let Some(line) = child.next_line().await else {
+            // A stopping node agent does not wait for the turn: it resumes after the restart.
+            let line = tokio::select! {
+                line = child.next_line() => line,
+                () = ctx.stopping() => return Err(Interrupted::Shutdown),
+            };
+            let Some(line) = line else {
                 let error = child.exited().await;
                 self.child = None;
                 return self.fail(ctx, error).await;
