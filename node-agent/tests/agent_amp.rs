@@ -201,6 +201,8 @@ async fn a_command_amp_would_ask_about_fails_the_turn_instead_of_hanging() {
     let dirs = Dirs::new();
     let mut request = amp_session(&model, &dirs, PermissionMode::Default);
     request.env.insert("AGENTPLANE_AMP_TURN_TIMEOUT_SECS".into(), "20".into());
+    // amp's `--mode`: `smart` is the one mode amp runs with `--stream-json`.
+    request.agent_mode = Some("smart".into());
     server.client.create_session("asks", &request).await.unwrap();
     // amp's default rules ask before `git push`, which `-x` cannot do: amp either
     // refuses the call (permission_denied) or, in some runs, waits for an approval
@@ -259,11 +261,15 @@ async fn modes_amp_lacks_are_refused() {
     let dirs = Dirs::new();
     let error = server.client.create_session("plan", &amp_session(&model, &dirs, PermissionMode::Plan)).await.unwrap_err();
     assert_eq!(error.problem_code(), Some("mode_not_supported"), "{error}");
-    let moded = CreateSessionRequest { agent_mode: Some("build".into()), ..amp_session(&model, &dirs, PermissionMode::Bypass) };
+    let moded = CreateSessionRequest { agent_mode: Some("rush".into()), ..amp_session(&model, &dirs, PermissionMode::Bypass) };
     assert_eq!(server.client.create_session("moded", &moded).await.unwrap_err().problem_code(), Some("mode_not_supported"));
     let mut bad = amp_session(&model, &dirs, PermissionMode::Bypass);
     bad.env.insert("AGENTPLANE_AMP_TURN_TIMEOUT_SECS".into(), "soon".into());
     assert_eq!(server.client.create_session("bad", &bad).await.unwrap_err().problem_code(), Some("invalid_request"));
     let agent = server.client.get_agent("amp").await.unwrap();
     assert!(!agent.capabilities.permissions && agent.capabilities.resume);
+    let modes = server.client.agent_modes("amp").await.unwrap();
+    let names: Vec<_> = modes.agent_modes.iter().map(|m| m.id.as_str()).collect();
+    assert_eq!(names, ["smart"], "amp runs --stream-json in no other mode");
+    assert_eq!(modes.permission_modes, [PermissionMode::Default, PermissionMode::Bypass]);
 }

@@ -19,7 +19,8 @@
 //!   they would ask about is either refused (the turn fails with
 //!   `permission_denied`) or, in some runs of `threads continue -x`, waits for an
 //!   approval nobody can give, until the turn's timeout (below); `plan`
-//!   is `mode_not_supported`. `agentMode` is amp's `--mode` (free, rush, smart).
+//!   is `mode_not_supported`. `agentMode` is amp's `--mode`, of which
+//!   `--stream-json` allows only `smart`.
 //! - A turn that outlives its timeout (120 s, or `AGENTPLANE_AMP_TURN_TIMEOUT_SECS`
 //!   in the session's env) is killed, with its process group, and fails with
 //!   `timeout`.
@@ -43,8 +44,9 @@ use crate::universal::EventData;
 
 pub use convert::Converter;
 
-/// amp's agent modes (`--mode`).
-const MODES: [&str; 3] = ["free", "rush", "smart"];
+/// amp's agent modes (`--mode`) this driver can run: amp refuses `--stream-json`
+/// in any mode but `smart` ("Stream JSON mode is not permitted with 'rush' mode").
+const MODES: [&str; 1] = ["smart"];
 /// The session env variable that sets a turn's timeout, in seconds.
 pub const TURN_TIMEOUT_ENV: &str = "AGENTPLANE_AMP_TURN_TIMEOUT_SECS";
 const DEFAULT_TURN_TIMEOUT: Duration = Duration::from_secs(120);
@@ -273,7 +275,8 @@ mod tests {
             permission_mode: permission,
             ..Default::default()
         };
-        assert!(validate(&request(Some("rush"), Some(PermissionMode::Bypass))).is_ok());
+        assert!(validate(&request(Some("smart"), Some(PermissionMode::Bypass))).is_ok());
+        assert_eq!(validate(&request(Some("rush"), None)).unwrap_err().code(), "mode_not_supported");
         assert!(validate(&request(None, Some(PermissionMode::Default))).is_ok());
         assert_eq!(validate(&request(Some("build"), None)).unwrap_err().code(), "mode_not_supported");
         assert_eq!(validate(&request(None, Some(PermissionMode::Plan))).unwrap_err().code(), "mode_not_supported");
