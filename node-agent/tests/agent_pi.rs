@@ -274,6 +274,29 @@ async fn a_node_agent_stopping_mid_turn_does_not_wait_for_pi_and_the_turn_runs_a
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pi_speaks_chat_completions_when_the_session_names_an_openai_base_url() {
+    install_pi_once().await;
+    let model = ModelServer::start().await.unwrap();
+    let server = TestServer::start_with_agents().await;
+    let dirs = Dirs { home: tempfile::tempdir().unwrap(), work: tempfile::tempdir().unwrap() };
+    let mut request = pi_session(&model, &dirs);
+    request.env.remove("ANTHROPIC_BASE_URL");
+    request.env.remove("ANTHROPIC_API_KEY");
+    request.env.insert("OPENAI_BASE_URL".into(), format!("{}/v1", model.url()));
+    request.model = Some("scripted-chat".into());
+    server.client.create_session("chat", &request).await.unwrap();
+    server.client.send_message("chat", "please [[run:echo hi]]").await.unwrap();
+    let turn = turn_events(&server.client, "chat", 0, 1, INSTALL_PATIENCE).await;
+    assert_nothing_unparsed(&turn);
+    assert_eq!(turn_end(&turn).0, TurnStatus::Completed, "{turn:#?}");
+    assert_eq!(completed(&turn, ItemKind::ToolResult)[0].output.as_deref().map(str::trim), Some("hi"));
+    assert_eq!(reply_text(&turn), "tool said: hi");
+    let chat: Vec<_> = model.requests().into_iter().filter(|r| r.uri.contains("/chat/completions")).collect();
+    assert!(!chat.is_empty() && chat.iter().all(|r| r.body["model"] == "scripted-chat"), "{chat:#?}");
+    assert!(model.requests().iter().all(|r| !r.uri.contains("/v1/messages")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plan_mode_offers_pi_only_its_read_only_tools() {
     install_pi_once().await;
     let model = ModelServer::start().await.unwrap();
@@ -304,6 +327,9 @@ async fn modes_pi_cannot_honour_are_refused() {
     let moded = CreateSessionRequest { agent_mode: Some("build".into()), ..pi_session(&model, &dirs) };
     let error = server.client.create_session("moded", &moded).await.unwrap_err();
     assert_eq!(error.problem_code(), Some("mode_not_supported"), "{error}");
+    let modes = server.client.agent_modes("pi").await.unwrap();
+    assert!(modes.agent_modes.is_empty());
+    assert_eq!(modes.permission_modes, [PermissionMode::Plan, PermissionMode::Bypass]);
     let agent = server.client.get_agent("pi").await.unwrap();
     assert!(!agent.capabilities.permissions && agent.capabilities.resume && agent.capabilities.streaming_deltas);
 }
