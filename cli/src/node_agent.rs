@@ -30,6 +30,9 @@ pub struct NodeAgentArgs {
     /// Where the node agent keeps its state (default ~/.local/share/agentplane/node-agent).
     #[arg(long, env = "AGENTPLANE_DATA_DIR")]
     data_dir: Option<PathBuf>,
+    /// Where agent CLIs are installed (default DATA_DIR/agents); node agents may share one.
+    #[arg(long, env = "AGENTPLANE_AGENTS_DIR")]
+    agents_dir: Option<PathBuf>,
     /// A browser origin allowed to call the API (repeat for several; none by default).
     #[arg(long = "cors-origin", env = "AGENTPLANE_CORS_ORIGINS", value_delimiter = ',')]
     cors_origins: Vec<String>,
@@ -275,7 +278,8 @@ pub async fn run(args: NodeAgentArgs) -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
     // Before any process can start: see `watch_stop_signals`.
     watch_stop_signals(shutdown.clone())?;
-    let server = Server::bind(config.clone(), shutdown.clone()).await?;
+    let sessions = agentplane_node_agent::SessionOptions { agents_dir: args.agents_dir, ..Default::default() };
+    let server = Server::bind_with(config.clone(), sessions, shutdown.clone()).await?;
     tracing::info!(
         listen = %server.local_addr(),
         data_dir = %config.data_dir.display(),
