@@ -602,6 +602,12 @@ impl TurnContext {
         .await
     }
 
+    /// Resolves when the driver has to stop: the session ended or the node agent stops.
+    /// For a driver that waits on its agent's output, which may take long.
+    pub async fn interrupted(&self) -> Interrupted {
+        self.wait(|_| None::<Result<(), Interrupted>>).await.err().unwrap_or(Interrupted::Ended)
+    }
+
     async fn wait<T>(&self, mut ready: impl FnMut(&SessionRecord) -> Option<Result<T, Interrupted>>) -> Result<T, Interrupted> {
         let mut changes = self.session.changes.subscribe();
         loop {

@@ -1,0 +1,279 @@
+//! The real codex CLI (`@openai/codex`, installed by the node agent from the npm
+//! registry at its pinned version) driven through a node agent's HTTP API against the
+//! scripted model server: text, tool calls, permissions allowed and denied, a second
+//! message, a resume after the node agent restarts. Waits are on events; the long
+//! timeout covers the first install on a loaded machine and only turns a hang into a
+//! failure.
+
+mod common;
+
+use std::time::Duration;
+
+use agentplane_node_agent::client::{Client, SessionStreamItem};
+use agentplane_node_agent::model::*;
+use agentplane_node_agent::model_server::ModelServer;
+use agentplane_node_agent::universal::*;
+use common::*;
+use futures_util::StreamExt;
+use futures_util::stream::BoxStream;
+
+/// The first session installs codex (tens of seconds) and each starts an app-server.
+const AGENT_PATIENCE: Duration = Duration::from_secs(300);
+
+struct Fixture {
+    model: ModelServer,
+    /// The session's HOME: codex's config and thread store live under it.
+    home: tempfile::TempDir,
+    work: tempfile::TempDir,
+}
+
+impl Fixture {
+    async fn new() -> Fixture {
+        Fixture { model: ModelServer::start().await.unwrap(), home: tempfile::tempdir().unwrap(), work: tempfile::tempdir().unwrap() }
+    }
+
+    fn session(&self, permission_mode: PermissionMode) -> CreateSessionRequest {
+        let env = [
+            ("OPENAI_BASE_URL".to_string(), format!("{}/v1", self.model.url())),
+            ("OPENAI_API_KEY".to_string(), "sk-scripted".to_string()),
+            ("HOME".to_string(), self.home.path().display().to_string()),
+        ];
+        CreateSessionRequest {
+            agent: "codex".into(),
+            model: Some("gpt-5.5".into()),
+            permission_mode: Some(permission_mode),
+            working_dir: Some(self.work.path().display().to_string()),
+            env: env.into(),
+            ..Default::default()
+        }
+    }
+
+    /// The `input` of every Responses request codex made, oldest first.
+    fn responses_inputs(&self) -> Vec<String> {
+        self.model.requests().into_iter().filter(|r| r.uri.starts_with("/v1/responses")).map(|r| r.body["input"].to_string()).collect()
+    }
+}
+
+/// A session's SSE stream, read from the start.
+struct Events {
+    stream: BoxStream<'static, agentplane_node_agent::client::ClientResult<SessionStreamItem>>,
+    seen: Vec<UniversalEvent>,
+    mark: usize,
+}
+
+impl Events {
+    async fn open(client: &Client, id: &str) -> Events {
+        Events { stream: client.session_events_sse(id, None, None).await.unwrap(), seen: Vec::new(), mark: 0 }
+    }
+
+    async fn next(&mut self) -> Option<UniversalEvent> {
+        let next = tokio::time::timeout(AGENT_PATIENCE, self.stream.next())
+            .await
+            .unwrap_or_else(|_| panic!("timed out waiting for a session event; so far: {:#?}", &self.seen[self.mark..]));
+        match next {
+            Some(Ok(SessionStreamItem::Event(event))) => {
+                self.seen.push(*event.clone());
+                Some(*event)
+            }
+            Some(Ok(SessionStreamItem::Gap(gap))) => panic!("unexpected gap {gap:?}"),
+            Some(Err(e)) => panic!("stream failed: {e}"),
+            None => None,
+        }
+    }
+
+    /// Events since the previous `until`, up to and including the first that matches.
+    async fn until(&mut self, what: &str, matches: impl Fn(&UniversalEvent) -> bool) -> Vec<UniversalEvent> {
+        loop {
+            if let Some(at) = self.seen[self.mark..].iter().position(&matches) {
+                let events = self.seen[self.mark..self.mark + at + 1].to_vec();
+                self.mark += at + 1;
+                return events;
+            }
+            if self.next().await.is_none() {
+                panic!("the stream ended before {what}; got {:#?}", &self.seen[self.mark..]);
+            }
+        }
+    }
+
+    /// The events of the turn under way, up to its `turn.ended`, which must be completed.
+    async fn turn(&mut self) -> Vec<UniversalEvent> {
+        let events = self.until("turn.ended", |e| e.kind() == EventType::TurnEnded).await;
+        match &events.last().unwrap().data {
+            EventData::TurnEnded { status: TurnStatus::Completed, .. } => events,
+            other => panic!("the turn did not complete: {other:?}; events: {events:#?}"),
+        }
+    }
+
+    fn assert_all_parsed(&self) {
+        let unparsed: Vec<_> = self.seen.iter().filter(|e| e.kind() == EventType::AgentUnparsed).collect();
+        assert!(unparsed.is_empty(), "native lines nobody understood: {unparsed:#?}");
+    }
+}
+
+fn answer(events: &[UniversalEvent]) -> String {
+    events
+        .iter()
+        .rev()
+        .find_map(|e| match &e.data {
+            EventData::ItemCompleted { item } if item.role == Some(Role::Assistant) && item.kind == ItemKind::Message => item.text.clone(),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no assistant message in {events:#?}"))
+}
+
+fn completed(events: &[UniversalEvent], kind: ItemKind) -> Vec<Item> {
+    events
+        .iter()
+        .filter_map(|e| match &e.data {
+            EventData::ItemCompleted { item } if item.kind == kind => Some(item.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+async fn create(server: &TestServer, id: &str, request: &CreateSessionRequest) {
+    tokio::time::timeout(AGENT_PATIENCE, server.client.create_session(id, request)).await.expect("the session is created in time").unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_text_turn_streams_and_a_second_message_sees_the_first() {
+    let fixture = Fixture::new().await;
+    let server = TestServer::start_with_agents().await;
+    create(&server, "text", &fixture.session(PermissionMode::Default)).await;
+    let mut events = Events::open(&server.client, "text").await;
+    server.client.send_message("text", "hello codex").await.unwrap();
+    let turn = events.turn().await;
+
+    let text = answer(&turn);
+    assert!(text.starts_with("scripted reply: "), "{text}");
+    let message_id = completed(&turn, ItemKind::Message).into_iter().find(|i| i.role == Some(Role::Assistant)).unwrap().id;
+    let deltas: Vec<String> = turn
+        .iter()
+        .filter_map(|e| match &e.data {
+            EventData::ItemDelta { item_id, delta } if *item_id == message_id => Some(delta.clone()),
+            _ => None,
+        })
+        .collect();
+    assert!(deltas.len() >= 2, "the answer streams: {deltas:?}");
+    assert_eq!(deltas.concat(), text);
+    let users = turn.iter().filter(|e| matches!(&e.data, EventData::ItemCompleted { item } if item.role == Some(Role::User))).count();
+    assert_eq!(users, 1, "the user's message once, from the node agent, not echoed again from codex");
+    let thread = server.client.get_session("text").await.unwrap().agent_session_id.expect("codex's thread id");
+
+    server.client.send_message("text", "and a second message").await.unwrap();
+    let second = events.turn().await;
+    let inputs = fixture.responses_inputs();
+    let last = inputs.last().unwrap();
+    assert!(last.contains("hello codex") && last.contains(&text) && last.contains("and a second message"), "{last}");
+    let counted = |t: &str| t.trim_start_matches("scripted reply: ").split(' ').next().unwrap().parse::<u32>().unwrap();
+    assert!(counted(&answer(&second)) > counted(&text), "more messages in context the second time");
+    assert_eq!(server.client.get_session("text").await.unwrap().agent_session_id, Some(thread));
+    events.assert_all_parsed();
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_call_runs_and_the_answer_quotes_its_output() {
+    let fixture = Fixture::new().await;
+    let server = TestServer::start_with_agents().await;
+    create(&server, "tool", &fixture.session(PermissionMode::Bypass)).await;
+    let mut events = Events::open(&server.client, "tool").await;
+    server.client.send_message("tool", "say it [[run:echo hi-from-the-shell]]").await.unwrap();
+    let turn = events.turn().await;
+
+    let call = completed(&turn, ItemKind::ToolCall).pop().expect("a tool call");
+    assert_eq!(call.tool.as_deref(), Some("shell"));
+    assert!(call.input.as_ref().unwrap()["command"].as_str().unwrap().contains("echo hi-from-the-shell"), "{call:?}");
+    let result = completed(&turn, ItemKind::ToolResult).pop().expect("a tool result");
+    assert_eq!((result.call_id.as_deref(), result.status), (Some(call.id.as_str()), Some(ItemStatus::Completed)));
+    assert!(turn.iter().all(|e| e.kind() != EventType::PermissionRequested), "bypass asks nothing");
+    let text = answer(&turn);
+    assert!(text.starts_with("tool said: ") && text.contains("hi-from-the-shell"), "{text}");
+    events.assert_all_parsed();
+    server.stop().await;
+}
+
+/// Runs `touch` behind a permission request answered with `reply`; returns the turn.
+async fn touch_with(reply: PermissionReply, file: &str) -> (Fixture, Vec<UniversalEvent>) {
+    let fixture = Fixture::new().await;
+    let server = TestServer::start_with_agents().await;
+    create(&server, "hitl", &fixture.session(PermissionMode::Default)).await;
+    let mut events = Events::open(&server.client, "hitl").await;
+    server.client.send_message("hitl", &format!("make it [[run:touch {file}]]")).await.unwrap();
+    let asked = events.until("permission.requested", |e| e.kind() == EventType::PermissionRequested).await;
+    let EventData::PermissionRequested(request) = &asked.last().unwrap().data else { unreachable!() };
+    assert_eq!(request.tool, "shell");
+    assert!(request.input["command"].as_str().unwrap().contains(&format!("touch {file}")), "{request:?}");
+    assert!(!fixture.work.path().join(file).exists(), "nothing runs before the reply");
+    let info = server.client.get_session("hitl").await.unwrap();
+    assert_eq!((info.state, info.pending_permissions.len()), (SessionState::AwaitingInput, 1));
+    // The call the request is about was announced.
+    let call_id = request.item_id.clone().expect("the request names its tool call");
+    assert!(asked.iter().any(|e| matches!(&e.data, EventData::ItemStarted { item } if item.id == call_id && item.kind == ItemKind::ToolCall)));
+
+    server.client.reply_permission("hitl", &request.id, reply).await.unwrap();
+    let mut turn = events.turn().await;
+    events.assert_all_parsed();
+    let resolved = turn.iter().any(|e| matches!(&e.data, EventData::PermissionResolved { id, reply: Some(r) } if *id == request.id && *r == reply));
+    assert!(resolved, "{turn:#?}");
+    turn.retain(|e| e.sequence > asked.last().unwrap().sequence);
+    server.stop().await;
+    (fixture, turn)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permission_allowed_once_runs_the_command() {
+    let (fixture, turn) = touch_with(PermissionReply::Once, "allowed.txt").await;
+    assert!(fixture.work.path().join("allowed.txt").exists(), "the command ran");
+    let result = completed(&turn, ItemKind::ToolResult).pop().expect("a tool result");
+    assert_eq!(result.status, Some(ItemStatus::Completed));
+    assert!(answer(&turn).starts_with("tool said: "));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permission_rejected_runs_nothing_and_the_model_hears_so() {
+    let (fixture, turn) = touch_with(PermissionReply::Reject, "denied.txt").await;
+    assert!(!fixture.work.path().join("denied.txt").exists(), "the command did not run");
+    let call = completed(&turn, ItemKind::ToolCall).pop().expect("the call ends");
+    assert_eq!(call.status, Some(ItemStatus::Denied));
+    // Codex tells the model the call was declined and the turn goes on.
+    let last = fixture.responses_inputs().pop().unwrap();
+    assert!(last.contains("function_call_output"), "{last}");
+    assert!(answer(&turn).starts_with("tool said: "));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_node_agent_resumes_the_codex_thread() {
+    let fixture = Fixture::new().await;
+    let server = TestServer::start_with_agents().await;
+    create(&server, "resume", &fixture.session(PermissionMode::Default)).await;
+    let mut events = Events::open(&server.client, "resume").await;
+    server.client.send_message("resume", "remember the word avocado").await.unwrap();
+    events.turn().await;
+    let thread = server.client.get_session("resume").await.unwrap().agent_session_id.expect("a thread id");
+    events.assert_all_parsed();
+
+    let server = server.restart().await;
+    let mut events = Events::open(&server.client, "resume").await;
+    let started = events.until("the resumed start", |e| matches!(e.data, EventData::SessionStarted { resumed: true, .. })).await;
+    let EventData::SessionStarted { agent_session_id, .. } = &started.last().unwrap().data else { unreachable!() };
+    assert_eq!(agent_session_id.as_deref(), Some(thread.as_str()), "the same codex thread");
+    server.client.send_message("resume", "what was the word?").await.unwrap();
+    let turn = events.turn().await;
+    let last = fixture.responses_inputs().pop().unwrap();
+    assert!(last.contains("avocado") && last.contains("what was the word?"), "the earlier conversation is in context: {last}");
+    assert!(answer(&turn).starts_with("scripted reply: "));
+    assert_eq!(server.client.get_session("resume").await.unwrap().agent_session_id, Some(thread));
+    events.assert_all_parsed();
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_mode_codex_lacks_is_refused() {
+    let server = TestServer::start_with_agents().await;
+    let fixture = Fixture::new().await;
+    let request = CreateSessionRequest { agent_mode: Some("build".into()), ..fixture.session(PermissionMode::Default) };
+    let error = server.client.create_session("mode", &request).await.unwrap_err();
+    assert_eq!(error.problem_code(), Some("mode_not_supported"));
+    server.stop().await;
+}
