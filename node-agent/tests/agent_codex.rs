@@ -277,3 +277,69 @@ async fn an_agent_mode_codex_lacks_is_refused() {
     assert_eq!(error.problem_code(), Some("mode_not_supported"));
     server.stop().await;
 }
+
+/// The processes whose working directory is `dir` (the session's codex, and what it runs).
+fn processes_in(dir: &std::path::Path) -> Vec<u32> {
+    let dir = dir.canonicalize().unwrap();
+    live_processes().into_iter().filter(|p| std::fs::read_link(format!("/proc/{}/cwd", p.pid)).is_ok_and(|cwd| cwd == dir)).map(|p| p.pid).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_codex_that_dies_fails_its_turn_and_the_next_message_resumes_the_thread() {
+    let fixture = Fixture::new().await;
+    let server = TestServer::start_with_agents().await;
+    create(&server, "crash", &fixture.session(PermissionMode::Default)).await;
+    let mut events = Events::open(&server.client, "crash").await;
+    server.client.send_message("crash", "remember the word quince, then [[run:touch crash.txt]]").await.unwrap();
+    let asked = events.until("permission.requested", |e| e.kind() == EventType::PermissionRequested).await;
+    let EventData::PermissionRequested(request) = &asked.last().unwrap().data else { unreachable!() };
+    let thread = server.client.get_session("crash").await.unwrap().agent_session_id.expect("a thread id");
+
+    let codex = processes_in(fixture.work.path());
+    assert!(!codex.is_empty(), "codex runs in the session's working directory");
+    for pid in &codex {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(*pid as i32), nix::sys::signal::Signal::SIGKILL);
+    }
+    server.client.reply_permission("crash", &request.id, PermissionReply::Once).await.unwrap();
+    let failed = events.until("turn.ended", |e| e.kind() == EventType::TurnEnded).await;
+    assert!(matches!(failed.last().unwrap().data, EventData::TurnEnded { status: TurnStatus::Failed, .. }), "{failed:#?}");
+    let error = failed.iter().find_map(|e| match &e.data {
+        EventData::Error { message, code } => Some((message.clone(), code.clone())),
+        _ => None,
+    });
+    let (message, code) = error.expect("an error says why");
+    assert_eq!(code.as_deref(), Some("agent_process_exited"));
+    assert!(message.contains("exited"), "{message}");
+    assert!(!fixture.work.path().join("crash.txt").exists());
+
+    server.client.send_message("crash", "still there?").await.unwrap();
+    let turn = events.turn().await;
+    assert!(answer(&turn).starts_with("scripted reply: "));
+    let last = fixture.responses_inputs().pop().unwrap();
+    assert!(last.contains("quince") && last.contains("still there?"), "the thread was resumed: {last}");
+    assert_eq!(server.client.get_session("crash").await.unwrap().agent_session_id, Some(thread));
+    events.assert_all_parsed();
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permission_allowed_always_is_not_asked_again_for_the_same_command() {
+    let fixture = Fixture::new().await;
+    let server = TestServer::start_with_agents().await;
+    create(&server, "always", &fixture.session(PermissionMode::Default)).await;
+    let mut events = Events::open(&server.client, "always").await;
+    server.client.send_message("always", "[[run:touch always.txt]]").await.unwrap();
+    let asked = events.until("permission.requested", |e| e.kind() == EventType::PermissionRequested).await;
+    let EventData::PermissionRequested(request) = &asked.last().unwrap().data else { unreachable!() };
+    server.client.reply_permission("always", &request.id, PermissionReply::Always).await.unwrap();
+    events.turn().await;
+    assert!(fixture.work.path().join("always.txt").exists());
+    std::fs::remove_file(fixture.work.path().join("always.txt")).unwrap();
+
+    server.client.send_message("always", "again [[run:touch always.txt]]").await.unwrap();
+    let turn = events.turn().await;
+    assert!(turn.iter().all(|e| e.kind() != EventType::PermissionRequested), "not asked again: {turn:#?}");
+    assert!(fixture.work.path().join("always.txt").exists(), "it ran again");
+    events.assert_all_parsed();
+    server.stop().await;
+}

@@ -16,6 +16,7 @@ pub mod convert;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -212,6 +213,21 @@ impl CodexDriver {
             let message = "the node agent stopped while codex ran this turn, and codex does not continue an interrupted turn: send the message again";
             ctx.emit(EventData::Error { message: message.into(), code: Some("turn_interrupted".into()) }).await?;
             return Ok(TurnOutcome::failed(message));
+        }
+        if let Some(server) = self.server.as_mut() {
+            // What codex said since the last turn ended; if it died meanwhile, say so and
+            // run this turn on a new app-server that resumes the thread.
+            while let Some(line) = server.child.next_line().now_or_never() {
+                match line {
+                    Some(line) => Self::report(ctx, &mut server.converter, &line).await?,
+                    None => {
+                        let error = server.child.exited().await;
+                        ctx.emit(EventData::Error { message: error.to_string(), code: Some(error.code().to_string()) }).await?;
+                        self.server = None;
+                        break;
+                    }
+                }
+            }
         }
         if self.server.is_none()
             && let Err(error) = self.connect().await
