@@ -104,6 +104,21 @@ impl Events {
         }
     }
 
+    /// Writes the native lines seen so far to `<CARGO_TARGET_TMPDIR>/transcripts/codex-<name>.jsonl`,
+    /// where converter tests can take recorded transcripts from.
+    fn record(&self, name: &str) {
+        let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("transcripts");
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut lines: Vec<&str> = Vec::new();
+        for raw in self.seen.iter().filter_map(|e| e.raw.as_deref()) {
+            // The events of one native line carry it each.
+            if lines.last() != Some(&raw) {
+                lines.push(raw);
+            }
+        }
+        std::fs::write(dir.join(format!("codex-{name}.jsonl")), lines.join("\n") + "\n").unwrap();
+    }
+
     fn assert_all_parsed(&self) {
         let unparsed: Vec<_> = self.seen.iter().filter(|e| e.kind() == EventType::AgentUnparsed).collect();
         assert!(unparsed.is_empty(), "native lines nobody understood: {unparsed:#?}");
@@ -159,6 +174,11 @@ async fn a_text_turn_streams_and_a_second_message_sees_the_first() {
     let users = turn.iter().filter(|e| matches!(&e.data, EventData::ItemCompleted { item } if item.role == Some(Role::User))).count();
     assert_eq!(users, 1, "the user's message once, from the node agent, not echoed again from codex");
     let thread = server.client.get_session("text").await.unwrap().agent_session_id.expect("codex's thread id");
+    // What codex said while it started comes first, in its order.
+    let statuses: Vec<String> = completed(&turn, ItemKind::Status).into_iter().filter_map(|i| i.text).collect();
+    let ready = statuses.iter().position(|t| t.starts_with("codex app-server ready")).expect("initialize's answer");
+    let started = statuses.iter().position(|t| *t == format!("thread {thread} started")).expect("thread/started");
+    assert!(ready < started, "{statuses:#?}");
 
     server.client.send_message("text", "and a second message").await.unwrap();
     let second = events.turn().await;
@@ -189,6 +209,7 @@ async fn a_tool_call_runs_and_the_answer_quotes_its_output() {
     assert!(turn.iter().all(|e| e.kind() != EventType::PermissionRequested), "bypass asks nothing");
     let text = answer(&turn);
     assert!(text.starts_with("tool said: ") && text.contains("hi-from-the-shell"), "{text}");
+    events.record("e2e-bypass-tool");
     events.assert_all_parsed();
     server.stop().await;
 }
@@ -213,6 +234,7 @@ async fn touch_with(reply: PermissionReply, file: &str) -> (Fixture, Vec<Univers
 
     server.client.reply_permission("hitl", &request.id, reply).await.unwrap();
     let mut turn = events.turn().await;
+    events.record(&format!("e2e-{reply:?}").to_lowercase());
     events.assert_all_parsed();
     let resolved = turn.iter().any(|e| matches!(&e.data, EventData::PermissionResolved { id, reply: Some(r) } if *id == request.id && *r == reply));
     assert!(resolved, "{turn:#?}");
@@ -264,6 +286,7 @@ async fn a_restarted_node_agent_resumes_the_codex_thread() {
     assert!(last.contains("avocado") && last.contains("what was the word?"), "the earlier conversation is in context: {last}");
     assert!(answer(&turn).starts_with("scripted reply: "));
     assert_eq!(server.client.get_session("resume").await.unwrap().agent_session_id, Some(thread));
+    events.record("e2e-resumed");
     events.assert_all_parsed();
     server.stop().await;
 }
@@ -318,6 +341,7 @@ async fn a_codex_that_dies_fails_its_turn_and_the_next_message_resumes_the_threa
     let last = fixture.responses_inputs().pop().unwrap();
     assert!(last.contains("quince") && last.contains("still there?"), "the thread was resumed: {last}");
     assert_eq!(server.client.get_session("crash").await.unwrap().agent_session_id, Some(thread));
+    events.record("e2e-crash");
     events.assert_all_parsed();
     server.stop().await;
 }
@@ -340,6 +364,37 @@ async fn a_permission_allowed_always_is_not_asked_again_for_the_same_command() {
     let turn = events.turn().await;
     assert!(turn.iter().all(|e| e.kind() != EventType::PermissionRequested), "not asked again: {turn:#?}");
     assert!(fixture.work.path().join("always.txt").exists(), "it ran again");
+    events.assert_all_parsed();
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_during_a_permission_request_settles_the_lost_turn_and_the_thread_goes_on() {
+    let fixture = Fixture::new().await;
+    let server = TestServer::start_with_agents().await;
+    create(&server, "pending", &fixture.session(PermissionMode::Default)).await;
+    let mut events = Events::open(&server.client, "pending").await;
+    server.client.send_message("pending", "remember the word medlar, then [[run:touch pending.txt]]").await.unwrap();
+    let asked = events.until("permission.requested", |e| e.kind() == EventType::PermissionRequested).await;
+    let EventData::PermissionRequested(request) = &asked.last().unwrap().data else { unreachable!() };
+
+    let server = server.restart().await;
+    let info = server.client.get_session("pending").await.unwrap();
+    assert_eq!(info.pending_permissions, vec![request.clone()], "the request is offered again");
+    let mut events = Events::open(&server.client, "pending").await;
+    events.until("the resumed start", |e| matches!(e.data, EventData::SessionStarted { resumed: true, .. })).await;
+    server.client.reply_permission("pending", &request.id, PermissionReply::Once).await.unwrap();
+    let lost = events.until("turn.ended", |e| e.kind() == EventType::TurnEnded).await;
+    assert!(matches!(lost.last().unwrap().data, EventData::TurnEnded { status: TurnStatus::Failed, .. }), "{lost:#?}");
+    assert!(lost.iter().any(|e| matches!(&e.data, EventData::Error { code: Some(code), .. } if code == "turn_interrupted")));
+    assert!(!fixture.work.path().join("pending.txt").exists(), "codex lost the call with its process");
+    let info = server.client.get_session("pending").await.unwrap();
+    assert!(info.pending_permissions.is_empty() && info.state == SessionState::Idle, "{info:?}");
+
+    server.client.send_message("pending", "what was the word?").await.unwrap();
+    events.turn().await;
+    let last = fixture.responses_inputs().pop().unwrap();
+    assert!(last.contains("medlar") && last.contains("what was the word?"), "{last}");
     events.assert_all_parsed();
     server.stop().await;
 }

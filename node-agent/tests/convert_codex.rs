@@ -117,3 +117,14 @@ fn exec_json_text_turn() {
     assert_eq!(items[2].text.as_deref(), Some("hello from fake model (4 messages in context)"));
     assert_eq!(items[3].kind, ItemKind::Status);
 }
+
+#[test]
+fn a_recorded_bypass_run_has_the_shell_output_as_the_result_of_its_call() {
+    // Recorded by agent_codex's tool test (its `record`), from the real codex 0.169.0.
+    let events = events("codex-e2e-bypass-tool.jsonl");
+    let items = completed(&events);
+    let call = items.iter().find(|i| i.kind == ItemKind::ToolCall).expect("a call");
+    let result = items.iter().find(|i| i.kind == ItemKind::ToolResult).expect("a result");
+    assert_eq!(result.call_id.as_ref(), Some(&call.id));
+    assert_eq!(result.output.as_deref(), Some("hi-from-the-shell\n"));
+}

@@ -78,6 +78,16 @@ struct CodexState {
     thread_id: Option<String>,
     /// The turn that was sent to codex and has not completed (a restart loses it).
     turn_in_codex: Option<u64>,
+    /// The permission request or question of that turn awaiting a reply.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    waiting: Option<Waiting>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "kind", content = "id")]
+enum Waiting {
+    Permission(String),
+    Question(String),
 }
 
 /// One running app-server.
@@ -206,14 +216,36 @@ impl CodexDriver {
         Ok(())
     }
 
+    /// Reports what the app-server said while it started, in the order it said it.
+    async fn report_backlog(&mut self, ctx: &TurnContext) -> Result<(), Interrupted> {
+        if let Some(server) = self.server.as_mut() {
+            for line in std::mem::take(&mut self.backlog) {
+                Self::report(ctx, &mut server.converter, &line).await?;
+            }
+        }
+        Ok(())
+    }
+
     async fn turn(&mut self, ctx: &TurnContext, turn: &TurnInput, resume: bool) -> Result<TurnOutcome, Interrupted> {
         if resume && self.state.turn_in_codex == Some(turn.number) {
+            // The request is offered again after the restart; its reply has nobody left to
+            // go to, but taking it settles the session instead of leaving it awaiting input.
+            match self.state.waiting.take() {
+                Some(Waiting::Permission(id)) => {
+                    ctx.wait_permission(&id).await?;
+                }
+                Some(Waiting::Question(id)) => {
+                    ctx.wait_question(&id).await?;
+                }
+                None => {}
+            }
             self.state.turn_in_codex = None;
             self.save(ctx);
             let message = "the node agent stopped while codex ran this turn, and codex does not continue an interrupted turn: send the message again";
             ctx.emit(EventData::Error { message: message.into(), code: Some("turn_interrupted".into()) }).await?;
             return Ok(TurnOutcome::failed(message));
         }
+        self.report_backlog(ctx).await?;
         if let Some(server) = self.server.as_mut() {
             // What codex said since the last turn ended; if it died meanwhile, say so and
             // run this turn on a new app-server that resumes the thread.
@@ -234,10 +266,8 @@ impl CodexDriver {
         {
             return self.failed(ctx, &error).await;
         }
+        self.report_backlog(ctx).await?;
         let Some(server) = self.server.as_mut() else { return self.failed(ctx, &Error::StreamError("codex is not running".into())).await };
-        for line in std::mem::take(&mut self.backlog) {
-            Self::report(ctx, &mut server.converter, &line).await?;
-        }
         let thread_id = self.state.thread_id.clone().unwrap_or_default();
         self.state.turn_in_codex = Some(turn.number);
         ctx.save_state(serde_json::to_value(&self.state).unwrap_or(Value::Null));
@@ -295,8 +325,12 @@ impl CodexDriver {
                 PermissionReply::Once
             } else {
                 let pid = request.id.clone();
+                self.state.waiting = Some(Waiting::Permission(pid.clone()));
+                self.save(ctx);
                 ctx.request_permission(request).await?;
-                ctx.wait_permission(&pid).await?
+                let reply = ctx.wait_permission(&pid).await?;
+                self.state.waiting = None;
+                reply
             };
             let decision = match reply {
                 PermissionReply::Once => "accept",
@@ -306,8 +340,12 @@ impl CodexDriver {
             Some(json!({ "decision": decision }))
         } else if let Some(request) = convert::question_request(method, &id, &params) {
             let qid = request.id.clone();
+            self.state.waiting = Some(Waiting::Question(qid.clone()));
+            self.save(ctx);
             ctx.ask_question(request).await?;
-            let answers = match ctx.wait_question(&qid).await? {
+            let answer = ctx.wait_question(&qid).await?;
+            self.state.waiting = None;
+            let answers = match answer {
                 QuestionAnswer::Answered(answers) => answers,
                 QuestionAnswer::Rejected => Vec::new(),
             };
@@ -337,6 +375,7 @@ impl CodexDriver {
             server.child.stop(STOP_GRACE).await;
         }
         self.state.turn_in_codex = None;
+        self.state.waiting = None;
         self.save(ctx);
         let message = error.to_string();
         ctx.emit(EventData::Error { message: message.clone(), code: Some(error.code().to_string()) }).await?;
