@@ -398,3 +398,24 @@ async fn a_restart_during_a_permission_request_settles_the_lost_turn_and_the_thr
     events.assert_all_parsed();
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plan_mode_asks_nothing_and_writes_nothing_and_the_variant_is_the_effort() {
+    let fixture = Fixture::new().await;
+    let server = TestServer::start_with_agents().await;
+    let request = CreateSessionRequest { variant: Some("low".into()), ..fixture.session(PermissionMode::Plan) };
+    create(&server, "plan", &request).await;
+    let mut events = Events::open(&server.client, "plan").await;
+    server.client.send_message("plan", "[[run:touch planned.txt]]").await.unwrap();
+    let turn = events.turn().await;
+    assert!(turn.iter().all(|e| e.kind() != EventType::PermissionRequested), "nothing to approve in a plan");
+    assert!(!fixture.work.path().join("planned.txt").exists(), "a read-only sandbox");
+    // The sandbox refused the write, and the model was told (codex 0.169 reports no
+    // command item for a sandboxed command under `never`).
+    let text = answer(&turn);
+    assert!(text.contains("Read-only file system"), "{text}");
+    let body = fixture.model.requests().pop().unwrap().body;
+    assert_eq!((body["model"].as_str(), body["reasoning"]["effort"].as_str()), (Some("gpt-5.5"), Some("low")));
+    events.assert_all_parsed();
+    server.stop().await;
+}

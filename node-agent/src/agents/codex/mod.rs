@@ -134,8 +134,10 @@ impl CodexDriver {
     fn policy(&self) -> (&'static str, &'static str) {
         match self.config.permission_mode {
             PermissionMode::Default => ("untrusted", "workspace-write"),
-            // Codex asks before anything it does not trust and cannot write at all.
-            PermissionMode::Plan => ("untrusted", "read-only"),
+            // Read-only, and nothing to approve: under `untrusted` an approved command runs
+            // outside the sandbox (seen with 0.169: `touch` wrote its file), which would let
+            // a plan change things.
+            PermissionMode::Plan => ("never", "read-only"),
             PermissionMode::Bypass => ("never", "danger-full-access"),
         }
     }
