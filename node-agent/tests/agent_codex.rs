@@ -419,3 +419,39 @@ async fn plan_mode_asks_nothing_and_writes_nothing_and_the_variant_is_the_effort
     events.assert_all_parsed();
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_that_is_down_fails_the_turn_with_a_timeout_rather_than_a_hang() {
+    let fixture = Fixture::new().await;
+    // A port nobody listens on any more.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let server = TestServer::start_with_agents().await;
+    let mut request = fixture.session(PermissionMode::Default);
+    request.env.insert("OPENAI_BASE_URL".into(), format!("http://{closed}/v1"));
+    create(&server, "down", &request).await;
+    let mut events = Events::open(&server.client, "down").await;
+    server.client.send_message("down", "hello?").await.unwrap();
+    let turn = events.until("turn.ended", |e| e.kind() == EventType::TurnEnded).await;
+    assert!(matches!(turn.last().unwrap().data, EventData::TurnEnded { status: TurnStatus::Failed, .. }), "{turn:#?}");
+    // Codex retries an unreachable provider without end; the driver gives up with `timeout`.
+    let timeout = turn.iter().any(|e| matches!(&e.data, EventData::Error { code: Some(code), message } if code == "timeout" && message.contains("model provider")));
+    assert!(timeout, "an error says why: {turn:#?}");
+    events.assert_all_parsed();
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ending_a_session_mid_turn_stops_its_codex() {
+    let fixture = Fixture::new().await;
+    let server = TestServer::start_with_agents().await;
+    create(&server, "end", &fixture.session(PermissionMode::Default)).await;
+    let mut events = Events::open(&server.client, "end").await;
+    server.client.send_message("end", "[[run:touch never.txt]]").await.unwrap();
+    events.until("permission.requested", |e| e.kind() == EventType::PermissionRequested).await;
+    assert!(!processes_in(fixture.work.path()).is_empty());
+    server.client.end_session("end").await.unwrap();
+    events.until("session.ended", |e| e.kind() == EventType::SessionEnded).await;
+    until("codex to be gone", || processes_in(fixture.work.path()).is_empty()).await;
+    assert!(!fixture.work.path().join("never.txt").exists());
+    server.stop().await;
+}

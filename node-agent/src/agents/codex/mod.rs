@@ -33,6 +33,10 @@ use crate::universal::{EventData, PermissionReply, Role};
 /// How long the app-server may take to answer `initialize` and `thread/start|resume`
 /// (it starts in about a second; a loaded machine is slower).
 const STARTUP: Duration = Duration::from_secs(120);
+/// Codex retries a model provider it cannot reach without end ("Reconnecting... waiting
+/// for network", about every 10 s, whatever its retry settings): after this many retries
+/// in a row with nothing else happening the turn fails with `timeout` instead of hanging.
+const MAX_RECONNECTS: u32 = 3;
 /// How long codex gets to exit on SIGTERM before SIGKILL.
 const STOP_GRACE: Duration = Duration::from_secs(3);
 /// Codex's reasoning efforts, which a session's `variant` names.
@@ -280,6 +284,7 @@ impl CodexDriver {
         if let Err(error) = server.child.send(&start).await {
             return self.failed(ctx, &error).await;
         }
+        let mut reconnects = 0;
         loop {
             let Some(server) = self.server.as_mut() else { return self.failed(ctx, &Error::StreamError("codex is not running".into())).await };
             let line = tokio::select! {
@@ -298,6 +303,17 @@ impl CodexDriver {
                 continue;
             }
             Self::report(ctx, &mut server.converter, &line).await?;
+            if method == Some("error") && value.pointer("/params/willRetry").and_then(Value::as_bool) == Some(true) {
+                reconnects += 1;
+                if reconnects >= MAX_RECONNECTS {
+                    let detail = value.pointer("/params/error/additionalDetails").and_then(Value::as_str).unwrap_or("no details");
+                    let error = Error::Timeout(format!("codex could not reach its model provider after {reconnects} attempts ({detail}); the turn is given up"));
+                    // The app-server goes with it; the next turn resumes the thread in a new one.
+                    return self.failed(ctx, &error).await;
+                }
+            } else if method.is_some_and(|m| m.starts_with("item/")) {
+                reconnects = 0;
+            }
             if method.is_none() && value.get("id").and_then(Value::as_u64) == Some(request_id) && value.get("error").is_some() {
                 self.state.turn_in_codex = None;
                 self.save(ctx);
