@@ -2,7 +2,8 @@
 # Installs the real programs the tests drive: tmux (to type into `agentplane proc
 # attach` as a person would), vim and bash (on real PTYs), script (the benchmark's
 # baseline), git (a GitOps checkout swapping a watched directory), openssl (the test API server's
-# service-account key). Idempotent: does nothing when they are all present.
+# service-account key), Node.js and npm (the node agent installs the real agent CLIs
+# from the npm registry). Idempotent: does nothing when they are all present.
 set -euo pipefail
 
 need=()
@@ -13,7 +14,19 @@ command -v script >/dev/null || need+=(bsdutils)
 command -v cc >/dev/null || need+=(gcc)
 command -v git >/dev/null || need+=(git)
 command -v openssl >/dev/null || need+=(openssl)
+command -v node >/dev/null || need+=(nodejs)
+command -v npm >/dev/null || need+=(npm)
+check_node() {
+  # pi and gemini-cli need Node.js 20 or newer.
+  local major
+  major="$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)"
+  if [ "$major" -lt 20 ]; then
+    echo "Node.js $(node --version 2>/dev/null || echo missing) is too old: the agent CLIs need 20 or newer (https://nodejs.org)" >&2
+    exit 1
+  fi
+}
 if [ ${#need[@]} -eq 0 ]; then
+  check_node
   exit 0
 fi
 sudo=""
@@ -24,3 +37,4 @@ fi
 echo "installing: ${need[*]}" >&2
 $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq
 $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}"
+check_node

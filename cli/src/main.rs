@@ -1,9 +1,12 @@
 //! `agentplane`: run the node agent, and drive one from a terminal.
 
+mod agent;
+mod agent_session;
 mod apply;
 mod attach;
 mod cluster;
 mod controller;
+mod convert;
 mod get;
 mod kubeconfig;
 mod logs;
@@ -38,6 +41,8 @@ enum Command {
     /// Start, list, stop, and attach to processes and terminals on a node agent.
     #[command(alias = "process")]
     Proc(proc::ProcArgs),
+    /// The agents of a node agent: list them, install one, their modes and models.
+    Agent(agent::AgentArgs),
     /// List resources with their status: `get processes` (of a watched directory, or
     /// of a cluster with --kubeconfig).
     Get(get::GetArgs),
@@ -56,6 +61,9 @@ enum Command {
     Send(session::SendArgs),
     /// Answer a Session's question or permission request: appends to spec.replies.
     Reply(session::ReplyArgs),
+    /// Create, list, message, follow, answer and end agent sessions on a node agent.
+    #[command(name = "session")]
+    AgentSession(agent_session::SessionArgs),
 }
 
 fn main() {
@@ -82,9 +90,10 @@ fn main() {
     let code = runtime.block_on(async {
         let result = match cli.command {
             Command::Up(args) => up::run(args).await.map(|()| 0),
-            Command::NodeAgent(args) => node_agent::run(args).await.map(|()| 0),
+            Command::NodeAgent(args) => node_agent::main(args).await,
             Command::Controller(args) => controller::run(args).await.map(|()| 0),
             Command::Proc(args) => proc::run(args).await,
+            Command::Agent(args) => agent::run(args).await,
             Command::Get(args) => get::get(args).await,
             Command::Describe(args) => get::describe(args).await,
             Command::Apply(args) => apply::apply(args).await,
@@ -93,6 +102,7 @@ fn main() {
             Command::Attach(args) => logs::attach(args).await,
             Command::Send(args) => session::send(args).await,
             Command::Reply(args) => session::reply(args).await,
+            Command::AgentSession(args) => agent_session::run(args).await,
         };
         match result {
             Ok(code) => code,

@@ -13,7 +13,11 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 #[derive(Args, Debug)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct NodeAgentArgs {
+    /// Without a command: serve.
+    #[command(subcommand)]
+    command: Option<NodeAgentCommand>,
     /// Address to listen on.
     #[arg(long, env = "AGENTPLANE_LISTEN", default_value = "127.0.0.1:2468")]
     listen: SocketAddr,
@@ -47,6 +51,48 @@ pub struct NodeAgentArgs {
     slow_client_timeout_ms: u64,
     #[command(flatten)]
     registration: RegisterArgs,
+}
+
+/// Tools that run without a node agent.
+#[derive(clap::Subcommand, Debug)]
+pub enum NodeAgentCommand {
+    /// Convert an agent's native transcript (stdin: JSON lines, or SSE `data:` lines)
+    /// into universal events (stdout: one JSON envelope a line).
+    Convert(crate::convert::ConvertArgs),
+    /// Serve the scripted model server the tests use, for trying the real agent CLIs
+    /// without a provider account: it speaks Anthropic Messages, OpenAI Responses and
+    /// Chat Completions, Gemini and Amp's API, and answers by a script (`[[run:CMD]]`
+    /// in a message asks for a shell tool call; otherwise it says how many messages it saw).
+    ModelServer(ModelServerArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct ModelServerArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:8089")]
+    listen: std::net::SocketAddr,
+}
+
+async fn model_server(args: ModelServerArgs) -> anyhow::Result<i32> {
+    let server = agentplane_node_agent::model_server::ModelServer::bind(args.listen)
+        .await
+        .with_context(|| format!("listening on {}", args.listen))?;
+    println!("scripted model server on {}", server.url());
+    println!("  claude:   ANTHROPIC_BASE_URL={} ANTHROPIC_API_KEY=any", server.url());
+    println!("  codex, opencode, pi: OPENAI_BASE_URL={}/v1 OPENAI_API_KEY=any", server.url());
+    println!("  gemini:   GOOGLE_GEMINI_BASE_URL={} GEMINI_API_KEY=any", server.url());
+    println!("  amp:      AMP_URL={} AMP_API_KEY=any", server.url());
+    tokio::signal::ctrl_c().await.context("waiting for Ctrl-C")?;
+    Ok(0)
+}
+
+/// `agentplane node-agent [COMMAND]`: serves, or runs one of its tools; the exit code.
+pub async fn main(mut args: NodeAgentArgs) -> anyhow::Result<i32> {
+    match args.command.take() {
+        Some(NodeAgentCommand::Convert(convert)) => crate::convert::run(convert).await,
+        Some(NodeAgentCommand::ModelServer(options)) => model_server(options).await,
+        None => run(args).await.map(|()| 0),
+    }
 }
 
 /// Registration as a Sandbox in a Kubernetes cluster (see `agentplane_controller::register`).

@@ -38,6 +38,9 @@ enum ProcCommand {
         /// Only processes with (true) or without (false) a terminal.
         #[arg(long)]
         pty: Option<bool>,
+        /// Only processes that feed this session.
+        #[arg(long)]
+        session: Option<String>,
     },
     /// Show one process (by id or tag).
     Get { id: String },
@@ -126,6 +129,10 @@ struct RunArgs {
     label: Option<String>,
     #[arg(long)]
     cwd: Option<String>,
+    /// Feed this session: it sees the process start and exit, with its output, and
+    /// its next message carries that output to the agent.
+    #[arg(long)]
+    session: Option<String>,
     /// KEY=VALUE, repeatable.
     #[arg(long = "env", short = 'e')]
     env: Vec<String>,
@@ -164,6 +171,7 @@ pub async fn run(args: ProcArgs) -> anyhow::Result<i32> {
                 tag: run.tag,
                 label: run.label,
                 annotations: Default::default(),
+                session_id: run.session,
             };
             let info = client.create_process(&request).await?;
             if run.attach {
@@ -171,8 +179,8 @@ pub async fn run(args: ProcArgs) -> anyhow::Result<i32> {
             }
             print_processes(format, &[info], true)?;
         }
-        ProcCommand::Ls { tag, pty } => {
-            let list = client.list_processes(&ListProcessesQuery { tag, pty }).await?;
+        ProcCommand::Ls { tag, pty, session } => {
+            let list = client.list_processes(&ListProcessesQuery { tag, pty, session }).await?;
             print_processes(format, &list, false)?;
         }
         ProcCommand::Get { id } => {

@@ -381,6 +381,7 @@ impl ProcessReconciler {
                 (annotations::UID.to_string(), uid),
                 (annotations::SPEC_HASH.to_string(), hash.to_string()),
             ]),
+            session_id: None,
         };
         let created = match client.create_process(&request).await {
             Ok(info) => Ok(info),

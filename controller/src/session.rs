@@ -49,6 +49,7 @@ fn not_found(e: &ClientError) -> bool {
 
 fn phase_of(state: SessionState) -> SessionPhase {
     match state {
+        SessionState::Installing => SessionPhase::Installing,
         SessionState::Starting => SessionPhase::Starting,
         SessionState::Running => SessionPhase::Running,
         SessionState::AwaitingInput => SessionPhase::AwaitingInput,
@@ -154,6 +155,7 @@ impl Step<'_> {
             })
             .collect();
         let (ready, reason, message) = match info.state {
+            SessionState::Installing => (Status::False, "Installing", "the agent's CLI is being installed".to_string()),
             SessionState::Starting => (Status::False, "Starting", "the agent is starting".to_string()),
             SessionState::Running => (Status::True, "Running", "a turn is under way".to_string()),
             SessionState::AwaitingInput => (

@@ -112,6 +112,9 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/events/sse", get(lifecycle_events))
         .route("/v1/agents", get(list_agents))
         .route("/v1/agents/{agent}", get(get_agent))
+        .route("/v1/agents/{agent}/install", post(install_agent))
+        .route("/v1/agents/{agent}/modes", get(agent_modes))
+        .route("/v1/agents/{agent}/models", get(agent_models))
         .route("/v1/sessions", get(list_sessions))
         .route("/v1/sessions/{id}", get(get_session).post(create_session).delete(end_session))
         .route("/v1/sessions/{id}/messages", post(send_message))
@@ -182,10 +185,10 @@ fn ticket_grants(state: &AppState, request: &Request) -> bool {
     paths(
         health, openapi_json, create_process, list_processes, get_process, delete_process,
         signal_process, resize_process, write_input, read_output, issue_ticket, connect, lifecycle_events,
-        list_agents, get_agent, create_session, list_sessions, get_session, end_session, send_message,
+        list_agents, get_agent, install_agent, agent_modes, agent_models, create_session, list_sessions, get_session, end_session, send_message,
         session_events, session_events_sse, reply_permission, reply_question, reject_question
     ),
-    components(schemas(Problem, ControlMessage, LifecycleEvent, UniversalEvent, EventData, EventType, EventSource, Gap)),
+    components(schemas(Problem, ControlMessage, LifecycleEvent, UniversalEvent, EventData, EventType, EventSource, Gap, InstallProgress)),
     modifiers(&ApiConventions),
     tags(
         (name = "processes", description = "Processes and terminals"),
@@ -235,21 +238,44 @@ async fn openapi_json() -> Json<utoipa::openapi::OpenApi> {
     Json(ApiDoc::openapi())
 }
 
-/// Starts a process, on a PTY when `pty` is given.
+/// Starts a process, on a PTY when `pty` is given. With `sessionId` it feeds that
+/// session: a `tool_result` item there when it starts and when it exits (with its exit
+/// and the last 64 KiB of its output), that output prepended to the message of the
+/// session's next turn, and the process stopped when the session is ended.
 #[utoipa::path(post, path = "/v1/processes", tag = "processes", request_body = CreateProcessRequest,
     responses(
         (status = 201, body = ProcessInfo),
         (status = 400, body = Problem, content_type = "application/problem+json", description = "invalid_request"),
-        (status = 409, body = Problem, content_type = "application/problem+json", description = "process_already_exists"),
+        (status = 404, body = Problem, content_type = "application/problem+json", description = "session_not_found"),
+        (status = 409, body = Problem, content_type = "application/problem+json", description = "process_already_exists; conflict: the session has ended"),
         (status = 422, body = Problem, content_type = "application/problem+json", description = "spawn_failed"),
         (status = 429, body = Problem, content_type = "application/problem+json", description = "limit_exceeded"),
     ))]
 async fn create_process(State(state): State<AppState>, Json(request): Json<CreateProcessRequest>) -> Result<(StatusCode, Json<ProcessInfo>)> {
+    let session = match &request.session_id {
+        Some(id) => {
+            let session = state.sessions.get(id)?;
+            if session.info().state.is_final() {
+                return Err(Error::Conflict(format!("session {id:?} has ended: no process can feed it")));
+            }
+            Some(session)
+        }
+        None => None,
+    };
     let processes = state.processes.clone();
     // Spawning forks and opens a PTY: blocking calls, kept off the async workers.
     let process = tokio::task::spawn_blocking(move || processes.spawn(request))
         .await
         .map_err(|e| Error::io("spawning", std::io::Error::other(e)))??;
+    if let Some(session) = session {
+        if let Err(error) = session.process_started(&process).await {
+            // The session ended while the process started: it must not outlive it.
+            let signal = if process.is_pty() { nix::sys::signal::Signal::SIGHUP } else { nix::sys::signal::Signal::SIGTERM };
+            state.processes.stop(&process, signal, state.processes.limits().stop_timeout).await?;
+            return Err(error);
+        }
+        crate::sessions::feed::follow(session, Arc::clone(&process));
+    }
     Ok((StatusCode::CREATED, Json(process.info())))
 }
 
@@ -257,7 +283,12 @@ async fn create_process(State(state): State<AppState>, Json(request): Json<Creat
 #[utoipa::path(get, path = "/v1/processes", tag = "processes", params(ListProcessesQuery),
     responses((status = 200, body = ProcessList)))]
 async fn list_processes(State(state): State<AppState>, Query(query): Query<ListProcessesQuery>) -> Json<ProcessList> {
-    let processes = state.processes.list(query.tag.as_deref(), query.pty).iter().map(|p| p.info()).collect();
+    let processes = state
+        .processes
+        .list_for(query.tag.as_deref(), query.pty, query.session.as_deref())
+        .iter()
+        .map(|p| p.info())
+        .collect();
     Json(ProcessList { processes })
 }
 
@@ -575,6 +606,117 @@ async fn get_agent(State(state): State<AppState>, axum::extract::Path(agent): ax
     Ok(Json(agent.info(state.sessions.host()).await))
 }
 
+/// An agent id from a route's path (`unsupported_agent`, 404).
+fn agent_from_path(agent: String) -> Result<AgentId> {
+    AgentId::parse(&agent).ok_or(Error::AgentNotFound(agent))
+}
+
+/// Installs an agent's CLI from the npm registry (the user's npm configuration
+/// applies), verified against the registry's integrity. The same version again is a
+/// no-op (`alreadyInstalled`) unless `reinstall`. With `Accept: text/event-stream` the
+/// answer is an SSE stream of `install.progress` events ending in `install.completed`
+/// (an `InstallResult`) or `install.failed` (a problem document). The install goes on
+/// if the client goes away.
+#[utoipa::path(post, path = "/v1/agents/{agent}/install", tag = "agents", params(("agent" = String, Path, description = "Agent id")),
+    request_body(content = Option<InstallRequest>, description = "Optional: the pinned version by default"),
+    responses(
+        (status = 200, body = InstallResult, description = "Installed, or already there"),
+        (status = 200, content_type = "text/event-stream", body = InstallProgress, description = "When asked for: `install.progress`, then `install.completed` or `install.failed`"),
+        (status = 400, body = Problem, content_type = "application/problem+json", description = "invalid_request: not an exact version, or the built-in mock"),
+        (status = 404, body = Problem, content_type = "application/problem+json", description = "unsupported_agent"),
+        (status = 502, body = Problem, content_type = "application/problem+json", description = "install_failed, with npm's error; what was installed before is untouched"),
+    ))]
+async fn install_agent(
+    State(state): State<AppState>,
+    axum::extract::Path(agent): axum::extract::Path<String>,
+    headers: HeaderMap,
+    body: bytes::Bytes,
+) -> Result<Response> {
+    let agent = agent_from_path(agent)?;
+    let request: InstallRequest = if body.iter().all(u8::is_ascii_whitespace) {
+        InstallRequest::default()
+    } else {
+        serde_json::from_slice(&body).map_err(|e| Error::InvalidRequest(format!("invalid install request: {e}")))?
+    };
+    if agent.package().is_none() {
+        return Err(Error::InvalidRequest(format!("{} is built in: there is nothing to install", agent.as_str())));
+    }
+    if let Some(version) = &request.version {
+        crate::agents::install::check_version(version)?;
+    }
+    let wants_sse = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|accept| accept.contains("text/event-stream"));
+    // Progress is small and cumulative: a few phase changes wait for room, counts
+    // beyond this are dropped (the next one carries the totals).
+    let (tx, mut rx) = mpsc::channel::<InstallProgress>(64);
+    let host = Arc::clone(state.sessions.host());
+    let options = crate::agents::install::InstallOptions { version: request.version, reinstall: request.reinstall };
+    // Its own task, so that a client going away does not leave a half-done install.
+    let install = tokio::spawn(async move {
+        let outcome = host.installer.install(agent, &options, Some(&tx)).await;
+        outcome.map(|o| InstallResult {
+            agent: agent.as_str().to_string(),
+            version: o.installed.version,
+            path: o.installed.bin.display().to_string(),
+            already_installed: o.already_installed,
+            integrity: o.integrity,
+        })
+    });
+    let joined = |joined: std::result::Result<Result<InstallResult>, tokio::task::JoinError>| {
+        joined.unwrap_or_else(|e| Err(Error::InstallFailed(format!("the install stopped: {e}"))))
+    };
+    if !wants_sse {
+        return Ok(Json(joined(install.await)?).into_response());
+    }
+    let shutdown = state.shutdown.clone();
+    let stream = async_stream_of(move |out| async move {
+        while let Some(progress) = rx.recv().await {
+            let data = serde_json::to_string(&progress).expect("progress serializes");
+            if out.send(Event::default().event("install.progress").data(data)).await.is_err() {
+                return;
+            }
+        }
+        let event = tokio::select! {
+            result = install => match joined(result) {
+                Ok(result) => Event::default().event("install.completed").data(serde_json::to_string(&result).expect("results serialize")),
+                Err(error) => Event::default().event("install.failed").data(serde_json::to_string(&error.to_problem()).expect("problems serialize")),
+            },
+            () = shutdown.cancelled() => return,
+        };
+        let _ = out.send(event).await;
+    });
+    Ok(Sse::new(stream).keep_alive(KeepAlive::default()).into_response())
+}
+
+/// A stream fed by a task through a bounded channel (one event in flight: the task
+/// goes at the client's pace).
+fn async_stream_of<F, Fut>(produce: F) -> impl Stream<Item = std::result::Result<Event, Infallible>>
+where
+    F: FnOnce(mpsc::Sender<Event>) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let (tx, rx) = mpsc::channel(1);
+    tokio::spawn(produce(tx));
+    tokio_stream::wrappers::ReceiverStream::new(rx).map(Ok)
+}
+
+/// The agent's own modes (`agentMode`) and the permission modes its driver accepts.
+#[utoipa::path(get, path = "/v1/agents/{agent}/modes", tag = "agents", params(("agent" = String, Path, description = "Agent id")),
+    responses((status = 200, body = AgentModes), (status = 404, body = Problem, content_type = "application/problem+json", description = "unsupported_agent")))]
+async fn agent_modes(axum::extract::Path(agent): axum::extract::Path<String>) -> Result<Json<AgentModes>> {
+    Ok(Json(crate::agents::catalog::modes(agent_from_path(agent)?)))
+}
+
+/// The models a session's `model` may name, as far as the node agent knows them
+/// (`source` says from where; `note` what else the agent takes).
+#[utoipa::path(get, path = "/v1/agents/{agent}/models", tag = "agents", params(("agent" = String, Path, description = "Agent id")),
+    responses((status = 200, body = AgentModels), (status = 404, body = Problem, content_type = "application/problem+json", description = "unsupported_agent")))]
+async fn agent_models(axum::extract::Path(agent): axum::extract::Path<String>) -> Result<Json<AgentModels>> {
+    Ok(Json(crate::agents::catalog::models(agent_from_path(agent)?)))
+}
+
 /// Starts a session with an agent. The id is the caller's (letters, digits, `.`, `_`,
 /// `-`; at most 63), so that a restarted controller finds the session it started.
 #[utoipa::path(post, path = "/v1/sessions/{id}", tag = "sessions", params(("id" = String, Path, description = "Session id")),
@@ -602,14 +744,31 @@ async fn get_session(State(state): State<AppState>, PathId(id): PathId) -> Resul
 }
 
 /// Ends a session: `session.ended` is its last event. It stays listed, as ended;
-/// ending it again answers the same.
+/// ending it again answers the same. Processes that feed it are stopped (their
+/// stop signal, then SIGKILL after the node agent's stop timeout) before the answer.
 #[utoipa::path(delete, path = "/v1/sessions/{id}", tag = "sessions", params(("id" = String, Path)),
     responses((status = 200, body = SessionInfo), (status = 404, body = Problem, content_type = "application/problem+json", description = "session_not_found")))]
 async fn end_session(State(state): State<AppState>, PathId(id): PathId) -> Result<Json<SessionInfo>> {
-    Ok(Json(state.sessions.get(&id)?.end().await))
+    let info = state.sessions.get(&id)?.end().await;
+    let feeding = state.processes.list_for(None, None, Some(&id));
+    let timeout = state.processes.limits().stop_timeout;
+    let stops = feeding.iter().filter(|p| !p.run_state().is_exited()).map(|p| {
+        let signal = if p.is_pty() { nix::sys::signal::Signal::SIGHUP } else { nix::sys::signal::Signal::SIGTERM };
+        state.processes.stop(p, signal, timeout)
+    });
+    for stopped in futures_util::future::join_all(stops).await {
+        if let Err(error) = stopped {
+            tracing::warn!(session = %id, %error, "could not stop a process of an ended session");
+        }
+    }
+    Ok(Json(info))
 }
 
-/// Sends a message: it runs as the next turn, after any before it.
+/// Sends a message: it runs as the next turn, after any before it. Output of
+/// processes that fed the session (`sessionId` on `POST /v1/processes`) and exited
+/// since the last turn started is delivered to the agent before the message, as
+/// ``Output of `CMD` (exit 0):`` and a fenced block each, then a blank line; the
+/// turn's user message item keeps the message as sent.
 #[utoipa::path(post, path = "/v1/sessions/{id}/messages", tag = "sessions", params(("id" = String, Path)), request_body = SendMessageRequest,
     responses(
         (status = 202, body = SessionInfo, description = "Accepted; `messagesReceived` counts it"),

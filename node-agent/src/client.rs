@@ -237,6 +237,47 @@ impl Client {
         self.send(self.request(Method::GET, &["agents", agent])).await
     }
 
+    /// Installs an agent (the pinned version unless `request.version`), waiting for it.
+    pub async fn install_agent(&self, agent: &str, request: &InstallRequest) -> ClientResult<InstallResult> {
+        self.send(self.request(Method::POST, &["agents", agent, "install"]).json(request)).await
+    }
+
+    /// Installs an agent over SSE, calling `on_progress` with each progress event;
+    /// `install.failed` becomes [`ClientError::Problem`].
+    pub async fn install_agent_with_progress(
+        &self,
+        agent: &str,
+        request: &InstallRequest,
+        mut on_progress: impl FnMut(&InstallProgress),
+    ) -> ClientResult<InstallResult> {
+        let segments = ["agents", agent, "install"];
+        let url = self.url(&segments).to_string();
+        let builder = self.request(Method::POST, &segments).header(reqwest::header::ACCEPT, "text/event-stream").json(request);
+        let mut messages = self.open_sse(builder, &segments).await?;
+        let unexpected = |body: String| ClientError::Unexpected { url: url.clone(), status: 200, body };
+        while let Some(message) = messages.next().await {
+            let message = message?;
+            let parse_error = |e: serde_json::Error| unexpected(format!("{e}: {}", message.data));
+            match message.event.as_deref() {
+                Some("install.progress") => on_progress(&serde_json::from_str(&message.data).map_err(parse_error)?),
+                Some("install.completed") => return serde_json::from_str(&message.data).map_err(parse_error),
+                Some("install.failed") => return Err(ClientError::Problem(serde_json::from_str(&message.data).map_err(parse_error)?)),
+                _ => {}
+            }
+        }
+        Err(unexpected("the install stream ended before the install did".into()))
+    }
+
+    /// The agent's own modes and the permission modes its driver accepts.
+    pub async fn agent_modes(&self, agent: &str) -> ClientResult<AgentModes> {
+        self.send(self.request(Method::GET, &["agents", agent, "modes"])).await
+    }
+
+    /// The models a session may name for the agent, as the node agent knows them.
+    pub async fn agent_models(&self, agent: &str) -> ClientResult<AgentModels> {
+        self.send(self.request(Method::GET, &["agents", agent, "models"])).await
+    }
+
     /// Starts a session under the caller's id.
     pub async fn create_session(&self, id: &str, request: &CreateSessionRequest) -> ClientResult<SessionInfo> {
         self.send(self.request(Method::POST, &["sessions", id]).json(request)).await

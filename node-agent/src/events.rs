@@ -105,6 +105,7 @@ mod tests {
             exited_at: None,
             output_offset: 0,
             stderr_offset: None,
+            session_id: None,
         }
     }
 

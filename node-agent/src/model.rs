@@ -42,6 +42,18 @@ pub struct CreateProcessRequest {
     /// version of its spec, a process was started for.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub annotations: BTreeMap<String, String>,
+    /// A session this process feeds (`session_not_found` if there is none; `conflict`
+    /// if it has ended). The session gets an `item.started` of kind `tool_result`
+    /// (source `daemon`, status `inProgress`) when the process starts and the same
+    /// item `item.completed` when it exits: `input` holds `command`, `args`,
+    /// `processId`, `exitCode` and `signal`; `output` the last 64 KiB of its output
+    /// (stdout, then stderr under a `--- stderr ---` line; a first line saying how
+    /// many bytes were cut when there was more). The next turn the session starts
+    /// gets that output prepended to the message delivered to the agent, as
+    /// ``Output of `CMD` (exit 0):`` and a fenced block; the turn's user message item
+    /// keeps the person's own text. Ending the session stops its processes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -107,6 +119,9 @@ pub struct ProcessInfo {
     /// Bytes written to stderr so far (processes without a PTY).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stderr_offset: Option<u64>,
+    /// The session this process feeds, if any (see `CreateProcessRequest.sessionId`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
 }
 
 /// Query of `GET /v1/processes`.
@@ -118,6 +133,8 @@ pub struct ListProcessesQuery {
     pub tag: Option<String>,
     /// Only processes with (true) or without (false) a PTY.
     pub pty: Option<bool>,
+    /// Only processes that feed this session.
+    pub session: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
@@ -352,6 +369,109 @@ pub struct AgentList {
     pub agents: Vec<AgentInfo>,
 }
 
+// ---- Installing agents ----
+
+/// Body of `POST /v1/agents/{agent}/install` (all optional: an empty body installs
+/// the pinned version).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InstallRequest {
+    /// An exact npm version (`2.1.330`); default: the version this node agent pins.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// Install again even when this version is there (swapped in once complete).
+    #[serde(default)]
+    pub reinstall: bool,
+}
+
+/// What an install did (`install.completed` over SSE).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InstallResult {
+    pub agent: String,
+    pub version: String,
+    /// The installed executable.
+    pub path: String,
+    /// The version was there already: nothing was fetched.
+    pub already_installed: bool,
+    /// npm's integrity of the agent's package (`sha512-...`), checked against the
+    /// registry's; `null` for an install made before integrity was recorded.
+    pub integrity: Option<String>,
+}
+
+/// Where an install is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum InstallPhase {
+    /// npm reads the packages' metadata and picks versions.
+    Resolving,
+    /// npm fetches (or takes from its cache) the packages' tarballs.
+    Downloading,
+    /// The installed package's integrity is compared with the registry's.
+    Verifying,
+    /// Installed and in place.
+    Done,
+}
+
+/// One `install.progress` event. The counts are totals so far, so a client that
+/// misses one loses nothing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InstallProgress {
+    pub agent: String,
+    pub version: String,
+    pub phase: InstallPhase,
+    /// Package documents fetched from the registry.
+    pub packages_resolved: u64,
+    /// Tarballs fetched or taken from npm's cache (npm does not say how many to expect).
+    pub tarballs_fetched: u64,
+    /// What npm just did (a package name), when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// One mode an agent has (`agentMode` of a session).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct AgentModeInfo {
+    pub id: String,
+    pub description: String,
+}
+
+/// `GET /v1/agents/{agent}/modes`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentModes {
+    pub agent: String,
+    /// The values a session's `agentMode` may take (empty: the agent has none).
+    pub agent_modes: Vec<AgentModeInfo>,
+    /// The mode a session gets when it names none.
+    pub default_agent_mode: Option<String>,
+    /// The `permissionMode`s this agent's driver accepts; others answer `mode_not_supported`.
+    pub permission_modes: Vec<PermissionMode>,
+}
+
+/// One model a session's `model` may name.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ModelInfo {
+    pub id: String,
+    pub description: String,
+}
+
+/// `GET /v1/agents/{agent}/models`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentModels {
+    pub agent: String,
+    pub models: Vec<ModelInfo>,
+    /// The model the agent picks when a session names none, when known.
+    pub default_model: Option<String>,
+    /// Where the list comes from (`catalog`: what this node agent knows of the
+    /// agent's pinned version, not asked of the agent or its provider).
+    pub source: String,
+    /// What else `model` may name.
+    pub note: String,
+}
+
 // ---- Sessions ----
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -396,6 +516,8 @@ pub struct CreateSessionRequest {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub enum SessionState {
+    /// The agent's CLI is being installed (from the npm registry, pinned).
+    Installing,
     /// The agent is being started.
     Starting,
     /// A turn is under way (or messages wait for one).

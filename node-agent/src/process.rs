@@ -99,6 +99,7 @@ pub struct Process {
     tag: Option<String>,
     label: Option<String>,
     annotations: BTreeMap<String, String>,
+    session_id: Option<String>,
     created_at: OffsetDateTime,
     pid: u32,
     pty: Option<Mutex<PtyHandle>>,
@@ -120,6 +121,19 @@ impl Process {
 
     pub fn is_pty(&self) -> bool {
         self.pty.is_some()
+    }
+
+    /// The session this process feeds, if any.
+    pub fn session_id(&self) -> Option<&str> {
+        self.session_id.as_deref()
+    }
+
+    pub fn command(&self) -> &str {
+        &self.command
+    }
+
+    pub fn args(&self) -> &[String] {
+        &self.args
     }
 
     pub fn run_state(&self) -> RunState {
@@ -182,6 +196,7 @@ impl Process {
             exited_at,
             output_offset: self.primary.state().total,
             stderr_offset: self.stderr.as_ref().map(|b| b.state().total),
+            session_id: self.session_id.clone(),
         }
     }
 
@@ -516,6 +531,7 @@ impl ProcessManager {
             tag: request.tag,
             label: request.label,
             annotations: request.annotations,
+            session_id: request.session_id,
             created_at: OffsetDateTime::now_utc(),
             pid,
             pty,
@@ -605,11 +621,17 @@ impl ProcessManager {
 
     /// Processes in the order they were created.
     pub fn list(&self, tag: Option<&str>, pty: Option<bool>) -> Vec<Arc<Process>> {
+        self.list_for(tag, pty, None)
+    }
+
+    /// [`ProcessManager::list`], also filtered by the session a process feeds.
+    pub fn list_for(&self, tag: Option<&str>, pty: Option<bool>, session: Option<&str>) -> Vec<Arc<Process>> {
         let mut list: Vec<_> = self
             .lock()
             .values()
             .filter(|p| tag.is_none_or(|t| p.tag.as_deref() == Some(t)))
             .filter(|p| pty.is_none_or(|want| p.is_pty() == want))
+            .filter(|p| session.is_none_or(|s| p.session_id.as_deref() == Some(s)))
             .cloned()
             .collect();
         list.sort_by_key(|p| p.seq);

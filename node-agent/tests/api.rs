@@ -230,6 +230,9 @@ async fn the_openapi_document_describes_every_route() {
         ("/v1/events/sse", "get"),
         ("/v1/agents", "get"),
         ("/v1/agents/{agent}", "get"),
+        ("/v1/agents/{agent}/install", "post"),
+        ("/v1/agents/{agent}/modes", "get"),
+        ("/v1/agents/{agent}/models", "get"),
         ("/v1/sessions", "get"),
         ("/v1/sessions/{id}", "post"),
         ("/v1/sessions/{id}", "get"),
@@ -256,7 +259,7 @@ async fn the_openapi_document_describes_every_route() {
     }
     // The routes served are the routes documented: none is missing from the document.
     let documented: usize = paths.values().map(|p| p.as_object().unwrap().keys().filter(|k| ["get", "post", "put", "delete", "patch"].contains(&k.as_str())).count()).sum();
-    assert_eq!(documented, 25, "operations documented: every method of every route in `api::router`");
+    assert_eq!(documented, 28, "operations documented: every method of every route in `api::router`");
     assert_eq!(doc["components"]["securitySchemes"]["bearer"]["scheme"], "bearer");
 }
 

@@ -155,9 +155,9 @@ async fn list_filters_by_tag_and_pty_in_creation_order() {
     let ids = |list: Vec<ProcessInfo>| list.into_iter().map(|p| p.id).collect::<Vec<_>>();
     let all = server.client.list_processes(&ListProcessesQuery::default()).await.unwrap();
     assert_eq!(ids(all), vec![a.id.clone(), b.id.clone(), c.id.clone()]);
-    let web = server.client.list_processes(&ListProcessesQuery { tag: Some("web".into()), pty: None }).await.unwrap();
+    let web = server.client.list_processes(&ListProcessesQuery { tag: Some("web".into()), pty: None, session: None }).await.unwrap();
     assert_eq!(ids(web), vec![a.id.clone(), c.id.clone()]);
-    let ptys = server.client.list_processes(&ListProcessesQuery { tag: None, pty: Some(true) }).await.unwrap();
+    let ptys = server.client.list_processes(&ListProcessesQuery { tag: None, pty: Some(true), session: None }).await.unwrap();
     assert_eq!(ids(ptys), vec![b.id.clone()]);
     // A tag names the newest process that has it.
     assert_eq!(server.client.get_process("web").await.unwrap().id, c.id);

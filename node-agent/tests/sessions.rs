@@ -563,3 +563,33 @@ async fn session_errors_are_problems_with_stable_codes() {
     let ids: Vec<String> = client.list_sessions().await.unwrap().into_iter().map(|s| s.id).collect();
     assert_eq!(ids, vec!["taken"]);
 }
+
+#[tokio::test]
+async fn a_real_agent_that_cannot_be_installed_fails_its_session_with_install_failed() {
+    let agents = tempfile::tempdir().unwrap();
+    let server =
+        TestServer::start_with_sessions(SessionOptions { agents_dir: Some(agents.path().to_path_buf()), ..SessionOptions::default() }).await;
+    let request = CreateSessionRequest { agent: "pi".into(), agent_version: Some("0.0.0-no-such-version".into()), ..Default::default() };
+    let created = server.client.create_session("nopi", &request).await.unwrap();
+    assert_eq!(created.agent_version.as_deref(), Some("0.0.0-no-such-version"));
+    let mut events = Events::open(&server.client, "nopi").await;
+    let failed = events.until_type(EventType::SessionEnded).await;
+    let error = failed
+        .iter()
+        .find_map(|e| match &e.data {
+            EventData::Error { message, code } => Some((message.clone(), code.clone())),
+            _ => None,
+        })
+        .expect("an error event");
+    assert_eq!(error.1.as_deref(), Some("install_failed"), "{error:?}");
+    assert!(error.0.contains("0.0.0-no-such-version"), "npm's error names the version: {}", error.0);
+    let info = server.client.get_session("nopi").await.unwrap();
+    assert_eq!(info.state, SessionState::Failed);
+    // Nothing half-installed is left behind (the install's lock file may stay).
+    let left: Vec<_> = std::fs::read_dir(agents.path().join("pi"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| !name.ends_with(".lock"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}

@@ -10,6 +10,7 @@
 //! universal events, see [`convert`]); [`install`] puts its CLI in the data directory.
 
 pub mod amp;
+pub mod catalog;
 pub mod child;
 pub mod claude;
 pub mod codex;
@@ -122,7 +123,7 @@ impl AgentId {
             version: installed.as_ref().map(|i| i.version.clone()),
             path: installed.as_ref().map(|i| i.bin.display().to_string()),
             capabilities: self.capabilities(),
-            credentials_available: install::credentials_available(self),
+            credentials_available: catalog::credentials_available(self).await,
         }
     }
 

@@ -134,6 +134,8 @@ pub fn shell_arguments(tool: &Tool, command: &str) -> Value {
 #[derive(Clone)]
 pub struct Shared {
     log: Arc<Mutex<Vec<LoggedRequest>>>,
+    /// The threads amp syncs to its server (see the amp module).
+    amp_threads: amp::Threads,
 }
 
 impl Shared {
@@ -158,7 +160,7 @@ impl ModelServer {
     pub async fn bind(addr: SocketAddr) -> std::io::Result<ModelServer> {
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
-        let shared = Shared { log: Arc::new(Mutex::new(Vec::new())) };
+        let shared = Shared { log: Arc::new(Mutex::new(Vec::new())), amp_threads: amp::Threads::default() };
         let shutdown = CancellationToken::new();
         let app = router(shared.clone());
         let stop = shutdown.clone();
@@ -197,6 +199,7 @@ impl Drop for ModelServer {
 fn router(shared: Shared) -> Router {
     Router::new()
         .route("/v1/messages", post(anthropic::messages))
+        .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
         .route("/api/provider/anthropic/v1/messages", post(anthropic::messages))
         .route("/v1/responses", post(responses::create))
         .route("/v1/chat/completions", post(chat::completions))

@@ -11,6 +11,7 @@
 //! change that announces itself with an event is made inside the log's append step, so
 //! the events read in the order the changes happened.
 
+pub mod feed;
 pub mod log;
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
@@ -115,6 +116,9 @@ pub struct SessionRecord {
     /// Whatever the driver needs to resume its conversation.
     #[serde(default)]
     driver_state: Option<Value>,
+    /// Output of processes that fed this session, for the next turn (see [`feed`]).
+    #[serde(default, skip_serializing_if = "VecDeque::is_empty")]
+    process_outputs: VecDeque<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -133,7 +137,7 @@ impl SessionRecord {
 
     /// The state that follows from what is pending (a final or starting state stays).
     fn settle(&mut self) {
-        if self.state.is_final() || self.state == SessionState::Starting {
+        if self.state.is_final() || matches!(self.state, SessionState::Starting | SessionState::Installing) {
             return;
         }
         self.state = if !self.pending_permissions.is_empty() || !self.pending_questions.is_empty() {
@@ -400,8 +404,8 @@ impl Session {
         self.info()
     }
 
-    /// The agent could not start or went away.
-    async fn fail(&self, error: String) {
+    /// The agent could not start or went away; `code` is the error's problem code.
+    async fn fail(&self, error: String, code: Option<String>) {
         let changed = self
             .log
             .append_with(|batch| {
@@ -413,13 +417,31 @@ impl Session {
                 rec.error = Some(error.clone());
                 rec.ended_at = Some(OffsetDateTime::now_utc());
                 rec.queue.clear();
-                batch.push(rec.draft(EventSource::Daemon, EventData::Error { message: error.clone(), code: None }));
+                batch.push(rec.draft(EventSource::Daemon, EventData::Error { message: error.clone(), code }));
                 batch.push(rec.draft(EventSource::Daemon, EventData::SessionEnded { reason: EndReason::Failed, error: Some(error) }));
                 batch.close();
                 true
             })
             .await;
         self.settled(changed).await;
+    }
+
+    /// Moves a session that has not started yet between `Installing` and `Starting`;
+    /// false when it is past starting (resumed, or ended).
+    async fn set_state_while_starting(&self, state: SessionState) -> bool {
+        let changed = {
+            let mut rec = self.record();
+            if matches!(rec.state, SessionState::Starting | SessionState::Installing) && rec.state != state {
+                rec.state = state;
+                true
+            } else {
+                false
+            }
+        };
+        if changed {
+            self.settled(true).await;
+        }
+        changed
     }
 
     /// The driver is up; false when the session ended meanwhile.
@@ -432,7 +454,7 @@ impl Session {
                     return false;
                 }
                 rec.agent_session_id = agent_session_id.clone();
-                if rec.state == SessionState::Starting {
+                if matches!(rec.state, SessionState::Starting | SessionState::Installing) {
                     rec.state = SessionState::Idle;
                 }
                 rec.settle();
@@ -475,7 +497,9 @@ impl Session {
                 }
                 let message = rec.queue.pop_front()?;
                 rec.turns_started += 1;
-                let turn = TurnInput { number: rec.turns_started, message };
+                // The agent gets what processes printed meanwhile; the item shows what was said.
+                let delivered = rec.take_process_outputs(&message);
+                let turn = TurnInput { number: rec.turns_started, message: delivered };
                 rec.current_turn = Some(turn.clone());
                 rec.settle();
                 batch.push(rec.draft(EventSource::Daemon, EventData::TurnStarted { turn: turn.number }));
@@ -483,7 +507,7 @@ impl Session {
                     id: format!("turn-{}-message", turn.number),
                     kind: ItemKind::Message,
                     role: Some(Role::User),
-                    text: Some(turn.message.clone()),
+                    text: Some(message),
                     ..Default::default()
                 };
                 batch.push(rec.draft(EventSource::Daemon, EventData::ItemCompleted { item }));
@@ -507,6 +531,17 @@ impl Session {
                 }
                 rec.current_turn = None;
                 rec.turns_completed += 1;
+                // A request the turn left unanswered (its agent went away) can no
+                // longer be answered: cancelled, so the session does not wait for it.
+                for request in std::mem::take(&mut rec.pending_permissions) {
+                    rec.resolve(Resolution::Permission { id: request.id.clone(), reply: None });
+                    batch.push(rec.draft(EventSource::Daemon, EventData::PermissionResolved { id: request.id, reply: None }));
+                }
+                for request in std::mem::take(&mut rec.pending_questions) {
+                    let outcome = QuestionOutcome::Cancelled;
+                    rec.resolve(Resolution::Question { id: request.id.clone(), outcome, answers: None });
+                    batch.push(rec.draft(EventSource::Daemon, EventData::QuestionResolved { id: request.id, outcome, answers: None }));
+                }
                 rec.settle();
                 let status = if outcome.failed { TurnStatus::Failed } else { TurnStatus::Completed };
                 batch.push(rec.draft(EventSource::Daemon, EventData::TurnEnded { turn: turn.number, status, error: outcome.error }));
@@ -602,10 +637,13 @@ impl TurnContext {
         .await
     }
 
-    /// Resolves when the driver has to stop: the session ended or the node agent stops.
-    /// For a driver that waits on its agent's output, which may take long.
+    /// Resolves when the turn has to stop: the session ended, or the node agent stops.
+    /// For a driver that waits on its agent's output rather than on a reply.
     pub async fn interrupted(&self) -> Interrupted {
-        self.wait(|_| None::<Result<(), Interrupted>>).await.err().unwrap_or(Interrupted::Ended)
+        match self.wait(|_| None::<Result<(), Interrupted>>).await {
+            Err(why) => why,
+            Ok(()) => Interrupted::Ended,
+        }
     }
 
     async fn wait<T>(&self, mut ready: impl FnMut(&SessionRecord) -> Option<Result<T, Interrupted>>) -> Result<T, Interrupted> {
@@ -635,11 +673,28 @@ async fn run(session: Arc<Session>, host: Arc<AgentHost>, shutdown: Cancellation
         let rec = session.record();
         (rec.driver_config(session.dir.clone(), host), rec.driver_state.clone())
     };
+    if session.agent.package().is_some() {
+        // Installed first, so that a session says it is installing (and a failed
+        // install says why) before its driver starts.
+        let installing = session.set_state_while_starting(SessionState::Installing).await;
+        let installed = tokio::select! {
+            installed = config.host.installer.ensure(session.agent, config.agent_version.as_deref()) => installed,
+            () = shutdown.cancelled() => return,
+        };
+        if let Err(error) = installed {
+            tracing::warn!(session = %session.id, %error, "the agent could not be installed");
+            session.fail(error.to_string(), Some(error.code().to_string())).await;
+            return;
+        }
+        if installing {
+            session.set_state_while_starting(SessionState::Starting).await;
+        }
+    }
     let mut driver = match session.agent.start(&config, saved).await {
         Ok(driver) => driver,
         Err(error) => {
             tracing::warn!(session = %session.id, %error, "the agent did not start");
-            session.fail(error.to_string()).await;
+            session.fail(error.to_string(), Some(error.code().to_string())).await;
             return;
         }
     };
@@ -744,7 +799,7 @@ impl SessionManager {
             // A driver that panics fails its session instead of leaving it running forever.
             let ran = std::panic::AssertUnwindSafe(run(Arc::clone(&session), host, shutdown, resumed)).catch_unwind().await;
             if ran.is_err() {
-                session.fail("the agent driver panicked".into()).await;
+                session.fail("the agent driver panicked".into(), None).await;
             }
         });
         let mut runners = self.inner.runners.lock().unwrap_or_else(|e| e.into_inner());
@@ -812,6 +867,7 @@ impl SessionManager {
             current_turn: None,
             resolutions: VecDeque::new(),
             driver_state: None,
+            process_outputs: VecDeque::new(),
         };
         let dir = self.inner.root.join(id);
         let bytes = serde_json::to_vec_pretty(&record).expect("records serialize");
