@@ -205,9 +205,9 @@ impl AmpDriver {
             let next = tokio::select! {
                 next = tokio::time::timeout_at(deadline, child.next_line()) => next,
                 // A stopping node agent does not wait for the turn: it runs again after the restart.
-                () = ctx.stopping() => {
+                why = ctx.interrupted() => {
                     child.stop(GRACE).await;
-                    return Err(Interrupted::Shutdown);
+                    return Err(why);
                 }
             };
             let line = match next {

@@ -279,7 +279,7 @@ impl PiDriver {
             // A stopping node agent does not wait for the turn: it resumes after the restart.
             let line = tokio::select! {
                 line = child.next_line() => line,
-                () = ctx.stopping() => return Err(Interrupted::Shutdown),
+                why = ctx.interrupted() => return Err(why),
             };
             let Some(line) = line else {
                 let error = child.exited().await;
