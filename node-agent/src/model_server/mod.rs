@@ -232,12 +232,6 @@ async fn not_found(request: Request) -> Response {
         .into_response()
 }
 
-/// What a protocol module answers until it is written.
-fn unimplemented_protocol(name: &str) -> Response {
-    (StatusCode::NOT_IMPLEMENTED, axum::Json(json!({"error": {"message": format!("the scripted model server does not speak {name} yet")}})))
-        .into_response()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
