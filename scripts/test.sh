@@ -3,7 +3,12 @@
 #   1. unit tests (ring buffer, events, auth, signal names, client URLs);
 #   2. the HTTP contract and real programs (bash, vim, sh, cat, seq) on real PTYs
 #      and pipes, through the real server on a loopback port;
-#   3. the `agentplane` binary: the daemon's SIGTERM, the `proc` verbs,
+#   3. the real agent CLIs (claude, codex, opencode, pi, gemini, amp), installed by
+#      the node agent from the npm registry, pinned, into target/tmp/agents (once
+#      per build, shared by every test binary; npm's own cache in ~/.npm keeps the
+#      tarballs between runs), driven against the scripted model server on
+#      127.0.0.1; the converters on recorded transcripts; the installer;
+#   3b. the `agentplane` binary: the daemon's SIGTERM, the `proc` verbs,
 #      `proc attach` typed into inside tmux, `agentplane up` on real files (git
 #      checkout, kill -9, sessions) and the resource verbs;
 #   4. the cluster store on a real etcd and kube-apiserver (provisioned below, once
