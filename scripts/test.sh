@@ -8,12 +8,12 @@
 #      per build, shared by every test binary; npm's own cache in ~/.npm keeps the
 #      tarballs between runs), driven against the scripted model server on
 #      127.0.0.1; the converters on recorded transcripts; the installer;
-#   3b. the `agentplane` binary: the daemon's SIGTERM, the `proc` verbs,
+#   4. the `agentplane` binary: the daemon's SIGTERM, the `proc` verbs,
 #      `proc attach` typed into inside tmux, `agentplane up` on real files (git
 #      checkout, kill -9, sessions) and the resource verbs;
-#   4. the cluster store on a real etcd and kube-apiserver (provisioned below, once
+#   5. the cluster store on a real etcd and kube-apiserver (provisioned below, once
 #      per machine): the controller, registration, manifests/ and the CLI verbs;
-#   5. a short run of the PTY throughput benchmark, for its zero-loss check
+#   6. a short run of the PTY throughput benchmark, for its zero-loss check
 #      (its speed figures need the full run: see the README), and the `up`
 #      benchmark, which fails if a process is missing or runs twice.
 set -euo pipefail
