@@ -568,6 +568,22 @@ impl TurnContext {
         self.session.record().permission_mode
     }
 
+    /// Converts one native line and reports what it became, each event with the line.
+    pub async fn emit_converted(&self, converter: &mut dyn crate::agents::convert::Converter, line: &str) -> Result<(), Interrupted> {
+        for event in converter.convert(line) {
+            self.emit_raw(event, Some(line.to_string())).await?;
+        }
+        Ok(())
+    }
+
+    /// Reports what went wrong as an `error` event with the error's problem code, and
+    /// gives the outcome of a failed turn.
+    pub async fn fail_turn(&self, error: &Error) -> Result<TurnOutcome, Interrupted> {
+        let message = error.to_string();
+        self.emit(EventData::Error { message: message.clone(), code: Some(error.code().to_string()) }).await?;
+        Ok(TurnOutcome::failed(message))
+    }
+
     /// Reports an event converted from the agent's output.
     pub async fn emit(&self, data: EventData) -> Result<(), Interrupted> {
         self.emit_raw(data, None).await

@@ -36,11 +36,9 @@ use serde_json::Value;
 use tokio::process::Command;
 
 use super::child::LineChild;
-use super::convert::Converter as _;
 use super::{AgentDriver, AgentId, DriverConfig, Interrupted, TurnContext, TurnInput, TurnOutcome};
 use crate::error::{Error, Result};
 use crate::model::{AgentCapabilities, CreateSessionRequest, PermissionMode};
-use crate::universal::EventData;
 
 pub use convert::Converter;
 
@@ -161,16 +159,11 @@ impl AmpDriver {
     }
 
     async fn emit_line(&mut self, ctx: &TurnContext, line: &str) -> Result<(), Interrupted> {
-        for event in self.converter.convert(line) {
-            ctx.emit_raw(event, Some(line.to_string())).await?;
-        }
-        Ok(())
+        ctx.emit_converted(&mut self.converter, line).await
     }
 
     async fn fail(&mut self, ctx: &TurnContext, error: Error) -> Result<TurnOutcome, Interrupted> {
-        let message = error.to_string();
-        ctx.emit(EventData::Error { message: message.clone(), code: Some(error.code().to_string()) }).await?;
-        Ok(TurnOutcome::failed(message))
+        ctx.fail_turn(&error).await
     }
 
     async fn turn(&mut self, ctx: &TurnContext, turn: &TurnInput, resume: bool) -> Result<TurnOutcome, Interrupted> {

@@ -256,9 +256,7 @@ impl ClaudeDriver {
             child.stop(STOP_GRACE).await;
         }
         self.save(ctx);
-        let message = error.to_string();
-        ctx.emit(EventData::Error { message: message.clone(), code: Some(error.code().into()) }).await?;
-        Ok(TurnOutcome::failed(message))
+        ctx.fail_turn(&error).await
     }
 
     /// Answers one of Claude's `control_request`s: a tool permission, a plan approval or

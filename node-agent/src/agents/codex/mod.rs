@@ -395,9 +395,7 @@ impl CodexDriver {
         self.state.turn_in_codex = None;
         self.state.waiting = None;
         self.save(ctx);
-        let message = error.to_string();
-        ctx.emit(EventData::Error { message: message.clone(), code: Some(error.code().to_string()) }).await?;
-        Ok(TurnOutcome::failed(message))
+        ctx.fail_turn(error).await
     }
 }
 

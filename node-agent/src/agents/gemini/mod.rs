@@ -386,9 +386,7 @@ async fn emit_all(ctx: &TurnContext, events: Vec<EventData>, line: &str) -> Resu
 
 /// Reports what went wrong with the CLI as an `error` event, and fails the turn.
 async fn fail(ctx: &TurnContext, error: Error) -> Result<TurnOutcome, Interrupted> {
-    let message = error.to_string();
-    ctx.emit(EventData::Error { message: message.clone(), code: Some(error.code().to_string()) }).await?;
-    Ok(TurnOutcome::failed(message))
+    ctx.fail_turn(&error).await
 }
 
 /// Gemini CLI names a conversation's file by the minute it started

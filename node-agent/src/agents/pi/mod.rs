@@ -29,11 +29,9 @@ use serde_json::{Value, json};
 use tokio::process::Command;
 
 use super::child::LineChild;
-use super::convert::Converter as _;
 use super::{AgentDriver, AgentId, DriverConfig, Interrupted, TurnContext, TurnInput, TurnOutcome};
 use crate::error::{Error, Result};
 use crate::model::{AgentCapabilities, CreateSessionRequest, PermissionMode};
-use crate::universal::EventData;
 
 pub use convert::Converter;
 
@@ -237,17 +235,12 @@ impl PiDriver {
     }
 
     async fn emit_line(&mut self, ctx: &TurnContext, line: &str) -> Result<(), Interrupted> {
-        for event in self.converter.convert(line) {
-            ctx.emit_raw(event, Some(line.to_string())).await?;
-        }
-        Ok(())
+        ctx.emit_converted(&mut self.converter, line).await
     }
 
     /// Reports an error that fails the turn.
     async fn fail(&mut self, ctx: &TurnContext, error: Error) -> Result<TurnOutcome, Interrupted> {
-        let message = error.to_string();
-        ctx.emit(EventData::Error { message: message.clone(), code: Some(error.code().to_string()) }).await?;
-        Ok(TurnOutcome::failed(message))
+        ctx.fail_turn(&error).await
     }
 
     async fn turn(&mut self, ctx: &TurnContext, turn: &TurnInput, resume: bool) -> Result<TurnOutcome, Interrupted> {
