@@ -613,3 +613,56 @@ fn a_kubernetes_style_atomic_update_through_a_data_symlink_is_taken() {
     assert_eq!(running.len(), 1);
     assert_eq!(running[0].args, ["2000"]);
 }
+
+#[test]
+fn a_process_with_a_session_ref_feeds_its_output_to_that_session() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("d");
+    let up = Up::start(&dir);
+    // The process first: it waits, saying why, until the session it names exists.
+    save(&dir.join("check.yaml"), &process_yaml("check", "  command: sh\n  args: [-c, 'echo fed-to-the-agent']\n  sessionRef: chat\n  restartPolicy: Never\n"));
+    let waiting = up.wait("check to wait for its session", || {
+        let record = record_of(&up, "processes", "default", "check")?;
+        (condition(&record, "Ready")["reason"] == "SessionNotFound").then_some(record)
+    });
+    assert!(condition(&waiting, "Ready")["message"].as_str().unwrap().contains("chat"), "{waiting}");
+    save(&dir.join("chat.yaml"), "apiVersion: agentplane.dev/v1alpha1\nkind: Session\nmetadata:\n  name: chat\nspec:\n  agent: mock\n");
+    let exited = up.wait("check to run and exit", || {
+        let record = record_of(&up, "processes", "default", "check")?;
+        (phase(&record) == "Succeeded").then_some(record)
+    });
+    assert_eq!(exited["status"]["exitCode"], 0);
+    // Its output reached the session as a tool result from the daemon, ...
+    let session = wait_session(&up, "chat", "idle", |r| phase(r) == "Idle");
+    let uid = session["metadata"]["uid"].as_str().unwrap();
+    let client = up.client();
+    let query = agentplane_node_agent::model::SessionEventsQuery { offset: Some(0), limit: Some(10_000) };
+    let events = up.wait("the process output among the session's events", || {
+        let events = block_on(client.session_events(&format!("sess-{uid}"), &query)).ok()?.events;
+        events
+            .iter()
+            .any(|e| {
+                matches!(&e.data, agentplane_node_agent::universal::EventData::ItemCompleted { item }
+                    if item.kind == agentplane_node_agent::universal::ItemKind::ToolResult
+                        && item.output.as_deref().is_some_and(|o| o.contains("fed-to-the-agent")))
+                    && e.source == agentplane_node_agent::universal::EventSource::Daemon
+            })
+            .then_some(events)
+    });
+    assert!(!events.is_empty());
+    // ... and reaches the agent with the next message.
+    save(&dir.join("chat.yaml"), &session_yaml(&["what did it print?"], ""));
+    wait_session(&up, "chat", "idle after the message", |r| phase(r) == "Idle" && r["status"]["deliveredMessages"] == 1);
+    let events = block_on(client.session_events(&format!("sess-{uid}"), &query)).unwrap().events;
+    let reply = events
+        .iter()
+        .rev()
+        .find_map(|e| match &e.data {
+            agentplane_node_agent::universal::EventData::ItemCompleted { item } if item.role == Some(agentplane_node_agent::universal::Role::Assistant) => {
+                item.text.clone()
+            }
+            _ => None,
+        })
+        .expect("the mock's reply");
+    assert!(reply.contains("fed-to-the-agent"), "the agent got the output with the message: {reply}");
+}

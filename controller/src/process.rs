@@ -29,6 +29,9 @@ use crate::{Error, Reconciled, Result, annotations};
 const RETRY_UNREACHABLE: Duration = Duration::from_secs(5);
 /// How long before trying again to start a program that could not be started.
 const RETRY_START: Duration = Duration::from_secs(30);
+/// How soon a Process waiting for the Session it names looks again: the look is a
+/// lookup in the store's own index, no request to anything.
+const RETRY_SESSION: Duration = Duration::from_secs(2);
 
 /// Restart back-off, as the kubelet's: the first restart is immediate, then 10 s
 /// doubling to 5 min; a run that lasted 10 minutes resets it.
@@ -69,6 +72,9 @@ pub struct ProcessInput<'a> {
     pub env: std::result::Result<BTreeMap<String, String>, String>,
     /// Why the latest declared spec was not taken (the store keeps the last good one).
     pub spec_problem: Option<String>,
+    /// The node-agent id of the Session `spec.sessionRef` names (`Ok(None)` without
+    /// one), or why it has none yet: the process waits for it.
+    pub session: std::result::Result<Option<String>, String>,
 }
 
 pub struct ProcessReconciler {
@@ -224,12 +230,20 @@ impl ProcessReconciler {
                 return step.done(Some(RETRY_START));
             }
         };
+        let session = match input.session {
+            Ok(session) => session,
+            Err(problem) => {
+                step.status.phase.get_or_insert(ProcessPhase::Pending);
+                step.ready(false, "SessionNotFound", problem);
+                return step.done(Some(RETRY_SESSION));
+            }
+        };
         let hash = spec_hash(process, &env);
         // Never reconciled before: nothing to look at but what a create would find (an
         // id taken by a run of a controller that died before writing status is adopted
         // in `start`). Saves a request per new resource.
         if prev.phase.is_none() && spec.desired_state == DesiredState::Running {
-            return self.start(step, client, &id, &hash, env).await;
+            return self.start(step, client, &id, &hash, env, session).await;
         }
         let mut observed = match client.get_process(&id).await {
             Ok(info) => Some(info),
@@ -272,7 +286,7 @@ impl ProcessReconciler {
         }
         if fresh {
             step.status.restarts = 0;
-            return self.start(step, client, &id, &hash, env).await;
+            return self.start(step, client, &id, &hash, env, session).await;
         }
 
         let exited = match observed {
@@ -298,14 +312,14 @@ impl ProcessReconciler {
             None => matches!(prev.phase, Some(ProcessPhase::Succeeded | ProcessPhase::Failed | ProcessPhase::BackOff)),
         };
         if !exited {
-            return self.start(step, client, &id, &hash, env).await;
+            return self.start(step, client, &id, &hash, env, session).await;
         }
         if step.status.exit_code.is_none() && step.status.signal.is_none() && step.status.exited_at.is_none() {
             // It never started (the start failed): try again now and then unless told never to.
             if spec.restart_policy == RestartPolicy::Never {
                 return step.done(None);
             }
-            return self.start(step, client, &id, &hash, env).await;
+            return self.start(step, client, &id, &hash, env, session).await;
         }
         match after_exit(spec.restart_policy, step.status.exit_code) {
             Exit::Succeeded => {
@@ -342,7 +356,7 @@ impl ProcessReconciler {
                     return step.unreachable(&spec.sandbox, &e);
                 }
                 step.status.restarts = step.status.restarts.saturating_add(1);
-                self.start(step, client, &id, &hash, env).await
+                self.start(step, client, &id, &hash, env, session).await
             }
         }
     }
@@ -362,6 +376,7 @@ impl ProcessReconciler {
         id: &str,
         hash: &str,
         env: BTreeMap<String, String>,
+        session: Option<String>,
     ) -> Reconciled<ProcessStatus> {
         let process = step.process;
         let spec = &process.spec;
@@ -381,7 +396,7 @@ impl ProcessReconciler {
                 (annotations::UID.to_string(), uid),
                 (annotations::SPEC_HASH.to_string(), hash.to_string()),
             ]),
-            session_id: None,
+            session_id: session,
         };
         let created = match client.create_process(&request).await {
             Ok(info) => Ok(info),

@@ -30,6 +30,10 @@ use crate::conditions::{self, READY};
 use crate::process::{Backoff, ProcessInput, ProcessReconciler};
 use crate::session::{SessionInput, SessionReconciler};
 use crate::queue::WorkQueue;
+
+/// What a reconcile takes from the index: the object, why its latest file was not
+/// taken, its resolved environment, and (for a Process) the session it feeds.
+type Prepared = (Object, Option<String>, std::result::Result<BTreeMap<String, String>, String>, std::result::Result<Option<String>, String>);
 use crate::sandboxes::Sandboxes;
 use crate::{Result, annotations};
 
@@ -569,14 +573,14 @@ impl Inner {
         let this = Arc::clone(self);
         let k = key.clone();
         let prepared = tokio::task::spawn_blocking(move || this.prepare(&k)).await.ok().flatten();
-        let Some((object, problem, env)) = prepared else { return };
+        let Some((object, problem, env, session)) = prepared else { return };
         match object {
             Object::Process(process) => {
                 if process.metadata.deletion_timestamp.is_some() {
                     let cleaned = self.processes.cleanup(&process).await;
                     return self.forget_once_clean(key, process.metadata.uid.clone(), cleaned).await;
                 }
-                let reconciled = self.processes.reconcile(ProcessInput { process: &process, env, spec_problem: problem }).await;
+                let reconciled = self.processes.reconcile(ProcessInput { process: &process, env, spec_problem: problem, session }).await;
                 let status = reconciled.status;
                 self.write_status(key, process.metadata.uid.clone(), move |object| match object {
                     Object::Process(p) if p.status.as_ref() != Some(&status) => {
@@ -665,11 +669,25 @@ impl Inner {
 
     /// A snapshot of the resource, its problem, and (for a Process) its environment.
     #[allow(clippy::type_complexity)]
-    fn prepare(&self, key: &Key) -> Option<(Object, Option<String>, std::result::Result<BTreeMap<String, String>, String>)> {
-        let (object, problem) = {
+    fn prepare(&self, key: &Key) -> Option<Prepared> {
+        let (object, problem, session) = {
             let index = self.lock();
             let entry = index.resources.get(key)?;
-            (entry.object.clone(), entry.problem.clone())
+            // The node-agent id of the Session a Process's sessionRef names.
+            let session = match &entry.object {
+                Object::Process(p) => match &p.spec.session_ref {
+                    Some(name) => {
+                        let named = Key { kind: Kind::Session, namespace: key.namespace.clone(), name: name.clone() };
+                        let uid = index.resources.get(&named).and_then(|e| e.object.meta().uid.clone());
+                        uid.map(|uid| Some(crate::session::node_session_id(&uid))).ok_or_else(|| {
+                            format!("sessionRef names session {name:?}, which namespace {:?} does not have", key.namespace)
+                        })
+                    }
+                    None => Ok(None),
+                },
+                _ => Ok(None),
+            };
+            (entry.object.clone(), entry.problem.clone(), session)
         };
         let base = source_file(object.meta()).map(|f| self.dir.join(f)).and_then(|f| f.parent().map(Path::to_path_buf));
         let base = base.as_deref().unwrap_or(&self.dir);
@@ -678,7 +696,7 @@ impl Inner {
             Object::Session(s) => resolve_env(base, &s.spec.env, &s.spec.env_from),
             Object::Sandbox(_) => Ok(BTreeMap::new()),
         };
-        Some((object, problem, env))
+        Some((object, problem, env, session))
     }
 
     async fn write_status(self: &Arc<Self>, key: &Key, uid: Option<String>, update: impl FnOnce(&mut Object) -> bool + Send + 'static) {

@@ -292,7 +292,15 @@ impl Context {
     async fn apply_process(&self, api: &Api<Process>, process: &Process) -> Result<Action> {
         let namespace = process.namespace().unwrap_or_default();
         let env = env::resolve(&self.client, &namespace, &process.spec.env, &process.spec.env_from).await;
-        let reconciled = self.processes.reconcile(ProcessInput { process, env, spec_problem: None }).await;
+        let session = match &process.spec.session_ref {
+            None => Ok(None),
+            Some(name) => {
+                let uid = self.session_store.get(&ObjectRef::new(name).within(&namespace)).and_then(|s| s.metadata.uid.clone());
+                uid.map(|uid| Some(crate::session::node_session_id(&uid)))
+                    .ok_or_else(|| format!("sessionRef names session {name:?}, which namespace {namespace:?} does not have"))
+            }
+        };
+        let reconciled = self.processes.reconcile(ProcessInput { process, env, spec_problem: None, session }).await;
         let before = process.status.as_ref();
         self.write_status(api, process, before, &reconciled.status, "Process").await?;
         self.process_events(process, before, &reconciled.status).await;
