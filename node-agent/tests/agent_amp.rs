@@ -10,7 +10,6 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use agentplane_node_agent::client::Client;
 use agentplane_node_agent::model::*;
 use agentplane_node_agent::model_server::ModelServer;
 use agentplane_node_agent::universal::*;
@@ -55,37 +54,6 @@ fn amp_session(model: &ModelServer, dirs: &Dirs, permission_mode: PermissionMode
         working_dir: Some(dirs.work.path().display().to_string()),
         env,
         ..Default::default()
-    }
-}
-
-/// The events after `offset` up to the end of turn `turn`, polled by offset.
-async fn turn_events(client: &Client, id: &str, offset: u64, turn: u64, patience: Duration) -> Vec<UniversalEvent> {
-    let wait = async {
-        let mut seen = Vec::new();
-        let mut offset = offset;
-        loop {
-            let page = client.session_events(id, &SessionEventsQuery { offset: Some(offset), limit: None }).await.unwrap();
-            for event in page.events {
-                offset = event.sequence;
-                let ended = matches!(event.data, EventData::TurnEnded { turn: t, .. } if t == turn);
-                let failed = matches!(event.data, EventData::SessionEnded { .. });
-                seen.push(event);
-                if ended {
-                    return seen;
-                }
-                assert!(!failed, "the session ended: {seen:#?}");
-            }
-            if !page.has_more {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        }
-    };
-    match tokio::time::timeout(patience, wait).await {
-        Ok(events) => events,
-        Err(_) => {
-            let page = client.session_events(id, &SessionEventsQuery { offset: Some(offset), limit: None }).await.unwrap();
-            panic!("turn {turn} did not end in {patience:?}; events: {:#?}", page.events)
-        }
     }
 }
 

@@ -49,30 +49,9 @@ impl Setup {
     }
 }
 
-/// Polls a session's events from `after` until one matches; returns those up to it.
+/// A session's events from `after` until one matches; returns those up to it.
 async fn until(client: &Client, id: &str, after: u64, what: &str, matches: impl Fn(&UniversalEvent) -> bool) -> Vec<UniversalEvent> {
-    let poll = async {
-        let mut seen: Vec<UniversalEvent> = Vec::new();
-        loop {
-            let offset = seen.last().map_or(after, |e| e.sequence);
-            let page = client.session_events(id, &SessionEventsQuery { offset: Some(offset), limit: None }).await.unwrap();
-            for event in page.events {
-                let done = matches(&event);
-                seen.push(event);
-                if done {
-                    return seen;
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    };
-    match tokio::time::timeout(AGENT_PATIENCE, poll).await {
-        Ok(events) => events,
-        Err(_) => {
-            let all = client.session_events(id, &SessionEventsQuery { offset: Some(after), limit: None }).await.unwrap();
-            panic!("timed out waiting for {what}; events: {:#?}", all.events)
-        }
-    }
+    session_events_until(client, id, after, AGENT_PATIENCE, what, matches).await
 }
 
 async fn started(client: &Client, id: &str) -> Vec<UniversalEvent> {

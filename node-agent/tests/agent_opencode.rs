@@ -84,21 +84,12 @@ impl Fixture {
     }
 }
 
-/// Every event of a session up to the end of turn `turn` (polled: the events are the
-/// node agent's record, the waits end on them).
+/// Every event of a session up to the end of turn `turn` (or of the session).
 async fn until_turn_ended(client: &Client, id: &str, turn: u64) -> Vec<UniversalEvent> {
-    let wait = async {
-        loop {
-            let events = client.session_events(id, &SessionEventsQuery { offset: None, limit: Some(10_000) }).await.unwrap().events;
-            let ended = events.iter().any(|e| matches!(e.data, EventData::TurnEnded { turn: t, .. } if t == turn));
-            let session_ended = events.iter().any(|e| matches!(e.data, EventData::SessionEnded { .. }));
-            if ended || session_ended {
-                return events;
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    };
-    tokio::time::timeout(SLOW, wait).await.unwrap_or_else(|_| panic!("turn {turn} of {id} did not end"))
+    session_events_until(client, id, 0, SLOW, &format!("the end of turn {turn} of {id}"), |e| {
+        matches!(e.data, EventData::TurnEnded { turn: t, .. } if t == turn) || matches!(e.data, EventData::SessionEnded { .. })
+    })
+    .await
 }
 
 /// Waits for a permission request of the session, and returns it.

@@ -9,7 +9,6 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use agentplane_node_agent::client::Client;
 use agentplane_node_agent::model::*;
 use agentplane_node_agent::model_server::ModelServer;
 use agentplane_node_agent::universal::*;
@@ -52,37 +51,6 @@ fn pi_session(model: &ModelServer, dirs: &Dirs) -> CreateSessionRequest {
         working_dir: Some(dirs.work.path().display().to_string()),
         env,
         ..Default::default()
-    }
-}
-
-/// The events after `offset` up to the end of turn `turn`, polled by offset.
-async fn turn_events(client: &Client, id: &str, offset: u64, turn: u64, patience: Duration) -> Vec<UniversalEvent> {
-    let wait = async {
-        let mut seen = Vec::new();
-        let mut offset = offset;
-        loop {
-            let page = client.session_events(id, &SessionEventsQuery { offset: Some(offset), limit: None }).await.unwrap();
-            for event in page.events {
-                offset = event.sequence;
-                let ended = matches!(event.data, EventData::TurnEnded { turn: t, .. } if t == turn);
-                let failed = matches!(event.data, EventData::SessionEnded { .. });
-                seen.push(event);
-                if ended {
-                    return seen;
-                }
-                assert!(!failed, "the session ended: {seen:#?}");
-            }
-            if !page.has_more {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        }
-    };
-    match tokio::time::timeout(patience, wait).await {
-        Ok(events) => events,
-        Err(_) => {
-            let page = client.session_events(id, &SessionEventsQuery { offset: Some(offset), limit: None }).await.unwrap();
-            panic!("turn {turn} did not end in {patience:?}; events: {:#?}", page.events)
-        }
     }
 }
 
@@ -251,16 +219,11 @@ async fn a_node_agent_stopping_mid_turn_does_not_wait_for_pi_and_the_turn_runs_a
     server.client.create_session("long", &pi_session(&model, &dirs)).await.unwrap();
     // Longer than the restart may take (PATIENCE): a stop that waited for it would fail.
     server.client.send_message("long", "please [[run:sleep 25; echo late]]").await.unwrap();
-    let wait = async {
-        loop {
-            let page = server.client.session_events("long", &SessionEventsQuery::default()).await.unwrap();
-            if page.events.iter().any(|e| matches!(&e.data, EventData::ItemStarted { item } if item.kind == ItemKind::ToolResult)) {
-                return page.events.last().unwrap().sequence;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    };
-    let offset = tokio::time::timeout(INSTALL_PATIENCE, wait).await.expect("pi runs the tool");
+    let running = session_events_until(&server.client, "long", 0, INSTALL_PATIENCE, "pi running the tool", |e| {
+        matches!(&e.data, EventData::ItemStarted { item } if item.kind == ItemKind::ToolResult)
+    })
+    .await;
+    let offset = running.last().unwrap().sequence;
 
     let server = server.restart().await;
     let turn = turn_events(&server.client, "long", offset, 1, TURN_PATIENCE).await;

@@ -332,3 +332,52 @@ pub async fn until(what: &str, mut condition: impl FnMut() -> bool) {
     })
     .await
 }
+
+/// Events of session `id` with a sequence above `after`, read from its SSE stream as
+/// they come, up to and including the first that `stop` matches. Panics, showing what
+/// it saw, after `patience`, on a gap, or when the stream ends first.
+pub async fn session_events_until(
+    client: &Client,
+    id: &str,
+    after: u64,
+    patience: Duration,
+    what: &str,
+    stop: impl Fn(&agentplane_node_agent::universal::UniversalEvent) -> bool,
+) -> Vec<agentplane_node_agent::universal::UniversalEvent> {
+    use agentplane_node_agent::client::SessionStreamItem;
+    let mut seen = Vec::new();
+    let read = async {
+        let mut stream = client.session_events_sse(id, Some(after), None).await.expect("the session's event stream opens");
+        while let Some(item) = stream.next().await {
+            match item.expect("the session's event stream") {
+                SessionStreamItem::Event(event) => {
+                    let done = stop(&event);
+                    seen.push(*event);
+                    if done {
+                        return true;
+                    }
+                }
+                SessionStreamItem::Gap(gap) => panic!("a gap in the events of {id}: {gap:?}"),
+            }
+        }
+        false
+    };
+    match tokio::time::timeout(patience, read).await {
+        Ok(true) => seen,
+        Ok(false) => panic!("the events of {id} ended before {what}: {seen:#?}"),
+        Err(_) => panic!("no {what} in the events of {id} within {patience:?}: {seen:#?}"),
+    }
+}
+
+/// The events of session `id` after `after`, up to the end of turn `turn`; panics if
+/// the session ends first.
+pub async fn turn_events(client: &Client, id: &str, after: u64, turn: u64, patience: Duration) -> Vec<agentplane_node_agent::universal::UniversalEvent> {
+    use agentplane_node_agent::universal::EventData;
+    let events = session_events_until(client, id, after, patience, &format!("the end of turn {turn}"), |e| {
+        matches!(e.data, EventData::TurnEnded { turn: t, .. } if t == turn) || matches!(e.data, EventData::SessionEnded { .. })
+    })
+    .await;
+    let last = events.last().expect("one event at least");
+    assert!(!matches!(last.data, EventData::SessionEnded { .. }), "the session ended before turn {turn} did: {events:#?}");
+    events
+}
