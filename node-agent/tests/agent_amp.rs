@@ -57,11 +57,6 @@ fn amp_session(model: &ModelServer, dirs: &Dirs, permission_mode: PermissionMode
     }
 }
 
-fn assert_nothing_unparsed(events: &[UniversalEvent]) {
-    let unparsed: Vec<_> = events.iter().filter(|e| e.kind() == EventType::AgentUnparsed).collect();
-    assert!(unparsed.is_empty(), "unparsed: {unparsed:#?}");
-}
-
 fn turn_status(events: &[UniversalEvent]) -> TurnStatus {
     match &events.last().unwrap().data {
         EventData::TurnEnded { status, .. } => *status,

@@ -65,12 +65,6 @@ async fn turn(client: &Client, id: &str, message: &str) -> Vec<UniversalEvent> {
     until(client, id, after, "turn.ended", |e| e.kind() == EventType::TurnEnded).await
 }
 
-fn no_unparsed(events: &[UniversalEvent]) {
-    for event in events {
-        assert_ne!(event.kind(), EventType::AgentUnparsed, "unparsed: {event:?}");
-    }
-}
-
 fn turn_status(events: &[UniversalEvent]) -> TurnStatus {
     match &events.last().unwrap().data {
         EventData::TurnEnded { status, .. } => *status,
@@ -173,7 +167,7 @@ async fn a_text_turn_a_tool_call_and_a_resume_after_a_restart() {
     assert_eq!(third.iter().filter(|e| matches!(&e.data, EventData::ItemCompleted { item } if item.role == Some(Role::Assistant))).count(), 1);
 
     let all = until(&server.client, "g", 0, "everything", |e| e.sequence == third.last().unwrap().sequence).await;
-    no_unparsed(&all);
+    assert_nothing_unparsed(&all);
     server.client.end_session("g").await.unwrap();
 }
 
@@ -227,7 +221,7 @@ async fn permissions_are_asked_and_answered_through_http() {
     assert!(setup.work.path().join("always2.txt").exists());
 
     let all = until(&server.client, "p", 0, "everything", |e| e.sequence == unasked.last().unwrap().sequence).await;
-    no_unparsed(&all);
+    assert_nothing_unparsed(&all);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -245,7 +239,7 @@ async fn plan_mode_offers_no_shell_and_agent_modes_are_refused() {
     let tools = setup.model.requests().last().unwrap().body["tools"].clone();
     assert!(!tools.to_string().contains("run_shell_command"), "plan mode offers the model no shell: {tools}");
     assert!(!setup.work.path().join("planned.txt").exists());
-    no_unparsed(&events);
+    assert_nothing_unparsed(&events);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -288,7 +282,7 @@ async fn a_cli_that_dies_fails_its_turn_with_its_exit_and_the_next_turn_resumes(
     assert_eq!(turn_status(&again), TurnStatus::Completed, "{again:#?}");
     let body = setup.model.requests().last().unwrap().body.to_string();
     assert!(body.contains("remember me") && body.contains("and now?"), "{body}");
-    no_unparsed(&again);
+    assert_nothing_unparsed(&again);
 }
 
 async fn until_gone(pids: &[u32]) {

@@ -137,11 +137,6 @@ fn assistant_texts(events: &[UniversalEvent]) -> Vec<String> {
     completed(events, ItemKind::Message).into_iter().filter(|i| i.role == Some(Role::Assistant)).filter_map(|i| i.text).collect()
 }
 
-fn assert_all_parsed(events: &[UniversalEvent]) {
-    let unparsed: Vec<_> = events.iter().filter(|e| e.kind() == EventType::AgentUnparsed).collect();
-    assert!(unparsed.is_empty(), "unparsed events: {unparsed:#?}");
-}
-
 /// The number of messages in a Chat Completions request's conversation (system left out).
 fn conversation_length(request: &LoggedRequest) -> usize {
     request.body["messages"].as_array().map(|m| m.iter().filter(|m| m["role"] != "system").count()).unwrap_or(0)
@@ -184,7 +179,7 @@ async fn text_streams_and_a_second_message_continues_the_conversation() {
     let last = fx.agent_requests().pop().expect("a model request");
     assert_eq!(last.uri, "/v1/chat/completions");
     assert_eq!(conversation_length(&last), 3, "{:#}", last.body["messages"]);
-    assert_all_parsed(&events);
+    assert_nothing_unparsed(&events);
     assert_eq!(client.get_session("text").await.unwrap().agent_session_id.as_deref(), Some(agent_session_id.as_str()));
 }
 
@@ -210,7 +205,7 @@ async fn a_tool_call_runs_and_its_result_reaches_the_model() {
     assert!(fx.agent_requests().iter().all(|r| r.body["model"] == "scripted-model"));
     // Bypass: nothing was asked.
     assert!(!events.iter().any(|e| e.kind() == EventType::PermissionRequested));
-    assert_all_parsed(&events);
+    assert_nothing_unparsed(&events);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -243,7 +238,7 @@ async fn a_permission_allowed_runs_the_command_and_one_refused_does_not() {
     let calls = completed(&turn, ItemKind::ToolCall);
     assert_eq!(calls.len(), 1, "{turn:#?}");
     assert_eq!(calls[0].status, Some(ItemStatus::Denied));
-    assert_all_parsed(&events);
+    assert_nothing_unparsed(&events);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -272,8 +267,8 @@ async fn two_sessions_share_one_server_and_get_their_own_events() {
         }
     }
     assert_eq!(fx.servers().len(), 1, "one opencode serve for both sessions");
-    assert_all_parsed(&one);
-    assert_all_parsed(&two);
+    assert_nothing_unparsed(&one);
+    assert_nothing_unparsed(&two);
 
     // The server goes with its last session.
     client.end_session("one").await.unwrap();
@@ -311,7 +306,7 @@ async fn a_session_resumes_after_the_node_agent_restarts() {
     let last = fx.agent_requests().pop().expect("a model request");
     let messages = last.body["messages"].to_string();
     assert!(messages.contains("remember me") && messages.contains("do you remember"), "{messages}");
-    assert_all_parsed(&events);
+    assert_nothing_unparsed(&events);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -363,7 +358,7 @@ async fn a_permission_pending_at_a_restart_is_answered_after_it() {
     let requested = events.iter().filter(|e| e.kind() == EventType::PermissionRequested).count();
     assert_eq!(requested, 1, "{events:#?}");
     assert!(fx.node.client.get_session("waiting").await.unwrap().pending_permissions.is_empty());
-    assert_all_parsed(&events);
+    assert_nothing_unparsed(&events);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -386,5 +381,5 @@ async fn plan_mode_runs_opencodes_plan_agent_and_unknown_modes_are_refused() {
         .filter_map(|v| v["payload"]["properties"]["info"]["agent"].as_str().map(str::to_string))
         .collect();
     assert!(!agents.is_empty() && agents.iter().all(|a| a == "plan"), "{agents:?}");
-    assert_all_parsed(&events);
+    assert_nothing_unparsed(&events);
 }

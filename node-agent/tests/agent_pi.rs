@@ -54,11 +54,6 @@ fn pi_session(model: &ModelServer, dirs: &Dirs) -> CreateSessionRequest {
     }
 }
 
-fn assert_nothing_unparsed(events: &[UniversalEvent]) {
-    let unparsed: Vec<_> = events.iter().filter(|e| e.kind() == EventType::AgentUnparsed).collect();
-    assert!(unparsed.is_empty(), "unparsed: {unparsed:#?}");
-}
-
 fn turn_end(events: &[UniversalEvent]) -> (TurnStatus, Option<String>) {
     match &events.last().unwrap().data {
         EventData::TurnEnded { status, error, .. } => (*status, error.clone()),

@@ -381,3 +381,11 @@ pub async fn turn_events(client: &Client, id: &str, after: u64, turn: u64, patie
     assert!(!matches!(last.data, EventData::SessionEnded { .. }), "the session ended before turn {turn} did: {events:#?}");
     events
 }
+
+/// Fails, listing them, if any of `events` is an `agent.unparsed`: a native line no
+/// converter understood.
+pub fn assert_nothing_unparsed(events: &[agentplane_node_agent::universal::UniversalEvent]) {
+    use agentplane_node_agent::universal::EventType;
+    let unparsed: Vec<_> = events.iter().filter(|e| e.kind() == EventType::AgentUnparsed).collect();
+    assert!(unparsed.is_empty(), "unparsed: {unparsed:#?}");
+}
