@@ -5,7 +5,7 @@
 //! Converters are stateful (an item's id across its deltas, a tool call's name when
 //! its result comes), so one lives as long as the stream it reads.
 
-use crate::universal::EventData;
+use crate::universal::{EventData, Item, ItemKind, ItemStatus, Role};
 
 /// One converted native line: the events it became. The session manager (or
 /// `node-agent convert`) wraps each in an envelope with the line as `raw`.
@@ -19,6 +19,20 @@ pub trait Converter: Send {
 /// The event for a line no converter understood.
 pub fn unparsed(reason: impl Into<String>) -> EventData {
     EventData::AgentUnparsed { reason: Some(reason.into()) }
+}
+
+/// A completed `status` item from the system: something the agent reports that is
+/// not conversation (a session id, a retry, token usage).
+pub fn status(id: String, text: impl Into<String>) -> EventData {
+    let item = Item {
+        id,
+        kind: ItemKind::Status,
+        role: Some(Role::System),
+        text: Some(text.into()),
+        status: Some(ItemStatus::Completed),
+        ..Default::default()
+    };
+    EventData::ItemCompleted { item }
 }
 
 /// The converter of an agent that has no native output (the mock).

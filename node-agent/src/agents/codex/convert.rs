@@ -69,15 +69,7 @@ impl Converter {
 
     fn status(&mut self, text: impl Into<String>) -> EventData {
         self.statuses += 1;
-        let item = Item {
-            id: format!("{}-status-{}", self.prefix, self.statuses),
-            kind: ItemKind::Status,
-            role: Some(Role::System),
-            text: Some(text.into()),
-            status: Some(ItemStatus::Completed),
-            ..Default::default()
-        };
-        EventData::ItemCompleted { item }
+        super::super::convert::status(format!("{}-status-{}", self.prefix, self.statuses), text)
     }
 
     fn notification(&mut self, method: &str, params: &Value) -> Vec<EventData> {

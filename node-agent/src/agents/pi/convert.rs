@@ -65,15 +65,8 @@ impl Converter {
     }
 
     fn status(&mut self, text: impl Into<String>) -> EventData {
-        let item = Item {
-            id: self.next_id("status"),
-            kind: ItemKind::Status,
-            role: Some(Role::System),
-            text: Some(text.into()),
-            status: Some(ItemStatus::Completed),
-            ..Default::default()
-        };
-        EventData::ItemCompleted { item }
+        let id = self.next_id("status");
+        super::super::convert::status(id, text)
     }
 
     fn convert_value(&mut self, line: &Value) -> Option<Vec<EventData>> {
