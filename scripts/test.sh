@@ -30,7 +30,14 @@ fi
 KUBEBUILDER_ASSETS="$(scripts/kube-test-assets.sh)"
 export KUBEBUILDER_ASSETS
 
+# A whole run is not an edit-compile loop: incremental state would add gigabytes
+# to target/ for nothing. Set CARGO_INCREMENTAL=1 to keep it.
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+target_dir="${CARGO_TARGET_DIR:-target}"
+echo "disk before the build: $(df -h --output=avail . | tail -1 | tr -d ' ') free"
+
 AGENTPLANE_BENCH_MIB=16 cargo bench --locked -p agentplane --bench pty_throughput
 cargo bench --locked -p agentplane --bench up_converge
 cargo bench --locked -p agentplane --bench kube_converge
 cargo test --locked --workspace
+echo "disk after the run: $(du -sh "$target_dir" | cut -f1) in $target_dir, $(df -h --output=avail . | tail -1 | tr -d ' ') free"
