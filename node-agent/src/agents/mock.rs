@@ -157,7 +157,7 @@ impl MockDriver {
                             options: vec!["yes".into(), "no".into()],
                             multi_select: false,
                         };
-                        ctx.ask_question(QuestionRequest { id: id.clone(), questions: vec![question] }).await?;
+                        ctx.ask_question(QuestionRequest { id: id.clone(), questions: vec![question] }, None).await?;
                     }
                     let note = match ctx.wait_question(&id).await? {
                         QuestionAnswer::Answered(answers) => {
@@ -225,7 +225,7 @@ impl MockDriver {
                     options: vec![PermissionReply::Once, PermissionReply::Always, PermissionReply::Reject],
                     item_id: Some(call_id.clone()),
                 };
-                ctx.request_permission(request).await?;
+                ctx.request_permission(request, None).await?;
                 ctx.wait_permission(&permission_id).await?
             }
         };

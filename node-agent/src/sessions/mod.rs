@@ -601,15 +601,16 @@ impl TurnContext {
         self.session.record().driver_state = Some(state);
     }
 
-    /// Announces a permission request; the session awaits input until it is answered.
-    pub async fn request_permission(&self, request: PermissionRequest) -> Result<(), Interrupted> {
+    /// Announces a permission request, with the agent's native line that asked for
+    /// it as `raw`; the session awaits input until it is answered.
+    pub async fn request_permission(&self, request: PermissionRequest, raw: Option<&str>) -> Result<(), Interrupted> {
         let pending = request.clone();
-        self.open_request(move |rec| rec.pending_permissions.push(pending), EventData::PermissionRequested(request)).await
+        self.open_request(move |rec| rec.pending_permissions.push(pending), EventData::PermissionRequested(request), raw).await
     }
 
     /// Records a pending request and announces it as one step, then saves the session
     /// so a restart re-offers it; nothing is opened on an ended session.
-    async fn open_request(&self, add: impl FnOnce(&mut SessionRecord), event: EventData) -> Result<(), Interrupted> {
+    async fn open_request(&self, add: impl FnOnce(&mut SessionRecord), event: EventData, raw: Option<&str>) -> Result<(), Interrupted> {
         let opened = self
             .session
             .log
@@ -620,7 +621,7 @@ impl TurnContext {
                 }
                 add(&mut rec);
                 rec.settle();
-                batch.push(rec.draft(EventSource::Agent, event));
+                batch.push(EventDraft { raw: raw.map(str::to_string), ..rec.draft(EventSource::Agent, event) });
                 true
             })
             .await;
@@ -638,9 +639,9 @@ impl TurnContext {
         .await
     }
 
-    pub async fn ask_question(&self, request: QuestionRequest) -> Result<(), Interrupted> {
+    pub async fn ask_question(&self, request: QuestionRequest, raw: Option<&str>) -> Result<(), Interrupted> {
         let pending = request.clone();
-        self.open_request(move |rec| rec.pending_questions.push(pending), EventData::QuestionRequested(request)).await
+        self.open_request(move |rec| rec.pending_questions.push(pending), EventData::QuestionRequested(request), raw).await
     }
 
     pub async fn wait_question(&self, id: &str) -> Result<QuestionAnswer, Interrupted> {

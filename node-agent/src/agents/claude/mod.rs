@@ -285,7 +285,7 @@ impl ClaudeDriver {
         let decision = match events.pop() {
             Some(EventData::QuestionRequested(question)) => {
                 let qid = question.id.clone();
-                ctx.ask_question(question).await?;
+                ctx.ask_question(question, Some(line)).await?;
                 let answer = ctx.wait_question(&qid).await?;
                 answer_question(&tool, &input, answer)
             }
@@ -315,7 +315,7 @@ impl ClaudeDriver {
                         self.state.pending = Some(PendingPermission { id: permission.id.clone(), tool: tool.clone(), input: input.clone() });
                         self.save(ctx);
                         let pid = permission.id.clone();
-                        ctx.request_permission(permission).await?;
+                        ctx.request_permission(permission, Some(line)).await?;
                         let reply = ctx.wait_permission(&pid).await?;
                         self.state.pending = None;
                         reply

@@ -345,7 +345,7 @@ impl CodexDriver {
                 let pid = request.id.clone();
                 self.state.waiting = Some(Waiting::Permission(pid.clone()));
                 self.save(ctx);
-                ctx.request_permission(request).await?;
+                ctx.request_permission(request, Some(line)).await?;
                 let reply = ctx.wait_permission(&pid).await?;
                 self.state.waiting = None;
                 reply
@@ -360,7 +360,7 @@ impl CodexDriver {
             let qid = request.id.clone();
             self.state.waiting = Some(Waiting::Question(qid.clone()));
             self.save(ctx);
-            ctx.ask_question(request).await?;
+            ctx.ask_question(request, Some(line)).await?;
             let answer = ctx.wait_question(&qid).await?;
             self.state.waiting = None;
             let answers = match answer {

@@ -304,7 +304,7 @@ impl GeminiDriver {
                         match event {
                             EventData::PermissionRequested(request) => {
                                 asked = Some(request.id.clone());
-                                ctx.request_permission(request).await?;
+                                ctx.request_permission(request, Some(&line)).await?;
                             }
                             other => ctx.emit_raw(other, Some(line.clone())).await?,
                         }

@@ -532,7 +532,7 @@ impl OpencodeDriver {
                                     None => {
                                         self.pending.push(Pending { id: opencode_id.clone(), tool: request.tool.clone(), input: request.input.clone() });
                                         self.save(ctx);
-                                        ctx.request_permission(request).await?;
+                                        ctx.request_permission(request, Some(&line)).await?;
                                         opencode_id.clone()
                                     }
                                 };
@@ -546,7 +546,7 @@ impl OpencodeDriver {
                             }
                             EventData::QuestionRequested(request) => {
                                 let id = request.id.clone();
-                                ctx.ask_question(request).await?;
+                                ctx.ask_question(request, Some(&line)).await?;
                                 replies.push(async move { Answer::Question(id.clone(), ctx.wait_question(&id).await) }.boxed());
                             }
                             // The node agent announced the client's reply already: this is OpenCode applying it.
