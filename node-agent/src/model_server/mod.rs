@@ -7,6 +7,9 @@
 //!   (`tool said: <output>`);
 //! - when the last user message holds `[[run:COMMAND]]`, a call of the request's
 //!   shell tool running COMMAND (`[[run]]` alone runs `echo hi`);
+//! - when it holds `[[tool:NAME {JSON}]]`, a call of the offered tool NAME with
+//!   that JSON object as its input (how tests make an agent ask a question or
+//!   leave plan mode), loaded first with `ToolSearch` where the CLI defers it;
 //! - else a text answer saying how many messages were in context
 //!   (`scripted reply: N messages in context`), so that a resumed conversation shows.
 //!
@@ -79,6 +82,9 @@ const SHELL_TOOLS: [&str; 8] = ["Bash", "bash", "shell", "exec_command", "shell_
 impl Conversation {
     /// The script's answer to this conversation.
     pub fn reply(&self) -> Reply {
+        if let Some(reply) = self.marked_tool_call() {
+            return reply;
+        }
         match self.messages.last() {
             Some(Message::ToolResult(output)) => Reply::Text(format!("tool said: {}", output.trim())),
             Some(Message::User(text)) if command_in(text).is_some() => {
@@ -89,6 +95,42 @@ impl Conversation {
                 }
             }
             _ => Reply::Text(format!("scripted reply: {} messages in context", self.messages.len())),
+        }
+    }
+
+    /// The answer to a `[[tool:NAME {JSON}]]` marker in the last user message: the
+    /// call, when the tool is offered. Claude Code offers some tools by name only,
+    /// to be loaded with its `ToolSearch` tool: as a model would, the script loads
+    /// NAME first and calls it once the search's result is in.
+    fn marked_tool_call(&self) -> Option<Reply> {
+        // A user message right before a tool result is text sent along with the
+        // result (Claude Code's "Tool loaded."), not the person's next message.
+        let with_result = |i: usize| matches!(self.messages.get(i + 1), Some(Message::ToolResult(_)));
+        let (index, text) = self.messages.iter().enumerate().rev().find_map(|(i, m)| match m {
+            Message::User(text) if !with_result(i) => Some((i, text)),
+            _ => None,
+        })?;
+        let call = match tool_call_in(text)? {
+            Ok(call) => call,
+            Err(error) => return (index + 1 == self.messages.len()).then_some(Reply::Text(error)),
+        };
+        let (name, arguments) = call;
+        let offered = self.tools.iter().any(|t| t.name == name);
+        let since: Vec<&Message> =
+            self.messages.iter().enumerate().skip(index + 1).filter(|(i, m)| !(matches!(m, Message::User(_)) && with_result(*i))).map(|(_, m)| m).collect();
+        match since.as_slice() {
+            [] if offered => Some(Reply::ToolCall { tool: name, arguments }),
+            [] => match self.tools.iter().find(|t| t.name == TOOL_SEARCH) {
+                Some(search) => Some(Reply::ToolCall { tool: TOOL_SEARCH.into(), arguments: tool_search_arguments(search, &name) }),
+                None => Some(Reply::Text(format!("no tool {name:?} offered"))),
+            },
+            [Message::ToolCall { name: searched }, Message::ToolResult(_)] if searched == TOOL_SEARCH && offered => {
+                Some(Reply::ToolCall { tool: name, arguments })
+            }
+            [Message::ToolCall { name: searched }, Message::ToolResult(_)] if searched == TOOL_SEARCH => {
+                Some(Reply::Text(format!("no tool {name:?} offered, even after {TOOL_SEARCH}")))
+            }
+            _ => None,
         }
     }
 
@@ -106,6 +148,42 @@ pub fn command_in(text: &str) -> Option<String> {
     let start = text.find("[[run:")? + "[[run:".len();
     let end = text[start..].find("]]")? + start;
     Some(text[start..end].trim().to_string())
+}
+
+/// The tool call a `[[tool:NAME {JSON}]]` marker asks for: `None` without one,
+/// an error (said back as the reply) when its JSON is not an object.
+pub fn tool_call_in(text: &str) -> Option<Result<(String, Value), String>> {
+    let start = text.find("[[tool:")? + "[[tool:".len();
+    let rest = &text[start..];
+    let name_end = rest.find(|c: char| c.is_whitespace() || c == ']').unwrap_or(rest.len());
+    let name = rest[..name_end].to_string();
+    let after_name = rest[name_end..].trim_start();
+    if after_name.starts_with("]]") {
+        return Some(Ok((name, json!({}))));
+    }
+    // The JSON may hold `]]` itself: parse one value, then expect the marker's end.
+    let mut values = serde_json::Deserializer::from_str(after_name).into_iter::<Value>();
+    let parsed = match values.next() {
+        Some(Ok(Value::Object(arguments))) if after_name[values.byte_offset()..].trim_start().starts_with("]]") => Ok((name, Value::Object(arguments))),
+        Some(Ok(_)) => Err(format!("the [[tool:{name} ...]] marker needs one JSON object and then ]]")),
+        Some(Err(e)) => Err(format!("the [[tool:{name} ...]] marker's JSON: {e}")),
+        None => Err(format!("the [[tool:{name} ...]] marker has no ]]")),
+    };
+    Some(parsed)
+}
+
+/// Claude Code's tool that loads the tools it offers by name only.
+const TOOL_SEARCH: &str = "ToolSearch";
+
+/// `ToolSearch`'s arguments selecting one tool: `select:NAME` as its query, and a
+/// result limit when its schema has one.
+fn tool_search_arguments(tool: &Tool, name: &str) -> Value {
+    let mut arguments = serde_json::Map::new();
+    arguments.insert("query".into(), json!(format!("select:{name}")));
+    if tool.schema.get("properties").and_then(|p| p.get("max_results")).is_some() {
+        arguments.insert("max_results".into(), json!(5));
+    }
+    Value::Object(arguments)
 }
 
 /// Arguments for a shell tool, shaped by its schema: an argv array
@@ -253,6 +331,42 @@ mod tests {
         conversation.messages.push(Message::ToolCall { name: "Bash".into() });
         conversation.messages.push(Message::ToolResult("done\n".into()));
         assert_eq!(conversation.reply(), Reply::Text("tool said: done".into()));
+    }
+
+    #[test]
+    fn a_tool_marker_calls_the_named_tool_with_its_json() {
+        let ask = Tool { name: "AskUserQuestion".into(), schema: json!({}) };
+        let text = r#"ask [[tool:AskUserQuestion {"questions": [{"question": "Which?", "options": [{"label": "A"}]}]}]] now"#;
+        let conversation = Conversation { messages: vec![Message::User(text.into())], tools: vec![bash(), ask] };
+        let arguments = json!({"questions": [{"question": "Which?", "options": [{"label": "A"}]}]});
+        assert_eq!(conversation.reply(), Reply::ToolCall { tool: "AskUserQuestion".into(), arguments });
+        assert_eq!(tool_call_in("[[tool:ExitPlanMode]]"), Some(Ok(("ExitPlanMode".into(), json!({})))));
+        let unknown = Conversation { messages: vec![Message::User("[[tool:Nope {}]]".into())], tools: vec![bash()] };
+        assert_eq!(unknown.reply(), Reply::Text("no tool \"Nope\" offered".into()));
+        assert!(matches!(tool_call_in("[[tool:X [1]]]"), Some(Err(e)) if e.contains("one JSON object")));
+        assert!(matches!(tool_call_in("[[tool:X {\"a\": }]]"), Some(Err(e)) if e.contains("JSON")));
+        assert!(matches!(tool_call_in("[[tool:X {} and no end"), Some(Err(_))));
+        assert_eq!(tool_call_in("no marker"), None);
+    }
+
+    #[test]
+    fn a_tool_offered_by_name_only_is_loaded_with_tool_search_then_called() {
+        let search = Tool { name: "ToolSearch".into(), schema: json!({"properties": {"query": {}, "max_results": {}}}) };
+        let plan = Tool { name: "ExitPlanMode".into(), schema: json!({}) };
+        let text = r#"go [[tool:ExitPlanMode {"plan": "p"}]]"#;
+        let mut conversation = Conversation { messages: vec![Message::User(text.into())], tools: vec![bash(), search.clone()] };
+        let select = json!({"query": "select:ExitPlanMode", "max_results": 5});
+        assert_eq!(conversation.reply(), Reply::ToolCall { tool: "ToolSearch".into(), arguments: select });
+        conversation.messages.push(Message::ToolCall { name: "ToolSearch".into() });
+        conversation.messages.push(Message::User("Tool loaded.".into()));
+        conversation.messages.push(Message::ToolResult(String::new()));
+        assert_eq!(conversation.reply(), Reply::Text("no tool \"ExitPlanMode\" offered, even after ToolSearch".into()));
+        conversation.tools.push(plan);
+        assert_eq!(conversation.reply(), Reply::ToolCall { tool: "ExitPlanMode".into(), arguments: json!({"plan": "p"}) });
+        // Once called, its result is quoted like any other.
+        conversation.messages.push(Message::ToolCall { name: "ExitPlanMode".into() });
+        conversation.messages.push(Message::ToolResult("approved".into()));
+        assert_eq!(conversation.reply(), Reply::Text("tool said: approved".into()));
     }
 
     #[test]
