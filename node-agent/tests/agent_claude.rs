@@ -1,7 +1,8 @@
 //! Sessions with the real Claude Code CLI, installed by the node agent from the npm
 //! registry (the pinned version) and pointed at the scripted model server: a text
 //! turn, a tool call, a permission allowed and one denied through the HTTP API, a
-//! second message to the same process, and a resume after the node agent restarts.
+//! second message to the same process, a resume after the node agent restarts, and
+//! Claude's own questions (plan approval, `AskUserQuestion`) answered through the API.
 //! Slow (the first run installs claude): `cargo test -p agentplane-node-agent --test agent_claude`.
 
 mod common;
@@ -46,20 +47,37 @@ impl Events {
 
     /// Events up to the next permission request.
     async fn permission(&mut self, model: &ModelServer) -> PermissionRequest {
+        self.request(model, "a permission.requested", |data| match data {
+            EventData::PermissionRequested(request) => Some(request.clone()),
+            _ => None,
+        })
+        .await
+    }
+
+    /// Events up to the next question.
+    async fn question(&mut self, model: &ModelServer) -> QuestionRequest {
+        self.request(model, "a question.requested", |data| match data {
+            EventData::QuestionRequested(request) => Some(request.clone()),
+            _ => None,
+        })
+        .await
+    }
+
+    /// Events up to the next one `pick` takes; a turn that ends first fails the
+    /// test with what Claude said and what the model was asked.
+    async fn request<T>(&mut self, model: &ModelServer, what: &str, pick: impl Fn(&EventData) -> Option<T>) -> T {
         loop {
-            let found = self.seen[self.mark..].iter().position(|e| matches!(e.data, EventData::PermissionRequested(_)));
-            if let Some(at) = found {
+            if let Some((at, found)) = self.seen[self.mark..].iter().enumerate().find_map(|(at, e)| pick(&e.data).map(|found| (at, found))) {
                 self.mark += at + 1;
-                let EventData::PermissionRequested(request) = &self.seen[self.mark - 1].data else { unreachable!() };
-                return request.clone();
+                return found;
             }
             if let Some(ended) = self.seen[self.mark..].iter().find(|e| e.kind() == EventType::TurnEnded) {
                 let raws: Vec<&str> = self.seen[self.mark..].iter().filter_map(|e| e.raw.as_deref()).collect();
                 let asked: Vec<String> =
                     model.requests().iter().map(|r| format!("{} {}", r.uri, r.body.get("messages").map(|m| m.to_string()).unwrap_or_default())).collect();
-                panic!("the turn ended ({ended:?}) without a permission request; claude said {raws:#?}; the model was asked {asked:#?}");
+                panic!("the turn ended ({ended:?}) without {what}; claude said {raws:#?}; the model was asked {asked:#?}");
             }
-            self.next("a permission.requested").await;
+            self.next(what).await;
         }
     }
 
@@ -224,6 +242,8 @@ async fn a_permission_allowed_and_one_denied_through_the_api() {
     assert_eq!(request.tool, "Bash");
     assert_eq!(request.input["command"], "touch allowed.txt");
     assert_eq!(request.options, vec![PermissionReply::Once, PermissionReply::Always, PermissionReply::Reject]);
+    let announced = events.seen.iter().find(|e| matches!(&e.data, EventData::PermissionRequested(p) if p.id == request.id)).unwrap();
+    assert!(announced.raw.as_deref().is_some_and(|r| r.contains("\"can_use_tool\"")), "it carries Claude's request: {announced:?}");
     assert!(!allowed.exists(), "nothing ran before the reply");
     assert_eq!(client.get_session("p1").await.unwrap().state, SessionState::AwaitingInput);
     client.reply_permission("p1", &request.id, PermissionReply::Once).await.unwrap();
@@ -383,4 +403,133 @@ async fn a_permission_pending_across_a_restart_is_answered_after_it() {
     assert!(requests.is_empty(), "Claude's second ask was answered with the kept reply: {requests:#?}");
     assert_eq!(reply_text(&turn), "tool said: (Bash completed with no output)");
     server.stop().await;
+}
+
+/// What the model was last given as a tool's result.
+fn last_tool_result(setup: &Setup) -> String {
+    let conversations = setup.conversations();
+    match conversations.last().and_then(|c| c.messages.last()) {
+        Some(Message::ToolResult(output)) => output.clone(),
+        other => panic!("the last request does not end with a tool result: {other:?}"),
+    }
+}
+
+fn question_resolved(events: &[UniversalEvent], question: &str) -> (QuestionOutcome, Option<Vec<Vec<String>>>) {
+    events
+        .iter()
+        .find_map(|e| match &e.data {
+            EventData::QuestionResolved { id, outcome, answers } if id == question => Some((*outcome, answers.clone())),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no question.resolved for {question} in {events:#?}"))
+}
+
+/// Plan mode: Claude's `ExitPlanMode` is a question showing the plan from Claude's
+/// plan file. Rejected, Claude is told to keep planning (and still refuses commands);
+/// approved, the plan's tool call completes and Claude leaves plan mode, so a
+/// command is asked about instead of being refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plan_is_a_question_rejected_then_approved_through_the_api() {
+    let setup = Setup::new().await;
+    let client = &setup.server.client;
+    let request = CreateSessionRequest { permission_mode: Some(PermissionMode::Plan), ..setup.request() };
+    client.create_session("pl1", &request).await.unwrap();
+    let mut events = Events::open(client, "pl1", None).await;
+    let plan = "[[tool:ExitPlanMode {}]]";
+
+    // Claude names its plan file in plan mode's instructions; the plan is what the
+    // model writes there (written here as the model would with Claude's Write tool).
+    client.send_message("pl1", "think about touching planned.txt").await.unwrap();
+    assert_completed(&events.turn().await);
+    let plan_file = setup
+        .model
+        .requests()
+        .iter()
+        .find_map(|r| {
+            let body = r.body.to_string();
+            let at = body.find("create your plan at ")? + "create your plan at ".len();
+            let end = body[at..].find(".md")? + at + ".md".len();
+            Some(std::path::PathBuf::from(&body[at..end]))
+        })
+        .expect("plan mode's instructions name the plan file");
+    assert!(plan_file.starts_with(setup.home.path()), "{plan_file:?}");
+    std::fs::create_dir_all(plan_file.parent().unwrap()).unwrap();
+    std::fs::write(&plan_file, "1. touch planned.txt\n").unwrap();
+
+    client.send_message("pl1", &format!("done planning {plan}")).await.unwrap();
+    let question = events.question(&setup.model).await;
+    assert_eq!(question.questions.len(), 1, "{question:?}");
+    assert!(question.questions[0].question.contains("1. touch planned.txt"), "the plan file's plan: {question:?}");
+    assert_eq!(question.questions[0].options, vec!["approve".to_string(), "keep planning".to_string()]);
+    assert_eq!(client.get_session("pl1").await.unwrap().state, SessionState::AwaitingInput);
+    client.reject_question("pl1", &question.id).await.unwrap();
+    let turn = events.turn().await;
+    assert_completed(&turn);
+    assert_eq!(question_resolved(&turn, &question.id), (QuestionOutcome::Rejected, None));
+    let told = last_tool_result(&setup);
+    assert!(told.contains("keep planning"), "{told}");
+    assert_eq!(reply_text(&turn), format!("tool said: {}", told.trim()));
+    // Still planning: a command is refused without asking anyone.
+    client.send_message("pl1", "[[run:touch early.txt]]").await.unwrap();
+    let turn = events.turn().await;
+    assert_completed(&turn);
+    assert!(!turn.iter().any(|e| e.kind() == EventType::PermissionRequested), "{turn:#?}");
+    assert!(!setup.work.path().join("early.txt").exists());
+    let refused = completed(&turn, ItemKind::ToolResult).pop().expect("the command's result");
+    assert!(matches!(refused.status, Some(ItemStatus::Failed | ItemStatus::Denied)), "{refused:?}");
+
+    client.send_message("pl1", &format!("a better plan {plan}")).await.unwrap();
+    let question = events.question(&setup.model).await;
+    client.reply_question("pl1", &question.id, vec![vec!["approve".into()]]).await.unwrap();
+    let turn = events.turn().await;
+    assert_completed(&turn);
+    assert_eq!(question_resolved(&turn, &question.id), (QuestionOutcome::Answered, Some(vec![vec!["approve".to_string()]])));
+    let result = completed(&turn, ItemKind::ToolResult).pop().expect("the plan's tool result");
+    assert_eq!(result.status, Some(ItemStatus::Completed), "{result:?}");
+    let told = last_tool_result(&setup);
+    assert!(!told.contains("keep planning"), "{told}");
+
+    // Out of plan mode: a command is asked about (in plan mode Claude refuses it unasked).
+    client.send_message("pl1", "now [[run:touch planned.txt]]").await.unwrap();
+    let permission = events.permission(&setup.model).await;
+    assert_eq!(permission.input["command"], "touch planned.txt");
+    client.reply_permission("pl1", &permission.id, PermissionReply::Once).await.unwrap();
+    assert_completed(&events.turn().await);
+    assert!(setup.work.path().join("planned.txt").exists());
+}
+
+/// `AskUserQuestion`: Claude's questions, with their options, answered through the
+/// API; Claude gets the answer as the tool's result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_asks_a_question_and_gets_the_answer_given_through_the_api() {
+    let setup = Setup::new().await;
+    let client = &setup.server.client;
+    client.create_session("aq1", &setup.request()).await.unwrap();
+    let mut events = Events::open(client, "aq1", None).await;
+    let ask = r#"[[tool:AskUserQuestion {"questions": [{"question": "Which colour?", "header": "Colour", "multiSelect": false, "options": [{"label": "red", "description": "warm"}, {"label": "blue", "description": "cool"}]}]}]]"#;
+
+    client.send_message("aq1", &format!("ask me {ask}")).await.unwrap();
+    let question = events.question(&setup.model).await;
+    assert_eq!(question.questions.len(), 1, "{question:?}");
+    let asked = &question.questions[0];
+    assert_eq!(asked.question, "Which colour?");
+    assert_eq!(asked.header.as_deref(), Some("Colour"));
+    assert_eq!(asked.options, vec!["red".to_string(), "blue".to_string()]);
+    assert!(!asked.multi_select);
+    let announced = events.seen.iter().find(|e| matches!(&e.data, EventData::QuestionRequested(q) if q.id == question.id)).unwrap();
+    assert!(announced.raw.as_deref().is_some_and(|r| r.contains("\"can_use_tool\"")), "it carries Claude's request: {announced:?}");
+    // A reply to an unknown question is an error, and the real one stays open.
+    let error = client.reply_question("aq1", "no-such-question", vec![vec!["red".into()]]).await.unwrap_err();
+    assert_eq!(error.problem_code(), Some("question_not_found"), "{error}");
+    client.reply_question("aq1", &question.id, vec![vec!["blue".into()]]).await.unwrap();
+    // The same answer twice is fine; a different one is a conflict.
+    client.reply_question("aq1", &question.id, vec![vec!["blue".into()]]).await.unwrap();
+    let error = client.reply_question("aq1", &question.id, vec![vec!["red".into()]]).await.unwrap_err();
+    assert_eq!(error.problem_code(), Some("conflict"), "{error}");
+    let turn = events.turn().await;
+    assert_completed(&turn);
+    assert_eq!(question_resolved(&turn, &question.id), (QuestionOutcome::Answered, Some(vec![vec!["blue".to_string()]])));
+    let told = last_tool_result(&setup);
+    assert!(told.contains("\"blue\"") && !told.contains("\"red\""), "{told}");
+    assert_eq!(reply_text(&turn), format!("tool said: {}", told.trim()));
 }
