@@ -597,3 +597,50 @@ fn env_comes_from_secrets_of_the_namespace_and_a_missing_one_is_named() {
     let v = cluster.wait_for("process", "no-secret", "told the Secret is missing", |v| ready(v).is_some_and(|c| c["reason"] == "EnvNotResolved"));
     assert!(ready(&v).unwrap()["message"].as_str().unwrap().contains("\"absent\" not found"), "{v:#}");
 }
+
+/// The mock's session events, as the node agent serves them.
+fn session_events(agent: &NodeAgent, uid: &str) -> Vec<agentplane_node_agent::universal::UniversalEvent> {
+    let client = agent.client();
+    let query = agentplane_node_agent::model::SessionEventsQuery { offset: Some(0), limit: Some(10_000) };
+    let id = format!("sess-{uid}");
+    runtime().block_on(async move { client.session_events(&id, &query).await.unwrap().events })
+}
+
+#[test]
+fn a_process_with_a_session_ref_feeds_its_output_to_that_session() {
+    use agentplane_node_agent::universal::{EventData, EventSource, ItemKind, Role};
+    let cluster = Cluster::new("sessionref");
+    let agent = NodeAgent::start();
+    cluster.sandbox("local", &agent);
+    let _controller = Controller::start(&cluster, &["--leader-election=false"]);
+    // The process first: it waits, saying why, until the session it names exists.
+    cluster.apply(&process_yaml("check", "  command: sh\n  args: [-c, 'echo fed-to-the-agent']\n  sessionRef: chat\n  restartPolicy: Never\n"));
+    let waiting = cluster.wait_for("process", "check", "waiting for its session", |v| ready(v).is_some_and(|c| c["reason"] == "SessionNotFound"));
+    assert!(ready(&waiting).unwrap()["message"].as_str().unwrap().contains("\"chat\""), "{waiting:#}");
+    assert!(agent.processes().is_empty(), "nothing ran before the session existed");
+    cluster.apply("apiVersion: agentplane.dev/v1alpha1\nkind: Session\nmetadata: {name: chat}\nspec: {agent: mock}\n");
+    let exited = cluster.wait_for("process", "check", "Succeeded", |v| phase(v) == "Succeeded");
+    assert_eq!(exited["status"]["exitCode"], 0);
+    let chat = cluster.wait_for("session", "chat", "Idle", |v| phase(v) == "Idle");
+    let uid = chat["metadata"]["uid"].as_str().unwrap().to_string();
+    // Its output reached the session as a tool result from the daemon, ...
+    common::wait_until(PATIENCE, "the process output among the session's events", || {
+        session_events(&agent, &uid).iter().any(|e| {
+            e.source == EventSource::Daemon
+                && matches!(&e.data, EventData::ItemCompleted { item }
+                    if item.kind == ItemKind::ToolResult && item.output.as_deref().is_some_and(|o| o.contains("fed-to-the-agent")))
+        })
+    });
+    // ... and reaches the agent with the next message.
+    cluster.kubectl(&["patch", "session", "chat", "--type=merge", "-p", r#"{"spec":{"messages":["what did it print?"]}}"#]);
+    cluster.wait_for("session", "chat", "Idle after the message", |v| phase(v) == "Idle" && v["status"]["deliveredMessages"] == 1);
+    let reply = session_events(&agent, &uid)
+        .iter()
+        .rev()
+        .find_map(|e| match &e.data {
+            EventData::ItemCompleted { item } if item.role == Some(Role::Assistant) => item.text.clone(),
+            _ => None,
+        })
+        .expect("the mock's reply");
+    assert!(reply.contains("fed-to-the-agent"), "the agent got the output with the message: {reply}");
+}
