@@ -383,3 +383,62 @@ async fn plan_mode_runs_opencodes_plan_agent_and_unknown_modes_are_refused() {
     assert!(!agents.is_empty() && agents.iter().all(|a| a == "plan"), "{agents:?}");
     assert_nothing_unparsed(&events);
 }
+
+/// Waits for a question of the session, and returns it; the tools the model was
+/// offered are in the message when none comes.
+async fn until_question(fx: &Fixture, id: &str, turn: u64) -> QuestionRequest {
+    let client = fx.client();
+    let wait = async {
+        loop {
+            let session = client.get_session(id).await.unwrap();
+            if let Some(request) = session.pending_questions.first() {
+                return request.clone();
+            }
+            assert!(session.error.is_none(), "the session failed: {:?}", session.error);
+            if session.turns_completed >= turn {
+                let offered: Vec<String> = fx
+                    .agent_requests()
+                    .iter()
+                    .flat_map(|r| r.body["tools"].as_array().cloned().unwrap_or_default())
+                    .map(|t| format!("{} {}", t["function"]["name"], t["function"]["parameters"]))
+                    .collect();
+                let events = client.session_events(id, &SessionEventsQuery::default()).await.unwrap().events;
+                panic!("the turn ended without a question; offered {offered:#?}; events {events:#?}");
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    };
+    tokio::time::timeout(SLOW, wait).await.expect("a question")
+}
+
+/// OpenCode's `question` tool: its questions, with their options, answered through
+/// the API; the model gets the answer as the tool's result. A rejected one ends the
+/// tool call without an answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn opencode_asks_a_question_and_gets_the_answer_given_through_the_api() {
+    let fx = Fixture::start().await;
+    let client = fx.client();
+    client.create_session("q", &fx.request(PermissionMode::Default)).await.unwrap();
+    let ask = r#"[[tool:question {"questions": [{"question": "Which colour?", "header": "Colour", "options": [{"label": "red", "description": "warm"}, {"label": "blue", "description": "cool"}]}]}]]"#;
+
+    client.send_message("q", &format!("ask me {ask}")).await.unwrap();
+    let question = until_question(&fx, "q", 1).await;
+    assert_eq!(question.questions.len(), 1, "{question:?}");
+    assert_eq!(question.questions[0].question, "Which colour?");
+    assert_eq!(question.questions[0].options, vec!["red".to_string(), "blue".to_string()]);
+    client.reply_question("q", &question.id, vec![vec!["blue".into()]]).await.unwrap();
+    let events = until_turn_ended(client, "q", 1).await;
+    assert_eq!(turn_status(&events, 1), (TurnStatus::Completed, None), "{events:#?}");
+    assert!(events.iter().any(|e| matches!(&e.data, EventData::QuestionResolved { id, outcome: QuestionOutcome::Answered, .. } if *id == question.id)));
+    let told = assistant_texts(&events).last().cloned().expect("a reply");
+    assert!(told.starts_with("tool said: ") && told.contains("blue") && !told.contains("\"red\""), "{told}");
+
+    client.send_message("q", &format!("again {ask}")).await.unwrap();
+    let question = until_question(&fx, "q", 2).await;
+    client.reject_question("q", &question.id).await.unwrap();
+    let events = until_turn_ended(client, "q", 2).await;
+    assert!(events.iter().any(|e| matches!(&e.data, EventData::QuestionResolved { id, outcome: QuestionOutcome::Rejected, .. } if *id == question.id)));
+    let turn = turn_events(&events, 2);
+    assert!(!assistant_texts(&turn).iter().any(|t| t.contains("blue")), "{turn:#?}");
+    assert_nothing_unparsed(&events);
+}
