@@ -455,3 +455,33 @@ async fn ending_a_session_mid_turn_stops_its_codex() {
     assert!(!fixture.work.path().join("never.txt").exists());
     server.stop().await;
 }
+
+/// Codex's `request_user_input` tool: its questions, with their options, answered
+/// through the API; the model gets the answer as the tool's output.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_asks_for_input_and_gets_the_answer_given_through_the_api() {
+    let fixture = Fixture::new().await;
+    let server = TestServer::start_with_agents().await;
+    create(&server, "ask", &fixture.session(PermissionMode::Default)).await;
+    let mut events = Events::open(&server.client, "ask").await;
+    let ask = r#"[[tool:request_user_input {"questions": [{"id": "colour", "header": "Colour", "question": "Which colour?", "options": [{"label": "red", "description": "warm"}, {"label": "blue", "description": "cool"}]}]}]]"#;
+    server.client.send_message("ask", &format!("ask me {ask}")).await.unwrap();
+    let asked = events.until("question.requested", |e| matches!(e.kind(), EventType::QuestionRequested | EventType::TurnEnded)).await;
+    let EventData::QuestionRequested(question) = &asked.last().unwrap().data else { panic!("the turn ended without a question: {asked:#?}") };
+    assert_eq!(question.questions.len(), 1, "{question:?}");
+    assert_eq!(question.questions[0].question, "Which colour?");
+    assert_eq!(question.questions[0].header.as_deref(), Some("Colour"));
+    assert_eq!(question.questions[0].options, vec!["red".to_string(), "blue".to_string()]);
+    assert!(asked.last().unwrap().raw.as_deref().is_some_and(|r| r.contains("requestUserInput")), "it carries codex's request");
+    assert_eq!(server.client.get_session("ask").await.unwrap().state, SessionState::AwaitingInput);
+    server.client.reply_question("ask", &question.id, vec![vec!["blue".into()]]).await.unwrap();
+    let turn = events.turn().await;
+    assert!(turn.iter().any(|e| matches!(&e.data, EventData::QuestionResolved { id, outcome: QuestionOutcome::Answered, .. } if *id == question.id)));
+    // The model was given the answer as the tool's output, and quoted it.
+    let text = answer(&turn);
+    assert!(text.starts_with("tool said: ") && text.contains("blue") && !text.contains("red"), "{text}");
+    assert!(fixture.responses_inputs().last().unwrap().contains("blue"));
+    events.record("e2e-question");
+    events.assert_all_parsed();
+    server.stop().await;
+}

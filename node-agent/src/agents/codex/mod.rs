@@ -114,7 +114,14 @@ impl CodexDriver {
     /// The `-c` overrides that point codex at the session's provider and keep it quiet.
     fn overrides(&self) -> Vec<String> {
         let env = &self.config.env;
-        let mut overrides = vec!["check_for_update_on_startup=false".to_string(), "analytics.enabled=false".to_string()];
+        let mut overrides = vec![
+            "check_for_update_on_startup=false".to_string(),
+            "analytics.enabled=false".to_string(),
+            // Codex offers `request_user_input` only in its plan collaboration mode, which
+            // app-server cannot select; a session's person answers questions over the API
+            // in every mode, so the tool is on.
+            "features.default_mode_request_user_input=true".to_string(),
+        ];
         if let Some(base_url) = env.get("OPENAI_BASE_URL").filter(|u| !u.is_empty()) {
             // A custom provider speaking the Responses API at that URL. Against a server on
             // this machine a retry only delays the failure it reports.
