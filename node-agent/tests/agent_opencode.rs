@@ -384,31 +384,21 @@ async fn plan_mode_runs_opencodes_plan_agent_and_unknown_modes_are_refused() {
     assert_nothing_unparsed(&events);
 }
 
-/// Waits for a question of the session, and returns it; the tools the model was
-/// offered are in the message when none comes.
-async fn until_question(fx: &Fixture, id: &str, turn: u64) -> QuestionRequest {
-    let client = fx.client();
-    let wait = async {
-        loop {
-            let session = client.get_session(id).await.unwrap();
-            if let Some(request) = session.pending_questions.first() {
-                return request.clone();
-            }
-            assert!(session.error.is_none(), "the session failed: {:?}", session.error);
-            if session.turns_completed >= turn {
-                let offered: Vec<String> = fx
-                    .agent_requests()
-                    .iter()
-                    .flat_map(|r| r.body["tools"].as_array().cloned().unwrap_or_default())
-                    .map(|t| format!("{} {}", t["function"]["name"], t["function"]["parameters"]))
-                    .collect();
-                let events = client.session_events(id, &SessionEventsQuery::default()).await.unwrap().events;
-                panic!("the turn ended without a question; offered {offered:#?}; events {events:#?}");
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
+/// Waits on the session's events for a question in turn `turn`, and returns it; a
+/// turn that ends without one fails the test, showing the turn's events.
+async fn until_question(client: &Client, id: &str, turn: u64) -> QuestionRequest {
+    let in_turn = std::cell::Cell::new(false);
+    let events = session_events_until(client, id, 0, SLOW, &format!("a question in turn {turn}"), |e| {
+        if matches!(e.data, EventData::TurnStarted { turn: t } if t == turn) {
+            in_turn.set(true);
         }
-    };
-    tokio::time::timeout(SLOW, wait).await.expect("a question")
+        in_turn.get() && matches!(e.data, EventData::QuestionRequested(_) | EventData::TurnEnded { .. } | EventData::SessionEnded { .. })
+    })
+    .await;
+    match &events.last().expect("an event").data {
+        EventData::QuestionRequested(question) => question.clone(),
+        _ => panic!("turn {turn} of {id} ended without a question: {:#?}", turn_events(&events, turn)),
+    }
 }
 
 /// OpenCode's `question` tool: its questions, with their options, answered through
@@ -422,7 +412,7 @@ async fn opencode_asks_a_question_and_gets_the_answer_given_through_the_api() {
     let ask = r#"[[tool:question {"questions": [{"question": "Which colour?", "header": "Colour", "options": [{"label": "red", "description": "warm"}, {"label": "blue", "description": "cool"}]}]}]]"#;
 
     client.send_message("q", &format!("ask me {ask}")).await.unwrap();
-    let question = until_question(&fx, "q", 1).await;
+    let question = until_question(client, "q", 1).await;
     assert_eq!(question.questions.len(), 1, "{question:?}");
     assert_eq!(question.questions[0].question, "Which colour?");
     assert_eq!(question.questions[0].options, vec!["red".to_string(), "blue".to_string()]);
@@ -434,7 +424,7 @@ async fn opencode_asks_a_question_and_gets_the_answer_given_through_the_api() {
     assert!(told.starts_with("tool said: ") && told.contains("blue") && !told.contains("\"red\""), "{told}");
 
     client.send_message("q", &format!("again {ask}")).await.unwrap();
-    let question = until_question(&fx, "q", 2).await;
+    let question = until_question(client, "q", 2).await;
     client.reject_question("q", &question.id).await.unwrap();
     let events = until_turn_ended(client, "q", 2).await;
     assert!(events.iter().any(|e| matches!(&e.data, EventData::QuestionResolved { id, outcome: QuestionOutcome::Rejected, .. } if *id == question.id)));
