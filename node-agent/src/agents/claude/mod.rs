@@ -31,7 +31,7 @@ use super::{AgentDriver, AgentId, DriverConfig, Interrupted, TurnContext, TurnIn
 use crate::error::{Error, Result};
 use crate::model::{AgentCapabilities, CreateSessionRequest, PermissionMode};
 use crate::sessions::QuestionAnswer;
-use crate::universal::{EventData, Item, ItemKind, ItemStatus, PermissionReply, Role};
+use crate::universal::{EventData, PermissionReply};
 
 /// How long a stopping `claude` gets after SIGTERM before SIGKILL.
 const STOP_GRACE: Duration = Duration::from_secs(3);
@@ -300,15 +300,7 @@ impl ClaudeDriver {
                 let reply = match preset {
                     Some(reply) => {
                         let text = format!("{tool} allowed without asking: the user chose {reply:?} before");
-                        let item = Item {
-                            id: format!("{request_id}-auto"),
-                            kind: ItemKind::Status,
-                            role: Some(Role::System),
-                            text: Some(text),
-                            status: Some(ItemStatus::Completed),
-                            ..Default::default()
-                        };
-                        ctx.emit_raw(EventData::ItemCompleted { item }, Some(line.to_string())).await?;
+                        ctx.emit_raw(super::convert::status(format!("{request_id}-auto"), text), Some(line.to_string())).await?;
                         reply
                     }
                     None => {

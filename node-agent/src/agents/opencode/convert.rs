@@ -103,16 +103,7 @@ impl Converter {
             self.anonymous += 1;
             format!("opencode-status-{}", self.anonymous)
         });
-        EventData::ItemCompleted {
-            item: Item {
-                id,
-                kind: ItemKind::Status,
-                role: Some(Role::System),
-                text: Some(text.into()),
-                status: Some(ItemStatus::Completed),
-                ..Default::default()
-            },
-        }
+        crate::agents::convert::status(id, text)
     }
 
     fn bus_event(&mut self, kind: &str, properties: &Value, id: Option<String>) -> Vec<EventData> {
