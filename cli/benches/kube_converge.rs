@@ -47,7 +47,8 @@ struct Killed(Child);
 impl Drop for Killed {
     fn drop(&mut self) {
         // SIGTERM: the node agent stops what it runs.
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.0.id() as i32), nix::sys::signal::Signal::SIGTERM);
+        let _ =
+            nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.0.id() as i32), nix::sys::signal::Signal::SIGTERM);
         let deadline = Instant::now() + Duration::from_secs(20);
         while matches!(self.0.try_wait(), Ok(None)) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));
@@ -60,7 +61,10 @@ impl Drop for Killed {
 fn rss_kib(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
-        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("VmRSS:").map(|v| v.trim().trim_end_matches(" kB").parse().unwrap_or(0))))
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:").map(|v| v.trim().trim_end_matches(" kB").parse().unwrap_or(0)))
+        })
         .unwrap_or(0)
 }
 
@@ -104,7 +108,14 @@ async fn main() -> anyhow::Result<()> {
     let data = tempfile::tempdir()?;
     let port = free_port();
     let mut child = Command::new(BIN)
-        .args(["node-agent", "--listen", &format!("127.0.0.1:{port}"), "--max-processes", &(count + 100).to_string(), "--data-dir"])
+        .args([
+            "node-agent",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--max-processes",
+            &(count + 100).to_string(),
+            "--data-dir",
+        ])
         .arg(data.path())
         .env("AGENTPLANE_TOKEN", TOKEN)
         .stdin(Stdio::null())
@@ -121,13 +132,19 @@ async fn main() -> anyhow::Result<()> {
          apiVersion: agentplane.dev/v1alpha1\nkind: Sandbox\nmetadata: {{name: local, namespace: {ns}}}\n\
          spec: {{endpoint: 'http://127.0.0.1:{port}', tokenSecretRef: {{name: local-token, key: token}}}}\n"
     );
-    let mut kubectl = server.kubectl().args(["apply", "-f", "-"]).stdin(Stdio::piped()).stdout(Stdio::null()).spawn()?;
+    let mut kubectl =
+        server.kubectl().args(["apply", "-f", "-"]).stdin(Stdio::piped()).stdout(Stdio::null()).spawn()?;
     std::io::Write::write_all(&mut kubectl.stdin.take().context("kubectl stdin")?, setup.as_bytes())?;
     ensure!(kubectl.wait()?.success(), "kubectl apply of the Sandbox failed");
 
     let controller = Command::new(BIN)
         .args(["controller", "--leader-election=false", "--namespace", &ns])
-        .args(["--metrics-listen", &format!("127.0.0.1:{}", free_port()), "--health-listen", &format!("127.0.0.1:{}", free_port())])
+        .args([
+            "--metrics-listen",
+            &format!("127.0.0.1:{}", free_port()),
+            "--health-listen",
+            &format!("127.0.0.1:{}", free_port()),
+        ])
         .arg("--kubeconfig")
         .arg(&server.kubeconfig)
         .env("RUST_LOG", "warn")
@@ -159,7 +176,10 @@ async fn main() -> anyhow::Result<()> {
     });
     let started = Instant::now();
     let create_time = create_all(&api, count).await?;
-    let all_ready = tokio::time::timeout(PATIENCE, ready_rx.recv()).await.context("not all Ready in time")?.context("watch ended")?;
+    let all_ready = tokio::time::timeout(PATIENCE, ready_rx.recv())
+        .await
+        .context("not all Ready in time")?
+        .context("watch ended")?;
     let converge = all_ready - started;
     let rss = rss_kib(controller_pid);
     watch.abort();
@@ -169,10 +189,19 @@ async fn main() -> anyhow::Result<()> {
     let runs = node.list_processes(&Default::default()).await?;
     let running = runs.iter().filter(|p| p.exit_code.is_none() && p.signal.is_none()).count();
     let distinct: BTreeSet<_> = runs.iter().map(|p| p.id.clone()).collect();
-    ensure!(running == count && distinct.len() == count, "{running} running, {} distinct, want {count}", distinct.len());
+    ensure!(
+        running == count && distinct.len() == count,
+        "{running} running, {} distinct, want {count}",
+        distinct.len()
+    );
 
-    println!("kube_converge: {count} Processes on a real kube-apiserver (v1.20.2) and etcd, 2 processes (controller, node agent)");
-    println!("  baseline: {count} creates through the API server, {IN_FLIGHT} in flight, no controller: {:.2} s", bare_time.as_secs_f64());
+    println!(
+        "kube_converge: {count} Processes on a real kube-apiserver (v1.20.2) and etcd, 2 processes (controller, node agent)"
+    );
+    println!(
+        "  baseline: {count} creates through the API server, {IN_FLIGHT} in flight, no controller: {:.2} s",
+        bare_time.as_secs_f64()
+    );
     println!("  creates while the controller runs: {:.2} s", create_time.as_secs_f64());
     println!(
         "  {count} created -> all Ready=True: {:.2} s (target < 10 s: {}), {:.1}x the bare creates",

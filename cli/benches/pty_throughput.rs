@@ -92,7 +92,9 @@ async fn run() -> anyhow::Result<()> {
     let idle_rss = agent.rss_bytes()?;
     let client = Client::new(&agent.url, Some(TOKEN.into()))?;
 
-    eprintln!("{THROUGHPUT_RUNS} pairs: script -q -c \"cat FILE\" /dev/null > /dev/null, then cat of the same file on a PTY over the WebSocket ({mib} MiB)");
+    eprintln!(
+        "{THROUGHPUT_RUNS} pairs: script -q -c \"cat FILE\" /dev/null > /dev/null, then cat of the same file on a PTY over the WebSocket ({mib} MiB)"
+    );
     let mut baseline = Vec::new();
     let mut runs = Vec::new();
     for _ in 0..THROUGHPUT_RUNS {
@@ -117,7 +119,8 @@ async fn run() -> anyhow::Result<()> {
     let ours: Vec<f64> = runs.iter().map(CatRun::mib_per_sec).collect();
     let ratios: Vec<f64> = ours.iter().zip(&baseline).map(|(o, b)| o / b).collect();
     let cpu: Vec<f64> = runs.iter().map(|r| r.cpu_seconds * DEFAULT_MIB as f64 / mib as f64).collect();
-    let (baseline_mid, ours_mid, ratio, cpu_per_256) = (median(&baseline), median(&ours), median(&ratios), median(&cpu));
+    let (baseline_mid, ours_mid, ratio, cpu_per_256) =
+        (median(&baseline), median(&ours), median(&ratios), median(&cpu));
     let missing: u64 = runs.iter().map(|r| r.missing).sum();
     let gaps: u64 = runs.iter().map(|r| r.gaps).sum();
     let intact = runs.iter().all(|r| r.intact());
@@ -128,7 +131,12 @@ async fn run() -> anyhow::Result<()> {
     let mut table = Table::default();
     table.row("script(1) baseline, median", format!("{baseline_mid:.1} MiB/s {}", range(&baseline, 1)), "-", None);
     table.row("node agent WebSocket, median", format!("{ours_mid:.1} MiB/s {}", range(&ours, 1)), "-", None);
-    table.row("ratio ours / baseline, median of pairs", format!("{ratio:.2} {}", range(&ratios, 2)), ">= 0.90", Some(ratio >= TARGET_RATIO));
+    table.row(
+        "ratio ours / baseline, median of pairs",
+        format!("{ratio:.2} {}", range(&ratios, 2)),
+        ">= 0.90",
+        Some(ratio >= TARGET_RATIO),
+    );
     table.row(
         "bytes received / expected, all runs",
         format!("{} / {}", runs.iter().map(|r| r.received).sum::<u64>(), runs.iter().map(|r| r.expected).sum::<u64>()),

@@ -42,7 +42,9 @@ fn env_usize(name: &str, default: usize) -> usize {
 }
 
 fn process_yaml(name: &str) -> String {
-    format!("apiVersion: agentplane.dev/v1alpha1\nkind: Process\nmetadata:\n  name: {name}\nspec:\n  command: sleep\n  args: ['100000']\n")
+    format!(
+        "apiVersion: agentplane.dev/v1alpha1\nkind: Process\nmetadata:\n  name: {name}\nspec:\n  command: sleep\n  args: ['100000']\n"
+    )
 }
 
 struct Daemon {
@@ -60,7 +62,11 @@ impl Daemon {
     fn rss_kib(&self) -> u64 {
         fs::read_to_string(format!("/proc/{}/status", self.child.id()))
             .ok()
-            .and_then(|s| s.lines().find_map(|l| l.strip_prefix("VmRSS:").map(|v| v.trim().trim_end_matches(" kB").parse().unwrap_or(0))))
+            .and_then(|s| {
+                s.lines().find_map(|l| {
+                    l.strip_prefix("VmRSS:").map(|v| v.trim().trim_end_matches(" kB").parse().unwrap_or(0))
+                })
+            })
             .unwrap_or(0)
     }
 }
@@ -130,7 +136,9 @@ impl Records {
                 Err(e) => bail!("watching records: {e}"),
             };
             for path in event.paths {
-                let Some(name) = path.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_suffix(".json")) else { continue };
+                let Some(name) = path.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_suffix(".json")) else {
+                    continue;
+                };
                 if !name.starts_with('.') && names.contains(name) && self.running(name) {
                     names.remove(name);
                 }
@@ -262,12 +270,29 @@ async fn run() -> anyhow::Result<()> {
     println!();
     println!("agentplane up: a saved Process file until its status says Running ({saves} saves, one at a time)");
     println!("  {:<44} {:>10} {:>10} {:>12}", "", "p50", "p99", "target");
-    println!("  {:<44} {:>10} {:>10} {:>12}", "file saved -> running, status written", ms(percentile(&latencies, 0.5)), ms(percentile(&latencies, 0.99)), "p99 < 50 ms");
-    println!("  {:<44} {:>10} {:>10} {:>12}", "baseline: one API create, no file", ms(percentile(&direct, 0.5)), ms(percentile(&direct, 0.99)), "");
+    println!(
+        "  {:<44} {:>10} {:>10} {:>12}",
+        "file saved -> running, status written",
+        ms(percentile(&latencies, 0.5)),
+        ms(percentile(&latencies, 0.99)),
+        "p99 < 50 ms"
+    );
+    println!(
+        "  {:<44} {:>10} {:>10} {:>12}",
+        "baseline: one API create, no file",
+        ms(percentile(&direct, 0.5)),
+        ms(percentile(&direct, 0.99)),
+        ""
+    );
     println!();
     println!("agentplane up: {files} Process files dropped at once until all say Running");
     println!("  {:<44} {:>10} {:>12}", "", "seconds", "target");
-    println!("  {:<44} {:>10.2} {:>12}", "files dropped -> all running", dropped.as_secs_f64(), if files == 1000 { "< 3 s" } else { "" });
+    println!(
+        "  {:<44} {:>10.2} {:>12}",
+        "files dropped -> all running",
+        dropped.as_secs_f64(),
+        if files == 1000 { "< 3 s" } else { "" }
+    );
     println!("  {:<44} {:>10.2} {:>12}", "baseline: API creates, 32 in flight", baseline.as_secs_f64(), "");
     println!("  {:<44} {:>10.1} {:>12}", "ratio (up / baseline)", dropped.as_secs_f64() / baseline.as_secs_f64(), "");
     println!("  {:<44} {:>7} MiB", "RSS of up holding them", rss / 1024);

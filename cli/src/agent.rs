@@ -77,7 +77,9 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<i32> {
             let request = InstallRequest { version, reinstall };
             let result = install(&client, &agent, &request).await?;
             match format {
-                Format::Table if result.already_installed => println!("{} {} is already installed: {}", result.agent, result.version, result.path),
+                Format::Table if result.already_installed => {
+                    println!("{} {} is already installed: {}", result.agent, result.version, result.path)
+                }
                 Format::Table => println!(
                     "installed {} {}: {} ({})",
                     result.agent,
@@ -97,11 +99,17 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<i32> {
                         .iter()
                         .map(|m| {
                             let default = modes.default_agent_mode.as_deref() == Some(m.id.as_str());
-                            let description = if default { format!("{} (default)", m.description) } else { m.description.clone() };
+                            let description =
+                                if default { format!("{} (default)", m.description) } else { m.description.clone() };
                             vec!["agentMode".into(), m.id.clone(), description]
                         })
                         .collect();
-                    rows.extend(modes.permission_modes.iter().map(|m| vec!["permissionMode".into(), permission_mode(*m).into(), String::new()]));
+                    rows.extend(
+                        modes
+                            .permission_modes
+                            .iter()
+                            .map(|m| vec!["permissionMode".into(), permission_mode(*m).into(), String::new()]),
+                    );
                     print_table(&["KIND", "MODE", "DESCRIPTION"], &rows);
                 }
                 _ => print_structured(format, &modes)?,
@@ -116,7 +124,10 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<i32> {
                         .iter()
                         .map(|m| {
                             let default = models.default_model.as_deref() == Some(m.id.as_str());
-                            vec![m.id.clone(), if default { format!("{} (default)", m.description) } else { m.description.clone() }]
+                            vec![
+                                m.id.clone(),
+                                if default { format!("{} (default)", m.description) } else { m.description.clone() },
+                            ]
                         })
                         .collect();
                     if !rows.is_empty() {
@@ -137,7 +148,10 @@ async fn install(client: &Client, agent: &str, request: &InstallRequest) -> anyh
     // npm does not say how many tarballs to expect: the bar counts the phases.
     let bar = tty.then(|| {
         let bar = indicatif::ProgressBar::new(PHASES);
-        bar.set_style(indicatif::ProgressStyle::with_template("{spinner} {prefix} [{elapsed}] [{bar:12}] {wide_msg}").expect("a valid template"));
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{spinner} {prefix} [{elapsed}] [{bar:12}] {wide_msg}")
+                .expect("a valid template"),
+        );
         bar.set_prefix(format!("installing {agent}"));
         bar.enable_steady_tick(std::time::Duration::from_millis(120));
         bar
@@ -152,7 +166,9 @@ async fn install(client: &Client, agent: &str, request: &InstallRequest) -> anyh
                     bar.set_message(line);
                 }
                 // Without a terminal: each phase, and each tarball while downloading.
-                None if last_phase != Some(progress.phase) || progress.phase == InstallPhase::Downloading => eprintln!("{line}"),
+                None if last_phase != Some(progress.phase) || progress.phase == InstallPhase::Downloading => {
+                    eprintln!("{line}")
+                }
                 None => {}
             }
             last_phase = Some(progress.phase);
@@ -182,7 +198,10 @@ fn progress_line(p: &InstallProgress) -> String {
         InstallPhase::Verifying => "verifying",
         InstallPhase::Done => "done",
     };
-    let mut line = format!("{phase} {}@{}: {} packages resolved, {} tarballs fetched", p.agent, p.version, p.packages_resolved, p.tarballs_fetched);
+    let mut line = format!(
+        "{phase} {}@{}: {} packages resolved, {} tarballs fetched",
+        p.agent, p.version, p.packages_resolved, p.tarballs_fetched
+    );
     if let Some(message) = &p.message {
         line.push_str(&format!(" ({message})"));
     }
@@ -194,7 +213,12 @@ fn yes_no(b: bool) -> String {
 }
 
 fn capabilities(c: &AgentCapabilities) -> String {
-    let names = [(c.permissions, "permissions"), (c.questions, "questions"), (c.resume, "resume"), (c.streaming_deltas, "deltas")];
+    let names = [
+        (c.permissions, "permissions"),
+        (c.questions, "questions"),
+        (c.resume, "resume"),
+        (c.streaming_deltas, "deltas"),
+    ];
     let names: Vec<&str> = names.iter().filter(|(on, _)| *on).map(|(_, name)| *name).collect();
     if names.is_empty() { "-".into() } else { names.join(",") }
 }

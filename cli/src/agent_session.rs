@@ -350,7 +350,9 @@ fn readable(event: &UniversalEvent, session: &str) -> Option<String> {
     let kind = event.kind().as_str();
     let what = match &event.data {
         EventData::ItemDelta { .. } => return None,
-        EventData::ItemStarted { item } if item.text.is_none() && item.tool.is_none() && item.input.is_none() => return None,
+        EventData::ItemStarted { item } if item.text.is_none() && item.tool.is_none() && item.input.is_none() => {
+            return None;
+        }
         EventData::SessionStarted { agent, agent_session_id, resumed } => {
             let mut what = agent.clone();
             if let Some(native) = agent_session_id {
@@ -379,7 +381,11 @@ fn readable(event: &UniversalEvent, session: &str) -> Option<String> {
                 what.push_str(&format!(" {tool}"));
             }
             // The status an item has at that point goes without saying.
-            let expected = if matches!(event.data, EventData::ItemStarted { .. }) { ItemStatus::InProgress } else { ItemStatus::Completed };
+            let expected = if matches!(event.data, EventData::ItemStarted { .. }) {
+                ItemStatus::InProgress
+            } else {
+                ItemStatus::Completed
+            };
             if let Some(status) = item.status.filter(|s| *s != expected) {
                 what.push_str(&format!(" [{}]", enum_name(&status)));
             }
@@ -407,7 +413,13 @@ fn readable(event: &UniversalEvent, session: &str) -> Option<String> {
             let questions: Vec<String> = request
                 .questions
                 .iter()
-                .map(|q| if q.options.is_empty() { q.question.clone() } else { format!("{} [{}]", q.question, q.options.join(" / ")) })
+                .map(|q| {
+                    if q.options.is_empty() {
+                        q.question.clone()
+                    } else {
+                        format!("{} [{}]", q.question, q.options.join(" / "))
+                    }
+                })
                 .collect();
             format!(
                 "{}: {} (answer: agentplane session reply {session} {} --answer ...)",

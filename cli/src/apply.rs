@@ -14,7 +14,9 @@ use agentplane_controller::dir::store::yaml_files;
 use anyhow::{Context, bail};
 use clap::Args;
 
-use crate::workspace::{DirArgs, Workspace, kind_word, not_found, parse_duration, parse_refs, ref_name, write_atomically};
+use crate::workspace::{
+    DirArgs, Workspace, kind_word, not_found, parse_duration, parse_refs, ref_name, write_atomically,
+};
 use crate::yaml_edit;
 
 #[derive(Args, Debug)]
@@ -137,7 +139,8 @@ pub async fn apply(args: ApplyArgs) -> anyhow::Result<i32> {
 
     for plan in &planned {
         let old_text = fs::read_to_string(&plan.dest).ok();
-        let old: Vec<Declared> = old_text.as_deref().and_then(|t| parse_file(&plan.relative, t).ok()).unwrap_or_default();
+        let old: Vec<Declared> =
+            old_text.as_deref().and_then(|t| parse_file(&plan.relative, t).ok()).unwrap_or_default();
         if old_text.as_deref() != Some(plan.text.as_str()) {
             write_atomically(&plan.dest, plan.text.as_bytes())?;
         }
@@ -244,7 +247,8 @@ fn remove_declaration(declaration: &crate::workspace::Declaration) -> anyhow::Re
     if declaration.declared.len() == 1 {
         return fs::remove_file(path).with_context(|| format!("removing {}", path.display()));
     }
-    let refuse = |why: String| anyhow::anyhow!("{}: {why}; nothing was changed: remove the document by hand", declaration.file);
+    let refuse =
+        |why: String| anyhow::anyhow!("{}: {why}; nothing was changed: remove the document by hand", declaration.file);
     let documents = yaml_edit::documents(&declaration.text).map_err(|e| refuse(e.0))?;
     let this = declaration.this();
     let document = documents
@@ -253,10 +257,15 @@ fn remove_declaration(declaration: &crate::workspace::Declaration) -> anyhow::Re
         .ok_or_else(|| refuse(format!("its documents cannot be told apart at line {}", this.line)))?;
     let edited = yaml_edit::remove_document(&declaration.text, document).map_err(|e| refuse(e.0))?;
     // The rest must come out exactly as it was declared.
-    let expected: Vec<&Object> = declaration.declared.iter().filter(|d| d.document != this.document).map(|d| &d.object).collect();
-    let reparsed = parse_file(&declaration.file, &edited).map_err(|e| refuse(format!("the edit would not parse ({e})")))?;
+    let expected: Vec<&Object> =
+        declaration.declared.iter().filter(|d| d.document != this.document).map(|d| &d.object).collect();
+    let reparsed =
+        parse_file(&declaration.file, &edited).map_err(|e| refuse(format!("the edit would not parse ({e})")))?;
     if reparsed.iter().map(|d| &d.object).collect::<Vec<_>>() != expected {
-        return Err(refuse(format!("the edit would change other documents than the {}'s", kind_word(this.object.kind()))));
+        return Err(refuse(format!(
+            "the edit would change other documents than the {}'s",
+            kind_word(this.object.kind())
+        )));
     }
     write_atomically(path, edited.as_bytes())
 }

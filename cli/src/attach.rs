@@ -36,7 +36,8 @@ pub async fn attach(client: &Client, id: &str, offset: Option<u64>) -> anyhow::R
     let interactive = std::io::stdin().is_terminal();
     let raw = if interactive { Some(RawMode::enable()?) } else { None };
 
-    if info.pty && interactive
+    if info.pty
+        && interactive
         && let Ok((cols, rows)) = crossterm::terminal::size()
     {
         sink.send(control(&ControlMessage::Resize { rows, cols })).await?;

@@ -36,7 +36,8 @@ impl Cluster {
         let config = crate::kubeconfig::load(Some(kubeconfig), context).await?;
         let namespace = config.default_namespace.clone();
         let server = config.cluster_url.to_string();
-        let client = kube::Client::try_from(config).with_context(|| format!("a client of the Kubernetes API server at {server}"))?;
+        let client = kube::Client::try_from(config)
+            .with_context(|| format!("a client of the Kubernetes API server at {server}"))?;
         Ok(Cluster { client, namespace, server })
     }
 
@@ -125,7 +126,9 @@ impl Cluster {
                 events.sort_by_key(|e| event_time(e).map(|t| t.0));
                 Events::Listed(events)
             }
-            Err(kube::Error::Api(status)) if status.is_forbidden() => Events::Unavailable("not allowed to list events".into()),
+            Err(kube::Error::Api(status)) if status.is_forbidden() => {
+                Events::Unavailable("not allowed to list events".into())
+            }
             Err(error) => Events::Unavailable(format!("{:#}", self.error(error))),
         }
     }
@@ -134,10 +137,16 @@ impl Cluster {
     /// Secret holds.
     pub async fn node_agent(&self, object: &Object) -> anyhow::Result<Client> {
         let owner = object.key();
-        let key = Key { kind: Kind::Sandbox, namespace: owner.namespace.clone(), name: sandbox_name(object).to_string() };
+        let key =
+            Key { kind: Kind::Sandbox, namespace: owner.namespace.clone(), name: sandbox_name(object).to_string() };
         let sandboxes: Api<Sandbox> = Api::namespaced(self.client.clone(), &key.namespace);
         let Some(sandbox) = sandboxes.get_opt(&key.name).await.map_err(|e| self.error(e))? else {
-            bail!("{} runs on sandbox {:?}, which is not found in namespace {:?}", ref_name(&owner), key.name, key.namespace)
+            bail!(
+                "{} runs on sandbox {:?}, which is not found in namespace {:?}",
+                ref_name(&owner),
+                key.name,
+                key.namespace
+            )
         };
         let endpoint = sandbox.spec.endpoint.trim();
         if endpoint.is_empty() {
@@ -159,7 +168,8 @@ impl Cluster {
         let Some(value) = secret.data.and_then(|mut data| data.remove(&selector.key)) else {
             bail!("secret {:?} has no key {:?} ({whose})", selector.name, selector.key)
         };
-        String::from_utf8(value.0).map_err(|_| anyhow!("secret {:?} key {:?} ({whose}) is not text", selector.name, selector.key))
+        String::from_utf8(value.0)
+            .map_err(|_| anyhow!("secret {:?} key {:?} ({whose}) is not text", selector.name, selector.key))
     }
 
     /// Appends `item` to the Session's `spec.<list>` with a JSON patch that only
@@ -170,7 +180,8 @@ impl Cluster {
         // The version a patch was refused at: refused again there, it was not a race.
         let mut refused_at: Option<String> = None;
         for _ in 0..APPEND_ATTEMPTS {
-            let session = sessions.get_opt(&key.name).await.map_err(|e| self.error(e))?.ok_or_else(|| not_found(key))?;
+            let session =
+                sessions.get_opt(&key.name).await.map_err(|e| self.error(e))?.ok_or_else(|| not_found(key))?;
             item.check_answers(&session)?;
             let version = session.metadata.resource_version.clone().unwrap_or_default();
             let count = item.count(&session.spec);
@@ -179,14 +190,19 @@ impl Cluster {
                 Ok(_) => return Ok(count + 1),
                 // A failed `test` is 422; a write that lost inside the API server, 409.
                 Err(kube::Error::Api(status))
-                    if (status.is_conflict() || status.is_invalid()) && refused_at.as_deref() != Some(version.as_str()) =>
+                    if (status.is_conflict() || status.is_invalid())
+                        && refused_at.as_deref() != Some(version.as_str()) =>
                 {
                     refused_at = Some(version);
                 }
                 Err(error) => return Err(self.error(error)),
             }
         }
-        bail!("{} kept changing: {APPEND_ATTEMPTS} attempts to add to spec.{} lost the race; try again", ref_name(key), item.list())
+        bail!(
+            "{} kept changing: {APPEND_ATTEMPTS} attempts to add to spec.{} lost the race; try again",
+            ref_name(key),
+            item.list()
+        )
     }
 
     fn error(&self, error: kube::Error) -> anyhow::Error {

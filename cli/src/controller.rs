@@ -65,7 +65,9 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
     }
     let (client, default_namespace) = kube_client(args.kubeconfig.as_ref(), args.context.as_deref()).await?;
     let identity = args.identity.unwrap_or_else(|| {
-        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_else(|_| "controller".into());
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_string())
+            .unwrap_or_else(|_| "controller".into());
         format!("{host}-{}", &uuid_suffix())
     });
     let config = KubeStoreConfig {

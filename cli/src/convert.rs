@@ -56,7 +56,11 @@ fn convert_line(converter: &mut dyn Converter, line: &str) -> Vec<EventData> {
 pub async fn run(args: ConvertArgs) -> anyhow::Result<i32> {
     let Some(agent) = AgentId::parse(&args.agent).filter(|a| a.package().is_some()) else {
         let known: Vec<&str> = AgentId::ALL.iter().filter(|a| a.package().is_some()).map(|a| a.as_str()).collect();
-        let why = if AgentId::parse(&args.agent).is_some() { "is built in and has no native transcript" } else { "is unknown" };
+        let why = if AgentId::parse(&args.agent).is_some() {
+            "is built in and has no native transcript"
+        } else {
+            "is unknown"
+        };
         eprintln!("error: agent {:?} {why}: give --agent one of {}", args.agent, known.join(", "));
         return Ok(2);
     };

@@ -74,7 +74,12 @@ pub async fn get(args: GetArgs) -> anyhow::Result<i32> {
         Some(_) => bail!("give KIND/NAME or KIND NAME, not both"),
         None => (parse_kind(&args.kind)?, args.name.clone()),
     };
-    let selection = Selection { kind, namespace: store.namespace(args.namespace.as_deref()), all_namespaces: args.all_namespaces, name };
+    let selection = Selection {
+        kind,
+        namespace: store.namespace(args.namespace.as_deref()),
+        all_namespaces: args.all_namespaces,
+        name,
+    };
     let objects = store.select(&selection).await?;
     let columns = Columns { kind, wide: args.output == Some(GetFormat::Wide), namespaces: args.all_namespaces };
     let mut shown_problems = BTreeSet::new();
@@ -242,8 +247,14 @@ impl Columns {
                     age,
                 ]);
                 if self.wide {
-                    let ready = conditions::get(&status.conditions, READY).map(|c| c.message.clone()).unwrap_or_default();
-                    row.extend([p.spec.sandbox.clone(), status.pid.map(|p| p.to_string()).unwrap_or_default(), source, ready]);
+                    let ready =
+                        conditions::get(&status.conditions, READY).map(|c| c.message.clone()).unwrap_or_default();
+                    row.extend([
+                        p.spec.sandbox.clone(),
+                        status.pid.map(|p| p.to_string()).unwrap_or_default(),
+                        source,
+                        ready,
+                    ]);
                 }
             }
             Object::Session(s) => {
@@ -280,7 +291,11 @@ impl Columns {
 
 /// The phase, or `Terminating` while being cleaned up; a spec that was not taken says so.
 fn phase_cell(meta: &ObjectMeta, phase: Option<String>, conditions: &[Condition]) -> String {
-    let mut cell = if meta.deletion_timestamp.is_some() { "Terminating".to_string() } else { phase.unwrap_or_else(|| "Pending".into()) };
+    let mut cell = if meta.deletion_timestamp.is_some() {
+        "Terminating".to_string()
+    } else {
+        phase.unwrap_or_else(|| "Pending".into())
+    };
     if conditions::get(conditions, VALID).is_some_and(|c| c.status == "False") {
         cell.push_str(" (invalid spec)");
     }
@@ -355,14 +370,24 @@ pub async fn describe(args: DescribeArgs) -> anyhow::Result<i32> {
             out.field(1, "Command", command_line(&spec.command, &spec.args));
             out.field(1, "Sandbox", spec.sandbox.clone());
             out.optional(1, "Working dir", spec.cwd.clone());
-            out.field(1, "Terminal", spec.tty.map(|t| format!("{}x{}", t.cols, t.rows)).unwrap_or_else(|| "no (pipes)".into()));
+            out.field(
+                1,
+                "Terminal",
+                spec.tty.map(|t| format!("{}x{}", t.cols, t.rows)).unwrap_or_else(|| "no (pipes)".into()),
+            );
             out.field(1, "Stdin", if spec.stdin || spec.tty.is_some() { "open".into() } else { "closed".into() });
             let env: Vec<&str> = spec.env.iter().map(|e| e.name.as_str()).collect();
             if !env.is_empty() {
                 out.field(1, "Env", env.join(", "));
             }
             if !spec.env_from.is_empty() {
-                let from: Vec<String> = spec.env_from.iter().filter_map(|e| e.file.clone().or_else(|| e.secret_ref.as_ref().map(|s| format!("secret {}", s.name)))).collect();
+                let from: Vec<String> = spec
+                    .env_from
+                    .iter()
+                    .filter_map(|e| {
+                        e.file.clone().or_else(|| e.secret_ref.as_ref().map(|s| format!("secret {}", s.name)))
+                    })
+                    .collect();
                 out.field(1, "Env from", from.join(", "));
             }
             out.optional(1, "Tag", spec.tag.clone());
@@ -416,11 +441,28 @@ pub async fn describe(args: DescribeArgs) -> anyhow::Result<i32> {
                 out.field(1, "Delivered", format!("{} of {}", status.delivered_messages, spec.messages.len()));
                 for question in &status.pending_questions {
                     let texts: Vec<&str> = question.questions.iter().map(|q| q.question.as_str()).collect();
-                    out.field(1, "Question", format!("{}: {} (agentplane reply session/{} {} --answer ...)", question.id, texts.join(" / "), key.name, question.id));
+                    out.field(
+                        1,
+                        "Question",
+                        format!(
+                            "{}: {} (agentplane reply session/{} {} --answer ...)",
+                            question.id,
+                            texts.join(" / "),
+                            key.name,
+                            question.id
+                        ),
+                    );
                 }
                 for permission in &status.pending_permissions {
                     let summary = permission.summary.clone().unwrap_or_default();
-                    out.field(1, "Permission", format!("{}: {} {summary} (agentplane reply session/{} {} --decision once)", permission.id, permission.tool, key.name, permission.id));
+                    out.field(
+                        1,
+                        "Permission",
+                        format!(
+                            "{}: {} {summary} (agentplane reply session/{} {} --decision once)",
+                            permission.id, permission.tool, key.name, permission.id
+                        ),
+                    );
                 }
                 out.optional(1, "Events URL", status.events_url.clone());
                 conditions = status.conditions.clone();
@@ -431,12 +473,20 @@ pub async fn describe(args: DescribeArgs) -> anyhow::Result<i32> {
             out.field(1, "Endpoint", s.spec.endpoint.clone());
             out.optional(1, "Token secret", s.spec.token_secret_ref.as_ref().map(|r| format!("{}/{}", r.name, r.key)));
             for agent in &s.spec.agents {
-                out.field(1, "Agent", format!("{} {}", enum_word(&agent.agent), agent.version.clone().unwrap_or_default()));
+                out.field(
+                    1,
+                    "Agent",
+                    format!("{} {}", enum_word(&agent.agent), agent.version.clone().unwrap_or_default()),
+                );
             }
             if let Some(status) = &s.status {
                 out.section("Status");
                 out.optional(1, "Node agent version", status.node_agent_version.clone());
-                out.optional(1, "Last heartbeat", status.last_heartbeat.as_ref().map(|t| format!("{} ({} ago)", t.0, age_of(t))));
+                out.optional(
+                    1,
+                    "Last heartbeat",
+                    status.last_heartbeat.as_ref().map(|t| format!("{} ({} ago)", t.0, age_of(t))),
+                );
                 for (agent, version) in &status.installed_agents {
                     out.field(1, "Installed", format!("{} {version}", enum_word(agent)));
                 }
@@ -448,7 +498,15 @@ pub async fn describe(args: DescribeArgs) -> anyhow::Result<i32> {
     println!("Conditions:");
     let rows: Vec<Vec<String>> = conditions
         .iter()
-        .map(|c| vec![c.type_.clone(), c.status.clone(), c.reason.clone(), c.message.clone(), age_of(&c.last_transition_time)])
+        .map(|c| {
+            vec![
+                c.type_.clone(),
+                c.status.clone(),
+                c.reason.clone(),
+                c.message.clone(),
+                age_of(&c.last_transition_time),
+            ]
+        })
         .collect();
     print_indented_table(&["TYPE", "STATUS", "REASON", "MESSAGE", "AGE"], &rows);
     if let Object::Process(p) = &object {
@@ -485,7 +543,11 @@ fn print_events(events: Events) {
     let rows: Vec<Vec<String>> = events
         .iter()
         .map(|e| {
-            let from = e.reporting_component.clone().filter(|c| !c.is_empty()).or_else(|| e.source.as_ref().and_then(|s| s.component.clone()));
+            let from = e
+                .reporting_component
+                .clone()
+                .filter(|c| !c.is_empty())
+                .or_else(|| e.source.as_ref().and_then(|s| s.component.clone()));
             vec![
                 e.type_.clone().unwrap_or_default(),
                 e.reason.clone().unwrap_or_default(),
@@ -507,10 +569,15 @@ async fn print_output_tail(source: Result<Client, String>, process: &agentplane_
     };
     let id = node_process_id(uid);
     // A terminal has one stream; pipes have two, each worth seeing.
-    let streams = if process.spec.tty.is_some() { vec![None] } else { vec![Some(OutputStream::Stdout), Some(OutputStream::Stderr)] };
+    let streams = if process.spec.tty.is_some() {
+        vec![None]
+    } else {
+        vec![Some(OutputStream::Stdout), Some(OutputStream::Stderr)]
+    };
     let mut printed = false;
     for stream in streams {
-        let query = OutputQuery { offset: None, stream, limit: None, encoding: Some(OutputEncoding::Base64), wait: None };
+        let query =
+            OutputQuery { offset: None, stream, limit: None, encoding: Some(OutputEncoding::Base64), wait: None };
         let chunk = match client.output(&id, &query).await {
             Ok(chunk) => chunk,
             Err(e) if e.problem_code() == Some("process_not_found") => {

@@ -14,7 +14,9 @@ pub async fn load(path: Option<&Path>, context: Option<&str>) -> anyhow::Result<
     let options = KubeConfigOptions { context: context.map(str::to_string), ..Default::default() };
     let Some(path) = path else {
         if context.is_some() {
-            return kube::Config::from_kubeconfig(&options).await.context("reading the kubeconfig (KUBECONFIG or ~/.kube/config)");
+            return kube::Config::from_kubeconfig(&options)
+                .await
+                .context("reading the kubeconfig (KUBECONFIG or ~/.kube/config)");
         }
         return kube::Config::infer()
             .await
@@ -23,7 +25,8 @@ pub async fn load(path: Option<&Path>, context: Option<&str>) -> anyhow::Result<
     let path = path.to_path_buf();
     let runtime = tokio::runtime::Handle::current();
     tokio::task::spawn_blocking(move || -> anyhow::Result<kube::Config> {
-        let kubeconfig = Kubeconfig::read_from(&path).with_context(|| format!("cannot read kubeconfig {}", path.display()))?;
+        let kubeconfig =
+            Kubeconfig::read_from(&path).with_context(|| format!("cannot read kubeconfig {}", path.display()))?;
         runtime
             .block_on(kube::Config::from_custom_kubeconfig(kubeconfig, &options))
             .with_context(|| format!("kubeconfig {} cannot be used", path.display()))

@@ -9,9 +9,9 @@ use agentplane_controller::session::node_session_id;
 use agentplane_node_agent::client::{Client, SessionStreamItem};
 use agentplane_node_agent::model::{OutputStream, SessionEventsQuery};
 use agentplane_node_agent::universal::{EventData, UniversalEvent};
-use futures_util::StreamExt;
 use anyhow::bail;
 use clap::Args;
+use futures_util::StreamExt;
 
 use crate::proc::StreamArg;
 use crate::store::{Store, StoreArgs};
@@ -66,16 +66,25 @@ async fn locate(store: &Store, namespace: Option<&str>, kind: Kind, name: &str) 
 }
 
 /// The node agent and the id of a Process resource's process there.
-async fn locate_process(args: &StoreArgs, namespace: Option<&str>, word: &str) -> anyhow::Result<(Client, String, agentplane_crds::Process)> {
+async fn locate_process(
+    args: &StoreArgs,
+    namespace: Option<&str>,
+    word: &str,
+) -> anyhow::Result<(Client, String, agentplane_crds::Process)> {
     let store = Store::open(args).await?;
-    let Located { key, object, client, uid } = locate(&store, namespace, Kind::Process, &parse_one(&[word.to_string()], Kind::Process)?).await?;
+    let Located { key, object, client, uid } =
+        locate(&store, namespace, Kind::Process, &parse_one(&[word.to_string()], Kind::Process)?).await?;
     let Object::Process(process) = object else { bail!("{key} is not a Process") };
     let id = node_process_id(&uid);
     match client.get_process(&id).await {
         Ok(_) => Ok((client, id, process)),
         Err(e) if e.problem_code() == Some("process_not_found") => {
             let phase = process.status.as_ref().and_then(|s| s.phase).map_or("Pending".into(), |p| format!("{p:?}"));
-            bail!("{} has not run on the node agent (phase {phase}): see `agentplane describe process {}`", ref_name(&key), key.name)
+            bail!(
+                "{} has not run on the node agent (phase {phase}): see `agentplane describe process {}`",
+                ref_name(&key),
+                key.name
+            )
         }
         Err(e) => Err(e.into()),
     }
@@ -105,7 +114,9 @@ pub async fn attach(args: AttachArgs) -> anyhow::Result<i32> {
     let (client, id, process) = locate_process(&args.store, args.namespace.as_deref(), &args.process).await?;
     if process.spec.tty.is_none() && !process.spec.stdin {
         let name = process.metadata.name.unwrap_or_default();
-        bail!("process/{name} has neither a terminal nor stdin (spec.tty, spec.stdin): follow its output with `agentplane logs -f process/{name}`");
+        bail!(
+            "process/{name} has neither a terminal nor stdin (spec.tty, spec.stdin): follow its output with `agentplane logs -f process/{name}`"
+        );
     }
     crate::attach::attach(&client, &id, None).await
 }
@@ -117,10 +128,14 @@ async fn session_logs(args: &LogsArgs, name: &str) -> anyhow::Result<i32> {
     let id = node_session_id(&uid);
     let mut last = 0;
     loop {
-        let page = match client.session_events(&id, &SessionEventsQuery { offset: Some(last), limit: Some(1000) }).await {
+        let page = match client.session_events(&id, &SessionEventsQuery { offset: Some(last), limit: Some(1000) }).await
+        {
             Ok(page) => page,
             Err(e) if e.problem_code() == Some("session_not_found") => {
-                bail!("{} has no session on the node agent yet: see `agentplane describe session {name}`", ref_name(&key))
+                bail!(
+                    "{} has no session on the node agent yet: see `agentplane describe session {name}`",
+                    ref_name(&key)
+                )
             }
             Err(e) => return Err(e.into()),
         };
@@ -158,8 +173,15 @@ async fn session_logs(args: &LogsArgs, name: &str) -> anyhow::Result<i32> {
 fn printed(result: anyhow::Result<()>) -> anyhow::Result<bool> {
     match result {
         Ok(()) => Ok(true),
-        Err(e) if e.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe) => Ok(false),
-        Err(e) if e.downcast_ref::<serde_json::Error>().is_some_and(|e| e.io_error_kind() == Some(std::io::ErrorKind::BrokenPipe)) => Ok(false),
+        Err(e) if e.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe) => {
+            Ok(false)
+        }
+        Err(e)
+            if e.downcast_ref::<serde_json::Error>()
+                .is_some_and(|e| e.io_error_kind() == Some(std::io::ErrorKind::BrokenPipe)) =>
+        {
+            Ok(false)
+        }
         Err(e) => Err(e),
     }
 }
@@ -179,13 +201,18 @@ fn print_event(event: &UniversalEvent, format: EventFormat, session: &str) -> an
         EventData::ItemStarted { item } if item.tool.is_none() && item.text.is_none() => return Ok(()),
         EventData::ItemStarted { item } | EventData::ItemCompleted { item } => {
             let verb = if matches!(event.data, EventData::ItemStarted { .. }) { "started" } else { "completed" };
-            let kind = serde_json::to_value(item.kind).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
+            let kind =
+                serde_json::to_value(item.kind).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
             let who = item.role.and_then(|r| serde_json::to_value(r).ok()).and_then(|v| v.as_str().map(str::to_string));
             let what = item
                 .text
                 .clone()
                 .or_else(|| item.output.clone())
-                .or_else(|| item.tool.as_ref().map(|t| format!("{t} {}", item.input.as_ref().map(|i| i.to_string()).unwrap_or_default())))
+                .or_else(|| {
+                    item.tool
+                        .as_ref()
+                        .map(|t| format!("{t} {}", item.input.as_ref().map(|i| i.to_string()).unwrap_or_default()))
+                })
                 .unwrap_or_default();
             match who {
                 Some(who) if verb == "completed" => format!("{kind} {who}: {what}"),
@@ -200,7 +227,13 @@ fn print_event(event: &UniversalEvent, format: EventFormat, session: &str) -> an
             let questions: Vec<String> = request
                 .questions
                 .iter()
-                .map(|q| if q.options.is_empty() { q.question.clone() } else { format!("{} [{}]", q.question, q.options.join(" / ")) })
+                .map(|q| {
+                    if q.options.is_empty() {
+                        q.question.clone()
+                    } else {
+                        format!("{} [{}]", q.question, q.options.join(" / "))
+                    }
+                })
                 .collect();
             format!(
                 "question {}: {} (answer: agentplane reply session/{session} {} --answer ...)",

@@ -22,7 +22,11 @@ mod yaml_edit;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "agentplane", version, about = "Run AI coding agents and terminals in sandboxes, declared as resources.")]
+#[command(
+    name = "agentplane",
+    version,
+    about = "Run AI coding agents and terminals in sandboxes, declared as resources."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -188,9 +188,7 @@ pub async fn run(args: ProcArgs) -> anyhow::Result<i32> {
             print_processes(format, &[info], true)?;
         }
         ProcCommand::Kill { id, signal, timeout, purge } => {
-            let info = client
-                .delete_process(&id, &DeleteProcessQuery { signal, timeout, purge })
-                .await?;
+            let info = client.delete_process(&id, &DeleteProcessQuery { signal, timeout, purge }).await?;
             print_processes(format, &[info], true)?;
         }
         ProcCommand::Signal { id, signal, foreground } => {
@@ -207,8 +205,7 @@ pub async fn run(args: ProcArgs) -> anyhow::Result<i32> {
                 Some(text) => format!("{text}\n").into_bytes(),
                 None => {
                     let mut all = Vec::new();
-                    tokio::task::spawn_blocking(move || std::io::stdin().read_to_end(&mut all).map(|_| all))
-                        .await??
+                    tokio::task::spawn_blocking(move || std::io::stdin().read_to_end(&mut all).map(|_| all)).await??
                 }
             };
             let data = base64::engine::general_purpose::STANDARD.encode(bytes);
@@ -226,7 +223,13 @@ pub async fn run(args: ProcArgs) -> anyhow::Result<i32> {
     Ok(0)
 }
 
-pub(crate) async fn logs(client: &Client, id: &str, stream: Option<OutputStream>, mut offset: u64, follow: bool) -> anyhow::Result<i32> {
+pub(crate) async fn logs(
+    client: &Client,
+    id: &str,
+    stream: Option<OutputStream>,
+    mut offset: u64,
+    follow: bool,
+) -> anyhow::Result<i32> {
     let mut stdout = std::io::stdout();
     loop {
         let query = OutputQuery {

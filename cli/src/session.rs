@@ -100,7 +100,11 @@ fn answers(id: &str, given: &[String], status: Option<&SessionStatus>) -> anyhow
     match asked {
         Some(questions) if questions.len() == 1 && questions[0].multi_select => Ok(vec![given.to_vec()]),
         Some(questions) if questions.len() != given.len() => {
-            bail!("{id} asks {} question{}: give one --answer each", questions.len(), if questions.len() == 1 { "" } else { "s" })
+            bail!(
+                "{id} asks {} question{}: give one --answer each",
+                questions.len(),
+                if questions.len() == 1 { "" } else { "s" }
+            )
         }
         _ => Ok(given.iter().map(|a| vec![a.clone()]).collect()),
     }

@@ -114,14 +114,25 @@ impl SpecItem {
     pub fn check_answers(&self, session: &Session) -> anyhow::Result<()> {
         let SpecItem::Reply(reply) = self else { return Ok(()) };
         let status = session.status.clone().unwrap_or_default();
-        let asked = status.pending_permissions.iter().map(|p| p.id.as_str()).chain(status.pending_questions.iter().map(|q| q.id.as_str()));
+        let asked = status
+            .pending_permissions
+            .iter()
+            .map(|p| p.id.as_str())
+            .chain(status.pending_questions.iter().map(|q| q.id.as_str()));
         let asked: Vec<&str> = asked.collect();
         if asked.contains(&reply.id.as_str()) {
             return Ok(());
         }
         let name = session.metadata.name.clone().unwrap_or_default();
-        let pending = if asked.is_empty() { "it asks nothing now".to_string() } else { format!("it waits for {}", asked.join(", ")) };
-        bail!("session/{name} has no pending question or permission request {:?} ({pending}): see `agentplane describe session {name}`", reply.id)
+        let pending = if asked.is_empty() {
+            "it asks nothing now".to_string()
+        } else {
+            format!("it waits for {}", asked.join(", "))
+        };
+        bail!(
+            "session/{name} has no pending question or permission request {:?} ({pending}): see `agentplane describe session {name}`",
+            reply.id
+        )
     }
 }
 

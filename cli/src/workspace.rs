@@ -49,7 +49,8 @@ pub fn not_found(key: &Key) -> anyhow::Error {
 }
 
 pub fn parse_kind(word: &str) -> anyhow::Result<Kind> {
-    Kind::from_user(word).with_context(|| format!("unknown kind {word:?}: use processes (proc), sessions (sess) or sandboxes (sbx)"))
+    Kind::from_user(word)
+        .with_context(|| format!("unknown kind {word:?}: use processes (proc), sessions (sess) or sandboxes (sbx)"))
 }
 
 /// `KIND/NAME ...`, `KIND NAME ...`, or (for verbs about one kind) `NAME`.
@@ -120,7 +121,8 @@ impl Workspace {
 
     /// A stored resource; an unreadable record is an error.
     pub fn record(&self, key: &Key) -> anyhow::Result<Option<Object>> {
-        let record = self.state.read(key).transpose().map_err(|e| anyhow::anyhow!("a state record cannot be read: {e}"))?;
+        let record =
+            self.state.read(key).transpose().map_err(|e| anyhow::anyhow!("a state record cannot be read: {e}"))?;
         if record.is_none() && key.kind == Kind::Sandbox && key.name == agentplane_crds::LOCAL_SANDBOX {
             return Ok(self.local_sandbox(&key.namespace));
         }
@@ -159,10 +161,12 @@ impl Workspace {
             agentplane_crds::SandboxSpec { endpoint: info.url.clone(), token_secret_ref: None, agents: Vec::new() },
         );
         sandbox.metadata.namespace = Some(namespace.to_string());
-        sandbox.metadata.creation_timestamp = fs::metadata(self.state.up_path())
-            .and_then(|m| m.modified())
-            .ok()
-            .map(|t| k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::try_from(t).unwrap_or_default()));
+        sandbox.metadata.creation_timestamp =
+            fs::metadata(self.state.up_path()).and_then(|m| m.modified()).ok().map(|t| {
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    k8s_openapi::jiff::Timestamp::try_from(t).unwrap_or_default(),
+                )
+            });
         let mut status = agentplane_crds::SandboxStatus {
             node_agent_version: Some(env!("CARGO_PKG_VERSION").to_string()),
             ..Default::default()
@@ -222,9 +226,9 @@ impl Workspace {
                 Err(error) => broken.push(error),
             }
         }
-        let source = self.record(key)?.and_then(|o| {
-            agentplane_controller::dir::store::source_file(o.meta()).map(str::to_string)
-        });
+        let source = self
+            .record(key)?
+            .and_then(|o| agentplane_controller::dir::store::source_file(o.meta()).map(str::to_string));
         if let Some(source) = source
             && let Some(error) = broken.iter().find(|e| e.file == source)
         {
@@ -248,12 +252,16 @@ impl Workspace {
             .iter()
             .find(|d| d.line() == this.line)
             .ok_or_else(|| refuse(format!("its documents cannot be told apart at line {}", this.line)))?;
-        let edited = yaml_edit::append_to_spec_list(&declaration.text, document, list, item).map_err(|e| refuse(e.0))?;
+        let edited =
+            yaml_edit::append_to_spec_list(&declaration.text, document, list, item).map_err(|e| refuse(e.0))?;
 
         let mut expected: Vec<Object> = declaration.declared.iter().map(|d| d.object.clone()).collect();
-        let Object::Session(session) = &mut expected[declaration.index] else { bail!("{} is not a Session", this.object.key()) };
+        let Object::Session(session) = &mut expected[declaration.index] else {
+            bail!("{} is not a Session", this.object.key())
+        };
         let count = item.push(&mut session.spec);
-        let reparsed = parse_file(&declaration.file, &edited).map_err(|e| refuse(format!("the edit would not parse ({e})")))?;
+        let reparsed =
+            parse_file(&declaration.file, &edited).map_err(|e| refuse(format!("the edit would not parse ({e})")))?;
         if reparsed.into_iter().map(|d| d.object).collect::<Vec<_>>() != expected {
             return Err(refuse("the edit would not read back as intended".into()));
         }
@@ -297,7 +305,10 @@ pub fn watch_state(state: &StateDir) -> anyhow::Result<(notify::RecommendedWatch
     let (tx, rx) = tokio::sync::mpsc::channel(1);
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
         let relevant = match &event {
-            Ok(event) => !event.kind.is_access() && (event.paths.is_empty() || event.paths.iter().any(|p| p.starts_with(&resources) || *p == errors)),
+            Ok(event) => {
+                !event.kind.is_access()
+                    && (event.paths.is_empty() || event.paths.iter().any(|p| p.starts_with(&resources) || *p == errors))
+            }
             Err(_) => true,
         };
         if relevant {
@@ -356,8 +367,14 @@ mod tests {
     #[test]
     fn references_in_every_spelling() {
         let words = |w: &[&str]| w.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        assert_eq!(parse_refs(&words(&["proc/web", "sess/chat"]), None).unwrap(), vec![(Kind::Process, "web".into()), (Kind::Session, "chat".into())]);
-        assert_eq!(parse_refs(&words(&["processes", "a", "b"]), None).unwrap(), vec![(Kind::Process, "a".into()), (Kind::Process, "b".into())]);
+        assert_eq!(
+            parse_refs(&words(&["proc/web", "sess/chat"]), None).unwrap(),
+            vec![(Kind::Process, "web".into()), (Kind::Session, "chat".into())]
+        );
+        assert_eq!(
+            parse_refs(&words(&["processes", "a", "b"]), None).unwrap(),
+            vec![(Kind::Process, "a".into()), (Kind::Process, "b".into())]
+        );
         assert_eq!(parse_refs(&words(&["web"]), Some(Kind::Process)).unwrap(), vec![(Kind::Process, "web".into())]);
         assert!(parse_refs(&words(&["pod/web"]), None).is_err());
         assert!(parse_refs(&words(&["web"]), None).is_err());

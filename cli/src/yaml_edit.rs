@@ -135,7 +135,8 @@ fn is_empty_value(rest: &str) -> bool {
 /// A value as one block-sequence item at `dash` columns: `- ` then the value as YAML,
 /// its following lines indented under the first.
 fn block_item<T: Serialize>(value: &T, dash: usize, eol: &str) -> Result<String, Unsupported> {
-    let yaml = serde_yaml_ng::to_string(value).map_err(|e| Unsupported(format!("cannot write the item as YAML: {e}")))?;
+    let yaml =
+        serde_yaml_ng::to_string(value).map_err(|e| Unsupported(format!("cannot write the item as YAML: {e}")))?;
     let mut out = String::new();
     for (i, line) in yaml.lines().enumerate() {
         if i == 0 {
@@ -195,7 +196,12 @@ fn matching_bracket(line: &str, from: usize) -> Option<usize> {
 /// Appends `item` to the list `spec.<key>` of `document`, creating the key at the end
 /// of `spec:` when it is absent. Block lists (`- item`) and one-line flow lists
 /// (`[]`, `[a, b]`) are edited, under a block `spec:` or a one-line flow `spec: {...}`.
-pub fn append_to_spec_list<T: Serialize>(text: &str, document: &Document, key: &str, item: &T) -> Result<String, Unsupported> {
+pub fn append_to_spec_list<T: Serialize>(
+    text: &str,
+    document: &Document,
+    key: &str,
+    item: &T,
+) -> Result<String, Unsupported> {
     let lines = lines(text);
     let eol = eol(text);
     let in_document = document.start..document.end;
@@ -238,10 +244,16 @@ pub fn append_to_spec_list<T: Serialize>(text: &str, document: &Document, key: &
             let opening = format!("{key}: [");
             let starts: Vec<usize> = line.match_indices(&opening).map(|(i, _)| i).collect();
             let [start] = starts.as_slice() else {
-                return unsupported(format!("line {}: `{key}` inside `spec: {{...}}` is not a one-line `{key}: [...]`", spec_line + 1));
+                return unsupported(format!(
+                    "line {}: `{key}` inside `spec: {{...}}` is not a one-line `{key}: [...]`",
+                    spec_line + 1
+                ));
             };
             if !line[..*start].trim_end().ends_with([',', '{']) {
-                return unsupported(format!("line {}: `{key}` inside `spec: {{...}}` is not a one-line `{key}: [...]`", spec_line + 1));
+                return unsupported(format!(
+                    "line {}: `{key}` inside `spec: {{...}}` is not a one-line `{key}: [...]`",
+                    spec_line + 1
+                ));
             }
             let open_at = start + opening.len();
             let Some(close_at) = matching_bracket(line, open_at) else {
@@ -270,9 +282,8 @@ pub fn append_to_spec_list<T: Serialize>(text: &str, document: &Document, key: &
     }
 
     // A block `spec:`: its lines run until the next content line at column 0.
-    let block_end = (spec_line + 1..document.end)
-        .find(|&i| is_content(lines[i]) && indent(lines[i]) == 0)
-        .unwrap_or(document.end);
+    let block_end =
+        (spec_line + 1..document.end).find(|&i| is_content(lines[i]) && indent(lines[i]) == 0).unwrap_or(document.end);
     let last_content = |from: usize, to: usize| (from..to).rev().find(|&i| is_content(lines[i]));
     let child = (spec_line + 1..block_end).find(|&i| is_content(lines[i])).map(|i| indent(lines[i])).unwrap_or(2);
     let keys: Vec<usize> = (spec_line + 1..block_end).filter(|&i| key_rest(lines[i], key, child).is_some()).collect();
@@ -307,7 +318,10 @@ pub fn append_to_spec_list<T: Serialize>(text: &str, document: &Document, key: &
         return Ok(out);
     }
     if !is_empty_value(rest) {
-        return unsupported(format!("line {}: `{key}:` holds something other than a list of `- item` lines or `[...]`", key_line + 1));
+        return unsupported(format!(
+            "line {}: `{key}:` holds something other than a list of `- item` lines or `[...]`",
+            key_line + 1
+        ));
     }
     // A block list (or nothing yet): its items are `- ` lines at one indent (the key's
     // own or deeper), their continuation lines deeper still.
@@ -340,7 +354,10 @@ mod tests {
 
     fn document_named(text: &str, name: &str) -> Document {
         let docs = documents(text).unwrap();
-        *docs.iter().find(|d| text.lines().skip(d.start).take(d.end - d.start).any(|l| l.contains(&format!("name: {name}")))).unwrap()
+        *docs
+            .iter()
+            .find(|d| text.lines().skip(d.start).take(d.end - d.start).any(|l| l.contains(&format!("name: {name}"))))
+            .unwrap()
     }
 
     #[test]
@@ -350,9 +367,15 @@ mod tests {
         assert_eq!(docs[0], Document { separator: Some(1), start: 2, end: 7 });
         // The same lines the parser reports.
         let declared = agentplane_controller::dir::parse::parse_file("f.yaml", THREE).unwrap();
-        assert_eq!(declared.iter().map(|d| d.line).collect::<Vec<_>>(), docs.iter().map(Document::line).collect::<Vec<_>>());
+        assert_eq!(
+            declared.iter().map(|d| d.line).collect::<Vec<_>>(),
+            docs.iter().map(Document::line).collect::<Vec<_>>()
+        );
         let bare = "apiVersion: v1\n---\nb: 1\n";
-        assert_eq!(documents(bare).unwrap(), vec![Document { separator: None, start: 0, end: 1 }, Document { separator: Some(1), start: 2, end: 3 }]);
+        assert_eq!(
+            documents(bare).unwrap(),
+            vec![Document { separator: None, start: 0, end: 1 }, Document { separator: Some(1), start: 2, end: 3 }]
+        );
         assert!(documents("a: 1\n...\n").is_err());
     }
 
@@ -403,7 +426,10 @@ mod tests {
 
         let absent = "kind: Session\nspec:\n  agent: mock\n\n  # comment at the end of spec\nstatus: {}\n";
         let out = append_to_spec_list(absent, &documents(absent).unwrap()[0], "messages", &"hello").unwrap();
-        assert_eq!(out, "kind: Session\nspec:\n  agent: mock\n  messages:\n    - hello\n\n  # comment at the end of spec\nstatus: {}\n");
+        assert_eq!(
+            out,
+            "kind: Session\nspec:\n  agent: mock\n  messages:\n    - hello\n\n  # comment at the end of spec\nstatus: {}\n"
+        );
 
         let flow_spec = "spec: {agent: mock}   # inline\n";
         let out = append_to_spec_list(flow_spec, &documents(flow_spec).unwrap()[0], "messages", &"hello").unwrap();
@@ -411,7 +437,9 @@ mod tests {
         let out = append_to_spec_list(&out, &documents(&out).unwrap()[0], "messages", &"a ] b").unwrap();
         assert_eq!(out, "spec: {agent: mock, messages: [\"hello\", \"a ] b\"]}   # inline\n");
         let nested = "spec: {replies: [{id: a, answers: [[x]]}], agent: mock}\n";
-        let out = append_to_spec_list(nested, &documents(nested).unwrap()[0], "replies", &serde_json::json!({"id": "b"})).unwrap();
+        let out =
+            append_to_spec_list(nested, &documents(nested).unwrap()[0], "replies", &serde_json::json!({"id": "b"}))
+                .unwrap();
         assert_eq!(out, "spec: {replies: [{id: a, answers: [[x]]}, {\"id\":\"b\"}], agent: mock}\n");
     }
 
@@ -423,13 +451,23 @@ mod tests {
             answers: Vec<Vec<&'static str>>,
         }
         let text = "spec:\n  agent: mock\n  replies:\n  - id: q1\n    reject: true\n";
-        let out = append_to_spec_list(text, &documents(text).unwrap()[0], "replies", &Reply { id: "q2", answers: vec![vec!["yes"]] }).unwrap();
-        assert_eq!(out, "spec:\n  agent: mock\n  replies:\n  - id: q1\n    reject: true\n  - id: q2\n    answers:\n    - - yes\n");
+        let out = append_to_spec_list(
+            text,
+            &documents(text).unwrap()[0],
+            "replies",
+            &Reply { id: "q2", answers: vec![vec!["yes"]] },
+        )
+        .unwrap();
+        assert_eq!(
+            out,
+            "spec:\n  agent: mock\n  replies:\n  - id: q1\n    reject: true\n  - id: q2\n    answers:\n    - - yes\n"
+        );
     }
 
     #[test]
     fn unusual_shapes_are_refused() {
-        let refuse = |text: &str| append_to_spec_list(text, &documents(text).unwrap()[0], "messages", &"x").unwrap_err();
+        let refuse =
+            |text: &str| append_to_spec_list(text, &documents(text).unwrap()[0], "messages", &"x").unwrap_err();
         refuse("spec:\n  messages: &m [a]\n  other: *m\n");
         refuse("spec:\n  messages: [a,\n    b]\n");
         refuse("spec:\n  messages: [a]\n  messages: [b]\n");

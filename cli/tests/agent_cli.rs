@@ -45,7 +45,8 @@ fn install_shows_progress_then_ls_shows_it_and_a_missing_version_fails() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     let ls = text(&out.stdout);
     assert!(ls.starts_with("AGENT"), "{ls}");
-    let amp: Vec<&str> = ls.lines().find(|l| l.starts_with("amp ")).expect("amp is listed").split_whitespace().collect();
+    let amp: Vec<&str> =
+        ls.lines().find(|l| l.starts_with("amp ")).expect("amp is listed").split_whitespace().collect();
     assert_eq!(amp[1..3], ["yes", pinned], "{ls}");
     let claude: Vec<&str> = ls.lines().find(|l| l.starts_with("claude ")).unwrap().split_whitespace().collect();
     assert_eq!(claude[1], "no", "{ls}");
@@ -58,7 +59,11 @@ fn install_shows_progress_then_ls_shows_it_and_a_missing_version_fails() {
     let out = agent_cli(&node, &["install", "amp@0.0.0-does-not-exist"]);
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(stderr.contains("error: Install failed") && (stderr.contains("ETARGET") || stderr.contains("No matching version")), "{stderr}");
+    assert!(
+        stderr.contains("error: Install failed")
+            && (stderr.contains("ETARGET") || stderr.contains("No matching version")),
+        "{stderr}"
+    );
 
     // Not an agent at all: the node agent's answer, non-zero.
     let out = agent_cli(&node, &["install", "cursor"]);
@@ -73,7 +78,10 @@ fn modes_and_models_are_tables() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     let modes = text(&out.stdout);
     assert!(modes.lines().any(|l| l.starts_with("agentMode") && l.contains("plan")), "{modes}");
-    assert!(modes.lines().any(|l| l.split_whitespace().collect::<Vec<_>>() == ["permissionMode", "default"]), "{modes}");
+    assert!(
+        modes.lines().any(|l| l.split_whitespace().collect::<Vec<_>>() == ["permissionMode", "default"]),
+        "{modes}"
+    );
 
     let out = agent_cli(&node, &["models", "claude", "-o", "json"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
@@ -99,7 +107,8 @@ impl Registry {
         let url = format!("http://{}/", listener.local_addr().unwrap());
         let requests = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         let lie_to_view = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let (log, lie, base, name, version) = (requests.clone(), lie_to_view.clone(), url.clone(), name.to_string(), version.to_string());
+        let (log, lie, base, name, version) =
+            (requests.clone(), lie_to_view.clone(), url.clone(), name.to_string(), version.to_string());
         std::thread::spawn(move || {
             for stream in listener.incoming() {
                 let Ok(mut stream) = stream else { continue };
@@ -160,9 +169,22 @@ fn the_users_npm_registry_is_used_and_an_integrity_mismatch_is_refused() {
     let package = work.path().join("package");
     std::fs::create_dir_all(&package).unwrap();
     let version = "0.0.1-scripted";
-    std::fs::write(package.join("package.json"), format!(r#"{{"name":"@sourcegraph/amp","version":"{version}","bin":{{"amp":"cli.js"}}}}"#)).unwrap();
-    std::fs::write(package.join("cli.js"), format!("#!/usr/bin/env node\nconsole.log('{version} from the scripted registry')\n")).unwrap();
-    let packed = Command::new("npm").args(["pack", "--json", "--pack-destination"]).arg(work.path()).current_dir(&package).output().unwrap();
+    std::fs::write(
+        package.join("package.json"),
+        format!(r#"{{"name":"@sourcegraph/amp","version":"{version}","bin":{{"amp":"cli.js"}}}}"#),
+    )
+    .unwrap();
+    std::fs::write(
+        package.join("cli.js"),
+        format!("#!/usr/bin/env node\nconsole.log('{version} from the scripted registry')\n"),
+    )
+    .unwrap();
+    let packed = Command::new("npm")
+        .args(["pack", "--json", "--pack-destination"])
+        .arg(work.path())
+        .current_dir(&package)
+        .output()
+        .unwrap();
     assert!(packed.status.success(), "npm pack: {}", text(&packed.stderr));
     let packed: serde_json::Value = serde_json::from_slice(&packed.stdout).unwrap();
     let integrity = packed[0]["integrity"].as_str().unwrap().to_string();
@@ -178,7 +200,10 @@ fn the_users_npm_registry_is_used_and_an_integrity_mismatch_is_refused() {
     assert!(out.status.success(), "agent install {spec}: {}", text(&out.stderr));
     assert!(text(&out.stdout).contains(&integrity), "{}", text(&out.stdout));
     let seen = registry.requests.lock().unwrap().clone();
-    assert!(seen.iter().any(|r| r.starts_with("install ") && r.ends_with(".tgz")), "npm fetched from the configured registry: {seen:?}");
+    assert!(
+        seen.iter().any(|r| r.starts_with("install ") && r.ends_with(".tgz")),
+        "npm fetched from the configured registry: {seen:?}"
+    );
     assert!(seen.iter().any(|r| r.starts_with("view ")), "the integrity was checked with the registry: {seen:?}");
 
     // The registry now contradicts what was downloaded: the reinstall is refused and

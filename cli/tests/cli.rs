@@ -87,7 +87,8 @@ fn processes_start_with_default_signals_however_the_node_agent_was_started() {
         assert_eq!(ignored_standard_signals(&status), 0, "tty={tty}: {status}");
     }
     // A hangup does not stop a node agent started with SIGHUP ignored (nohup); SIGTERM does.
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(agent.child.id() as i32), nix::sys::signal::Signal::SIGHUP).unwrap();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(agent.child.id() as i32), nix::sys::signal::Signal::SIGHUP)
+        .unwrap();
     assert_eq!(agent.json(&["ls"])["processes"].as_array().unwrap().len(), 2);
     assert!(agent.terminate().success());
 }
@@ -97,7 +98,8 @@ fn sighup_stops_a_node_agent_whose_terminal_went_away() {
     let agent = NodeAgent::start();
     let shell = agent.json(&["run", "--", "sleep", "1000"]);
     let pid = shell["pid"].as_u64().unwrap();
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(agent.child.id() as i32), nix::sys::signal::Signal::SIGHUP).unwrap();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(agent.child.id() as i32), nix::sys::signal::Signal::SIGHUP)
+        .unwrap();
     let mut agent = agent;
     common::wait_until(PATIENCE, "the node agent to exit", || agent.child.try_wait().unwrap().is_some());
     assert!(agent.child.wait().unwrap().success());
@@ -107,7 +109,17 @@ fn sighup_stops_a_node_agent_whose_terminal_went_away() {
 #[test]
 fn proc_verbs_print_tables_json_and_yaml() {
     let agent = NodeAgent::start();
-    let created = agent.json(&["run", "--tag", "greeter", "-e", "WHO=world", "--", "sh", "-c", "echo hello $WHO; echo oops >&2; exit 3"]);
+    let created = agent.json(&[
+        "run",
+        "--tag",
+        "greeter",
+        "-e",
+        "WHO=world",
+        "--",
+        "sh",
+        "-c",
+        "echo hello $WHO; echo oops >&2; exit 3",
+    ]);
     let id = created["id"].as_str().unwrap().to_string();
     assert_eq!(created["pty"], false);
     // Follows until the end, then returns.
@@ -146,13 +158,15 @@ fn proc_verbs_print_tables_json_and_yaml() {
 #[test]
 fn errors_are_clear() {
     let agent = NodeAgent::start();
-    let bad_token = Command::new(BIN)
-        .args(["proc", "ls", "--url", &agent.url, "--token", "not-the-token"])
-        .output()
-        .unwrap();
+    let bad_token =
+        Command::new(BIN).args(["proc", "ls", "--url", &agent.url, "--token", "not-the-token"]).output().unwrap();
     assert_eq!(bad_token.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&bad_token.stderr).contains("Unauthorized"));
-    let no_token = Command::new(BIN).args(["node-agent", "--listen", "127.0.0.1:0"]).env_remove("AGENTPLANE_TOKEN").output().unwrap();
+    let no_token = Command::new(BIN)
+        .args(["node-agent", "--listen", "127.0.0.1:0"])
+        .env_remove("AGENTPLANE_TOKEN")
+        .output()
+        .unwrap();
     assert_eq!(no_token.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&no_token.stderr).contains("--no-token"));
     let missing = agent.cli(&["run", "--", "no-such-program-anywhere"]);
@@ -226,7 +240,8 @@ fn line_is(screen: &str, wanted: &str) -> bool {
 #[test]
 fn attach_inside_tmux_as_a_person_uses_it() {
     let agent = NodeAgent::start();
-    let shell = agent.json(&["run", "--tty", "--id", "dev-shell", "-e", "PS1=inner$ ", "--", "bash", "--norc", "--noprofile"]);
+    let shell =
+        agent.json(&["run", "--tty", "--id", "dev-shell", "-e", "PS1=inner$ ", "--", "bash", "--norc", "--noprofile"]);
     assert_eq!(shell["id"], "dev-shell");
     let tmux = Tmux::start(&agent);
     tmux.wait_for("the outer prompt", |s| s.contains("outer$"));
@@ -253,7 +268,9 @@ fn attach_inside_tmux_as_a_person_uses_it() {
     // Ctrl-] detaches: the process keeps running and the local terminal is restored.
     tmux.run(&["send-keys", "C-]"]);
     tmux.wait_for("the detach notice", |s| s.contains("detached from dev-shell"));
-    tmux.wait_for("the outer prompt again", |s| s.lines().last().is_some_and(|l| l.starts_with("outer$")) || s.trim_end().ends_with("outer$"));
+    tmux.wait_for("the outer prompt again", |s| {
+        s.lines().last().is_some_and(|l| l.starts_with("outer$")) || s.trim_end().ends_with("outer$")
+    });
     assert_eq!(agent.json(&["get", "dev-shell"])["status"], "running");
     tmux.type_line("stty -a | tr ' ' '\\n' | grep -x -e icanon -e echo -e -icanon -e -echo | sort | tr '\\n' ,; echo");
     tmux.wait_for("cooked mode restored", |s| line_is(s, "echo,icanon,"));

@@ -43,7 +43,10 @@ impl Cluster {
         static CRDS: OnceLock<()> = OnceLock::new();
         CRDS.get_or_init(|| {
             let crds = Path::new(env!("CARGO_MANIFEST_DIR")).join("../crds");
-            for args in [vec!["apply", "-f", crds.to_str().unwrap()], vec!["wait", "--for=condition=Established", "crd", "--all", "--timeout=60s"]] {
+            for args in [
+                vec!["apply", "-f", crds.to_str().unwrap()],
+                vec!["wait", "--for=condition=Established", "crd", "--all", "--timeout=60s"],
+            ] {
                 let out = server.kubectl().args(&args).output().unwrap();
                 assert!(out.status.success(), "kubectl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
             }
@@ -180,8 +183,13 @@ impl NodeAgent {
 impl Drop for NodeAgent {
     fn drop(&mut self) {
         if let Ok(None) = self.child.try_wait() {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), nix::sys::signal::Signal::SIGTERM);
-            common::wait_until(Duration::from_secs(20), "the node agent to stop", || !matches!(self.child.try_wait(), Ok(None)));
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(self.child.id() as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+            common::wait_until(Duration::from_secs(20), "the node agent to stop", || {
+                !matches!(self.child.try_wait(), Ok(None))
+            });
         }
         let _ = self.child.kill();
         let _ = self.child.wait();
@@ -232,9 +240,7 @@ impl Controller {
     /// A sample's value (0 when absent), e.g. `agentplane_reconciles_total{kind="Process"}`.
     fn metric(&self, sample: &str) -> f64 {
         let page = self.scrape().unwrap_or_default();
-        page.lines()
-            .find_map(|l| l.strip_prefix(sample).and_then(|rest| rest.trim().parse().ok()))
-            .unwrap_or(0.0)
+        page.lines().find_map(|l| l.strip_prefix(sample).and_then(|rest| rest.trim().parse().ok())).unwrap_or(0.0)
     }
 
     fn kill9(&mut self) {
@@ -249,7 +255,10 @@ impl Controller {
 
 impl Drop for Controller {
     fn drop(&mut self) {
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), nix::sys::signal::Signal::SIGTERM);
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
         let deadline = Instant::now() + Duration::from_secs(10);
         while matches!(self.child.try_wait(), Ok(None)) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));
@@ -369,7 +378,10 @@ fn delete_stops_the_process_before_the_finalizer_goes_even_for_one_never_started
     // cleanup ran: by the time it returns, the node agent has nothing left.
     cluster.kubectl(&["delete", "process", "sleeper", "nowhere", "--timeout=30s"]);
     assert!(!agent.processes().iter().any(|p| p.id == id), "the process outlived its resource");
-    assert!(!Path::new(&format!("/proc/{pid}")).exists() || std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default().contains(" Z "));
+    assert!(
+        !Path::new(&format!("/proc/{pid}")).exists()
+            || std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default().contains(" Z ")
+    );
     assert!(cluster.get("process", "nowhere").is_none());
 }
 
@@ -381,12 +393,16 @@ fn an_edit_applied_server_side_is_reconciled_once_and_status_writes_trigger_noth
     let controller = Controller::start(&cluster, &["--leader-election=false"]);
     let spec = |rows: u32| format!("  command: sleep\n  args: ['600']\n  tty: {{rows: {rows}, cols: 80}}\n");
     let apply_ss = |name: &str, rows: u32| {
-        let out = cluster.kubectl_output(&["apply", "--server-side", "--field-manager=tester", "-f", "-"], Some(&process_yaml(name, &spec(rows))));
+        let out = cluster.kubectl_output(
+            &["apply", "--server-side", "--field-manager=tester", "-f", "-"],
+            Some(&process_yaml(name, &spec(rows))),
+        );
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     };
     apply_ss("a", 24);
     apply_ss("b", 24);
-    let a = cluster.wait_for("process", "a", "Running", |v| phase(v) == "Running" && v["status"]["observedGeneration"] == 1);
+    let a = cluster
+        .wait_for("process", "a", "Running", |v| phase(v) == "Running" && v["status"]["observedGeneration"] == 1);
     cluster.wait_for("process", "b", "Running", |v| phase(v) == "Running" && v["status"]["observedGeneration"] == 1);
     let pid = a["status"]["pid"].as_i64().unwrap();
     let reconciles = "agentplane_reconciles_total{kind=\"Process\"}";
@@ -413,7 +429,10 @@ fn kill_9_of_the_controller_while_300_converge_then_start_again_runs_each_exactl
     let mut yaml = String::new();
     for i in 0..300 {
         // The shell stays (it has more to do after sleep) and carries the marker in argv.
-        yaml.push_str(&process_yaml(&format!("p{i}"), &format!("  command: sh\n  args: ['-c', 'sleep 600; :', '{marker}']\n")));
+        yaml.push_str(&process_yaml(
+            &format!("p{i}"),
+            &format!("  command: sh\n  args: ['-c', 'sleep 600; :', '{marker}']\n"),
+        ));
         yaml.push_str("\n---\n");
     }
     cluster.apply(&yaml);
@@ -440,7 +459,10 @@ fn kill_9_of_the_controller_while_300_converge_then_start_again_runs_each_exactl
     assert_eq!(alive.len(), 300, "exactly one run per resource on the node agent");
     for item in &items {
         let id = format!("proc-{}", item["metadata"]["uid"].as_str().unwrap());
-        let run = on_node.iter().find(|p| p.id == id).unwrap_or_else(|| panic!("no process for {}", item["metadata"]["name"]));
+        let run = on_node
+            .iter()
+            .find(|p| p.id == id)
+            .unwrap_or_else(|| panic!("no process for {}", item["metadata"]["name"]));
         assert_eq!(item["status"]["pid"].as_u64(), Some(u64::from(run.pid)), "the status names the live run");
     }
     // And on the machine: the marker is in exactly 300 command lines.
@@ -481,8 +503,11 @@ fn two_replicas_elect_one_leader_and_the_other_takes_over_when_it_dies() {
     let leader_gauge = "agentplane_leader";
     common::wait_until(PATIENCE, "a leader", || first.metric(leader_gauge) + second.metric(leader_gauge) >= 1.0);
     assert_eq!(first.metric(leader_gauge) + second.metric(leader_gauge), 1.0, "exactly one leader");
-    let (leader, standby, standby_name) =
-        if first.metric(leader_gauge) == 1.0 { (&mut first, &mut second, "second") } else { (&mut second, &mut first, "first") };
+    let (leader, standby, standby_name) = if first.metric(leader_gauge) == 1.0 {
+        (&mut first, &mut second, "second")
+    } else {
+        (&mut second, &mut first, "first")
+    };
 
     cluster.apply(&process_yaml("before", "  command: sleep\n  args: ['600']\n"));
     cluster.wait_for("process", "before", "Running", |v| phase(v) == "Running");
@@ -490,7 +515,20 @@ fn two_replicas_elect_one_leader_and_the_other_takes_over_when_it_dies() {
 
     leader.kill9();
     common::wait_until(PATIENCE, "the standby to take over", || standby.metric(leader_gauge) == 1.0);
-    let lease = cluster.server.kubectl().args(["-n", agentplane_controller::envtest::SYSTEM_NAMESPACE, "get", "lease", "agentplane-controller", "-o", "json"]).output().unwrap();
+    let lease = cluster
+        .server
+        .kubectl()
+        .args([
+            "-n",
+            agentplane_controller::envtest::SYSTEM_NAMESPACE,
+            "get",
+            "lease",
+            "agentplane-controller",
+            "-o",
+            "json",
+        ])
+        .output()
+        .unwrap();
     let lease: Value = serde_json::from_slice(&lease.stdout).unwrap();
     assert_eq!(lease["spec"]["holderIdentity"], standby_name);
     cluster.apply(&process_yaml("after", "  command: sleep\n  args: ['600']\n"));
@@ -506,7 +544,8 @@ fn count_on_machine(marker: &str) -> usize {
         .unwrap()
         .flatten()
         .filter(|entry| {
-            std::fs::read(entry.path().join("cmdline")).is_ok_and(|c| String::from_utf8_lossy(&c).split('\0').any(|a| a == marker))
+            std::fs::read(entry.path().join("cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).split('\0').any(|a| a == marker))
         })
         .count()
 }
@@ -533,7 +572,9 @@ fn a_node_agent_that_stops_reporting_makes_its_sandbox_not_ready_and_coming_back
         "--heartbeat-interval",
         "1",
     ];
-    cluster.apply(&format!("apiVersion: v1\nkind: Secret\nmetadata: {{name: local-token}}\nstringData: {{token: {TOKEN}}}\n"));
+    cluster.apply(&format!(
+        "apiVersion: v1\nkind: Secret\nmetadata: {{name: local-token}}\nstringData: {{token: {TOKEN}}}\n"
+    ));
     let mut agent = NodeAgent::start_on(tmp.path(), port, &register);
     let _controller = Controller::start(&cluster, &["--leader-election=false", "--heartbeat-grace", "3"]);
     let marker = format!("agentplane-heartbeat-{}", cluster.ns);
@@ -570,7 +611,14 @@ fn a_node_agent_that_stops_reporting_makes_its_sandbox_not_ready_and_coming_back
     });
     assert!(ready(&svc).is_some_and(|c| c["status"] == "True"), "{svc:#}");
     common::wait_until(PATIENCE, "one copy of the process on the machine", || count_on_machine(&marker) == 1);
-    cluster.kubectl(&["patch", "session", "chat", "--type=json", "-p", r#"[{"op":"add","path":"/spec/messages/-","value":"again"}]"#]);
+    cluster.kubectl(&[
+        "patch",
+        "session",
+        "chat",
+        "--type=json",
+        "-p",
+        r#"[{"op":"add","path":"/spec/messages/-","value":"again"}]"#,
+    ]);
     let chat = cluster.wait_for("session", "chat", "Idle after the second message", |v| {
         phase(v) == "Idle" && v["status"]["deliveredMessages"] == 2
     });
@@ -593,8 +641,13 @@ fn env_comes_from_secrets_of_the_namespace_and_a_missing_one_is_named() {
     common::wait_until(PATIENCE, "the shell to pass its check and become sleep", || {
         std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == b"sleep\x00600\x00")
     });
-    cluster.apply(&process_yaml("no-secret", "  command: sleep\n  args: ['600']\n  envFrom: [{secretRef: {name: absent}}]\n"));
-    let v = cluster.wait_for("process", "no-secret", "told the Secret is missing", |v| ready(v).is_some_and(|c| c["reason"] == "EnvNotResolved"));
+    cluster.apply(&process_yaml(
+        "no-secret",
+        "  command: sleep\n  args: ['600']\n  envFrom: [{secretRef: {name: absent}}]\n",
+    ));
+    let v = cluster.wait_for("process", "no-secret", "told the Secret is missing", |v| {
+        ready(v).is_some_and(|c| c["reason"] == "EnvNotResolved")
+    });
     assert!(ready(&v).unwrap()["message"].as_str().unwrap().contains("\"absent\" not found"), "{v:#}");
 }
 
@@ -614,8 +667,13 @@ fn a_process_with_a_session_ref_feeds_its_output_to_that_session() {
     cluster.sandbox("local", &agent);
     let _controller = Controller::start(&cluster, &["--leader-election=false"]);
     // The process first: it waits, saying why, until the session it names exists.
-    cluster.apply(&process_yaml("check", "  command: sh\n  args: [-c, 'echo fed-to-the-agent']\n  sessionRef: chat\n  restartPolicy: Never\n"));
-    let waiting = cluster.wait_for("process", "check", "waiting for its session", |v| ready(v).is_some_and(|c| c["reason"] == "SessionNotFound"));
+    cluster.apply(&process_yaml(
+        "check",
+        "  command: sh\n  args: [-c, 'echo fed-to-the-agent']\n  sessionRef: chat\n  restartPolicy: Never\n",
+    ));
+    let waiting = cluster.wait_for("process", "check", "waiting for its session", |v| {
+        ready(v).is_some_and(|c| c["reason"] == "SessionNotFound")
+    });
     assert!(ready(&waiting).unwrap()["message"].as_str().unwrap().contains("\"chat\""), "{waiting:#}");
     assert!(agent.processes().is_empty(), "nothing ran before the session existed");
     cluster.apply("apiVersion: agentplane.dev/v1alpha1\nkind: Session\nmetadata: {name: chat}\nspec: {agent: mock}\n");
@@ -632,8 +690,17 @@ fn a_process_with_a_session_ref_feeds_its_output_to_that_session() {
         })
     });
     // ... and reaches the agent with the next message.
-    cluster.kubectl(&["patch", "session", "chat", "--type=merge", "-p", r#"{"spec":{"messages":["what did it print?"]}}"#]);
-    cluster.wait_for("session", "chat", "Idle after the message", |v| phase(v) == "Idle" && v["status"]["deliveredMessages"] == 1);
+    cluster.kubectl(&[
+        "patch",
+        "session",
+        "chat",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"messages":["what did it print?"]}}"#,
+    ]);
+    cluster.wait_for("session", "chat", "Idle after the message", |v| {
+        phase(v) == "Idle" && v["status"]["deliveredMessages"] == 1
+    });
     let reply = session_events(&agent, &uid)
         .iter()
         .rev()

@@ -82,7 +82,8 @@ impl Fixture {
 
     /// Creates an agentplane resource as a user would, with kubectl; returns its uid.
     fn create(&self, kind: &str, name: &str, spec: Value) -> String {
-        let object = json!({"apiVersion": "agentplane.dev/v1alpha1", "kind": kind, "metadata": {"name": name}, "spec": spec});
+        let object =
+            json!({"apiVersion": "agentplane.dev/v1alpha1", "kind": kind, "metadata": {"name": name}, "spec": spec});
         self.kubectl_with(&["create", "-f", "-"], Some(&object.to_string()));
         self.kubectl(&["get", kind, name, "-o", "jsonpath={.metadata.uid}"])
     }
@@ -95,7 +96,10 @@ impl Fixture {
     /// Writes a status through the status subresource, as the controller does.
     fn set_status<K>(&self, name: &str, status: Value)
     where
-        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
     {
         let api: Api<K> = Api::namespaced(self.kube.clone(), &self.ns);
         let patch = Patch::Merge(json!({"status": status}));
@@ -160,7 +164,10 @@ fn condition(type_: &str, status: &str, reason: &str, message: &str) -> Value {
 
 /// The table's row for NAME.
 fn row<'a>(table: &'a str, name: &str) -> &'a str {
-    table.lines().find(|l| l.split_whitespace().next() == Some(name)).unwrap_or_else(|| panic!("no row {name} in\n{table}"))
+    table
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(name))
+        .unwrap_or_else(|| panic!("no row {name} in\n{table}"))
 }
 
 /// The lines a child prints, as they come.
@@ -222,13 +229,19 @@ fn a_process_is_listed_described_and_its_output_read() {
     f.kubectl_with(&["create", "-f", "-"], Some(&event.to_string()));
 
     let table = f.ok(&["get", "processes"]);
-    assert_eq!(table.lines().next().unwrap().split_whitespace().collect::<Vec<_>>(), ["NAME", "PHASE", "COMMAND", "RESTARTS", "EXIT", "AGE"]);
+    assert_eq!(
+        table.lines().next().unwrap().split_whitespace().collect::<Vec<_>>(),
+        ["NAME", "PHASE", "COMMAND", "RESTARTS", "EXIT", "AGE"]
+    );
     let hello = row(&table, "hello");
     assert!(hello.contains("Succeeded") && hello.contains(r#"sh -c "echo hello-$((6*7))""#), "{table}");
     assert!(row(&f.ok(&["get", "proc", "-o", "wide"]), "hello").contains("box"));
     assert!(f.ok(&["get", "procs", "-A"]).lines().any(|l| l.starts_with(&f.ns) && l.contains("hello")));
     let one: Value = serde_json::from_str(&f.ok(&["get", "process/hello", "-o", "json"])).unwrap();
-    assert_eq!((one["metadata"]["uid"].as_str(), one["status"]["phase"].as_str()), (Some(uid.as_str()), Some("Succeeded")));
+    assert_eq!(
+        (one["metadata"]["uid"].as_str(), one["status"]["phase"].as_str()),
+        (Some(uid.as_str()), Some("Succeeded"))
+    );
     let list: Value = serde_yaml_ng::from_str(&f.ok(&["get", "proc", "-o", "yaml"])).unwrap();
     assert_eq!(list["items"][0]["metadata"]["name"], "hello");
 
@@ -245,16 +258,24 @@ fn a_process_is_listed_described_and_its_output_read() {
     ] {
         assert!(described.contains(&wanted), "{wanted:?} not in\n{described}");
     }
-    assert!(described.lines().any(|l| l.trim_start().starts_with("Ready  False   Succeeded  exited with 0")), "{described}");
-    let started = described.lines().find(|l| l.contains("Started")).unwrap_or_else(|| panic!("no event in\n{described}"));
-    assert!(started.contains("Normal") && started.contains("agentplane-controller") && started.contains(&id), "{started}");
+    assert!(
+        described.lines().any(|l| l.trim_start().starts_with("Ready  False   Succeeded  exited with 0")),
+        "{described}"
+    );
+    let started =
+        described.lines().find(|l| l.contains("Started")).unwrap_or_else(|| panic!("no event in\n{described}"));
+    assert!(
+        started.contains("Normal") && started.contains("agentplane-controller") && started.contains(&id),
+        "{started}"
+    );
 
     assert_eq!(f.ok(&["logs", "process/hello"]), "hello-42\n");
     assert_eq!(f.ok(&["logs", "hello", "--stream", "stderr"]), "");
 
     // The namespace of the kubeconfig's context, when none is given; another context by name.
     let own = f.server.kubeconfig_for(&format!("admin-{}", f.ns), &f.server.admin_token, &f.ns);
-    let run = |args: &[&str]| agentplane().args(args).arg("--kubeconfig").arg(&own).stdin(Stdio::null()).output().unwrap();
+    let run =
+        |args: &[&str]| agentplane().args(args).arg("--kubeconfig").arg(&own).stdin(Stdio::null()).output().unwrap();
     let out = run(&["get", "proc", "--context", "envtest"]);
     assert!(out.status.success() && row(&String::from_utf8_lossy(&out.stdout), "hello").contains("Succeeded"));
     let err = fails(run(&["get", "proc", "--context", "nope"]), &["--context nope"]);
@@ -265,7 +286,11 @@ fn a_process_is_listed_described_and_its_output_read() {
 fn logs_follow_new_output_and_attach_reaches_the_process() {
     let f = Fixture::new("follow");
     let reader = r#"echo first; read line; echo "got $line""#;
-    let uid = f.create("Process", "reader", json!({"sandbox": "box", "command": "sh", "args": ["-c", reader], "stdin": true}));
+    let uid = f.create(
+        "Process",
+        "reader",
+        json!({"sandbox": "box", "command": "sh", "args": ["-c", reader], "stdin": true}),
+    );
     let id = f.start_process(&uid, "sh", &["-c", reader], true);
 
     let mut follow = f.command(&["logs", "-f", "process/reader"]).stdout(Stdio::piped()).spawn().unwrap();
@@ -276,9 +301,14 @@ fn logs_follow_new_output_and_attach_reaches_the_process() {
     assert_eq!(next_line(&lines, "the output that came later"), "got more");
     assert!(finish(follow, "logs -f").success(), "logs -f ends when the process does");
 
-    let uid = f.create("Process", "echoer", json!({"sandbox": "box", "command": "sh", "args": ["-c", reader], "stdin": true}));
+    let uid = f.create(
+        "Process",
+        "echoer",
+        json!({"sandbox": "box", "command": "sh", "args": ["-c", reader], "stdin": true}),
+    );
     f.start_process(&uid, "sh", &["-c", reader], true);
-    let mut attach = f.command(&["attach", "process/echoer"]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    let mut attach =
+        f.command(&["attach", "process/echoer"]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
     attach.stdin.take().unwrap().write_all(b"typed\n").unwrap();
     let lines = lines_of(&mut attach);
     let seen = lines_until(&lines, |l| l == "got typed");
@@ -304,7 +334,11 @@ fn get_watch_prints_a_row_for_each_change() {
 
     f.set_status::<Process>("first", json!({"phase": "Failed", "exitCode": 3}));
     let changed = next_line(&lines, "the changed row");
-    assert_eq!(changed.split_whitespace().take(6).collect::<Vec<_>>(), ["first", "Failed", "sleep", "1000", "0", "3"], "{changed}");
+    assert_eq!(
+        changed.split_whitespace().take(6).collect::<Vec<_>>(),
+        ["first", "Failed", "sleep", "1000", "0", "3"],
+        "{changed}"
+    );
     f.create("Process", "second", json!({"sandbox": "box", "command": "true"}));
     let added = next_line(&lines, "the added row");
     assert!(added.starts_with("second") && added.contains("Pending"), "{added}");
@@ -318,7 +352,8 @@ fn send_appends_every_message_even_when_sent_at_once() {
     f.create("Session", "chat", json!({"sandbox": "box", "agent": "mock"}));
 
     let texts = ["one", "two", "three", "four"];
-    let senders: Vec<Child> = texts.iter().map(|t| f.command(&["send", "session/chat", t]).stdout(Stdio::piped()).spawn().unwrap()).collect();
+    let senders: Vec<Child> =
+        texts.iter().map(|t| f.command(&["send", "session/chat", t]).stdout(Stdio::piped()).spawn().unwrap()).collect();
     let mut counts: Vec<String> = senders
         .into_iter()
         .map(|child| {
@@ -330,7 +365,8 @@ fn send_appends_every_message_even_when_sent_at_once() {
     counts.sort();
     let expected: Vec<String> = (1..=4).map(|n| format!("session/chat: message {n} added\n")).collect();
     assert_eq!(counts, expected);
-    let mut messages: Vec<String> = serde_json::from_value(f.get("session", "chat")["spec"]["messages"].clone()).unwrap();
+    let mut messages: Vec<String> =
+        serde_json::from_value(f.get("session", "chat")["spec"]["messages"].clone()).unwrap();
     messages.sort();
     let mut sent: Vec<String> = texts.iter().map(|t| t.to_string()).collect();
     sent.sort();
@@ -355,12 +391,17 @@ fn a_session_shows_its_events_and_takes_a_reply_to_what_it_asks() {
         asked.is_some()
     });
     let permission = asked.unwrap();
-    let pending = json!([{"id": permission, "tool": "bash", "summary": "echo hi", "options": ["once", "always", "reject"]}]);
-    f.set_status::<Session>("chat", json!({"phase": "AwaitingInput", "deliveredMessages": 1, "pendingPermissions": pending}));
+    let pending =
+        json!([{"id": permission, "tool": "bash", "summary": "echo hi", "options": ["once", "always", "reject"]}]);
+    f.set_status::<Session>(
+        "chat",
+        json!({"phase": "AwaitingInput", "deliveredMessages": 1, "pendingPermissions": pending}),
+    );
 
     let events = f.ok(&["logs", "session/chat"]);
     assert!(events.contains(&format!("permission requested {permission}: bash")), "{events}");
-    let first: Value = serde_json::from_str(f.ok(&["logs", "session/chat", "-o", "json"]).lines().next().unwrap()).unwrap();
+    let first: Value =
+        serde_json::from_str(f.ok(&["logs", "session/chat", "-o", "json"]).lines().next().unwrap()).unwrap();
     assert!(first["sequence"].is_u64() && first["type"].is_string(), "{first}");
     let described = f.ok(&["describe", "sess/chat"]);
     assert!(described.contains("Phase:                AwaitingInput"), "{described}");
@@ -368,7 +409,12 @@ fn a_session_shows_its_events_and_takes_a_reply_to_what_it_asks() {
     assert!(row(&f.ok(&["get", "sessions"]), "chat").contains("AwaitingInput"));
 
     let refused = f.fails(&["reply", "session/chat", "nope", "--decision", "once"]);
-    assert!(refused.contains(&format!(r#"session/chat has no pending question or permission request "nope" (it waits for {permission})"#)), "{refused}");
+    assert!(
+        refused.contains(&format!(
+            r#"session/chat has no pending question or permission request "nope" (it waits for {permission})"#
+        )),
+        "{refused}"
+    );
     assert!(f.get("session", "chat")["spec"].get("replies").is_none(), "nothing was added");
     let mut follow = f.command(&["logs", "-f", "session/chat"]).stdout(Stdio::piped()).spawn().unwrap();
     let lines = lines_of(&mut follow);
@@ -389,19 +435,41 @@ fn a_session_shows_its_events_and_takes_a_reply_to_what_it_asks() {
 fn errors_say_what_is_missing_or_refused() {
     let f = Fixture::new("errors");
     let ns = &f.ns;
-    assert!(f.fails(&["get", "process", "nope"]).contains(&format!(r#"error: process "nope" not found in namespace "{ns}""#)));
+    assert!(
+        f.fails(&["get", "process", "nope"])
+            .contains(&format!(r#"error: process "nope" not found in namespace "{ns}""#))
+    );
     assert!(f.fails(&["logs", "process/nope"]).contains(&format!(r#"process "nope" not found in namespace "{ns}""#)));
-    assert!(f.fails(&["describe", "session", "nope"]).contains(&format!(r#"session "nope" not found in namespace "{ns}""#)));
-    assert!(f.fails(&["send", "session/nope", "hi"]).contains(&format!(r#"session "nope" not found in namespace "{ns}""#)));
-    assert!(f.fails(&["reply", "nope", "p-1", "--reject"]).contains(&format!(r#"session "nope" not found in namespace "{ns}""#)));
+    assert!(
+        f.fails(&["describe", "session", "nope"]).contains(&format!(r#"session "nope" not found in namespace "{ns}""#))
+    );
+    assert!(
+        f.fails(&["send", "session/nope", "hi"]).contains(&format!(r#"session "nope" not found in namespace "{ns}""#))
+    );
+    assert!(
+        f.fails(&["reply", "nope", "p-1", "--reject"])
+            .contains(&format!(r#"session "nope" not found in namespace "{ns}""#))
+    );
 
     f.create("Process", "orphan", json!({"sandbox": "gone", "command": "true"}));
     let err = f.fails(&["logs", "process/orphan"]);
-    assert!(err.contains(&format!(r#"process/orphan runs on sandbox "gone", which is not found in namespace "{ns}""#)), "{err}");
-    f.create("Sandbox", "locked", json!({"endpoint": f.agent.url, "tokenSecretRef": {"name": "missing", "key": "token"}}));
+    assert!(
+        err.contains(&format!(r#"process/orphan runs on sandbox "gone", which is not found in namespace "{ns}""#)),
+        "{err}"
+    );
+    f.create(
+        "Sandbox",
+        "locked",
+        json!({"endpoint": f.agent.url, "tokenSecretRef": {"name": "missing", "key": "token"}}),
+    );
     f.create("Process", "stuck", json!({"sandbox": "locked", "command": "true"}));
     let err = f.fails(&["logs", "process/stuck"]);
-    assert!(err.contains(&format!(r#"secret "missing" (the node agent token of sandbox/locked) not found in namespace "{ns}""#)), "{err}");
+    assert!(
+        err.contains(&format!(
+            r#"secret "missing" (the node agent token of sandbox/locked) not found in namespace "{ns}""#
+        )),
+        "{err}"
+    );
     let described = f.ok(&["describe", "process", "stuck"]);
     assert!(described.contains(r#"Output: (secret "missing""#), "{described}");
     let uid = f.create("Process", "unstarted", json!({"sandbox": "box", "command": "true"}));
@@ -412,17 +480,26 @@ fn errors_say_what_is_missing_or_refused() {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let dir = tempfile::tempdir().unwrap();
     let nowhere = dir.path().join("nowhere.kubeconfig");
-    std::fs::write(&nowhere, agentplane_controller::envtest::kubeconfig_yaml(&format!("https://127.0.0.1:{port}"), "x", ns)).unwrap();
+    std::fs::write(
+        &nowhere,
+        agentplane_controller::envtest::kubeconfig_yaml(&format!("https://127.0.0.1:{port}"), "x", ns),
+    )
+    .unwrap();
     let out = agentplane().args(["get", "proc", "--kubeconfig"]).arg(&nowhere).output().unwrap();
     let err = fails(out, &["get proc (nowhere)"]);
     assert!(err.contains(&format!("cannot reach the Kubernetes API server at https://127.0.0.1:{port}")), "{err}");
 
     // A user the API server knows, allowed to read processes here and nothing else.
     f.kubectl(&["create", "role", "process-reader", "--verb=get,list", "--resource=processes.agentplane.dev"]);
-    let subject = format!("--serviceaccount={}:{}", agentplane_controller::envtest::NODE_AGENT_NAMESPACE, agentplane_controller::envtest::NODE_AGENT_SERVICE_ACCOUNT);
+    let subject = format!(
+        "--serviceaccount={}:{}",
+        agentplane_controller::envtest::NODE_AGENT_NAMESPACE,
+        agentplane_controller::envtest::NODE_AGENT_SERVICE_ACCOUNT
+    );
     f.kubectl(&["create", "rolebinding", "process-reader", "--role=process-reader", &subject]);
     let reader = f.server.kubeconfig_for(&format!("reader-{ns}"), &f.server.node_agent_token, ns);
-    let as_reader = |args: &[&str]| agentplane().args(args).arg("--kubeconfig").arg(&reader).stdin(Stdio::null()).output().unwrap();
+    let as_reader =
+        |args: &[&str]| agentplane().args(args).arg("--kubeconfig").arg(&reader).stdin(Stdio::null()).output().unwrap();
     let out = as_reader(&["describe", "process", "stuck"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let described = String::from_utf8(out.stdout).unwrap();

@@ -129,7 +129,8 @@ fn flag<'a>(container: &'a Value, name: &str) -> Option<&'a str> {
 }
 
 fn required_flag<'a>(container: &'a Value, name: &str) -> &'a str {
-    flag(container, name).unwrap_or_else(|| panic!("{} is started without --{name}: {:?}", container["name"], args(container)))
+    flag(container, name)
+        .unwrap_or_else(|| panic!("{} is started without --{name}: {:?}", container["name"], args(container)))
 }
 
 /// The port of a listen address such as `0.0.0.0:8080`.
@@ -278,7 +279,8 @@ fn the_controller_runs_hardened_with_leader_election_probes_and_metrics() {
     let server = installed();
     let deployment = workload("Deployment", "controller");
     let c = container(deployment);
-    let (namespace, name) = (deployment["metadata"]["namespace"].as_str().unwrap_or_default(), &deployment["metadata"]["name"]);
+    let (namespace, name) =
+        (deployment["metadata"]["namespace"].as_str().unwrap_or_default(), &deployment["metadata"]["name"]);
 
     // The identity the RBAC binds and the envtest tokens stand for.
     assert_eq!(namespace, SYSTEM_NAMESPACE);
@@ -300,7 +302,10 @@ fn the_controller_runs_hardened_with_leader_election_probes_and_metrics() {
         assert_eq!(container_port(c, &get["port"]), health, "{probe} does not probe --health-listen");
     }
     let metrics = listen_port(required_flag(c, "metrics-listen"));
-    assert!(!services_to(deployment, metrics).is_empty(), "no Service reaches the controller's /metrics on port {metrics}");
+    assert!(
+        !services_to(deployment, metrics).is_empty(),
+        "no Service reaches the controller's /metrics on port {metrics}"
+    );
 
     // The server took the Deployment as rendered (the API server adds defaults only).
     let stored: Value = serde_json::from_str(&run(server.kubectl().args([
@@ -341,7 +346,10 @@ fn the_node_agent_registers_its_sandbox_behind_a_service_with_the_operators_toke
         .into_iter()
         .map(|(service, port)| format!("http://{service}.{NODE_AGENT_NAMESPACE}.svc:{port}"))
         .collect();
-    assert!(reachable.iter().any(|u| u == url), "--advertise-url {url} is none of the Services to the node agent: {reachable:?}");
+    assert!(
+        reachable.iter().any(|u| u == url),
+        "--advertise-url {url} is none of the Services to the node agent: {reachable:?}"
+    );
     for probe in ["livenessProbe", "readinessProbe"] {
         let get = &c[probe]["httpGet"];
         assert_eq!(get["path"], "/v1/health", "{probe}");
@@ -383,9 +391,8 @@ fn modern_kubectl_renders_the_same_objects_without_warnings() {
         Err(e) => panic!("cannot run {cmd:?}: {e}"),
     };
     assert!(out.status.success() && out.stderr.is_empty(), "{}", report(&cmd, &out));
-    let by_identity = |objects: &[Value]| -> BTreeMap<_, Value> {
-        objects.iter().map(|o| (identity(o), o.clone())).collect()
-    };
+    let by_identity =
+        |objects: &[Value]| -> BTreeMap<_, Value> { objects.iter().map(|o| (identity(o), o.clone())).collect() };
     let modern = yaml_stream(&String::from_utf8_lossy(&out.stdout));
     assert_eq!(by_identity(&modern), by_identity(rendered()));
 }
@@ -423,7 +430,9 @@ type Rule = (String, String, String);
 fn rules(grants: &[(&str, &str, &[&str])]) -> BTreeSet<Rule> {
     grants
         .iter()
-        .flat_map(|(resource, names, verbs)| verbs.iter().map(|v| (resource.to_string(), names.to_string(), v.to_string())))
+        .flat_map(|(resource, names, verbs)| {
+            verbs.iter().map(|v| (resource.to_string(), names.to_string(), v.to_string()))
+        })
         .collect()
 }
 
@@ -614,23 +623,37 @@ async fn the_grants_suffice_for_the_requests_each_role_makes() {
         "metadata": {"name": "shell"}, "spec": {"command": "bash"}
     }))
     .expect("a Process");
-    allowed(Api::<Process>::namespaced(admin.clone(), &namespace).create(&PostParams::default(), &process).await, "admin creates a Process");
-    let secret: Secret = serde_json::from_value(json!({"metadata": {"name": "credentials"}, "stringData": {"KEY": "value"}}))
-        .expect("a Secret");
-    allowed(Api::<Secret>::namespaced(admin.clone(), &namespace).create(&PostParams::default(), &secret).await, "admin creates a Secret");
+    allowed(
+        Api::<Process>::namespaced(admin.clone(), &namespace).create(&PostParams::default(), &process).await,
+        "admin creates a Process",
+    );
+    let secret: Secret =
+        serde_json::from_value(json!({"metadata": {"name": "credentials"}, "stringData": {"KEY": "value"}}))
+            .expect("a Secret");
+    allowed(
+        Api::<Secret>::namespaced(admin.clone(), &namespace).create(&PostParams::default(), &secret).await,
+        "admin creates a Secret",
+    );
 
     let controller_config = server.kubeconfig_for("controller-client", &server.controller_token, SYSTEM_NAMESPACE);
     let controller = ApiServer::client_from(&controller_config).await;
-    allowed(Api::<Process>::all(controller.clone()).list(&ListParams::default()).await, "the controller lists Processes everywhere");
+    allowed(
+        Api::<Process>::all(controller.clone()).list(&ListParams::default()).await,
+        "the controller lists Processes everywhere",
+    );
     let processes = Api::<Process>::namespaced(controller.clone(), &namespace);
     let finalizer = json!({"metadata": {"finalizers": ["agentplane.dev/test"]}});
-    allowed(processes.patch("shell", &PatchParams::default(), &Patch::Merge(&finalizer)).await, "the controller adds a finalizer");
+    allowed(
+        processes.patch("shell", &PatchParams::default(), &Patch::Merge(&finalizer)).await,
+        "the controller adds a finalizer",
+    );
     let status = json!({"apiVersion": "agentplane.dev/v1alpha1", "kind": "Process", "status": {"restarts": 2}});
     allowed(
         processes.patch_status("shell", &PatchParams::apply("agentplane-controller"), &Patch::Apply(&status)).await,
         "the controller applies a Process status",
     );
-    let stored = allowed(Api::<Process>::namespaced(admin.clone(), &namespace).get("shell").await, "admin reads the Process");
+    let stored =
+        allowed(Api::<Process>::namespaced(admin.clone(), &namespace).get("shell").await, "admin reads the Process");
     assert_eq!(stored.status.map(|s| s.restarts), Some(2), "the applied status did not arrive");
     assert_forbidden(processes.delete("shell", &DeleteParams::default()).await, "the controller deletes a Process");
     let secrets = Api::<Secret>::namespaced(controller.clone(), &namespace);
@@ -638,12 +661,16 @@ async fn the_grants_suffice_for_the_requests_each_role_makes() {
     assert_forbidden(secrets.list(&ListParams::default()).await, "the controller lists Secrets");
 
     let lease_name = required_flag(container(workload("Deployment", "controller")), "leader-election-lease");
-    let lease: Lease = serde_json::from_value(json!({"metadata": {"name": lease_name}, "spec": {"holderIdentity": "test"}}))
-        .expect("a Lease");
+    let lease: Lease =
+        serde_json::from_value(json!({"metadata": {"name": lease_name}, "spec": {"holderIdentity": "test"}}))
+            .expect("a Lease");
     let leases = Api::<Lease>::namespaced(controller.clone(), SYSTEM_NAMESPACE);
     allowed(leases.create(&PostParams::default(), &lease).await, "the controller creates its Lease");
     let renew = json!({"spec": {"holderIdentity": "test", "leaseDurationSeconds": 15}});
-    allowed(leases.patch(lease_name, &PatchParams::default(), &Patch::Merge(&renew)).await, "the controller renews its Lease");
+    allowed(
+        leases.patch(lease_name, &PatchParams::default(), &Patch::Merge(&renew)).await,
+        "the controller renews its Lease",
+    );
     assert_forbidden(
         Api::<Lease>::namespaced(controller.clone(), NODE_AGENT_NAMESPACE).create(&PostParams::default(), &lease).await,
         "the controller creates a Lease outside its namespace",
@@ -669,10 +696,16 @@ async fn the_grants_suffice_for_the_requests_each_role_makes() {
     );
     allowed(sandboxes.create(&PostParams::default(), &sandbox).await, "the node agent creates its Sandbox");
     let endpoint = json!({"spec": {"endpoint": required_flag(c, "advertise-url")}});
-    allowed(sandboxes.patch(sandbox_name, &PatchParams::default(), &Patch::Merge(&endpoint)).await, "the node agent updates its Sandbox");
-    let heartbeat = json!({"apiVersion": "agentplane.dev/v1alpha1", "kind": "Sandbox", "status": {"nodeAgentVersion": "test"}});
     allowed(
-        sandboxes.patch_status(sandbox_name, &PatchParams::apply("agentplane-node-agent"), &Patch::Apply(&heartbeat)).await,
+        sandboxes.patch(sandbox_name, &PatchParams::default(), &Patch::Merge(&endpoint)).await,
+        "the node agent updates its Sandbox",
+    );
+    let heartbeat =
+        json!({"apiVersion": "agentplane.dev/v1alpha1", "kind": "Sandbox", "status": {"nodeAgentVersion": "test"}});
+    allowed(
+        sandboxes
+            .patch_status(sandbox_name, &PatchParams::apply("agentplane-node-agent"), &Patch::Apply(&heartbeat))
+            .await,
         "the node agent applies its heartbeat",
     );
     assert_forbidden(

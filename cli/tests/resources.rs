@@ -52,7 +52,8 @@ impl Dir {
     fn stop(&mut self) {
         let Some(mut child) = self.up.take() else { return };
         // SIGTERM, so that it stops what it started; SIGKILL would orphan all of it.
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM);
+        let _ =
+            nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM);
         let deadline = Instant::now() + PATIENCE;
         while matches!(child.try_wait(), Ok(None)) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(10));
@@ -99,7 +100,9 @@ impl Dir {
     }
 
     fn wait_record(&self, plural: &str, name: &str, what: &str, check: impl Fn(&Value) -> bool) -> Value {
-        common::wait_until(PATIENCE, &format!("{plural}/{name}: {what}"), || self.record(plural, name).is_some_and(|r| check(&r)));
+        common::wait_until(PATIENCE, &format!("{plural}/{name}: {what}"), || {
+            self.record(plural, name).is_some_and(|r| check(&r))
+        });
         self.record(plural, name).unwrap()
     }
 
@@ -128,23 +131,35 @@ impl Drop for Dir {
 }
 
 fn process(name: &str, command: &str, args: &[&str]) -> String {
-    format!("apiVersion: agentplane.dev/v1alpha1\nkind: Process\nmetadata: {{name: {name}}}\nspec: {{command: {command}, args: {}}}\n", serde_json::to_string(args).unwrap())
+    format!(
+        "apiVersion: agentplane.dev/v1alpha1\nkind: Process\nmetadata: {{name: {name}}}\nspec: {{command: {command}, args: {}}}\n",
+        serde_json::to_string(args).unwrap()
+    )
 }
 
 fn alive(pid: u64) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| !stat[stat.rfind(')').unwrap() + 2..].starts_with('Z'))
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|stat| !stat[stat.rfind(')').unwrap() + 2..].starts_with('Z'))
 }
 
 /// The table's row for NAME, split into cells.
 fn row<'a>(table: &'a str, name: &str) -> Vec<&'a str> {
-    table.lines().find(|l| l.split_whitespace().next() == Some(name)).unwrap_or_else(|| panic!("no row {name} in\n{table}")).split_whitespace().collect()
+    table
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(name))
+        .unwrap_or_else(|| panic!("no row {name} in\n{table}"))
+        .split_whitespace()
+        .collect()
 }
 
 #[test]
 fn get_prints_tables_records_and_the_errors_of_broken_files() {
     let mut d = Dir::new();
     d.write("sleeper.yaml", &process("sleeper", "sleep", &["1000"]));
-    d.write("broken.yaml", "apiVersion: agentplane.dev/v1alpha1\nkind: Process\nmetadata: {name: broken}\nspec:\n  comand: x\n");
+    d.write(
+        "broken.yaml",
+        "apiVersion: agentplane.dev/v1alpha1\nkind: Process\nmetadata: {name: broken}\nspec:\n  comand: x\n",
+    );
     d.start();
     d.wait_phase("sleeper", "Running");
 
@@ -152,7 +167,10 @@ fn get_prints_tables_records_and_the_errors_of_broken_files() {
     assert!(out.status.success());
     let table = String::from_utf8(out.stdout).unwrap();
     assert!(table.starts_with("NAME"), "{table}");
-    assert_eq!(table.lines().next().unwrap().split_whitespace().collect::<Vec<_>>(), ["NAME", "PHASE", "COMMAND", "RESTARTS", "EXIT", "AGE"]);
+    assert_eq!(
+        table.lines().next().unwrap().split_whitespace().collect::<Vec<_>>(),
+        ["NAME", "PHASE", "COMMAND", "RESTARTS", "EXIT", "AGE"]
+    );
     assert_eq!(row(&table, "sleeper")[..5], ["sleeper", "Running", "sleep", "1000", "0"]);
     let stderr = String::from_utf8(out.stderr).unwrap();
     assert!(stderr.contains("error: broken.yaml:5:3: spec: unknown field `comand`"), "{stderr}");
@@ -177,9 +195,14 @@ fn get_prints_tables_records_and_the_errors_of_broken_files() {
     assert!(d.fails(&["get", "pods"]).contains("unknown kind \"pods\""));
 
     // A file that breaks keeps its resource at the last good spec, and says so.
-    d.write("sleeper.yaml", &process("sleeper", "sleep", &["1000"]).replace("spec: {", "spec: {restartPolicy: Sometimes, "));
+    d.write(
+        "sleeper.yaml",
+        &process("sleeper", "sleep", &["1000"]).replace("spec: {", "spec: {restartPolicy: Sometimes, "),
+    );
     d.wait_record("processes", "sleeper", "Valid False", |r| {
-        r["status"]["conditions"].as_array().is_some_and(|c| c.iter().any(|c| c["type"] == "Valid" && c["status"] == "False"))
+        r["status"]["conditions"]
+            .as_array()
+            .is_some_and(|c| c.iter().any(|c| c["type"] == "Valid" && c["status"] == "False"))
     });
     let out = d.cli(&["get", "proc"]);
     let table = String::from_utf8(out.stdout).unwrap();
@@ -287,7 +310,11 @@ fn apply_copies_a_valid_directory_and_changes_nothing_when_a_file_is_invalid() {
     ] {
         assert!(described.contains(&wanted), "{wanted:?} not in\n{described}");
     }
-    assert!(described.lines().any(|l| l.split_whitespace().collect::<Vec<_>>()[..] == ["TYPE", "STATUS", "REASON", "MESSAGE", "AGE"]));
+    assert!(
+        described
+            .lines()
+            .any(|l| l.split_whitespace().collect::<Vec<_>>()[..] == ["TYPE", "STATUS", "REASON", "MESSAGE", "AGE"])
+    );
     assert!(described.lines().any(|l| l.trim_start().starts_with("Ready  False   Succeeded")), "{described}");
     assert!(d.fails(&["describe", "session", "nope"]).contains(r#"session "nope" not found in namespace "default""#));
 }
@@ -319,7 +346,11 @@ fn delete_removes_a_file_or_only_its_document_and_waits_for_the_cleanup() {
     assert_eq!(d.ok(&["delete", "proc", "doomed", "--timeout", "30s"]).trim(), "process/doomed deleted");
     assert_eq!(d.read("multi.yaml"), format!("# a file of three\n---\n{first}---\n{last}"));
     assert!(d.record("processes", "doomed").is_none());
-    assert!(!d.node_agent(&["get", &format!("proc-{}", doomed_record["metadata"]["uid"].as_str().unwrap())]).status.success());
+    assert!(
+        !d.node_agent(&["get", &format!("proc-{}", doomed_record["metadata"]["uid"].as_str().unwrap())])
+            .status
+            .success()
+    );
     assert!(!alive(doomed_record["status"]["pid"].as_u64().unwrap()));
     assert_eq!(d.record("processes", "first").unwrap()["status"]["phase"], "Running");
     assert_eq!(d.record("processes", "last").unwrap()["status"]["phase"], "Running");
@@ -373,7 +404,10 @@ fn send_and_reply_append_to_the_session_file_and_leave_the_rest_alone() {
     let out = d.ok(&["send", "session/review", "fix it: the tests fail"]);
     assert_eq!(out.trim(), "session/review: message 2 added to team/review.yaml");
     let text = d.read("team/review.yaml");
-    assert_eq!(text, SESSION_FILE.replace("  - look at the diff\n", "  - look at the diff\n  - 'fix it: the tests fail'\n"));
+    assert_eq!(
+        text,
+        SESSION_FILE.replace("  - look at the diff\n", "  - look at the diff\n  - 'fix it: the tests fail'\n")
+    );
     assert_eq!(session(&text).spec.messages, ["look at the diff", "fix it: the tests fail"]);
 
     d.ok(&["send", "review", "line one\nline two"]);
@@ -404,9 +438,15 @@ fn send_and_reply_append_to_the_session_file_and_leave_the_rest_alone() {
     assert!(err.contains("odd.yaml:") && err.contains("nothing was changed"), "{err}");
     assert_eq!(d.read("odd.yaml"), flow);
     // A flow list on one line, and a flow spec without the key.
-    d.write("flow.yaml", "apiVersion: agentplane.dev/v1alpha1\nkind: Session\nmetadata: {name: flow}\nspec: {agent: mock}\n");
+    d.write(
+        "flow.yaml",
+        "apiVersion: agentplane.dev/v1alpha1\nkind: Session\nmetadata: {name: flow}\nspec: {agent: mock}\n",
+    );
     d.ok(&["send", "flow", "hi"]);
-    assert_eq!(d.read("flow.yaml"), "apiVersion: agentplane.dev/v1alpha1\nkind: Session\nmetadata: {name: flow}\nspec: {agent: mock, messages: [\"hi\"]}\n");
+    assert_eq!(
+        d.read("flow.yaml"),
+        "apiVersion: agentplane.dev/v1alpha1\nkind: Session\nmetadata: {name: flow}\nspec: {agent: mock, messages: [\"hi\"]}\n"
+    );
     d.ok(&["send", "flow", "again"]);
     assert_eq!(session(&d.read("flow.yaml")).spec.messages, ["hi", "again"]);
 

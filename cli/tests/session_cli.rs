@@ -147,7 +147,8 @@ fn a_session_from_create_to_end() {
     ok(&agent, &["reply", "s1", &request.id, "--once"]);
     let turn = follow.until_event(EventType::TurnEnded);
     assert!(
-        turn.iter().any(|e| matches!(&e.data, EventData::PermissionResolved { id, reply: Some(_) } if *id == request.id)),
+        turn.iter()
+            .any(|e| matches!(&e.data, EventData::PermissionResolved { id, reply: Some(_) } if *id == request.id)),
         "{turn:#?}"
     );
     let answer = assistant_text(&turn).unwrap();
@@ -174,8 +175,14 @@ fn a_session_from_create_to_end() {
 
     // People read one line an event.
     let readable = ok(&agent, &["events", "s1"]);
-    assert!(readable.lines().any(|l| l.ends_with("item.completed message assistant: mock reply #1 to: hello there")), "{readable}");
-    assert!(readable.contains(&format!("answer: agentplane session reply s1 {} --once|--always|--reject", request.id)), "{readable}");
+    assert!(
+        readable.lines().any(|l| l.ends_with("item.completed message assistant: mock reply #1 to: hello there")),
+        "{readable}"
+    );
+    assert!(
+        readable.contains(&format!("answer: agentplane session reply s1 {} --once|--always|--reject", request.id)),
+        "{readable}"
+    );
 
     let listed = ok(&agent, &["ls"]);
     assert!(listed.lines().nth(1).is_some_and(|l| l.starts_with("s1 ") && l.contains("mock")), "{listed}");
@@ -212,7 +219,12 @@ fn following_from_an_offset_prints_readable_lines_and_stops_at_the_end() {
     let printed = follow.until("the process's output", |l| l == "      fed to the agent");
     let first: u64 = printed[0].split_whitespace().next().unwrap().parse().unwrap();
     assert_eq!(first, before as u64 + 1, "starts after the offset: {printed:#?}");
-    assert!(printed.iter().any(|l| l.ends_with("item.completed tool_result process: `echo 'fed to the agent'` ended (exit 0)")), "{printed:#?}");
+    assert!(
+        printed
+            .iter()
+            .any(|l| l.ends_with("item.completed tool_result process: `echo 'fed to the agent'` ended (exit 0)")),
+        "{printed:#?}"
+    );
     ok(&agent, &["send", "s2", "second"]);
     let printed = follow.until("the second turn's end", |l| l.contains("turn.ended"));
     let reply = "item.completed message assistant: mock reply #2 to: Output of `echo 'fed to the agent'` (exit 0):";
@@ -283,7 +295,8 @@ impl Daemon {
     }
 
     fn stop(mut self) {
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), nix::sys::signal::Signal::SIGTERM)
+            .unwrap();
         common::wait_until(PATIENCE, "the node agent to stop", || self.child.try_wait().unwrap().is_some());
     }
 }
@@ -291,7 +304,10 @@ impl Daemon {
 impl Drop for Daemon {
     fn drop(&mut self) {
         if let Ok(None) = self.child.try_wait() {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), nix::sys::signal::Signal::SIGTERM);
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(self.child.id() as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
             // No assertion here: a panic while a failed test unwinds would abort the run.
             let deadline = std::time::Instant::now() + PATIENCE;
             while matches!(self.child.try_wait(), Ok(None)) && std::time::Instant::now() < deadline {

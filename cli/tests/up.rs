@@ -197,7 +197,11 @@ fn a_process_file_is_started_stopped_restarted_and_removed() {
     assert_eq!(up.running_by_resource(), BTreeMap::from([("Process/default/web".to_string(), 1)]));
     let on_node = &up.processes()[0];
     assert_eq!((on_node.pid as u64, on_node.command.as_str()), (pid, "sleep"));
-    assert_eq!(fs::read_to_string(&file).unwrap(), process_yaml("web", "  command: sleep\n  args: ['1000']\n"), "the user's file is never written");
+    assert_eq!(
+        fs::read_to_string(&file).unwrap(),
+        process_yaml("web", "  command: sleep\n  args: ['1000']\n"),
+        "the user's file is never written"
+    );
 
     // Stopped: the stop signal ends it and the exit is recorded.
     save(&file, &process_yaml("web", "  command: sleep\n  args: ['1000']\n  desiredState: Stopped\n"));
@@ -239,7 +243,10 @@ fn a_broken_file_keeps_the_last_good_spec_and_says_where_it_is_wrong() {
     let broken = up.wait_status("app", "the error", |r| condition(r, "Valid")["status"] == "False");
     let message = condition(&broken, "Valid")["message"].as_str().unwrap().to_string();
     // The parser notices the unclosed `[` where the input ends.
-    assert!(message.starts_with("app.yml:8:1: did not find expected ',' or ']', while parsing a flow sequence"), "file, line and column: {message}");
+    assert!(
+        message.starts_with("app.yml:8:1: did not find expected ',' or ']', while parsing a flow sequence"),
+        "file, line and column: {message}"
+    );
     assert_eq!(phase(&broken), "Running");
     assert_eq!(broken["status"]["pid"], pid, "the running process is untouched");
     assert_eq!(broken["metadata"]["generation"], 1, "the last good spec stays");
@@ -256,7 +263,8 @@ fn a_broken_file_keeps_the_last_good_spec_and_says_where_it_is_wrong() {
 
     // Fixed: converges to the new spec.
     save(&file, &process_yaml("app", "  command: sleep\n  args: ['3000']\n"));
-    let fixed = up.wait_status("app", "the fixed spec", |r| condition(r, "Valid")["status"] == "True" && phase(r) == "Running");
+    let fixed =
+        up.wait_status("app", "the fixed spec", |r| condition(r, "Valid")["status"] == "True" && phase(r) == "Running");
     assert_eq!(fixed["metadata"]["generation"], 2);
     assert_ne!(fixed["status"]["pid"], pid);
     assert!(up.state().read_errors().is_empty());
@@ -358,7 +366,10 @@ fn git_checkout_of_another_branch_converges_to_the_new_tree() {
     });
     assert_eq!(up.record("keep").unwrap()["status"]["pid"], keep_pid, "an unchanged file's process is left alone");
     let all = up.processes();
-    let change: Vec<_> = all.iter().filter(|p| p.label.as_deref() == Some("Process/default/change") && p.status == ProcessStatus::Running).collect();
+    let change: Vec<_> = all
+        .iter()
+        .filter(|p| p.label.as_deref() == Some("Process/default/change") && p.status == ProcessStatus::Running)
+        .collect();
     assert_eq!(change.len(), 1, "{all:#?}\n{:#}", up.record("change").unwrap());
     assert_eq!(change[0].args, ["2000"]);
     // And back.
@@ -386,8 +397,9 @@ fn kill_9_while_200_files_converge_then_start_again_runs_each_exactly_once() {
         (running >= 20).then_some(running)
     });
     up.kill9();
-    let uids_before: BTreeMap<String, Value> =
-        (0..200).filter_map(|n| up.record(&format!("p{n:03}")).map(|r| (format!("p{n:03}"), r["metadata"]["uid"].clone()))).collect();
+    let uids_before: BTreeMap<String, Value> = (0..200)
+        .filter_map(|n| up.record(&format!("p{n:03}")).map(|r| (format!("p{n:03}"), r["metadata"]["uid"].clone())))
+        .collect();
     assert!(uids_before.len() >= started);
     // What it ran keeps running on pipes: a kill -9 gives no chance to stop anything.
     let orphans = count_on_machine(&marker);
@@ -461,7 +473,8 @@ fn a_mock_session_gets_each_message_once_across_restarts_of_up_and_takes_replies
     let file = dir.join("chat.yaml");
     let mut up = Up::start(&dir);
     save(&file, &session_yaml(&["first message"], ""));
-    let idle = wait_session(&up, "chat", "idle after one", |r| phase(r) == "Idle" && r["status"]["deliveredMessages"] == 1);
+    let idle =
+        wait_session(&up, "chat", "idle after one", |r| phase(r) == "Idle" && r["status"]["deliveredMessages"] == 1);
     let agent_session = idle["status"]["agentSessionId"].clone();
     assert!(agent_session.as_str().unwrap().starts_with("mock-"));
     assert_eq!(condition(&idle, "Ready")["reason"], "Idle");
@@ -470,7 +483,8 @@ fn a_mock_session_gets_each_message_once_across_restarts_of_up_and_takes_replies
     drop(up);
     save(&file, &session_yaml(&["first message", "second message"], ""));
     up = Up::start(&dir);
-    let idle = wait_session(&up, "chat", "idle after two", |r| phase(r) == "Idle" && r["status"]["deliveredMessages"] == 2);
+    let idle =
+        wait_session(&up, "chat", "idle after two", |r| phase(r) == "Idle" && r["status"]["deliveredMessages"] == 2);
     assert_eq!(idle["status"]["agentSessionId"], agent_session, "the same conversation, resumed");
     assert_eq!(user_messages(&up, &idle), ["first message", "second message"]);
 
@@ -479,7 +493,8 @@ fn a_mock_session_gets_each_message_once_across_restarts_of_up_and_takes_replies
     save(&file, &session_yaml(&["first message", "second message", "third message"], ""));
     up.kill9();
     up = Up::start(&dir);
-    let idle = wait_session(&up, "chat", "idle after three", |r| phase(r) == "Idle" && r["status"]["deliveredMessages"] == 3);
+    let idle =
+        wait_session(&up, "chat", "idle after three", |r| phase(r) == "Idle" && r["status"]["deliveredMessages"] == 3);
     assert_eq!(user_messages(&up, &idle), ["first message", "second message", "third message"]);
 
     // A permission request is shown in the status and answered through spec.replies.
@@ -491,7 +506,9 @@ fn a_mock_session_gets_each_message_once_across_restarts_of_up_and_takes_replies
     assert_eq!(pending["options"], serde_json::json!(["once", "always", "reject"]));
     let id = pending["id"].as_str().unwrap();
     save(&file, &session_yaml(&asks, &format!("  replies:\n    - {{id: {id}, decision: once}}\n")));
-    let answered = wait_session(&up, "chat", "idle after the reply", |r| phase(r) == "Idle" && r["status"]["deliveredMessages"] == 4);
+    let answered = wait_session(&up, "chat", "idle after the reply", |r| {
+        phase(r) == "Idle" && r["status"]["deliveredMessages"] == 4
+    });
     assert!(answered["status"].get("pendingPermissions").is_none());
 
     // Removing the file ends the session on the node agent before the record goes.
@@ -559,11 +576,18 @@ fn the_examples_converge_as_the_readme_says() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(text.contains("message user: Hello! What can you do?"), "{text}");
     assert!(text.contains("reasoning completed:"), "{text}");
-    assert!(text.contains("message assistant: mock reply #2 to: Please think it over with some reasoning first."), "{text}");
+    assert!(
+        text.contains("message assistant: mock reply #2 to: Please think it over with some reasoning first."),
+        "{text}"
+    );
     let json = Command::new(BIN).args(["logs", "session/demo", "-o", "json", "--dir"]).arg(&dir).output().unwrap();
-    let events: Vec<Value> = String::from_utf8_lossy(&json.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let events: Vec<Value> =
+        String::from_utf8_lossy(&json.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     assert_eq!(events.first().unwrap()["type"], "session.started");
-    assert!(events.windows(2).all(|w| w[1]["sequence"].as_u64() == w[0]["sequence"].as_u64().map(|s| s + 1)), "every event, in order");
+    assert!(
+        events.windows(2).all(|w| w[1]["sequence"].as_u64() == w[0]["sequence"].as_u64().map(|s| s + 1)),
+        "every event, in order"
+    );
     assert!(events.iter().any(|e| e["type"] == "item.delta"), "deltas are in the JSON stream");
 }
 
@@ -600,14 +624,18 @@ fn a_kubernetes_style_atomic_update_through_a_data_symlink_is_taken() {
     symlink("..data/web.yaml", dir.join("web.yaml")).unwrap();
     let up = Up::start(&dir);
     let first = up.wait_status("web", "running", |r| phase(r) == "Running");
-    assert_eq!(first["metadata"]["annotations"]["agentplane.dev/source"], "web.yaml#1", "seen once, through the visible link");
+    assert_eq!(
+        first["metadata"]["annotations"]["agentplane.dev/source"], "web.yaml#1",
+        "seen once, through the visible link"
+    );
 
     fs::create_dir_all(dir.join("..2026_02")).unwrap();
     fs::write(dir.join("..2026_02/web.yaml"), process_yaml("web", "  command: sleep\n  args: ['2000']\n")).unwrap();
     symlink("..2026_02", dir.join("..data_tmp")).unwrap();
     fs::rename(dir.join("..data_tmp"), dir.join("..data")).unwrap();
     fs::remove_dir_all(dir.join("..2026_01")).unwrap();
-    let second = up.wait_status("web", "the new content running", |r| r["metadata"]["generation"] == 2 && phase(r) == "Running");
+    let second =
+        up.wait_status("web", "the new content running", |r| r["metadata"]["generation"] == 2 && phase(r) == "Running");
     assert_ne!(second["status"]["pid"], first["status"]["pid"]);
     let running: Vec<_> = up.processes().into_iter().filter(|p| p.status == ProcessStatus::Running).collect();
     assert_eq!(running.len(), 1);
@@ -620,13 +648,22 @@ fn a_process_with_a_session_ref_feeds_its_output_to_that_session() {
     let dir = tmp.path().join("d");
     let up = Up::start(&dir);
     // The process first: it waits, saying why, until the session it names exists.
-    save(&dir.join("check.yaml"), &process_yaml("check", "  command: sh\n  args: [-c, 'echo fed-to-the-agent']\n  sessionRef: chat\n  restartPolicy: Never\n"));
+    save(
+        &dir.join("check.yaml"),
+        &process_yaml(
+            "check",
+            "  command: sh\n  args: [-c, 'echo fed-to-the-agent']\n  sessionRef: chat\n  restartPolicy: Never\n",
+        ),
+    );
     let waiting = up.wait("check to wait for its session", || {
         let record = record_of(&up, "processes", "default", "check")?;
         (condition(&record, "Ready")["reason"] == "SessionNotFound").then_some(record)
     });
     assert!(condition(&waiting, "Ready")["message"].as_str().unwrap().contains("chat"), "{waiting}");
-    save(&dir.join("chat.yaml"), "apiVersion: agentplane.dev/v1alpha1\nkind: Session\nmetadata:\n  name: chat\nspec:\n  agent: mock\n");
+    save(
+        &dir.join("chat.yaml"),
+        "apiVersion: agentplane.dev/v1alpha1\nkind: Session\nmetadata:\n  name: chat\nspec:\n  agent: mock\n",
+    );
     let exited = up.wait("check to run and exit", || {
         let record = record_of(&up, "processes", "default", "check")?;
         (phase(&record) == "Succeeded").then_some(record)
@@ -652,13 +689,17 @@ fn a_process_with_a_session_ref_feeds_its_output_to_that_session() {
     assert!(!events.is_empty());
     // ... and reaches the agent with the next message.
     save(&dir.join("chat.yaml"), &session_yaml(&["what did it print?"], ""));
-    wait_session(&up, "chat", "idle after the message", |r| phase(r) == "Idle" && r["status"]["deliveredMessages"] == 1);
+    wait_session(&up, "chat", "idle after the message", |r| {
+        phase(r) == "Idle" && r["status"]["deliveredMessages"] == 1
+    });
     let events = block_on(client.session_events(&format!("sess-{uid}"), &query)).unwrap().events;
     let reply = events
         .iter()
         .rev()
         .find_map(|e| match &e.data {
-            agentplane_node_agent::universal::EventData::ItemCompleted { item } if item.role == Some(agentplane_node_agent::universal::Role::Assistant) => {
+            agentplane_node_agent::universal::EventData::ItemCompleted { item }
+                if item.role == Some(agentplane_node_agent::universal::Role::Assistant) =>
+            {
                 item.text.clone()
             }
             _ => None,

@@ -97,7 +97,7 @@ pub fn get<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition
 
 /// A node agent's timestamp as a Kubernetes `Time`.
 pub fn time(at: OffsetDateTime) -> Time {
-    let ts = k8s_openapi::jiff::Timestamp::new(at.unix_timestamp(), at.nanosecond() as i32)
-        .unwrap_or_else(|_| jiff_now());
+    let ts =
+        k8s_openapi::jiff::Timestamp::new(at.unix_timestamp(), at.nanosecond() as i32).unwrap_or_else(|_| jiff_now());
     Time(ts)
 }

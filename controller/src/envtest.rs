@@ -61,7 +61,13 @@ struct Tether {
 impl Tether {
     /// Starts `program`; `cleanup`, when given, is removed once it has exited (the
     /// API server's directory, with etcd's data, lives in memory under /dev/shm).
-    fn spawn(name: &'static str, program: &Path, args: &[String], dir: &Path, cleanup: Option<&Path>) -> Result<Tether, String> {
+    fn spawn(
+        name: &'static str,
+        program: &Path,
+        args: &[String],
+        dir: &Path,
+        cleanup: Option<&Path>,
+    ) -> Result<Tether, String> {
         let log = dir.join(format!("{name}.log"));
         let out = std::fs::File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
         let err = out.try_clone().map_err(|e| e.to_string())?;
@@ -172,11 +178,8 @@ impl ApiServer {
         static COUNT: AtomicU32 = AtomicU32::new(0);
         let assets = assets()?;
         let base = if Path::new("/dev/shm").is_dir() { PathBuf::from("/dev/shm") } else { std::env::temp_dir() };
-        let dir = base.join(format!(
-            "agentplane-envtest-{}-{}",
-            std::process::id(),
-            COUNT.fetch_add(1, Ordering::Relaxed)
-        ));
+        let dir =
+            base.join(format!("agentplane-envtest-{}-{}", std::process::id(), COUNT.fetch_add(1, Ordering::Relaxed)));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
 
@@ -333,7 +336,8 @@ impl ApiServer {
         use k8s_openapi::api::core::v1::Namespace;
         let name = format!("{prefix}-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
         let api: Api<Namespace> = Api::all(self.client().await);
-        let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).expect("a namespace");
+        let ns: Namespace =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).expect("a namespace");
         api.create(&Default::default(), &ns).await.expect("the namespace is created");
         name
     }

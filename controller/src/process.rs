@@ -44,7 +44,11 @@ pub struct Backoff {
 
 impl Default for Backoff {
     fn default() -> Self {
-        Backoff { initial: Duration::from_secs(10), max: Duration::from_secs(300), reset_after: Duration::from_secs(600) }
+        Backoff {
+            initial: Duration::from_secs(10),
+            max: Duration::from_secs(300),
+            reset_after: Duration::from_secs(600),
+        }
     }
 }
 
@@ -273,8 +277,7 @@ impl ProcessReconciler {
         // A run of another spec (or of an earlier, stopped life) makes way for a new one.
         let fresh = prev.phase == Some(ProcessPhase::Stopped) || prev.spec_hash.as_deref() != Some(hash.as_str());
         let stale = observed.as_ref().is_some_and(|info| {
-            info.annotations.get(annotations::SPEC_HASH) != Some(&hash)
-                || (fresh && info.status == NodeStatus::Exited)
+            info.annotations.get(annotations::SPEC_HASH) != Some(&hash) || (fresh && info.status == NodeStatus::Exited)
         });
         if stale {
             if let Err(e) = client.delete_process(&id, &self.stop_query(process, true)).await
@@ -345,7 +348,11 @@ impl ProcessReconciler {
                 let due = exited_at.map(|e| to_offset(e) + delay).unwrap_or(now);
                 if due > now {
                     step.status.phase = Some(ProcessPhase::BackOff);
-                    let message = format!("{}; restarting in {:.0} s", step.exit_description(), (due - now).as_seconds_f64().ceil());
+                    let message = format!(
+                        "{}; restarting in {:.0} s",
+                        step.exit_description(),
+                        (due - now).as_seconds_f64().ceil()
+                    );
                     step.ready(false, "BackOff", message);
                     let wait = (due - now).try_into().unwrap_or(Duration::from_secs(1));
                     return step.done(Some(wait));
@@ -424,7 +431,9 @@ impl ProcessReconciler {
                 step.status.phase = Some(ProcessPhase::Running);
                 step.done(Some(Duration::ZERO))
             }
-            Err(e @ ClientError::Problem(_)) if matches!(e.problem_code(), Some("spawn_failed" | "invalid_request" | "limit_exceeded")) => {
+            Err(e @ ClientError::Problem(_))
+                if matches!(e.problem_code(), Some("spawn_failed" | "invalid_request" | "limit_exceeded")) =>
+            {
                 step.status.phase = Some(ProcessPhase::Failed);
                 step.status.pid = None;
                 step.status.exit_code = None;

@@ -13,10 +13,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentplane_crds::{
-    PendingPermission, PendingQuestion, PermissionDecision, PermissionMode, Question, Session, SessionPhase, SessionStatus,
+    PendingPermission, PendingQuestion, PermissionDecision, PermissionMode, Question, Session, SessionPhase,
+    SessionStatus,
 };
 use agentplane_node_agent::client::{Client, ClientError};
-use agentplane_node_agent::model::{CreateSessionRequest, PermissionMode as NodePermissionMode, SessionInfo, SessionState};
+use agentplane_node_agent::model::{
+    CreateSessionRequest, PermissionMode as NodePermissionMode, SessionInfo, SessionState,
+};
 use agentplane_node_agent::universal::PermissionReply;
 
 use crate::conditions::{self, READY, Status};
@@ -161,15 +164,14 @@ impl Step<'_> {
             SessionState::AwaitingInput => (
                 Status::True,
                 "AwaitingInput",
-                "waiting for a reply in spec.replies (ids in status.pendingPermissions and status.pendingQuestions)".to_string(),
+                "waiting for a reply in spec.replies (ids in status.pendingPermissions and status.pendingQuestions)"
+                    .to_string(),
             ),
             SessionState::Idle => (Status::True, "Idle", "every message so far was answered".to_string()),
             SessionState::Ended => (Status::False, "Ended", "the session has ended".to_string()),
-            SessionState::Failed => (
-                Status::False,
-                "AgentFailed",
-                info.error.clone().unwrap_or_else(|| "the agent failed".to_string()),
-            ),
+            SessionState::Failed => {
+                (Status::False, "AgentFailed", info.error.clone().unwrap_or_else(|| "the agent failed".to_string()))
+            }
         };
         self.ready(ready, reason, message);
     }
@@ -247,7 +249,10 @@ impl SessionReconciler {
                     }
                 };
                 let request = CreateSessionRequest {
-                    agent: serde_json::to_value(spec.agent).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default(),
+                    agent: serde_json::to_value(spec.agent)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_string))
+                        .unwrap_or_default(),
                     agent_version: spec.agent_version.clone(),
                     agent_mode: spec.agent_mode.clone(),
                     permission_mode: Some(match spec.permission_mode {
@@ -263,12 +268,19 @@ impl SessionReconciler {
                 match client.create_session(&id, &request).await {
                     Ok(info) => info,
                     // Created by an earlier pass whose answer was lost: adopt it.
-                    Err(e) if e.problem_code() == Some("session_already_exists") => match client.get_session(&id).await {
+                    Err(e) if e.problem_code() == Some("session_already_exists") => match client.get_session(&id).await
+                    {
                         Ok(info) => info,
                         Err(e) => return step.unreachable(&e),
                     },
                     Err(e) => match e.problem_code() {
-                        Some(code @ ("unsupported_agent" | "mode_not_supported" | "invalid_request" | "agent_not_installed" | "install_failed")) => {
+                        Some(
+                            code @ ("unsupported_agent"
+                            | "mode_not_supported"
+                            | "invalid_request"
+                            | "agent_not_installed"
+                            | "install_failed"),
+                        ) => {
                             let reason = match code {
                                 "unsupported_agent" => "UnsupportedAgent",
                                 "mode_not_supported" => "ModeNotSupported",
@@ -297,7 +309,11 @@ impl SessionReconciler {
             for reply in &spec.replies {
                 let result = if info.pending_permissions.iter().any(|p| p.id == reply.id) {
                     let Some(decision) = reply.decision else {
-                        step.ready(false, "InvalidReply", format!("reply {:?} answers a permission request: give `decision`", reply.id));
+                        step.ready(
+                            false,
+                            "InvalidReply",
+                            format!("reply {:?} answers a permission request: give `decision`", reply.id),
+                        );
                         continue;
                     };
                     client.reply_permission(&id, &reply.id, node_reply(decision)).await

@@ -10,4 +10,3 @@ async fn crds_are_served() {
     let api: Api<Process> = Api::namespaced(server.client().await, &ns);
     assert!(api.list(&ListParams::default()).await.unwrap().items.is_empty());
 }
-

@@ -22,10 +22,8 @@ fn committed_crd_yaml_matches_the_types() {
 #[test]
 fn names_columns_and_subresources() {
     let all = crds();
-    let names: Vec<(String, Vec<String>)> = all
-        .iter()
-        .map(|c| (c.spec.names.kind.clone(), c.spec.names.short_names.clone().unwrap_or_default()))
-        .collect();
+    let names: Vec<(String, Vec<String>)> =
+        all.iter().map(|c| (c.spec.names.kind.clone(), c.spec.names.short_names.clone().unwrap_or_default())).collect();
     assert_eq!(
         names,
         vec![
@@ -39,7 +37,11 @@ fn names_columns_and_subresources() {
         assert_eq!(crd.spec.scope, "Namespaced");
         let version = &crd.spec.versions[0];
         assert_eq!(version.name, VERSION);
-        assert!(version.subresources.as_ref().and_then(|s| s.status.as_ref()).is_some(), "{} has a status subresource", crd.spec.names.kind);
+        assert!(
+            version.subresources.as_ref().and_then(|s| s.status.as_ref()).is_some(),
+            "{} has a status subresource",
+            crd.spec.names.kind
+        );
         let columns: Vec<&str> = version.additional_printer_columns.iter().flatten().map(|c| c.name.as_str()).collect();
         assert!(columns.contains(&"Age"), "{columns:?}");
         // Every field of a spec explains itself (`kubectl explain`).
@@ -50,7 +52,8 @@ fn names_columns_and_subresources() {
         }
     }
     let process = Process::crd();
-    let columns: Vec<&str> = process.spec.versions[0].additional_printer_columns.iter().flatten().map(|c| c.name.as_str()).collect();
+    let columns: Vec<&str> =
+        process.spec.versions[0].additional_printer_columns.iter().flatten().map(|c| c.name.as_str()).collect();
     assert_eq!(&columns[..5], ["Phase", "Command", "Restarts", "Exit", "Age"]);
 }
 

@@ -6,6 +6,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::Router;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade, rejection::WebSocketUpgradeRejection};
 use axum::extract::{FromRequest, FromRequestParts, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -13,7 +14,6 @@ use axum::middleware::{self, Next as MiddlewareNext};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::Router;
 use base64::Engine as _;
 use futures_util::{SinkExt, Stream, StreamExt};
 use serde::Serialize;
@@ -29,8 +29,8 @@ use crate::model::*;
 use crate::output::{Next, OutputBuffer};
 use crate::process::{Process, ProcessManager, RunState};
 use crate::sessions::SessionManager;
-use crate::universal::*;
 use crate::signals::parse_signal;
+use crate::universal::*;
 
 /// Largest binary frame sent to a terminal client: big enough that a fast producer
 /// costs few frames, small enough to keep latency and memory per client low.
@@ -92,7 +92,8 @@ impl<S: Send + Sync> FromRequestParts<S> for PathIds {
     type Rejection = Error;
 
     async fn from_request_parts(parts: &mut axum::http::request::Parts, state: &S) -> Result<Self> {
-        let axum::extract::Path((id, request)) = axum::extract::Path::<(String, String)>::from_request_parts(parts, state).await?;
+        let axum::extract::Path((id, request)) =
+            axum::extract::Path::<(String, String)>::from_request_parts(parts, state).await?;
         Ok(PathIds(id, request))
     }
 }
@@ -155,18 +156,11 @@ async fn authenticate(State(state): State<AppState>, request: Request, next: Mid
 
 /// A WebSocket request carrying a valid single-use ticket for this very process.
 fn ticket_grants(state: &AppState, request: &Request) -> bool {
-    let Some(id) = request
-        .uri()
-        .path()
-        .strip_prefix("/v1/processes/")
-        .and_then(|rest| rest.strip_suffix("/connect"))
+    let Some(id) = request.uri().path().strip_prefix("/v1/processes/").and_then(|rest| rest.strip_suffix("/connect"))
     else {
         return false;
     };
-    let Some(ticket) = request
-        .uri()
-        .query()
-        .and_then(|q| q.split('&').find_map(|pair| pair.strip_prefix("ticket=")))
+    let Some(ticket) = request.uri().query().and_then(|q| q.split('&').find_map(|pair| pair.strip_prefix("ticket=")))
     else {
         return false;
     };
@@ -215,7 +209,10 @@ impl utoipa::Modify for ApiConventions {
         openapi.security = Some(vec![SecurityRequirement::new("bearer", Vec::<String>::new())]);
         let problem = ResponseBuilder::new()
             .description("An RFC 7807 problem document; `type` is `urn:agentplane:error:<code>`")
-            .content("application/problem+json", ContentBuilder::new().schema(Some(Ref::from_schema_name("Problem"))).build())
+            .content(
+                "application/problem+json",
+                ContentBuilder::new().schema(Some(Ref::from_schema_name("Problem"))).build(),
+            )
             .build();
         for item in openapi.paths.paths.values_mut() {
             let operations = [&mut item.get, &mut item.post, &mut item.put, &mut item.delete, &mut item.patch];
@@ -251,7 +248,10 @@ async fn openapi_json() -> Json<utoipa::openapi::OpenApi> {
         (status = 422, body = Problem, content_type = "application/problem+json", description = "spawn_failed"),
         (status = 429, body = Problem, content_type = "application/problem+json", description = "limit_exceeded"),
     ))]
-async fn create_process(State(state): State<AppState>, Json(request): Json<CreateProcessRequest>) -> Result<(StatusCode, Json<ProcessInfo>)> {
+async fn create_process(
+    State(state): State<AppState>,
+    Json(request): Json<CreateProcessRequest>,
+) -> Result<(StatusCode, Json<ProcessInfo>)> {
     let session = match &request.session_id {
         Some(id) => {
             let session = state.sessions.get(id)?;
@@ -270,7 +270,8 @@ async fn create_process(State(state): State<AppState>, Json(request): Json<Creat
     if let Some(session) = session {
         if let Err(error) = session.process_started(&process).await {
             // The session ended while the process started: it must not outlive it.
-            let signal = if process.is_pty() { nix::sys::signal::Signal::SIGHUP } else { nix::sys::signal::Signal::SIGTERM };
+            let signal =
+                if process.is_pty() { nix::sys::signal::Signal::SIGHUP } else { nix::sys::signal::Signal::SIGTERM };
             state.processes.stop(&process, signal, state.processes.limits().stop_timeout).await?;
             return Err(error);
         }
@@ -303,7 +304,11 @@ async fn get_process(State(state): State<AppState>, PathId(id): PathId) -> Resul
 /// Answers once it has exited. The record stays, as exited, unless `purge=true`.
 #[utoipa::path(delete, path = "/v1/processes/{id}", tag = "processes", params(("id" = String, Path, description = "Process id or tag"), DeleteProcessQuery),
     responses((status = 200, body = ProcessInfo), (status = 404, body = Problem, content_type = "application/problem+json")))]
-async fn delete_process(State(state): State<AppState>, PathId(id): PathId, Query(query): Query<DeleteProcessQuery>) -> Result<Json<ProcessInfo>> {
+async fn delete_process(
+    State(state): State<AppState>,
+    PathId(id): PathId,
+    Query(query): Query<DeleteProcessQuery>,
+) -> Result<Json<ProcessInfo>> {
     let process = state.processes.get(&id)?;
     // A terminal closing means SIGHUP to its programs (interactive shells ignore SIGTERM).
     let default_signal = if process.is_pty() { "SIGHUP" } else { "SIGTERM" };
@@ -323,7 +328,11 @@ async fn delete_process(State(state): State<AppState>, PathId(id): PathId, Query
 /// Sends a signal to the process group (or the terminal's foreground group).
 #[utoipa::path(post, path = "/v1/processes/{id}/signal", tag = "processes", params(("id" = String, Path)), request_body = SignalRequest,
     responses((status = 200, body = ProcessInfo), (status = 409, body = Problem, content_type = "application/problem+json")))]
-async fn signal_process(State(state): State<AppState>, PathId(id): PathId, Json(request): Json<SignalRequest>) -> Result<Json<ProcessInfo>> {
+async fn signal_process(
+    State(state): State<AppState>,
+    PathId(id): PathId,
+    Json(request): Json<SignalRequest>,
+) -> Result<Json<ProcessInfo>> {
     let process = state.processes.get(&id)?;
     let signal = parse_signal(&request.signal).map_err(Error::InvalidRequest)?;
     process.signal(signal, request.target)?;
@@ -333,7 +342,11 @@ async fn signal_process(State(state): State<AppState>, PathId(id): PathId, Json(
 /// Resizes the terminal; the program gets SIGWINCH.
 #[utoipa::path(post, path = "/v1/processes/{id}/resize", tag = "processes", params(("id" = String, Path)), request_body = PtySize,
     responses((status = 200, body = ProcessInfo), (status = 400, body = Problem, content_type = "application/problem+json")))]
-async fn resize_process(State(state): State<AppState>, PathId(id): PathId, Json(size): Json<PtySize>) -> Result<Json<ProcessInfo>> {
+async fn resize_process(
+    State(state): State<AppState>,
+    PathId(id): PathId,
+    Json(size): Json<PtySize>,
+) -> Result<Json<ProcessInfo>> {
     let process = state.processes.get(&id)?;
     process.resize(size)?;
     state.processes.publish_updated(&process);
@@ -343,7 +356,11 @@ async fn resize_process(State(state): State<AppState>, PathId(id): PathId, Json(
 /// Writes to the program's input (text, or base64 bytes); `eof` closes it after.
 #[utoipa::path(post, path = "/v1/processes/{id}/input", tag = "processes", params(("id" = String, Path)), request_body = InputRequest,
     responses((status = 200, body = ProcessInfo), (status = 409, body = Problem, content_type = "application/problem+json")))]
-async fn write_input(State(state): State<AppState>, PathId(id): PathId, Json(request): Json<InputRequest>) -> Result<Json<ProcessInfo>> {
+async fn write_input(
+    State(state): State<AppState>,
+    PathId(id): PathId,
+    Json(request): Json<InputRequest>,
+) -> Result<Json<ProcessInfo>> {
     let process = state.processes.get(&id)?;
     let data = if request.base64 {
         base64::engine::general_purpose::STANDARD
@@ -364,7 +381,11 @@ async fn write_input(State(state): State<AppState>, PathId(id): PathId, Json(req
 /// waits for output past the offset (a long poll).
 #[utoipa::path(get, path = "/v1/processes/{id}/output", tag = "processes", params(("id" = String, Path), OutputQuery),
     responses((status = 200, body = OutputChunk), (status = 400, body = Problem, content_type = "application/problem+json")))]
-async fn read_output(State(state): State<AppState>, PathId(id): PathId, Query(query): Query<OutputQuery>) -> Result<Json<OutputChunk>> {
+async fn read_output(
+    State(state): State<AppState>,
+    PathId(id): PathId,
+    Query(query): Query<OutputQuery>,
+) -> Result<Json<OutputChunk>> {
     let process = state.processes.get(&id)?;
     let stream = query.stream.unwrap_or(if process.is_pty() { OutputStream::Pty } else { OutputStream::Stdout });
     let buffer = Arc::clone(process.output(stream)?);
@@ -442,7 +463,9 @@ async fn connect(
     if let Some(offset) = query.offset {
         let total = buffer.state().total;
         if offset > total {
-            return Err(Error::InvalidRequest(format!("offset {offset} is past the end of the output ({total} bytes)")));
+            return Err(Error::InvalidRequest(format!(
+                "offset {offset} is past the end of the output ({total} bytes)"
+            )));
         }
     }
     let upgrade = upgrade.map_err(|e| Error::InvalidRequest(format!("not a WebSocket request: {}", e.body_text())))?;
@@ -450,7 +473,13 @@ async fn connect(
     Ok(upgrade.on_upgrade(move |socket| terminal_session(socket, state, process, buffer, query.offset)))
 }
 
-async fn terminal_session(socket: WebSocket, state: AppState, process: Arc<Process>, buffer: Arc<OutputBuffer>, offset: Option<u64>) {
+async fn terminal_session(
+    socket: WebSocket,
+    state: AppState,
+    process: Arc<Process>,
+    buffer: Arc<OutputBuffer>,
+    offset: Option<u64>,
+) {
     let mut subscription = buffer.subscribe(offset);
     let (mut sink, mut source) = socket.split();
     // Answers to the client's control messages: at most one per message received, and
@@ -475,7 +504,8 @@ async fn terminal_session(socket: WebSocket, state: AppState, process: Arc<Proce
                     // The exit is announced only after the readers drained the program's last output.
                     let current = *run_state.borrow_and_update();
                     if let RunState::Exited { code, signal, .. } = current {
-                        let exit = ControlMessage::Exit { exit_code: code, signal: signal.map(|s| s.as_str().to_string()) };
+                        let exit =
+                            ControlMessage::Exit { exit_code: code, signal: signal.map(|s| s.as_str().to_string()) };
                         sink.send(control_frame(&exit)).await?;
                         sink.send(Message::Close(None)).await?;
                         return Ok::<(), axum::Error>(());
@@ -543,7 +573,10 @@ fn control_frame(message: &ControlMessage) -> Message {
 #[utoipa::path(get, path = "/v1/events/sse", tag = "processes",
     params(("Last-Event-ID" = Option<u64>, Header, description = "Resume after this event")),
     responses((status = 200, content_type = "text/event-stream", body = LifecycleEvent)))]
-async fn lifecycle_events(State(state): State<AppState>, headers: HeaderMap) -> Result<Sse<impl Stream<Item = std::result::Result<Event, Infallible>>>> {
+async fn lifecycle_events(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Sse<impl Stream<Item = std::result::Result<Event, Infallible>>>> {
     let after = match headers.get("last-event-id") {
         Some(value) => value
             .to_str()
@@ -573,7 +606,9 @@ async fn lifecycle_events(State(state): State<AppState>, headers: HeaderMap) -> 
             for event in events {
                 cursor.after = event.sequence;
                 let data = serde_json::to_string(&event).expect("events serialize");
-                cursor.pending.push_back(Event::default().id(event.sequence.to_string()).event(event.kind.as_str()).data(data));
+                cursor
+                    .pending
+                    .push_back(Event::default().id(event.sequence.to_string()).event(event.kind.as_str()).data(data));
             }
             if !cursor.pending.is_empty() {
                 continue;
@@ -601,7 +636,10 @@ async fn list_agents(State(state): State<AppState>) -> Json<AgentList> {
 /// One agent.
 #[utoipa::path(get, path = "/v1/agents/{agent}", tag = "agents", params(("agent" = String, Path, description = "Agent id")),
     responses((status = 200, body = AgentInfo), (status = 404, body = Problem, content_type = "application/problem+json", description = "unsupported_agent")))]
-async fn get_agent(State(state): State<AppState>, axum::extract::Path(agent): axum::extract::Path<String>) -> Result<Json<AgentInfo>> {
+async fn get_agent(
+    State(state): State<AppState>,
+    axum::extract::Path(agent): axum::extract::Path<String>,
+) -> Result<Json<AgentInfo>> {
     let agent = AgentId::parse(&agent).ok_or(Error::AgentNotFound(agent))?;
     Ok(Json(agent.info(state.sessions.host()).await))
 }
@@ -726,7 +764,11 @@ async fn agent_models(axum::extract::Path(agent): axum::extract::Path<String>) -
         (status = 400, body = Problem, content_type = "application/problem+json", description = "invalid_request, unsupported_agent, mode_not_supported"),
         (status = 409, body = Problem, content_type = "application/problem+json", description = "session_already_exists"),
     ))]
-async fn create_session(State(state): State<AppState>, PathId(id): PathId, Json(request): Json<CreateSessionRequest>) -> Result<(StatusCode, Json<SessionInfo>)> {
+async fn create_session(
+    State(state): State<AppState>,
+    PathId(id): PathId,
+    Json(request): Json<CreateSessionRequest>,
+) -> Result<(StatusCode, Json<SessionInfo>)> {
     let session = state.sessions.create(&id, request).await?;
     Ok((StatusCode::CREATED, Json(session.info())))
 }
@@ -775,7 +817,11 @@ async fn end_session(State(state): State<AppState>, PathId(id): PathId) -> Resul
         (status = 409, body = Problem, content_type = "application/problem+json", description = "conflict: the session has ended"),
         (status = 429, body = Problem, content_type = "application/problem+json", description = "limit_exceeded: too many messages waiting"),
     ))]
-async fn send_message(State(state): State<AppState>, PathId(id): PathId, Json(request): Json<SendMessageRequest>) -> Result<(StatusCode, Json<SessionInfo>)> {
+async fn send_message(
+    State(state): State<AppState>,
+    PathId(id): PathId,
+    Json(request): Json<SendMessageRequest>,
+) -> Result<(StatusCode, Json<SessionInfo>)> {
     let session = state.sessions.get(&id)?;
     if request.message.is_empty() {
         return Err(Error::InvalidRequest("`message` must not be empty".into()));
@@ -786,7 +832,11 @@ async fn send_message(State(state): State<AppState>, PathId(id): PathId, Json(re
 /// Events after `offset` (exclusive), oldest first.
 #[utoipa::path(get, path = "/v1/sessions/{id}/events", tag = "sessions", params(("id" = String, Path), SessionEventsQuery),
     responses((status = 200, body = SessionEvents), (status = 404, body = Problem, content_type = "application/problem+json")))]
-async fn session_events(State(state): State<AppState>, PathId(id): PathId, Query(query): Query<SessionEventsQuery>) -> Result<Json<SessionEvents>> {
+async fn session_events(
+    State(state): State<AppState>,
+    PathId(id): PathId,
+    Query(query): Query<SessionEventsQuery>,
+) -> Result<Json<SessionEvents>> {
     let session = state.sessions.get(&id)?;
     let after = query.offset.unwrap_or(0);
     let limit = query.limit.unwrap_or(DEFAULT_EVENTS_READ).clamp(1, MAX_EVENTS_READ);
@@ -854,7 +904,9 @@ async fn session_events_sse(
             for event in events {
                 cursor.after = event.sequence;
                 let data = serde_json::to_string(&event).expect("events serialize");
-                cursor.pending.push_back(Event::default().id(event.sequence.to_string()).event(event.kind().as_str()).data(data));
+                cursor
+                    .pending
+                    .push_back(Event::default().id(event.sequence.to_string()).event(event.kind().as_str()).data(data));
             }
             if !cursor.pending.is_empty() {
                 continue;
@@ -881,7 +933,11 @@ async fn session_events_sse(
         (status = 404, body = Problem, content_type = "application/problem+json", description = "session_not_found, permission_not_found"),
         (status = 409, body = Problem, content_type = "application/problem+json", description = "conflict"),
     ))]
-async fn reply_permission(State(state): State<AppState>, PathIds(id, pid): PathIds, Json(request): Json<PermissionReplyRequest>) -> Result<Json<SessionInfo>> {
+async fn reply_permission(
+    State(state): State<AppState>,
+    PathIds(id, pid): PathIds,
+    Json(request): Json<PermissionReplyRequest>,
+) -> Result<Json<SessionInfo>> {
     let session = state.sessions.get(&id)?;
     Ok(Json(session.reply_permission(&pid, request.reply).await?))
 }
@@ -894,7 +950,11 @@ async fn reply_permission(State(state): State<AppState>, PathIds(id, pid): PathI
         (status = 404, body = Problem, content_type = "application/problem+json", description = "session_not_found, question_not_found"),
         (status = 409, body = Problem, content_type = "application/problem+json", description = "conflict"),
     ))]
-async fn reply_question(State(state): State<AppState>, PathIds(id, qid): PathIds, Json(request): Json<QuestionReplyRequest>) -> Result<Json<SessionInfo>> {
+async fn reply_question(
+    State(state): State<AppState>,
+    PathIds(id, qid): PathIds,
+    Json(request): Json<QuestionReplyRequest>,
+) -> Result<Json<SessionInfo>> {
     let session = state.sessions.get(&id)?;
     Ok(Json(session.reply_question(&qid, Some(request.answers)).await?))
 }

@@ -21,10 +21,7 @@ pub struct Auth {
 impl Auth {
     /// `None` disables authentication (`--no-token`).
     pub fn new(token: Option<String>) -> Self {
-        Auth {
-            token: token.map(String::into_bytes),
-            tickets: Mutex::new(HashMap::new()),
-        }
+        Auth { token: token.map(String::into_bytes), tickets: Mutex::new(HashMap::new()) }
     }
 
     pub fn enabled(&self) -> bool {

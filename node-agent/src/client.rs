@@ -97,10 +97,8 @@ impl Client {
         let (client, request) = builder.build_split();
         let request = request.map_err(|source| ClientError::Http { url: String::new(), source })?;
         let url = request.url().to_string();
-        let response = client
-            .execute(request)
-            .await
-            .map_err(|source| ClientError::Http { url: url.clone(), source })?;
+        let response =
+            client.execute(request).await.map_err(|source| ClientError::Http { url: url.clone(), source })?;
         let status = response.status();
         let bytes = response.bytes().await.map_err(|source| ClientError::Http { url: url.clone(), source })?;
         if status.is_success() {
@@ -252,7 +250,8 @@ impl Client {
     ) -> ClientResult<InstallResult> {
         let segments = ["agents", agent, "install"];
         let url = self.url(&segments).to_string();
-        let builder = self.request(Method::POST, &segments).header(reqwest::header::ACCEPT, "text/event-stream").json(request);
+        let builder =
+            self.request(Method::POST, &segments).header(reqwest::header::ACCEPT, "text/event-stream").json(request);
         let mut messages = self.open_sse(builder, &segments).await?;
         let unexpected = |body: String| ClientError::Unexpected { url: url.clone(), status: 200, body };
         while let Some(message) = messages.next().await {
@@ -261,7 +260,9 @@ impl Client {
             match message.event.as_deref() {
                 Some("install.progress") => on_progress(&serde_json::from_str(&message.data).map_err(parse_error)?),
                 Some("install.completed") => return serde_json::from_str(&message.data).map_err(parse_error),
-                Some("install.failed") => return Err(ClientError::Problem(serde_json::from_str(&message.data).map_err(parse_error)?)),
+                Some("install.failed") => {
+                    return Err(ClientError::Problem(serde_json::from_str(&message.data).map_err(parse_error)?));
+                }
                 _ => {}
             }
         }
@@ -330,18 +331,33 @@ impl Client {
                     Some("gap") => serde_json::from_str(&message.data).map(SessionStreamItem::Gap),
                     _ => serde_json::from_str(&message.data).map(SessionStreamItem::Event),
                 };
-                parsed.map_err(|e| ClientError::Unexpected { url: url.clone(), status: 200, body: format!("{e}: {}", message.data) })
+                parsed.map_err(|e| ClientError::Unexpected {
+                    url: url.clone(),
+                    status: 200,
+                    body: format!("{e}: {}", message.data),
+                })
             })
             .boxed())
     }
 
-    pub async fn reply_permission(&self, id: &str, permission_id: &str, reply: PermissionReply) -> ClientResult<SessionInfo> {
+    pub async fn reply_permission(
+        &self,
+        id: &str,
+        permission_id: &str,
+        reply: PermissionReply,
+    ) -> ClientResult<SessionInfo> {
         let body = PermissionReplyRequest { reply };
-        self.send(self.request(Method::POST, &["sessions", id, "permissions", permission_id, "reply"]).json(&body)).await
+        self.send(self.request(Method::POST, &["sessions", id, "permissions", permission_id, "reply"]).json(&body))
+            .await
     }
 
     /// Answers a question: one list of answers per question asked.
-    pub async fn reply_question(&self, id: &str, question_id: &str, answers: Vec<Vec<String>>) -> ClientResult<SessionInfo> {
+    pub async fn reply_question(
+        &self,
+        id: &str,
+        question_id: &str,
+        answers: Vec<Vec<String>>,
+    ) -> ClientResult<SessionInfo> {
         let body = QuestionReplyRequest { answers };
         self.send(self.request(Method::POST, &["sessions", id, "questions", question_id, "reply"]).json(&body)).await
     }

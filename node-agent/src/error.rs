@@ -90,10 +90,7 @@ pub enum Error {
 
 impl Error {
     pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
-        Error::Io {
-            context: context.into(),
-            source,
-        }
+        Error::Io { context: context.into(), source }
     }
 
     /// The stable machine-readable name of this error; the URN is `urn:agentplane:error:<code>`.
@@ -129,7 +126,9 @@ impl Error {
 
     pub fn status(&self) -> StatusCode {
         match self {
-            Error::InvalidRequest(_) | Error::UnsupportedAgent(_) | Error::ModeNotSupported(_) => StatusCode::BAD_REQUEST,
+            Error::InvalidRequest(_) | Error::UnsupportedAgent(_) | Error::ModeNotSupported(_) => {
+                StatusCode::BAD_REQUEST
+            }
             Error::ProcessNotFound(_)
             | Error::RouteNotFound(_)
             | Error::AgentNotFound(_)
@@ -143,7 +142,9 @@ impl Error {
             | Error::Conflict(_) => StatusCode::CONFLICT,
             Error::SpawnFailed { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             Error::AgentNotInstalled(_) | Error::PermissionDenied(_) => StatusCode::CONFLICT,
-            Error::InstallFailed(_) | Error::AgentProcessExited { .. } | Error::StreamError(_) => StatusCode::BAD_GATEWAY,
+            Error::InstallFailed(_) | Error::AgentProcessExited { .. } | Error::StreamError(_) => {
+                StatusCode::BAD_GATEWAY
+            }
             Error::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
             Error::LimitExceeded(_) => StatusCode::TOO_MANY_REQUESTS,
             Error::Unauthorized => StatusCode::UNAUTHORIZED,
@@ -221,14 +222,9 @@ impl IntoResponse for Error {
         }
         let problem = self.to_problem();
         let mut response = (self.status(), axum::Json(problem)).into_response();
-        response.headers_mut().insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static(PROBLEM_CONTENT_TYPE),
-        );
+        response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_CONTENT_TYPE));
         if matches!(self, Error::Unauthorized) {
-            response
-                .headers_mut()
-                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
         response
     }

@@ -26,11 +26,7 @@ struct Inner {
 impl EventLog {
     pub fn new(capacity: usize) -> Self {
         EventLog {
-            inner: Mutex::new(Inner {
-                events: VecDeque::new(),
-                capacity: capacity.max(1),
-                next: 1,
-            }),
+            inner: Mutex::new(Inner { events: VecDeque::new(), capacity: capacity.max(1), next: 1 }),
             latest: watch::Sender::new(0),
         }
     }
@@ -50,12 +46,7 @@ impl EventLog {
         if inner.events.len() == inner.capacity {
             inner.events.pop_front();
         }
-        inner.events.push_back(LifecycleEvent {
-            sequence,
-            kind,
-            time: OffsetDateTime::now_utc(),
-            process,
-        });
+        inner.events.push_back(LifecycleEvent { sequence, kind, time: OffsetDateTime::now_utc(), process });
         drop(inner);
         self.latest.send_replace(sequence);
         Some(sequence)

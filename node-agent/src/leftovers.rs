@@ -86,7 +86,10 @@ impl ChildRegistry {
             killed += marked.len();
         }
         if killed > 0 {
-            tracing::warn!(killed, "killed processes left running by a node agent on this data directory that did not stop");
+            tracing::warn!(
+                killed,
+                "killed processes left running by a node agent on this data directory that did not stop"
+            );
         }
         killed
     }

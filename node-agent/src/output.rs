@@ -123,13 +123,7 @@ impl OutputBuffer {
     pub fn new(capacity: usize, stall_timeout: Duration) -> Arc<Self> {
         assert!(capacity > 0, "output buffer capacity must be positive");
         Arc::new(OutputBuffer {
-            ring: Mutex::new(Ring {
-                buf: Vec::new(),
-                capacity,
-                total: 0,
-                closed: false,
-                cursors: Vec::new(),
-            }),
+            ring: Mutex::new(Ring { buf: Vec::new(), capacity, total: 0, closed: false, cursors: Vec::new() }),
             writer_waiting: AtomicBool::new(false),
             progress: Condvar::new(),
             state: watch::Sender::new(OutputState { total: 0, closed: false }),
@@ -166,11 +160,7 @@ impl OutputBuffer {
                 tracing::debug!(evict_to, "a subscriber fell behind; overwriting what it has not read");
                 break;
             }
-            ring = self
-                .progress
-                .wait_timeout(ring, deadline - now)
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
+            ring = self.progress.wait_timeout(ring, deadline - now).unwrap_or_else(|e| e.into_inner()).0;
         }
         self.writer_waiting.store(false, Ordering::SeqCst);
         ring.write(data);
@@ -193,11 +183,7 @@ impl OutputBuffer {
         let ring = self.ring.lock().unwrap_or_else(|e| e.into_inner());
         let start = ring.start();
         let from = from.min(ring.total);
-        let (gap, from) = if from < start {
-            (Some(Gap { from, to: start }), start)
-        } else {
-            (None, from)
-        };
+        let (gap, from) = if from < start { (Some(Gap { from, to: start }), start) } else { (None, from) };
         let mut data = Vec::with_capacity(((ring.total - from) as usize).min(max));
         ring.copy_out(from, max, &mut data);
         ReadResult { gap, offset: from, data, total: ring.total, closed: ring.closed }
@@ -237,7 +223,10 @@ impl OutputBuffer {
 /// What a subscriber gets next.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Next {
-    Data { offset: u64, data: Vec<u8> },
+    Data {
+        offset: u64,
+        data: Vec<u8>,
+    },
     Gap(Gap),
     /// The stream is closed and everything has been read.
     Closed,

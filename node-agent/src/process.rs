@@ -26,8 +26,7 @@ use crate::error::{Error, Result};
 use crate::events::EventLog;
 use crate::leftovers::ChildRegistry;
 use crate::model::{
-    CreateProcessRequest, LifecycleEventType, OutputStream, ProcessInfo, ProcessStatus, PtySize,
-    SignalTarget,
+    CreateProcessRequest, LifecycleEventType, OutputStream, ProcessInfo, ProcessStatus, PtySize, SignalTarget,
 };
 use crate::output::OutputBuffer;
 
@@ -77,11 +76,7 @@ impl Default for Limits {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum RunState {
     Running,
-    Exited {
-        code: Option<i32>,
-        signal: Option<Signal>,
-        at: OffsetDateTime,
-    },
+    Exited { code: Option<i32>, signal: Option<Signal>, at: OffsetDateTime },
 }
 
 impl RunState {
@@ -158,10 +153,9 @@ impl Process {
                 "process {:?} runs on a PTY: its stdout and stderr are one stream, `pty`",
                 self.id
             ))),
-            (OutputStream::Pty, false) => Err(Error::InvalidRequest(format!(
-                "process {:?} has no PTY: ask for `stdout` or `stderr`",
-                self.id
-            ))),
+            (OutputStream::Pty, false) => {
+                Err(Error::InvalidRequest(format!("process {:?} has no PTY: ask for `stdout` or `stderr`", self.id)))
+            }
         }
     }
 
@@ -169,12 +163,9 @@ impl Process {
         let state = self.run_state();
         let (status, exit_code, signal, exited_at) = match state {
             RunState::Running => (ProcessStatus::Running, None, None, None),
-            RunState::Exited { code, signal, at } => (
-                ProcessStatus::Exited,
-                code,
-                signal.map(|s| s.as_str().to_string()),
-                Some(at),
-            ),
+            RunState::Exited { code, signal, at } => {
+                (ProcessStatus::Exited, code, signal.map(|s| s.as_str().to_string()), Some(at))
+            }
         };
         ProcessInfo {
             id: self.id.clone(),
@@ -187,8 +178,7 @@ impl Process {
             pid: self.pid,
             pty: self.is_pty(),
             size: self.pty.as_ref().map(|p| p.lock().unwrap_or_else(|e| e.into_inner()).size),
-            stdin: !state.is_exited()
-                && self.stdin.lock().unwrap_or_else(|e| e.into_inner()).is_some(),
+            stdin: !state.is_exited() && self.stdin.lock().unwrap_or_else(|e| e.into_inner()).is_some(),
             status,
             exit_code,
             signal,
@@ -212,10 +202,7 @@ impl Process {
         if data.is_empty() {
             return Ok(());
         }
-        sender
-            .send(data)
-            .await
-            .map_err(|_| Error::ProcessNotRunning(self.id.clone()))
+        sender.send(data).await.map_err(|_| Error::ProcessNotRunning(self.id.clone()))
     }
 
     /// Closes the program's input once what is queued has been written.
@@ -229,10 +216,7 @@ impl Process {
     pub fn resize(&self, size: PtySize) -> Result<()> {
         size.validate().map_err(Error::InvalidRequest)?;
         let Some(pty) = &self.pty else {
-            return Err(Error::InvalidRequest(format!(
-                "process {:?} has no PTY to resize",
-                self.id
-            )));
+            return Err(Error::InvalidRequest(format!("process {:?} has no PTY to resize", self.id)));
         };
         if self.run_state().is_exited() {
             return Err(Error::ProcessNotRunning(self.id.clone()));
@@ -353,12 +337,7 @@ pub(crate) fn live_members(scope: Scope) -> Vec<(i32, i32)> {
 }
 
 fn to_portable(size: PtySize) -> portable_pty::PtySize {
-    portable_pty::PtySize {
-        rows: size.rows,
-        cols: size.cols,
-        pixel_width: 0,
-        pixel_height: 0,
-    }
+    portable_pty::PtySize { rows: size.rows, cols: size.cols, pixel_width: 0, pixel_height: 0 }
 }
 
 struct Shared {
@@ -479,9 +458,9 @@ impl ProcessManager {
             })?;
             // Only the child may hold the slave side, so its exit closes the terminal.
             drop(pair.slave);
-            let pid = child.process_id().ok_or_else(|| {
-                Error::io("spawning on a PTY", std::io::Error::other("the child has no pid"))
-            })?;
+            let pid = child
+                .process_id()
+                .ok_or_else(|| Error::io("spawning on a PTY", std::io::Error::other("the child has no pid")))?;
             // We reap it ourselves with waitpid, which reports the exact signal.
             drop(child);
             guard.arm(pid);
@@ -502,10 +481,8 @@ impl ProcessManager {
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
                 .process_group(0);
-            let mut child = cmd.spawn().map_err(|source| Error::SpawnFailed {
-                command: request.command.clone(),
-                source,
-            })?;
+            let mut child =
+                cmd.spawn().map_err(|source| Error::SpawnFailed { command: request.command.clone(), source })?;
             guard.arm(child.id());
             let stderr = new_buffer();
             let out = child.stdout.take().expect("stdout is piped");
@@ -568,11 +545,7 @@ impl ProcessManager {
         Ok(process)
     }
 
-    fn spawn_waiter(
-        &self,
-        process: Arc<Process>,
-        readers: Vec<std::sync::mpsc::Receiver<()>>,
-    ) -> Result<()> {
+    fn spawn_waiter(&self, process: Arc<Process>, readers: Vec<std::sync::mpsc::Receiver<()>>) -> Result<()> {
         let manager = self.clone();
         std::thread::Builder::new()
             .name(format!("wait-{}", process.id))
@@ -711,11 +684,8 @@ impl ProcessManager {
     fn prune_exited(&self) {
         let removed: Vec<Arc<Process>> = {
             let mut processes = self.lock();
-            let mut exited: Vec<_> = processes
-                .values()
-                .filter(|p| p.run_state().is_exited())
-                .map(|p| (p.seq, p.id.clone()))
-                .collect();
+            let mut exited: Vec<_> =
+                processes.values().filter(|p| p.run_state().is_exited()).map(|p| (p.seq, p.id.clone())).collect();
             if exited.len() <= self.shared.limits.max_exited {
                 return;
             }

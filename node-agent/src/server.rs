@@ -66,7 +66,9 @@ impl Server {
             .await
             .map_err(|e| Error::io(format!("listening on {}", config.listen), e))?;
         let children = ChildRegistry::open(&config.data_dir).map_err(|e| match e {
-            RegistryError::InUse(dir) => Error::InvalidRequest(format!("another node agent uses the data directory {dir}")),
+            RegistryError::InUse(dir) => {
+                Error::InvalidRequest(format!("another node agent uses the data directory {dir}"))
+            }
             RegistryError::Io(context, source) => Error::io(context, source),
         })?;
         let reaper = children.clone();
@@ -76,7 +78,8 @@ impl Server {
         }
         let agents_dir = sessions.agents_dir.clone().unwrap_or_else(|| config.data_dir.join("agents"));
         let host = AgentHost::new(config.data_dir.clone(), agents_dir);
-        let sessions = SessionManager::load(config.data_dir.join("sessions"), host, sessions, shutdown.child_token()).await?;
+        let sessions =
+            SessionManager::load(config.data_dir.join("sessions"), host, sessions, shutdown.child_token()).await?;
         let state = AppState {
             processes: ProcessManager::with_registry(config.limits.clone(), Some(children)),
             sessions,
@@ -110,9 +113,8 @@ impl Server {
         let listener = listener.tap_io(|tcp| {
             let _ = tcp.set_nodelay(true);
         });
-        let served = axum::serve(listener, router(state))
-            .with_graceful_shutdown(shutdown.clone().cancelled_owned())
-            .await;
+        let served =
+            axum::serve(listener, router(state)).with_graceful_shutdown(shutdown.clone().cancelled_owned()).await;
         tokio::join!(processes.shutdown(stop_timeout), sessions.shutdown());
         served.map_err(|e| Error::io("serving HTTP", e))
     }

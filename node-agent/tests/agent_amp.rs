@@ -68,14 +68,19 @@ fn completed(events: &[UniversalEvent], kind: ItemKind) -> Vec<Item> {
     events
         .iter()
         .filter_map(|e| match &e.data {
-            EventData::ItemCompleted { item } if item.kind == kind && item.role != Some(Role::User) => Some(item.clone()),
+            EventData::ItemCompleted { item } if item.kind == kind && item.role != Some(Role::User) => {
+                Some(item.clone())
+            }
             _ => None,
         })
         .collect()
 }
 
 fn reply_text(events: &[UniversalEvent]) -> String {
-    completed(events, ItemKind::Message).last().and_then(|m| m.text.clone()).unwrap_or_else(|| panic!("no assistant message in {events:#?}"))
+    completed(events, ItemKind::Message)
+        .last()
+        .and_then(|m| m.text.clone())
+        .unwrap_or_else(|| panic!("no assistant message in {events:#?}"))
 }
 
 fn error_event(events: &[UniversalEvent]) -> (String, Option<String>) {
@@ -123,7 +128,10 @@ async fn amp_answers_runs_a_tool_under_bypass_and_resumes_after_a_restart() {
     assert!(thread.starts_with("T-"), "{thread}");
     assert!(reply_text(&first).starts_with("scripted reply: "), "{first:#?}");
     assert!(!requests_with(&model, "--help say hello").is_empty(), "the model got the message as it was");
-    assert!(model.requests().iter().any(|r| r.uri == "/api/internal?getUserInfo"), "amp asked the scripted server who it is");
+    assert!(
+        model.requests().iter().any(|r| r.uri == "/api/internal?getUserInfo"),
+        "amp asked the scripted server who it is"
+    );
 
     // A tool call under bypass: amp runs it and the model quotes the output.
     let offset = first.last().unwrap().sequence;
@@ -212,7 +220,8 @@ async fn a_turn_past_its_timeout_is_killed_and_fails_with_timeout() {
     // The tool's `sleep` went with amp's process group.
     let sleeping = live_processes().into_iter().filter(|p| p.comm == "sleep").any(|p| {
         std::fs::read(format!("/proc/{}/cmdline", p.pid)).is_ok_and(|c| String::from_utf8_lossy(&c).contains("300"))
-            && std::fs::read_link(format!("/proc/{}/cwd", p.pid)).is_ok_and(|cwd| cwd == dirs.work.path().canonicalize().unwrap())
+            && std::fs::read_link(format!("/proc/{}/cwd", p.pid))
+                .is_ok_and(|cwd| cwd == dirs.work.path().canonicalize().unwrap())
     });
     assert!(!sleeping, "the tool's command was killed");
 }
@@ -222,10 +231,15 @@ async fn modes_amp_lacks_are_refused() {
     let model = ModelServer::start().await.unwrap();
     let server = TestServer::start_with_agents().await;
     let dirs = Dirs::new();
-    let error = server.client.create_session("plan", &amp_session(&model, &dirs, PermissionMode::Plan)).await.unwrap_err();
+    let error =
+        server.client.create_session("plan", &amp_session(&model, &dirs, PermissionMode::Plan)).await.unwrap_err();
     assert_eq!(error.problem_code(), Some("mode_not_supported"), "{error}");
-    let moded = CreateSessionRequest { agent_mode: Some("rush".into()), ..amp_session(&model, &dirs, PermissionMode::Bypass) };
-    assert_eq!(server.client.create_session("moded", &moded).await.unwrap_err().problem_code(), Some("mode_not_supported"));
+    let moded =
+        CreateSessionRequest { agent_mode: Some("rush".into()), ..amp_session(&model, &dirs, PermissionMode::Bypass) };
+    assert_eq!(
+        server.client.create_session("moded", &moded).await.unwrap_err().problem_code(),
+        Some("mode_not_supported")
+    );
     let mut bad = amp_session(&model, &dirs, PermissionMode::Bypass);
     bad.env.insert("AGENTPLANE_AMP_TURN_TIMEOUT_SECS".into(), "soon".into());
     assert_eq!(server.client.create_session("bad", &bad).await.unwrap_err().problem_code(), Some("invalid_request"));

@@ -67,15 +67,22 @@ impl Events {
     /// test with what Claude said and what the model was asked.
     async fn request<T>(&mut self, model: &ModelServer, what: &str, pick: impl Fn(&EventData) -> Option<T>) -> T {
         loop {
-            if let Some((at, found)) = self.seen[self.mark..].iter().enumerate().find_map(|(at, e)| pick(&e.data).map(|found| (at, found))) {
+            if let Some((at, found)) =
+                self.seen[self.mark..].iter().enumerate().find_map(|(at, e)| pick(&e.data).map(|found| (at, found)))
+            {
                 self.mark += at + 1;
                 return found;
             }
             if let Some(ended) = self.seen[self.mark..].iter().find(|e| e.kind() == EventType::TurnEnded) {
                 let raws: Vec<&str> = self.seen[self.mark..].iter().filter_map(|e| e.raw.as_deref()).collect();
-                let asked: Vec<String> =
-                    model.requests().iter().map(|r| format!("{} {}", r.uri, r.body.get("messages").map(|m| m.to_string()).unwrap_or_default())).collect();
-                panic!("the turn ended ({ended:?}) without {what}; claude said {raws:#?}; the model was asked {asked:#?}");
+                let asked: Vec<String> = model
+                    .requests()
+                    .iter()
+                    .map(|r| format!("{} {}", r.uri, r.body.get("messages").map(|m| m.to_string()).unwrap_or_default()))
+                    .collect();
+                panic!(
+                    "the turn ended ({ended:?}) without {what}; claude said {raws:#?}; the model was asked {asked:#?}"
+                );
             }
             self.next(what).await;
         }
@@ -142,7 +149,9 @@ fn completed(events: &[UniversalEvent], kind: ItemKind) -> Vec<Item> {
     events
         .iter()
         .filter_map(|e| match &e.data {
-            EventData::ItemCompleted { item } if item.kind == kind && e.source == EventSource::Agent => Some(item.clone()),
+            EventData::ItemCompleted { item } if item.kind == kind && e.source == EventSource::Agent => {
+                Some(item.clone())
+            }
             _ => None,
         })
         .collect()
@@ -150,7 +159,8 @@ fn completed(events: &[UniversalEvent], kind: ItemKind) -> Vec<Item> {
 
 fn reply_text(events: &[UniversalEvent]) -> String {
     let messages = completed(events, ItemKind::Message);
-    let texts: Vec<String> = messages.iter().filter(|m| m.role == Some(Role::Assistant)).filter_map(|m| m.text.clone()).collect();
+    let texts: Vec<String> =
+        messages.iter().filter(|m| m.role == Some(Role::Assistant)).filter_map(|m| m.text.clone()).collect();
     texts.last().cloned().unwrap_or_else(|| panic!("no assistant message in {events:#?}"))
 }
 
@@ -187,7 +197,10 @@ async fn a_text_turn_a_tool_call_and_a_second_message_in_one_process() {
     let session = client.get_session("c1").await.unwrap();
     let id = session.agent_session_id.clone().expect("an agent session id");
     // The events carry Claude's id, as Claude said it in its init line.
-    let init = completed(&turn, ItemKind::Status).into_iter().find(|s| s.text.as_deref().unwrap_or_default().starts_with("claude session")).unwrap();
+    let init = completed(&turn, ItemKind::Status)
+        .into_iter()
+        .find(|s| s.text.as_deref().unwrap_or_default().starts_with("claude session"))
+        .unwrap();
     assert!(init.text.unwrap().contains(&id));
 
     client.send_message("c1", "now [[run:echo hi]]").await.unwrap();
@@ -222,7 +235,8 @@ async fn a_text_turn_a_tool_call_and_a_second_message_in_one_process() {
         .events
         .iter()
         .filter(|e| {
-            e.raw.as_deref().unwrap_or_default().contains("\"subtype\":\"initialize\"") || e.raw.as_deref().unwrap_or_default().contains("\"request_id\":\"initialize\"")
+            e.raw.as_deref().unwrap_or_default().contains("\"subtype\":\"initialize\"")
+                || e.raw.as_deref().unwrap_or_default().contains("\"request_id\":\"initialize\"")
         })
         .count();
     assert_eq!(inits, 1, "claude was initialized once: one process");
@@ -242,8 +256,15 @@ async fn a_permission_allowed_and_one_denied_through_the_api() {
     assert_eq!(request.tool, "Bash");
     assert_eq!(request.input["command"], "touch allowed.txt");
     assert_eq!(request.options, vec![PermissionReply::Once, PermissionReply::Always, PermissionReply::Reject]);
-    let announced = events.seen.iter().find(|e| matches!(&e.data, EventData::PermissionRequested(p) if p.id == request.id)).unwrap();
-    assert!(announced.raw.as_deref().is_some_and(|r| r.contains("\"can_use_tool\"")), "it carries Claude's request: {announced:?}");
+    let announced = events
+        .seen
+        .iter()
+        .find(|e| matches!(&e.data, EventData::PermissionRequested(p) if p.id == request.id))
+        .unwrap();
+    assert!(
+        announced.raw.as_deref().is_some_and(|r| r.contains("\"can_use_tool\"")),
+        "it carries Claude's request: {announced:?}"
+    );
     assert!(!allowed.exists(), "nothing ran before the reply");
     assert_eq!(client.get_session("p1").await.unwrap().state, SessionState::AwaitingInput);
     client.reply_permission("p1", &request.id, PermissionReply::Once).await.unwrap();
@@ -293,8 +314,13 @@ async fn a_conversation_resumes_after_the_node_agent_restarts() {
     assert_completed(&turn);
     assert!(turn.iter().any(|e| matches!(&e.data, EventData::SessionStarted { resumed: true, agent_session_id: Some(a), .. } if *a == id)), "{turn:#?}");
     assert_eq!(server.client.get_session("r1").await.unwrap().agent_session_id, Some(id));
-    let requests: Vec<Conversation> =
-        model.requests().iter().filter(|r| r.uri.starts_with("/v1/messages")).map(|r| anthropic::conversation(&r.body)).filter(|c| !c.tools.is_empty()).collect();
+    let requests: Vec<Conversation> = model
+        .requests()
+        .iter()
+        .filter(|r| r.uri.starts_with("/v1/messages"))
+        .map(|r| anthropic::conversation(&r.body))
+        .filter(|c| !c.tools.is_empty())
+        .collect();
     let last = requests.last().unwrap();
     assert!(mentions(last, "remember the word pelican"), "the earlier turn is in context: {last:?}");
     assert!(last.messages.contains(&Message::Assistant(reply_text(&first_turn))), "{last:?}");
@@ -334,7 +360,11 @@ async fn a_claude_killed_mid_turn_fails_the_turn_and_the_next_resumes() {
     let (status, error) = status(&turn);
     assert_eq!(status, TurnStatus::Failed, "{turn:#?}");
     assert!(error.as_deref().unwrap_or_default().contains("exit"), "{error:?}");
-    assert!(turn.iter().any(|e| matches!(&e.data, EventData::Error { code: Some(code), .. } if code == "agent_process_exited")), "{turn:#?}");
+    assert!(
+        turn.iter()
+            .any(|e| matches!(&e.data, EventData::Error { code: Some(code), .. } if code == "agent_process_exited")),
+        "{turn:#?}"
+    );
     assert!(!setup.work.path().join("killed.txt").exists());
 
     client.send_message("k1", "are you back?").await.unwrap();
@@ -368,8 +398,14 @@ impl Setup {
 async fn claude_says_what_it_can_and_refuses_agent_modes() {
     let server = TestServer::start_with_agents().await;
     let agent = server.client.get_agent("claude").await.unwrap();
-    assert!(agent.capabilities.permissions && agent.capabilities.questions && agent.capabilities.resume && agent.capabilities.streaming_deltas);
-    let request = CreateSessionRequest { agent: "claude".into(), agent_mode: Some("build".into()), ..Default::default() };
+    assert!(
+        agent.capabilities.permissions
+            && agent.capabilities.questions
+            && agent.capabilities.resume
+            && agent.capabilities.streaming_deltas
+    );
+    let request =
+        CreateSessionRequest { agent: "claude".into(), agent_mode: Some("build".into()), ..Default::default() };
     let error = server.client.create_session("m1", &request).await.unwrap_err();
     assert_eq!(error.problem_code(), Some("mode_not_supported"), "{error}");
     server.stop().await;
@@ -483,7 +519,10 @@ async fn a_plan_is_a_question_rejected_then_approved_through_the_api() {
     client.reply_question("pl1", &question.id, vec![vec!["approve".into()]]).await.unwrap();
     let turn = events.turn().await;
     assert_completed(&turn);
-    assert_eq!(question_resolved(&turn, &question.id), (QuestionOutcome::Answered, Some(vec![vec!["approve".to_string()]])));
+    assert_eq!(
+        question_resolved(&turn, &question.id),
+        (QuestionOutcome::Answered, Some(vec![vec!["approve".to_string()]]))
+    );
     let result = completed(&turn, ItemKind::ToolResult).pop().expect("the plan's tool result");
     assert_eq!(result.status, Some(ItemStatus::Completed), "{result:?}");
     let told = last_tool_result(&setup);
@@ -516,8 +555,12 @@ async fn claude_asks_a_question_and_gets_the_answer_given_through_the_api() {
     assert_eq!(asked.header.as_deref(), Some("Colour"));
     assert_eq!(asked.options, vec!["red".to_string(), "blue".to_string()]);
     assert!(!asked.multi_select);
-    let announced = events.seen.iter().find(|e| matches!(&e.data, EventData::QuestionRequested(q) if q.id == question.id)).unwrap();
-    assert!(announced.raw.as_deref().is_some_and(|r| r.contains("\"can_use_tool\"")), "it carries Claude's request: {announced:?}");
+    let announced =
+        events.seen.iter().find(|e| matches!(&e.data, EventData::QuestionRequested(q) if q.id == question.id)).unwrap();
+    assert!(
+        announced.raw.as_deref().is_some_and(|r| r.contains("\"can_use_tool\"")),
+        "it carries Claude's request: {announced:?}"
+    );
     // A reply to an unknown question is an error, and the real one stays open.
     let error = client.reply_question("aq1", "no-such-question", vec![vec!["red".into()]]).await.unwrap_err();
     assert_eq!(error.problem_code(), Some("question_not_found"), "{error}");
@@ -528,7 +571,10 @@ async fn claude_asks_a_question_and_gets_the_answer_given_through_the_api() {
     assert_eq!(error.problem_code(), Some("conflict"), "{error}");
     let turn = events.turn().await;
     assert_completed(&turn);
-    assert_eq!(question_resolved(&turn, &question.id), (QuestionOutcome::Answered, Some(vec![vec!["blue".to_string()]])));
+    assert_eq!(
+        question_resolved(&turn, &question.id),
+        (QuestionOutcome::Answered, Some(vec![vec!["blue".to_string()]]))
+    );
     let told = last_tool_result(&setup);
     assert!(told.contains("\"blue\"") && !told.contains("\"red\""), "{told}");
     assert_eq!(reply_text(&turn), format!("tool said: {}", told.trim()));

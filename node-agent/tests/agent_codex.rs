@@ -29,7 +29,11 @@ struct Fixture {
 
 impl Fixture {
     async fn new() -> Fixture {
-        Fixture { model: ModelServer::start().await.unwrap(), home: tempfile::tempdir().unwrap(), work: tempfile::tempdir().unwrap() }
+        Fixture {
+            model: ModelServer::start().await.unwrap(),
+            home: tempfile::tempdir().unwrap(),
+            work: tempfile::tempdir().unwrap(),
+        }
     }
 
     fn session(&self, permission_mode: PermissionMode) -> CreateSessionRequest {
@@ -50,7 +54,12 @@ impl Fixture {
 
     /// The `input` of every Responses request codex made, oldest first.
     fn responses_inputs(&self) -> Vec<String> {
-        self.model.requests().into_iter().filter(|r| r.uri.starts_with("/v1/responses")).map(|r| r.body["input"].to_string()).collect()
+        self.model
+            .requests()
+            .into_iter()
+            .filter(|r| r.uri.starts_with("/v1/responses"))
+            .map(|r| r.body["input"].to_string())
+            .collect()
     }
 }
 
@@ -67,9 +76,9 @@ impl Events {
     }
 
     async fn next(&mut self) -> Option<UniversalEvent> {
-        let next = tokio::time::timeout(AGENT_PATIENCE, self.stream.next())
-            .await
-            .unwrap_or_else(|_| panic!("timed out waiting for a session event; so far: {:#?}", &self.seen[self.mark..]));
+        let next = tokio::time::timeout(AGENT_PATIENCE, self.stream.next()).await.unwrap_or_else(|_| {
+            panic!("timed out waiting for a session event; so far: {:#?}", &self.seen[self.mark..])
+        });
         match next {
             Some(Ok(SessionStreamItem::Event(event))) => {
                 self.seen.push(*event.clone());
@@ -130,7 +139,11 @@ fn answer(events: &[UniversalEvent]) -> String {
         .iter()
         .rev()
         .find_map(|e| match &e.data {
-            EventData::ItemCompleted { item } if item.role == Some(Role::Assistant) && item.kind == ItemKind::Message => item.text.clone(),
+            EventData::ItemCompleted { item }
+                if item.role == Some(Role::Assistant) && item.kind == ItemKind::Message =>
+            {
+                item.text.clone()
+            }
             _ => None,
         })
         .unwrap_or_else(|| panic!("no assistant message in {events:#?}"))
@@ -147,7 +160,10 @@ fn completed(events: &[UniversalEvent], kind: ItemKind) -> Vec<Item> {
 }
 
 async fn create(server: &TestServer, id: &str, request: &CreateSessionRequest) {
-    tokio::time::timeout(AGENT_PATIENCE, server.client.create_session(id, request)).await.expect("the session is created in time").unwrap();
+    tokio::time::timeout(AGENT_PATIENCE, server.client.create_session(id, request))
+        .await
+        .expect("the session is created in time")
+        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -161,7 +177,8 @@ async fn a_text_turn_streams_and_a_second_message_sees_the_first() {
 
     let text = answer(&turn);
     assert!(text.starts_with("scripted reply: "), "{text}");
-    let message_id = completed(&turn, ItemKind::Message).into_iter().find(|i| i.role == Some(Role::Assistant)).unwrap().id;
+    let message_id =
+        completed(&turn, ItemKind::Message).into_iter().find(|i| i.role == Some(Role::Assistant)).unwrap().id;
     let deltas: Vec<String> = turn
         .iter()
         .filter_map(|e| match &e.data {
@@ -171,7 +188,10 @@ async fn a_text_turn_streams_and_a_second_message_sees_the_first() {
         .collect();
     assert!(deltas.len() >= 2, "the answer streams: {deltas:?}");
     assert_eq!(deltas.concat(), text);
-    let users = turn.iter().filter(|e| matches!(&e.data, EventData::ItemCompleted { item } if item.role == Some(Role::User))).count();
+    let users = turn
+        .iter()
+        .filter(|e| matches!(&e.data, EventData::ItemCompleted { item } if item.role == Some(Role::User)))
+        .count();
     assert_eq!(users, 1, "the user's message once, from the node agent, not echoed again from codex");
     let thread = server.client.get_session("text").await.unwrap().agent_session_id.expect("codex's thread id");
     // What codex said while it started comes first, in its order.
@@ -230,13 +250,17 @@ async fn touch_with(reply: PermissionReply, file: &str) -> (Fixture, Vec<Univers
     assert_eq!((info.state, info.pending_permissions.len()), (SessionState::AwaitingInput, 1));
     // The call the request is about was announced.
     let call_id = request.item_id.clone().expect("the request names its tool call");
-    assert!(asked.iter().any(|e| matches!(&e.data, EventData::ItemStarted { item } if item.id == call_id && item.kind == ItemKind::ToolCall)));
+    assert!(asked.iter().any(
+        |e| matches!(&e.data, EventData::ItemStarted { item } if item.id == call_id && item.kind == ItemKind::ToolCall)
+    ));
 
     server.client.reply_permission("hitl", &request.id, reply).await.unwrap();
     let mut turn = events.turn().await;
     events.record(&format!("e2e-{reply:?}").to_lowercase());
     events.assert_all_parsed();
-    let resolved = turn.iter().any(|e| matches!(&e.data, EventData::PermissionResolved { id, reply: Some(r) } if *id == request.id && *r == reply));
+    let resolved = turn.iter().any(
+        |e| matches!(&e.data, EventData::PermissionResolved { id, reply: Some(r) } if *id == request.id && *r == reply),
+    );
     assert!(resolved, "{turn:#?}");
     turn.retain(|e| e.sequence > asked.last().unwrap().sequence);
     server.stop().await;
@@ -277,13 +301,17 @@ async fn a_restarted_node_agent_resumes_the_codex_thread() {
 
     let server = server.restart().await;
     let mut events = Events::open(&server.client, "resume").await;
-    let started = events.until("the resumed start", |e| matches!(e.data, EventData::SessionStarted { resumed: true, .. })).await;
+    let started =
+        events.until("the resumed start", |e| matches!(e.data, EventData::SessionStarted { resumed: true, .. })).await;
     let EventData::SessionStarted { agent_session_id, .. } = &started.last().unwrap().data else { unreachable!() };
     assert_eq!(agent_session_id.as_deref(), Some(thread.as_str()), "the same codex thread");
     server.client.send_message("resume", "what was the word?").await.unwrap();
     let turn = events.turn().await;
     let last = fixture.responses_inputs().pop().unwrap();
-    assert!(last.contains("avocado") && last.contains("what was the word?"), "the earlier conversation is in context: {last}");
+    assert!(
+        last.contains("avocado") && last.contains("what was the word?"),
+        "the earlier conversation is in context: {last}"
+    );
     assert!(answer(&turn).starts_with("scripted reply: "));
     assert_eq!(server.client.get_session("resume").await.unwrap().agent_session_id, Some(thread));
     events.record("e2e-resumed");
@@ -304,7 +332,11 @@ async fn an_agent_mode_codex_lacks_is_refused() {
 /// The processes whose working directory is `dir` (the session's codex, and what it runs).
 fn processes_in(dir: &std::path::Path) -> Vec<u32> {
     let dir = dir.canonicalize().unwrap();
-    live_processes().into_iter().filter(|p| std::fs::read_link(format!("/proc/{}/cwd", p.pid)).is_ok_and(|cwd| cwd == dir)).map(|p| p.pid).collect()
+    live_processes()
+        .into_iter()
+        .filter(|p| std::fs::read_link(format!("/proc/{}/cwd", p.pid)).is_ok_and(|cwd| cwd == dir))
+        .map(|p| p.pid)
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -325,7 +357,10 @@ async fn a_codex_that_dies_fails_its_turn_and_the_next_message_resumes_the_threa
     }
     server.client.reply_permission("crash", &request.id, PermissionReply::Once).await.unwrap();
     let failed = events.until("turn.ended", |e| e.kind() == EventType::TurnEnded).await;
-    assert!(matches!(failed.last().unwrap().data, EventData::TurnEnded { status: TurnStatus::Failed, .. }), "{failed:#?}");
+    assert!(
+        matches!(failed.last().unwrap().data, EventData::TurnEnded { status: TurnStatus::Failed, .. }),
+        "{failed:#?}"
+    );
     let error = failed.iter().find_map(|e| match &e.data {
         EventData::Error { message, code } => Some((message.clone(), code.clone())),
         _ => None,
@@ -386,7 +421,9 @@ async fn a_restart_during_a_permission_request_settles_the_lost_turn_and_the_thr
     server.client.reply_permission("pending", &request.id, PermissionReply::Once).await.unwrap();
     let lost = events.until("turn.ended", |e| e.kind() == EventType::TurnEnded).await;
     assert!(matches!(lost.last().unwrap().data, EventData::TurnEnded { status: TurnStatus::Failed, .. }), "{lost:#?}");
-    assert!(lost.iter().any(|e| matches!(&e.data, EventData::Error { code: Some(code), .. } if code == "turn_interrupted")));
+    assert!(
+        lost.iter().any(|e| matches!(&e.data, EventData::Error { code: Some(code), .. } if code == "turn_interrupted"))
+    );
     assert!(!fixture.work.path().join("pending.txt").exists(), "codex lost the call with its process");
     let info = server.client.get_session("pending").await.unwrap();
     assert!(info.pending_permissions.is_empty() && info.state == SessionState::Idle, "{info:?}");
@@ -466,13 +503,20 @@ async fn codex_asks_for_input_and_gets_the_answer_given_through_the_api() {
     let mut events = Events::open(&server.client, "ask").await;
     let ask = r#"[[tool:request_user_input {"questions": [{"id": "colour", "header": "Colour", "question": "Which colour?", "options": [{"label": "red", "description": "warm"}, {"label": "blue", "description": "cool"}]}]}]]"#;
     server.client.send_message("ask", &format!("ask me {ask}")).await.unwrap();
-    let asked = events.until("question.requested", |e| matches!(e.kind(), EventType::QuestionRequested | EventType::TurnEnded)).await;
-    let EventData::QuestionRequested(question) = &asked.last().unwrap().data else { panic!("the turn ended without a question: {asked:#?}") };
+    let asked = events
+        .until("question.requested", |e| matches!(e.kind(), EventType::QuestionRequested | EventType::TurnEnded))
+        .await;
+    let EventData::QuestionRequested(question) = &asked.last().unwrap().data else {
+        panic!("the turn ended without a question: {asked:#?}")
+    };
     assert_eq!(question.questions.len(), 1, "{question:?}");
     assert_eq!(question.questions[0].question, "Which colour?");
     assert_eq!(question.questions[0].header.as_deref(), Some("Colour"));
     assert_eq!(question.questions[0].options, vec!["red".to_string(), "blue".to_string()]);
-    assert!(asked.last().unwrap().raw.as_deref().is_some_and(|r| r.contains("requestUserInput")), "it carries codex's request");
+    assert!(
+        asked.last().unwrap().raw.as_deref().is_some_and(|r| r.contains("requestUserInput")),
+        "it carries codex's request"
+    );
     assert_eq!(server.client.get_session("ask").await.unwrap().state, SessionState::AwaitingInput);
     server.client.reply_question("ask", &question.id, vec![vec!["blue".into()]]).await.unwrap();
     let turn = events.turn().await;

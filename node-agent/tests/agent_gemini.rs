@@ -30,7 +30,11 @@ struct Setup {
 
 impl Setup {
     async fn new() -> Setup {
-        Setup { model: ModelServer::start().await.unwrap(), home: tempfile::tempdir().unwrap(), work: tempfile::tempdir().unwrap() }
+        Setup {
+            model: ModelServer::start().await.unwrap(),
+            home: tempfile::tempdir().unwrap(),
+            work: tempfile::tempdir().unwrap(),
+        }
     }
 
     fn request(&self, permission_mode: PermissionMode) -> CreateSessionRequest {
@@ -50,12 +54,21 @@ impl Setup {
 }
 
 /// A session's events from `after` until one matches; returns those up to it.
-async fn until(client: &Client, id: &str, after: u64, what: &str, matches: impl Fn(&UniversalEvent) -> bool) -> Vec<UniversalEvent> {
+async fn until(
+    client: &Client,
+    id: &str,
+    after: u64,
+    what: &str,
+    matches: impl Fn(&UniversalEvent) -> bool,
+) -> Vec<UniversalEvent> {
     session_events_until(client, id, after, AGENT_PATIENCE, what, matches).await
 }
 
 async fn started(client: &Client, id: &str) -> Vec<UniversalEvent> {
-    until(client, id, 0, "session.started", |e| e.kind() == EventType::SessionStarted || e.kind() == EventType::SessionEnded).await
+    until(client, id, 0, "session.started", |e| {
+        e.kind() == EventType::SessionStarted || e.kind() == EventType::SessionEnded
+    })
+    .await
 }
 
 /// Sends a message and waits for its turn to end.
@@ -137,9 +150,15 @@ async fn a_text_turn_a_tool_call_and_a_resume_after_a_restart() {
     assert_eq!(turn_status(&second), TurnStatus::Completed, "{second:#?}");
     let calls = items(&second, ItemKind::ToolCall);
     assert_eq!(calls.len(), 1, "{second:#?}");
-    assert_eq!((calls[0].tool.as_deref(), &calls[0].input.as_ref().unwrap()["command"]), (Some("run_shell_command"), &serde_json::json!("echo hi")));
+    assert_eq!(
+        (calls[0].tool.as_deref(), &calls[0].input.as_ref().unwrap()["command"]),
+        (Some("run_shell_command"), &serde_json::json!("echo hi"))
+    );
     let results = items(&second, ItemKind::ToolResult);
-    assert_eq!((results[0].call_id.as_deref(), results[0].status), (Some(calls[0].id.as_str()), Some(ItemStatus::Completed)));
+    assert_eq!(
+        (results[0].call_id.as_deref(), results[0].status),
+        (Some(calls[0].id.as_str()), Some(ItemStatus::Completed))
+    );
     assert_eq!(assistant_text(&second), "tool said: hi", "the model saw the command's output");
     assert!(second.iter().all(|e| e.kind() != EventType::PermissionRequested), "bypass never asks");
     let before = server.client.get_session("g").await.unwrap();
@@ -149,7 +168,10 @@ async fn a_text_turn_a_tool_call_and_a_resume_after_a_restart() {
         matches!(e.data, EventData::SessionStarted { resumed: true, .. } | EventData::SessionEnded { .. })
     })
     .await;
-    assert!(matches!(&resumed.last().unwrap().data, EventData::SessionStarted { agent_session_id: Some(id), .. } if *id == gemini_id), "{resumed:#?}");
+    assert!(
+        matches!(&resumed.last().unwrap().data, EventData::SessionStarted { agent_session_id: Some(id), .. } if *id == gemini_id),
+        "{resumed:#?}"
+    );
     let asked_before = setup.model.requests().len();
     let third = turn(&server.client, "g", "still there?").await;
     assert_eq!(turn_status(&third), TurnStatus::Completed, "{third:#?}");
@@ -161,10 +183,19 @@ async fn a_text_turn_a_tool_call_and_a_resume_after_a_restart() {
     assert!(count >= 5, "the resumed conversation holds the earlier turns: {count}");
     let last = setup.model.requests().into_iter().skip(asked_before).last().expect("the resumed turn asked the model");
     let body = last.body.to_string();
-    assert!(body.contains("hello gemini") && body.contains("[[run:echo hi]]") && body.contains("still there?"), "{body}");
+    assert!(
+        body.contains("hello gemini") && body.contains("[[run:echo hi]]") && body.contains("still there?"),
+        "{body}"
+    );
     // Nothing of the replayed history came back as new events.
     assert_eq!(items(&third, ItemKind::ToolCall).len(), 0, "{third:#?}");
-    assert_eq!(third.iter().filter(|e| matches!(&e.data, EventData::ItemCompleted { item } if item.role == Some(Role::Assistant))).count(), 1);
+    assert_eq!(
+        third
+            .iter()
+            .filter(|e| matches!(&e.data, EventData::ItemCompleted { item } if item.role == Some(Role::Assistant)))
+            .count(),
+        1
+    );
 
     let all = until(&server.client, "g", 0, "everything", |e| e.sequence == third.last().unwrap().sequence).await;
     assert_nothing_unparsed(&all);
@@ -180,9 +211,13 @@ async fn permissions_are_asked_and_answered_through_http() {
 
     let after = server.client.get_session("p").await.unwrap().last_sequence;
     server.client.send_message("p", "[[run:touch allowed.txt]]").await.unwrap();
-    let asked = until(&server.client, "p", after, "a permission request", |e| e.kind() == EventType::PermissionRequested).await;
+    let asked =
+        until(&server.client, "p", after, "a permission request", |e| e.kind() == EventType::PermissionRequested).await;
     let request = permission_request(&asked);
-    assert_eq!((request.tool.as_str(), &request.input["command"]), ("run_shell_command", &serde_json::json!("touch allowed.txt")));
+    assert_eq!(
+        (request.tool.as_str(), &request.input["command"]),
+        ("run_shell_command", &serde_json::json!("touch allowed.txt"))
+    );
     assert_eq!(request.options, [PermissionReply::Once, PermissionReply::Always, PermissionReply::Reject]);
     assert!(!setup.work.path().join("allowed.txt").exists(), "nothing runs before the answer");
     assert_eq!(server.client.get_session("p").await.unwrap().state, SessionState::AwaitingInput);
@@ -197,7 +232,8 @@ async fn permissions_are_asked_and_answered_through_http() {
 
     let after = allowed.last().unwrap().sequence;
     server.client.send_message("p", "[[run:touch denied.txt]]").await.unwrap();
-    let asked = until(&server.client, "p", after, "a permission request", |e| e.kind() == EventType::PermissionRequested).await;
+    let asked =
+        until(&server.client, "p", after, "a permission request", |e| e.kind() == EventType::PermissionRequested).await;
     let request = permission_request(&asked);
     server.client.reply_permission("p", &request.id, PermissionReply::Reject).await.unwrap();
     let denied = until(&server.client, "p", after, "turn.ended", |e| e.kind() == EventType::TurnEnded).await;
@@ -210,7 +246,8 @@ async fn permissions_are_asked_and_answered_through_http() {
     // `always`: this call runs, and the next one of the same command does without asking.
     let after = denied.last().unwrap().sequence;
     server.client.send_message("p", "[[run:touch always1.txt]]").await.unwrap();
-    let asked = until(&server.client, "p", after, "a permission request", |e| e.kind() == EventType::PermissionRequested).await;
+    let asked =
+        until(&server.client, "p", after, "a permission request", |e| e.kind() == EventType::PermissionRequested).await;
     server.client.reply_permission("p", &permission_request(&asked).id, PermissionReply::Always).await.unwrap();
     let always = until(&server.client, "p", after, "turn.ended", |e| e.kind() == EventType::TurnEnded).await;
     assert_eq!(turn_status(&always), TurnStatus::Completed, "{always:#?}");
@@ -228,7 +265,13 @@ async fn permissions_are_asked_and_answered_through_http() {
 async fn plan_mode_offers_no_shell_and_agent_modes_are_refused() {
     let setup = Setup::new().await;
     let server = TestServer::start_with_agents().await;
-    let refused = server.client.create_session("m", &CreateSessionRequest { agent_mode: Some("build".into()), ..setup.request(PermissionMode::Plan) }).await;
+    let refused = server
+        .client
+        .create_session(
+            "m",
+            &CreateSessionRequest { agent_mode: Some("build".into()), ..setup.request(PermissionMode::Plan) },
+        )
+        .await;
     assert_eq!(refused.unwrap_err().problem_code(), Some("mode_not_supported"));
 
     server.client.create_session("plan", &setup.request(PermissionMode::Plan)).await.unwrap();
@@ -258,7 +301,8 @@ async fn a_cli_that_dies_fails_its_turn_with_its_exit_and_the_next_turn_resumes(
         .filter(|p| {
             let environ = std::fs::read(format!("/proc/{}/environ", p.pid)).unwrap_or_default();
             let cmdline = std::fs::read(format!("/proc/{}/cmdline", p.pid)).unwrap_or_default();
-            environ.split(|b| *b == 0).any(|v| v == home.as_bytes()) && String::from_utf8_lossy(&cmdline).contains("--acp")
+            environ.split(|b| *b == 0).any(|v| v == home.as_bytes())
+                && String::from_utf8_lossy(&cmdline).contains("--acp")
         })
         .map(|p| p.pid)
         .collect();

@@ -34,7 +34,11 @@ struct Fixture {
 
 impl Fixture {
     async fn start() -> Fixture {
-        let marker = format!("{}-{}", std::process::id(), tempfile::tempdir().unwrap().path().file_name().unwrap().to_string_lossy());
+        let marker = format!(
+            "{}-{}",
+            std::process::id(),
+            tempfile::tempdir().unwrap().path().file_name().unwrap().to_string_lossy()
+        );
         Fixture {
             node: TestServer::start_with_agents().await,
             model: ModelServer::start().await.unwrap(),
@@ -66,7 +70,11 @@ impl Fixture {
 
     /// The model requests of the conversation (OpenCode's title requests offer no tools).
     fn agent_requests(&self) -> Vec<LoggedRequest> {
-        self.model.requests().into_iter().filter(|r| r.body["tools"].as_array().is_some_and(|t| !t.is_empty())).collect()
+        self.model
+            .requests()
+            .into_iter()
+            .filter(|r| r.body["tools"].as_array().is_some_and(|t| !t.is_empty()))
+            .collect()
     }
 
     /// `opencode serve` processes started with this fixture's environment.
@@ -77,7 +85,8 @@ impl Fixture {
                 let cmdline = std::fs::read(format!("/proc/{}/cmdline", p.pid)).unwrap_or_default();
                 let environ = std::fs::read(format!("/proc/{}/environ", p.pid)).unwrap_or_default();
                 let marker = format!("AGENTPLANE_TEST_MARKER={}", self.marker);
-                cmdline.split(|b| *b == 0).any(|arg| arg == b"serve") && environ.split(|b| *b == 0).any(|var| var == marker.as_bytes())
+                cmdline.split(|b| *b == 0).any(|arg| arg == b"serve")
+                    && environ.split(|b| *b == 0).any(|var| var == marker.as_bytes())
             })
             .map(|p| p.pid)
             .collect()
@@ -87,7 +96,8 @@ impl Fixture {
 /// Every event of a session up to the end of turn `turn` (or of the session).
 async fn until_turn_ended(client: &Client, id: &str, turn: u64) -> Vec<UniversalEvent> {
     session_events_until(client, id, 0, SLOW, &format!("the end of turn {turn} of {id}"), |e| {
-        matches!(e.data, EventData::TurnEnded { turn: t, .. } if t == turn) || matches!(e.data, EventData::SessionEnded { .. })
+        matches!(e.data, EventData::TurnEnded { turn: t, .. } if t == turn)
+            || matches!(e.data, EventData::SessionEnded { .. })
     })
     .await
 }
@@ -109,8 +119,15 @@ async fn until_permission(client: &Client, id: &str) -> PermissionRequest {
 
 /// The events of turn `turn` only.
 fn turn_events(events: &[UniversalEvent], turn: u64) -> Vec<UniversalEvent> {
-    let start = events.iter().position(|e| matches!(e.data, EventData::TurnStarted { turn: t } if t == turn)).expect("the turn started");
-    events[start..].iter().take_while(|e| !matches!(e.data, EventData::TurnEnded { turn: t, .. } if t == turn)).cloned().collect()
+    let start = events
+        .iter()
+        .position(|e| matches!(e.data, EventData::TurnStarted { turn: t } if t == turn))
+        .expect("the turn started");
+    events[start..]
+        .iter()
+        .take_while(|e| !matches!(e.data, EventData::TurnEnded { turn: t, .. } if t == turn))
+        .cloned()
+        .collect()
 }
 
 fn turn_status(events: &[UniversalEvent], turn: u64) -> (TurnStatus, Option<String>) {
@@ -134,7 +151,11 @@ fn completed(events: &[UniversalEvent], kind: ItemKind) -> Vec<Item> {
 }
 
 fn assistant_texts(events: &[UniversalEvent]) -> Vec<String> {
-    completed(events, ItemKind::Message).into_iter().filter(|i| i.role == Some(Role::Assistant)).filter_map(|i| i.text).collect()
+    completed(events, ItemKind::Message)
+        .into_iter()
+        .filter(|i| i.role == Some(Role::Assistant))
+        .filter_map(|i| i.text)
+        .collect()
 }
 
 /// The number of messages in a Chat Completions request's conversation (system left out).
@@ -226,7 +247,9 @@ async fn a_permission_allowed_runs_the_command_and_one_refused_does_not() {
     let calls = completed(&events, ItemKind::ToolCall);
     assert_eq!(calls[0].status, Some(ItemStatus::Completed));
     assert_eq!(request.item_id.as_deref(), Some(calls[0].id.as_str()));
-    assert!(events.iter().any(|e| e.data == EventData::PermissionResolved { id: request.id.clone(), reply: Some(PermissionReply::Once) }));
+    assert!(events.iter().any(
+        |e| e.data == EventData::PermissionResolved { id: request.id.clone(), reply: Some(PermissionReply::Once) }
+    ));
 
     client.send_message("ask", "[[run:touch refused.txt]]").await.unwrap();
     let request = until_permission(client, "ask").await;
@@ -365,7 +388,12 @@ async fn a_permission_pending_at_a_restart_is_answered_after_it() {
 async fn plan_mode_runs_opencodes_plan_agent_and_unknown_modes_are_refused() {
     let fx = Fixture::start().await;
     let client = fx.client();
-    let refused = client.create_session("yolo", &CreateSessionRequest { agent_mode: Some("yolo".into()), ..fx.request(PermissionMode::Default) }).await;
+    let refused = client
+        .create_session(
+            "yolo",
+            &CreateSessionRequest { agent_mode: Some("yolo".into()), ..fx.request(PermissionMode::Default) },
+        )
+        .await;
     assert_eq!(refused.err().and_then(|e| e.problem_code().map(str::to_string)).as_deref(), Some("mode_not_supported"));
 
     client.create_session("plan", &fx.request(PermissionMode::Plan)).await.unwrap();
@@ -377,7 +405,9 @@ async fn plan_mode_runs_opencodes_plan_agent_and_unknown_modes_are_refused() {
         .iter()
         .filter_map(|e| e.raw.as_deref())
         .filter_map(|raw| serde_json::from_str::<Value>(raw).ok())
-        .filter(|v| v["payload"]["type"] == "message.updated" && v["payload"]["properties"]["info"]["role"] == "assistant")
+        .filter(|v| {
+            v["payload"]["type"] == "message.updated" && v["payload"]["properties"]["info"]["role"] == "assistant"
+        })
         .filter_map(|v| v["payload"]["properties"]["info"]["agent"].as_str().map(str::to_string))
         .collect();
     assert!(!agents.is_empty() && agents.iter().all(|a| a == "plan"), "{agents:?}");
@@ -392,7 +422,11 @@ async fn until_question(client: &Client, id: &str, turn: u64) -> QuestionRequest
         if matches!(e.data, EventData::TurnStarted { turn: t } if t == turn) {
             in_turn.set(true);
         }
-        in_turn.get() && matches!(e.data, EventData::QuestionRequested(_) | EventData::TurnEnded { .. } | EventData::SessionEnded { .. })
+        in_turn.get()
+            && matches!(
+                e.data,
+                EventData::QuestionRequested(_) | EventData::TurnEnded { .. } | EventData::SessionEnded { .. }
+            )
     })
     .await;
     match &events.last().expect("an event").data {

@@ -65,7 +65,9 @@ fn completed(events: &[UniversalEvent], kind: ItemKind) -> Vec<Item> {
     events
         .iter()
         .filter_map(|e| match &e.data {
-            EventData::ItemCompleted { item } if item.kind == kind && item.role != Some(Role::User) => Some(item.clone()),
+            EventData::ItemCompleted { item } if item.kind == kind && item.role != Some(Role::User) => {
+                Some(item.clone())
+            }
             _ => None,
         })
         .collect()
@@ -78,7 +80,8 @@ fn reply_text(events: &[UniversalEvent]) -> String {
 
 /// The user texts of the model server's last Messages request.
 fn last_request_texts(model: &ModelServer) -> String {
-    let request = model.requests().into_iter().rev().find(|r| r.uri.contains("/v1/messages")).expect("a Messages request");
+    let request =
+        model.requests().into_iter().rev().find(|r| r.uri.contains("/v1/messages")).expect("a Messages request");
     request.body["messages"].to_string()
 }
 
@@ -214,9 +217,14 @@ async fn a_node_agent_stopping_mid_turn_does_not_wait_for_pi_and_the_turn_runs_a
     server.client.create_session("long", &pi_session(&model, &dirs)).await.unwrap();
     // Longer than the restart may take (PATIENCE): a stop that waited for it would fail.
     server.client.send_message("long", "please [[run:sleep 25; echo late]]").await.unwrap();
-    let running = session_events_until(&server.client, "long", 0, INSTALL_PATIENCE, "pi running the tool", |e| {
-        matches!(&e.data, EventData::ItemStarted { item } if item.kind == ItemKind::ToolResult)
-    })
+    let running = session_events_until(
+        &server.client,
+        "long",
+        0,
+        INSTALL_PATIENCE,
+        "pi running the tool",
+        |e| matches!(&e.data, EventData::ItemStarted { item } if item.kind == ItemKind::ToolResult),
+    )
     .await;
     let offset = running.last().unwrap().sequence;
 
@@ -266,8 +274,10 @@ async fn plan_mode_offers_pi_only_its_read_only_tools() {
     let turn = turn_events(&server.client, "plan", 0, 1, INSTALL_PATIENCE).await;
     assert_nothing_unparsed(&turn);
     assert_eq!(turn_end(&turn).0, TurnStatus::Completed, "{turn:#?}");
-    let request = model.requests().into_iter().rev().find(|r| r.uri.contains("/v1/messages")).expect("a Messages request");
-    let mut tools: Vec<String> = request.body["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_string()).collect();
+    let request =
+        model.requests().into_iter().rev().find(|r| r.uri.contains("/v1/messages")).expect("a Messages request");
+    let mut tools: Vec<String> =
+        request.body["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_string()).collect();
     tools.sort();
     assert_eq!(tools, ["find", "grep", "ls", "read"]);
     assert_eq!(reply_text(&turn), "no shell tool offered to run \"touch changed\"");

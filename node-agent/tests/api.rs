@@ -69,7 +69,11 @@ async fn no_route_but_health_answers_without_the_token() {
             let response = request.send().await.unwrap();
             assert_eq!(response.headers()["www-authenticate"], "Bearer", "{method} {path}");
             let (status, body) = problem(response).await;
-            assert_eq!((status, body["type"].as_str().unwrap()), (401, "urn:agentplane:error:unauthorized"), "{method} {path}");
+            assert_eq!(
+                (status, body["type"].as_str().unwrap()),
+                (401, "urn:agentplane:error:unauthorized"),
+                "{method} {path}"
+            );
         }
     }
     // The WebSocket itself, without the token or a ticket.
@@ -96,36 +100,111 @@ async fn every_error_is_problem_json_with_a_stable_type() {
     let bash = server.spawn_bash().await;
     let pipe = server
         .client
-        .create_process(&CreateProcessRequest { command: "sleep".into(), args: vec!["1000".into()], ..Default::default() })
+        .create_process(&CreateProcessRequest {
+            command: "sleep".into(),
+            args: vec!["1000".into()],
+            ..Default::default()
+        })
         .await
         .unwrap();
-    let json = |body: &str| authed(http().post(url("/v1/processes"))).header("content-type", "application/json").body(body.to_string());
+    let json = |body: &str| {
+        authed(http().post(url("/v1/processes"))).header("content-type", "application/json").body(body.to_string())
+    };
     let cases: Vec<(&str, reqwest::RequestBuilder, u16, &str)> = vec![
         ("malformed JSON", json("{\"command\": "), 400, "invalid_request"),
         ("unknown field", json(r#"{"command":"true","colour":"red"}"#), 400, "invalid_request"),
         ("wrong type", json(r#"{"command":["true"]}"#), 400, "invalid_request"),
         ("empty command", json(r#"{"command":""}"#), 400, "invalid_request"),
-        ("annotation too large", json(&format!(r#"{{"command":"true","annotations":{{"k":"{}"}}}}"#, "x".repeat(17 * 1024))), 400, "invalid_request"),
+        (
+            "annotation too large",
+            json(&format!(r#"{{"command":"true","annotations":{{"k":"{}"}}}}"#, "x".repeat(17 * 1024))),
+            400,
+            "invalid_request",
+        ),
         ("zero-size terminal", json(r#"{"command":"true","pty":{"rows":0,"cols":80}}"#), 400, "invalid_request"),
         ("no JSON content type", authed(http().post(url("/v1/processes"))).body("{}"), 400, "invalid_request"),
         ("command that does not exist", json(r#"{"command":"definitely-not-a-command-xyz"}"#), 422, "spawn_failed"),
-        ("working directory that does not exist", json(r#"{"command":"true","cwd":"/no/such/dir"}"#), 422, "spawn_failed"),
-        ("command that does not exist, on a PTY", json(r#"{"command":"definitely-not-a-command-xyz","pty":{"rows":24,"cols":80}}"#), 422, "spawn_failed"),
+        (
+            "working directory that does not exist",
+            json(r#"{"command":"true","cwd":"/no/such/dir"}"#),
+            422,
+            "spawn_failed",
+        ),
+        (
+            "command that does not exist, on a PTY",
+            json(r#"{"command":"definitely-not-a-command-xyz","pty":{"rows":24,"cols":80}}"#),
+            422,
+            "spawn_failed",
+        ),
         ("unknown id", authed(http().get(url("/v1/processes/nope"))), 404, "process_not_found"),
         ("unknown id, output", authed(http().get(url("/v1/processes/nope/output"))), 404, "process_not_found"),
         ("unknown id, delete", authed(http().delete(url("/v1/processes/nope"))), 404, "process_not_found"),
         ("unknown query parameter", authed(http().get(url("/v1/processes?colour=red"))), 400, "invalid_request"),
         ("bad query value", authed(http().get(url("/v1/processes?pty=maybe"))), 400, "invalid_request"),
-        ("resize without a PTY", authed(http().post(url(&format!("/v1/processes/{}/resize", pipe.id)))).json(&PtySize { rows: 10, cols: 10 }), 400, "invalid_request"),
-        ("stderr of a PTY", authed(http().get(url(&format!("/v1/processes/{}/output?stream=stderr", bash.id)))), 400, "invalid_request"),
-        ("offset past the end", authed(http().get(url(&format!("/v1/processes/{}/output?offset=999999999", pipe.id)))), 400, "invalid_request"),
-        ("bad base64", authed(http().post(url(&format!("/v1/processes/{}/input", bash.id)))).json(&serde_json::json!({"data": "!!", "base64": true})), 400, "invalid_request"),
-        ("unknown signal", authed(http().post(url(&format!("/v1/processes/{}/signal", bash.id)))).json(&serde_json::json!({"signal": "SIGNOPE"})), 400, "invalid_request"),
-        ("bad stop signal", authed(http().delete(url(&format!("/v1/processes/{}?signal=NOPE", pipe.id)))), 400, "invalid_request"),
-        ("bad stop timeout", authed(http().delete(url(&format!("/v1/processes/{}?timeout=-1", pipe.id)))), 400, "invalid_request"),
-        ("connect without upgrading", authed(http().get(url(&format!("/v1/processes/{}/connect", bash.id)))), 400, "invalid_request"),
-        ("connect from a foreign origin", authed(http().get(url(&format!("/v1/processes/{}/connect", bash.id)))).header("origin", "https://evil.example"), 403, "forbidden"),
-        ("bad Last-Event-ID", authed(http().get(url("/v1/events/sse"))).header("last-event-id", "yesterday"), 400, "invalid_request"),
+        (
+            "resize without a PTY",
+            authed(http().post(url(&format!("/v1/processes/{}/resize", pipe.id))))
+                .json(&PtySize { rows: 10, cols: 10 }),
+            400,
+            "invalid_request",
+        ),
+        (
+            "stderr of a PTY",
+            authed(http().get(url(&format!("/v1/processes/{}/output?stream=stderr", bash.id)))),
+            400,
+            "invalid_request",
+        ),
+        (
+            "offset past the end",
+            authed(http().get(url(&format!("/v1/processes/{}/output?offset=999999999", pipe.id)))),
+            400,
+            "invalid_request",
+        ),
+        (
+            "bad base64",
+            authed(http().post(url(&format!("/v1/processes/{}/input", bash.id))))
+                .json(&serde_json::json!({"data": "!!", "base64": true})),
+            400,
+            "invalid_request",
+        ),
+        (
+            "unknown signal",
+            authed(http().post(url(&format!("/v1/processes/{}/signal", bash.id))))
+                .json(&serde_json::json!({"signal": "SIGNOPE"})),
+            400,
+            "invalid_request",
+        ),
+        (
+            "bad stop signal",
+            authed(http().delete(url(&format!("/v1/processes/{}?signal=NOPE", pipe.id)))),
+            400,
+            "invalid_request",
+        ),
+        (
+            "bad stop timeout",
+            authed(http().delete(url(&format!("/v1/processes/{}?timeout=-1", pipe.id)))),
+            400,
+            "invalid_request",
+        ),
+        (
+            "connect without upgrading",
+            authed(http().get(url(&format!("/v1/processes/{}/connect", bash.id)))),
+            400,
+            "invalid_request",
+        ),
+        (
+            "connect from a foreign origin",
+            authed(http().get(url(&format!("/v1/processes/{}/connect", bash.id))))
+                .header("origin", "https://evil.example"),
+            403,
+            "forbidden",
+        ),
+        (
+            "bad Last-Event-ID",
+            authed(http().get(url("/v1/events/sse"))).header("last-event-id", "yesterday"),
+            400,
+            "invalid_request",
+        ),
         ("unknown route", authed(http().get(url("/v1/nothing-here"))), 404, "not_found"),
         ("wrong method", authed(http().put(url("/v1/processes"))), 405, "method_not_allowed"),
     ];
@@ -140,7 +219,11 @@ async fn every_error_is_problem_json_with_a_stable_type() {
     assert_eq!((status, body["type"].as_str().unwrap()), (429, "urn:agentplane:error:limit_exceeded"));
     // An exited process refuses input and signals with a conflict, not a crash.
     server.client.delete_process(&pipe.id, &DeleteProcessQuery::default()).await.unwrap();
-    let exited = server.client.signal(&pipe.id, &SignalRequest { signal: "INT".into(), target: SignalTarget::Group }).await.unwrap_err();
+    let exited = server
+        .client
+        .signal(&pipe.id, &SignalRequest { signal: "INT".into(), target: SignalTarget::Group })
+        .await
+        .unwrap_err();
     assert_eq!(exited.problem_code(), Some("process_not_running"));
     // Still serving after all of it.
     assert_eq!(server.client.get_process(&bash.id).await.unwrap().status, ProcessStatus::Running);
@@ -152,7 +235,11 @@ async fn lifecycle_events_stream_and_resume_from_last_event_id() {
     let mut events = server.client.lifecycle_events(None).await.unwrap();
     let created = server
         .client
-        .create_process(&CreateProcessRequest { command: "sh".into(), args: vec!["-c".into(), "exit 4".into()], ..Default::default() })
+        .create_process(&CreateProcessRequest {
+            command: "sh".into(),
+            args: vec!["-c".into(), "exit 4".into()],
+            ..Default::default()
+        })
         .await
         .unwrap();
     let mut seen = Vec::new();
@@ -172,7 +259,11 @@ async fn lifecycle_events_stream_and_resume_from_last_event_id() {
     // Away for a while: a terminal is created, resized and deleted.
     let terminal = server.spawn_pty("sleep", &["1000"]).await;
     server.client.resize(&terminal.id, PtySize { rows: 10, cols: 20 }).await.unwrap();
-    server.client.delete_process(&terminal.id, &DeleteProcessQuery { purge: true, ..Default::default() }).await.unwrap();
+    server
+        .client
+        .delete_process(&terminal.id, &DeleteProcessQuery { purge: true, ..Default::default() })
+        .await
+        .unwrap();
     let mut resumed = server.client.lifecycle_events(Some(seen[1].sequence)).await.unwrap();
     let mut kinds = Vec::new();
     while kinds.len() < 4 {
@@ -249,7 +340,16 @@ async fn the_openapi_document_describes_every_route() {
     let schemas = doc["components"]["schemas"].as_object().unwrap();
     assert!(schemas["CreateProcessRequest"]["properties"]["pty"].is_object());
     assert!(schemas.contains_key("Problem") && schemas.contains_key("ControlMessage"));
-    for schema in ["UniversalEvent", "EventData", "SessionInfo", "CreateSessionRequest", "AgentInfo", "Item", "PermissionRequest", "QuestionRequest"] {
+    for schema in [
+        "UniversalEvent",
+        "EventData",
+        "SessionInfo",
+        "CreateSessionRequest",
+        "AgentInfo",
+        "Item",
+        "PermissionRequest",
+        "QuestionRequest",
+    ] {
         assert!(schemas.contains_key(schema), "{schema} is described");
     }
     // Every event type is documented with its data.
@@ -258,7 +358,16 @@ async fn the_openapi_document_describes_every_route() {
         assert!(event_data.contains(&format!("\"{}\"", kind.as_str())), "{} in EventData", kind.as_str());
     }
     // The routes served are the routes documented: none is missing from the document.
-    let documented: usize = paths.values().map(|p| p.as_object().unwrap().keys().filter(|k| ["get", "post", "put", "delete", "patch"].contains(&k.as_str())).count()).sum();
+    let documented: usize = paths
+        .values()
+        .map(|p| {
+            p.as_object()
+                .unwrap()
+                .keys()
+                .filter(|k| ["get", "post", "put", "delete", "patch"].contains(&k.as_str()))
+                .count()
+        })
+        .sum();
     assert_eq!(documented, 28, "operations documented: every method of every route in `api::router`");
     assert_eq!(doc["components"]["securitySchemes"]["bearer"]["scheme"], "bearer");
 }

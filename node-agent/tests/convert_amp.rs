@@ -36,7 +36,13 @@ fn a_text_turn_converts_without_unparsed_lines() {
     let messages = completed(&events, ItemKind::Message);
     assert_eq!(messages.len(), 1, "the prompt is the session manager's to report: {messages:?}");
     assert_eq!(messages[0].text.as_deref(), Some("hello from fake model (1 messages in context)"));
-    assert!(completed(&events, ItemKind::Status)[0].text.as_deref().unwrap().contains("T-01a202f6-ce52-76e5-ba84-891eb7582f6a"));
+    assert!(
+        completed(&events, ItemKind::Status)[0]
+            .text
+            .as_deref()
+            .unwrap()
+            .contains("T-01a202f6-ce52-76e5-ba84-891eb7582f6a")
+    );
     assert!(events.iter().all(|e| e.kind() != EventType::Error));
 }
 
@@ -69,7 +75,12 @@ fn a_refused_approval_is_permission_denied_and_unknown_lines_unparsed() {
         }
         other => panic!("{other:?}"),
     }
-    for line in [r#"{"type":"control_request"}"#, r#"{"type":"system","subtype":"brand_new"}"#, "{", r#"{"type":"assistant","message":{"content":[{"type":"hologram"}]}}"#] {
+    for line in [
+        r#"{"type":"control_request"}"#,
+        r#"{"type":"system","subtype":"brand_new"}"#,
+        "{",
+        r#"{"type":"assistant","message":{"content":[{"type":"hologram"}]}}"#,
+    ] {
         let events = converter.convert(line);
         assert_eq!(events.len(), 1, "{line}");
         assert_eq!(events[0].kind(), EventType::AgentUnparsed, "{line}");

@@ -45,7 +45,10 @@ fn the_text_transcript_is_one_completed_assistant_message() {
     assert_eq!(messages[0].role, Some(Role::Assistant));
     assert_eq!(messages[0].text.as_deref(), Some("hello from fake model (2 messages in context)"));
     let statuses = completed(&events, ItemKind::Status);
-    assert!(statuses.iter().any(|s| s.text.as_deref().unwrap_or_default().contains("24f59f9a-96d8-48d8-9c6a-76e33baa75de")), "{statuses:?}");
+    assert!(
+        statuses.iter().any(|s| s.text.as_deref().unwrap_or_default().contains("24f59f9a-96d8-48d8-9c6a-76e33baa75de")),
+        "{statuses:?}"
+    );
 }
 
 #[test]
@@ -63,7 +66,8 @@ fn the_tool_transcript_streams_a_call_its_result_and_the_answer() {
     assert_eq!(results[0].status, Some(ItemStatus::Completed));
 
     // The answer: started, streamed in deltas that add up to it, completed under the same id.
-    let answer = completed(&events, ItemKind::Message).into_iter().find(|m| m.role == Some(Role::Assistant)).unwrap().clone();
+    let answer =
+        completed(&events, ItemKind::Message).into_iter().find(|m| m.role == Some(Role::Assistant)).unwrap().clone();
     assert_eq!(answer.text.as_deref(), Some("tool result received: hi"));
     let started = events.iter().any(|e| matches!(e, EventData::ItemStarted { item } if item.id == answer.id));
     assert!(started, "no item.started for {}", answer.id);
@@ -107,7 +111,10 @@ fn the_permission_transcript_asks_for_the_bash_call() {
     assert_eq!(request.options, vec![PermissionReply::Once, PermissionReply::Always, PermissionReply::Reject]);
     assert_eq!(request.item_id.as_deref(), Some("toolu_0fb1466fc990452c9fcf386d"));
     let texts: Vec<&str> = completed(&events, ItemKind::Message).iter().filter_map(|m| m.text.as_deref()).collect();
-    assert_eq!(texts, ["tool result received: (Bash completed with no output)", "hello from fake model (6 messages in context)"]);
+    assert_eq!(
+        texts,
+        ["tool result received: (Bash completed with no output)", "hello from fake model (6 messages in context)"]
+    );
 }
 
 #[test]

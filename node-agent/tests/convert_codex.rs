@@ -7,7 +7,12 @@ use agentplane_node_agent::universal::*;
 
 fn transcript(name: &str) -> Vec<String> {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/agent-transcripts").join(name);
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())).lines().filter(|l| !l.trim().is_empty()).map(String::from).collect()
+    std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(String::from)
+        .collect()
 }
 
 /// Each line's events, with the line, through one converter (as a driver reads a stream).
@@ -48,7 +53,9 @@ fn every_line_of_every_codex_transcript_converts() {
 fn app_server_text_streams_as_deltas_that_add_up_to_the_completed_message() {
     let events = events("codex-appserver-approve.jsonl");
     let id = "msg_d9b58f2d60614ff586ed5589";
-    let started = events.iter().any(|e| matches!(e, EventData::ItemStarted { item } if item.id == id && item.role == Some(Role::Assistant)));
+    let started = events
+        .iter()
+        .any(|e| matches!(e, EventData::ItemStarted { item } if item.id == id && item.role == Some(Role::Assistant)));
     assert!(started);
     let deltas: String = events
         .iter()
@@ -66,7 +73,8 @@ fn app_server_text_streams_as_deltas_that_add_up_to_the_completed_message() {
 #[test]
 fn app_server_approval_becomes_a_permission_request_about_the_command_item() {
     let events = events("codex-appserver-approve.jsonl");
-    let requests: Vec<&PermissionRequest> = events.iter().filter_map(|e| if let EventData::PermissionRequested(r) = e { Some(r) } else { None }).collect();
+    let requests: Vec<&PermissionRequest> =
+        events.iter().filter_map(|e| if let EventData::PermissionRequested(r) = e { Some(r) } else { None }).collect();
     assert_eq!(requests.len(), 1);
     let request = requests[0];
     assert_eq!(request.tool, "shell");
@@ -76,19 +84,24 @@ fn app_server_approval_becomes_a_permission_request_about_the_command_item() {
     // The call it is about, and the call's result once it ran.
     let items = completed(&events);
     let call = items.iter().find(|i| i.id == "call_340aa0db44db411cba329743").expect("the call");
-    assert_eq!((call.kind, call.tool.as_deref(), call.status), (ItemKind::ToolCall, Some("shell"), Some(ItemStatus::Completed)));
+    assert_eq!(
+        (call.kind, call.tool.as_deref(), call.status),
+        (ItemKind::ToolCall, Some("shell"), Some(ItemStatus::Completed))
+    );
     let result = items.iter().find(|i| i.kind == ItemKind::ToolResult).expect("the result");
     assert_eq!(result.call_id.as_deref(), Some("call_340aa0db44db411cba329743"));
     assert_eq!(result.output.as_deref(), Some("exit code 0"));
     // The user's messages, as codex echoes them.
-    let users: Vec<_> = items.iter().filter(|i| i.role == Some(Role::User)).map(|i| i.text.clone().unwrap_or_default()).collect();
+    let users: Vec<_> =
+        items.iter().filter(|i| i.role == Some(Role::User)).map(|i| i.text.clone().unwrap_or_default()).collect();
     assert_eq!(users, ["TOOLCALL{touch codex-appserver-made-this.txt}", "second turn on same thread"]);
 }
 
 #[test]
 fn status_items_have_ids_unique_in_the_stream() {
     let events = events("codex-appserver-approve.jsonl");
-    let ids: Vec<&str> = completed(&events).iter().filter(|i| i.kind == ItemKind::Status).map(|i| i.id.as_str()).collect();
+    let ids: Vec<&str> =
+        completed(&events).iter().filter(|i| i.kind == ItemKind::Status).map(|i| i.id.as_str()).collect();
     let unique: std::collections::BTreeSet<&str> = ids.iter().copied().collect();
     assert!(ids.len() > 10);
     assert_eq!(unique.len(), ids.len());
@@ -97,8 +110,14 @@ fn status_items_have_ids_unique_in_the_stream() {
 #[test]
 fn exec_json_tool_call_gives_call_result_and_answer_and_the_metadata_warning_is_an_error() {
     let events = events("codex-tool.jsonl");
-    let started = events.iter().find_map(|e| if let EventData::ItemStarted { item } = e { Some(item) } else { None }).expect("the call starts");
-    assert_eq!((started.id.as_str(), started.kind, started.status), ("item_1", ItemKind::ToolCall, Some(ItemStatus::InProgress)));
+    let started = events
+        .iter()
+        .find_map(|e| if let EventData::ItemStarted { item } = e { Some(item) } else { None })
+        .expect("the call starts");
+    assert_eq!(
+        (started.id.as_str(), started.kind, started.status),
+        ("item_1", ItemKind::ToolCall, Some(ItemStatus::InProgress))
+    );
     assert_eq!(started.input.as_ref().unwrap()["command"], "/bin/bash -lc 'echo hi'");
     let items = completed(&events);
     let result = items.iter().find(|i| i.kind == ItemKind::ToolResult).expect("a result");

@@ -36,7 +36,11 @@ fn completed(events: &[EventData], kind: ItemKind) -> Vec<Item> {
 }
 
 fn assistant_texts(events: &[EventData]) -> Vec<String> {
-    completed(events, ItemKind::Message).into_iter().filter(|i| i.role == Some(Role::Assistant)).filter_map(|i| i.text).collect()
+    completed(events, ItemKind::Message)
+        .into_iter()
+        .filter(|i| i.role == Some(Role::Assistant))
+        .filter_map(|i| i.text)
+        .collect()
 }
 
 /// The deltas of each item, joined, must be its completed text.
@@ -58,9 +62,12 @@ fn a_stream_json_text_run_is_one_streamed_answer() {
     let events = events("gemini-text.jsonl");
     assert_eq!(assistant_texts(&events), ["hello from fake model (1 messages in context)"]);
     assert_deltas_add_up(&events);
-    let user: Vec<_> = completed(&events, ItemKind::Message).into_iter().filter(|i| i.role == Some(Role::User)).collect();
+    let user: Vec<_> =
+        completed(&events, ItemKind::Message).into_iter().filter(|i| i.role == Some(Role::User)).collect();
     assert_eq!(user[0].text.as_deref(), Some("say hello"));
-    assert!(completed(&events, ItemKind::Status).iter().any(|s| s.text.as_deref().is_some_and(|t| t.contains("5acca239"))));
+    assert!(
+        completed(&events, ItemKind::Status).iter().any(|s| s.text.as_deref().is_some_and(|t| t.contains("5acca239")))
+    );
 }
 
 #[test]
@@ -98,7 +105,10 @@ fn an_acp_session_streams_answers_runs_tools_and_asks() {
         })
         .collect();
     assert_eq!(requests.len(), 2);
-    assert_eq!((requests[0].tool.as_str(), &requests[0].input["command"]), ("run_shell_command", &serde_json::json!("touch a.txt")));
+    assert_eq!(
+        (requests[0].tool.as_str(), &requests[0].input["command"]),
+        ("run_shell_command", &serde_json::json!("touch a.txt"))
+    );
     assert_eq!(requests[0].options, [PermissionReply::Once, PermissionReply::Always, PermissionReply::Reject]);
     assert_eq!(requests[0].item_id.as_deref(), Some(requests[0].id.as_str()));
     // The echo and the allowed touch complete; the denied one never reports back
@@ -128,8 +138,11 @@ fn an_acp_load_replays_the_history_before_the_next_answer() {
     // The replay has the earlier conversation; the last answer saw all of it.
     assert_eq!(texts.first().map(String::as_str), Some("scripted reply: 1 messages in context"));
     assert_eq!(texts.last().map(String::as_str), Some("scripted reply: 16 messages in context"));
-    let users: Vec<String> =
-        completed(&events, ItemKind::Message).into_iter().filter(|i| i.role == Some(Role::User)).filter_map(|i| i.text).collect();
+    let users: Vec<String> = completed(&events, ItemKind::Message)
+        .into_iter()
+        .filter(|i| i.role == Some(Role::User))
+        .filter_map(|i| i.text)
+        .collect();
     assert!(users.iter().any(|u| u == "[[run:touch a.txt]]"), "{users:?}");
     // Replayed tool calls arrive already done.
     assert!(completed(&events, ItemKind::ToolCall).len() >= 2);

@@ -15,7 +15,13 @@ fn read(name: &str) -> String {
 fn lines(name: &str) -> Vec<String> {
     read(name)
         .lines()
-        .filter_map(|line| if name.ends_with(".sse") { line.strip_prefix("data: ").map(str::to_string) } else { Some(line.to_string()) })
+        .filter_map(|line| {
+            if name.ends_with(".sse") {
+                line.strip_prefix("data: ").map(str::to_string)
+            } else {
+                Some(line.to_string())
+            }
+        })
         .filter(|line| !line.trim().is_empty())
         .collect()
 }
@@ -63,7 +69,10 @@ fn the_serve_stream_with_a_permission_converts_completely() {
     assert_eq!(permission.options, vec![PermissionReply::Once, PermissionReply::Always, PermissionReply::Reject]);
     // The request names the tool call's item.
     assert_eq!(permission.item_id.as_deref(), Some("prt_202f55601001rRV4Y5BZKPceUP"));
-    assert!(events.contains(&EventData::PermissionResolved { id: permission.id.clone(), reply: Some(PermissionReply::Once) }));
+    assert!(
+        events
+            .contains(&EventData::PermissionResolved { id: permission.id.clone(), reply: Some(PermissionReply::Once) })
+    );
 
     let calls = completed(&events, ItemKind::ToolCall);
     assert_eq!(calls.len(), 1);
@@ -128,7 +137,10 @@ fn unknown_lines_are_unparsed_and_errors_are_errors() {
         assert!(matches!(events.as_slice(), [EventData::AgentUnparsed { .. }]), "{line}: {events:?}");
     }
     let error = r#"{"directory":"/w","payload":{"id":"evt_3","type":"session.error","properties":{"sessionID":"ses_1","error":{"name":"APIError","data":{"message":"boom"}}}}}"#;
-    assert_eq!(converter.convert(error), vec![EventData::Error { message: "boom".into(), code: Some("APIError".into()) }]);
+    assert_eq!(
+        converter.convert(error),
+        vec![EventData::Error { message: "boom".into(), code: Some("APIError".into()) }]
+    );
     // A refused tool call is denied, with OpenCode's words as its result.
     let denied = r#"{"id":"evt_4","type":"message.part.updated","properties":{"sessionID":"ses_1","part":{"id":"prt_9","type":"tool","tool":"bash","callID":"c","state":{"status":"error","input":{"command":"touch x"},"error":"The user rejected permission to use this specific tool call.","time":{"start":1,"end":2}}}}}"#;
     let events = converter.convert(denied);
@@ -142,14 +154,27 @@ fn questions_and_their_answers_convert() {
     let asked = r#"{"id":"evt_1","type":"question.asked","properties":{"id":"que_1","sessionID":"ses_1","questions":[{"question":"Which?","header":"Pick","options":[{"label":"a","description":"first"},{"label":"b","description":"second"}],"multiple":true}]}}"#;
     let expected = QuestionRequest {
         id: "que_1".into(),
-        questions: vec![Question { question: "Which?".into(), header: Some("Pick".into()), options: vec!["a".into(), "b".into()], multi_select: true }],
+        questions: vec![Question {
+            question: "Which?".into(),
+            header: Some("Pick".into()),
+            options: vec!["a".into(), "b".into()],
+            multi_select: true,
+        }],
     };
     assert_eq!(converter.convert(asked), vec![EventData::QuestionRequested(expected)]);
     let replied = r#"{"id":"evt_2","type":"question.replied","properties":{"sessionID":"ses_1","requestID":"que_1","answers":[["a","b"]]}}"#;
     assert_eq!(
         converter.convert(replied),
-        vec![EventData::QuestionResolved { id: "que_1".into(), outcome: QuestionOutcome::Answered, answers: Some(vec![vec!["a".into(), "b".into()]]) }]
+        vec![EventData::QuestionResolved {
+            id: "que_1".into(),
+            outcome: QuestionOutcome::Answered,
+            answers: Some(vec![vec!["a".into(), "b".into()]])
+        }]
     );
-    let rejected = r#"{"id":"evt_3","type":"question.rejected","properties":{"sessionID":"ses_1","requestID":"que_1"}}"#;
-    assert_eq!(converter.convert(rejected), vec![EventData::QuestionResolved { id: "que_1".into(), outcome: QuestionOutcome::Rejected, answers: None }]);
+    let rejected =
+        r#"{"id":"evt_3","type":"question.rejected","properties":{"sessionID":"ses_1","requestID":"que_1"}}"#;
+    assert_eq!(
+        converter.convert(rejected),
+        vec![EventData::QuestionResolved { id: "que_1".into(), outcome: QuestionOutcome::Rejected, answers: None }]
+    );
 }

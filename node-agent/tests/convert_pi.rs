@@ -118,7 +118,12 @@ fn errors_become_error_events_and_unknown_lines_unparsed() {
     assert_eq!(converter.convert(failed), vec![EventData::Error { message: "Connection error.".into(), code: None }]);
     let refused = r#"{"id":"x","type":"response","command":"prompt","success":false,"error":"busy"}"#;
     assert!(matches!(&converter.convert(refused)[..], [EventData::Error { message, .. }] if message.contains("busy")));
-    for line in [r#"{"type":"brand_new_event"}"#, r#"{"no":"type"}"#, "not json at all", r#"{"type":"message_start","message":{"role":"alien"}}"#] {
+    for line in [
+        r#"{"type":"brand_new_event"}"#,
+        r#"{"no":"type"}"#,
+        "not json at all",
+        r#"{"type":"message_start","message":{"role":"alien"}}"#,
+    ] {
         let events = converter.convert(line);
         assert_eq!(events.len(), 1, "{line}");
         assert_eq!(events[0].kind(), EventType::AgentUnparsed, "{line}");

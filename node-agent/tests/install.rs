@@ -25,10 +25,15 @@ fn pinned() -> &'static str {
 }
 
 async fn server_with_agents_in(dir: &std::path::Path) -> TestServer {
-    TestServer::start_with_sessions(SessionOptions { agents_dir: Some(dir.to_path_buf()), ..SessionOptions::default() }).await
+    TestServer::start_with_sessions(SessionOptions { agents_dir: Some(dir.to_path_buf()), ..SessionOptions::default() })
+        .await
 }
 
-async fn install(server: &TestServer, version: Option<&str>, reinstall: bool) -> agentplane_node_agent::client::ClientResult<InstallResult> {
+async fn install(
+    server: &TestServer,
+    version: Option<&str>,
+    reinstall: bool,
+) -> agentplane_node_agent::client::ClientResult<InstallResult> {
     let request = InstallRequest { version: version.map(str::to_string), reinstall };
     match tokio::time::timeout(INSTALL_PATIENCE, server.client.install_agent("amp", &request)).await {
         Ok(result) => result,
@@ -67,7 +72,8 @@ async fn a_pinned_install_runs_a_second_is_a_no_op_and_a_missing_version_leaves_
     assert_eq!(listed.path.as_deref(), Some(first.path.as_str()));
     assert!(version_of(&first.path).await.contains(pinned()));
     let dir = agents.path().join("amp").join(pinned());
-    let marker: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join(".agentplane-install.json")).unwrap()).unwrap();
+    let marker: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join(".agentplane-install.json")).unwrap()).unwrap();
     assert_eq!(marker["integrity"], integrity.as_str());
     assert_eq!(marker["version"], pinned());
 
@@ -86,7 +92,10 @@ async fn a_pinned_install_runs_a_second_is_a_no_op_and_a_missing_version_leaves_
     let detail = missing.to_string();
     assert!(detail.contains("ETARGET") || detail.contains("No matching version"), "npm's error is in {detail}");
     let after = server.client.get_agent("amp").await.unwrap();
-    assert_eq!((after.installed, after.version.as_deref(), after.path.as_deref()), (true, Some(pinned()), Some(first.path.as_str())));
+    assert_eq!(
+        (after.installed, after.version.as_deref(), after.path.as_deref()),
+        (true, Some(pinned()), Some(first.path.as_str()))
+    );
     assert!(!agents.path().join("amp").join("0.0.0-does-not-exist").exists());
     assert!(version_of(&first.path).await.contains(pinned()));
     server.stop().await;
@@ -98,10 +107,13 @@ async fn progress_arrives_over_sse_and_a_reinstall_is_swapped_in() {
     let server = server_with_agents_in(agents.path()).await;
     let mut seen = Vec::new();
     let request = InstallRequest::default();
-    let result = tokio::time::timeout(INSTALL_PATIENCE, server.client.install_agent_with_progress("amp", &request, |p| seen.push(p.clone())))
-        .await
-        .expect("the install ends")
-        .unwrap();
+    let result = tokio::time::timeout(
+        INSTALL_PATIENCE,
+        server.client.install_agent_with_progress("amp", &request, |p| seen.push(p.clone())),
+    )
+    .await
+    .expect("the install ends")
+    .unwrap();
     assert!(!result.already_installed);
     let phases: Vec<InstallPhase> = seen.iter().map(|p| p.phase).fold(Vec::new(), |mut phases, phase| {
         if phases.last() != Some(&phase) {
@@ -109,7 +121,11 @@ async fn progress_arrives_over_sse_and_a_reinstall_is_swapped_in() {
         }
         phases
     });
-    assert_eq!(phases, [InstallPhase::Resolving, InstallPhase::Downloading, InstallPhase::Verifying, InstallPhase::Done], "{seen:#?}");
+    assert_eq!(
+        phases,
+        [InstallPhase::Resolving, InstallPhase::Downloading, InstallPhase::Verifying, InstallPhase::Done],
+        "{seen:#?}"
+    );
     let last = seen.last().unwrap();
     assert!(last.packages_resolved >= 1 && last.tarballs_fetched >= 1, "{last:?}");
     assert!(seen.iter().all(|p| p.agent == "amp" && p.version == pinned()));
@@ -119,10 +135,13 @@ async fn progress_arrives_over_sse_and_a_reinstall_is_swapped_in() {
     let inode = std::fs::metadata(&dir).unwrap().ino();
     let mut phases = Vec::new();
     let request = InstallRequest { version: None, reinstall: true };
-    let again = tokio::time::timeout(INSTALL_PATIENCE, server.client.install_agent_with_progress("amp", &request, |p| phases.push(p.phase)))
-        .await
-        .expect("the reinstall ends")
-        .unwrap();
+    let again = tokio::time::timeout(
+        INSTALL_PATIENCE,
+        server.client.install_agent_with_progress("amp", &request, |p| phases.push(p.phase)),
+    )
+    .await
+    .expect("the reinstall ends")
+    .unwrap();
     assert!(!again.already_installed);
     assert_eq!(again.integrity, result.integrity);
     assert_eq!(phases.last(), Some(&InstallPhase::Done));
@@ -137,10 +156,11 @@ async fn progress_arrives_over_sse_and_a_reinstall_is_swapped_in() {
 
     // A failure over SSE is `install.failed` with the problem.
     let request = InstallRequest { version: Some("0.0.0-does-not-exist".into()), reinstall: false };
-    let failed = tokio::time::timeout(INSTALL_PATIENCE, server.client.install_agent_with_progress("amp", &request, |_| {}))
-        .await
-        .expect("the install ends")
-        .unwrap_err();
+    let failed =
+        tokio::time::timeout(INSTALL_PATIENCE, server.client.install_agent_with_progress("amp", &request, |_| {}))
+            .await
+            .expect("the install ends")
+            .unwrap_err();
     assert_eq!(failed.problem_code(), Some("install_failed"), "{failed}");
     server.stop().await;
 }
@@ -150,7 +170,8 @@ async fn two_node_agents_sharing_a_directory_install_once() {
     let agents = tempfile::tempdir().unwrap();
     let (one, two) = (server_with_agents_in(agents.path()).await, server_with_agents_in(agents.path()).await);
     // Two node agents (the file lock between them), and twice the same one.
-    let (a, b, c) = tokio::join!(install(&one, None, false), install(&two, Some(pinned()), false), install(&one, None, false));
+    let (a, b, c) =
+        tokio::join!(install(&one, None, false), install(&two, Some(pinned()), false), install(&one, None, false));
     let (a, b, c) = (a.unwrap(), b.unwrap(), c.unwrap());
     // One ran npm; the others waited on the lock and found it done.
     let mut already = [a.already_installed, b.already_installed, c.already_installed];

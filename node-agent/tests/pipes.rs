@@ -115,7 +115,11 @@ async fn a_suspended_process_is_continued_so_it_can_shut_down_gracefully() {
     let info = server.client.create_process(&sh(script)).await.unwrap();
     until("the loop", || !children_named(info.pid, "sleep").is_empty()).await;
     // Suspended by a user; a handled signal then waits for SIGCONT.
-    server.client.signal(&info.id, &SignalRequest { signal: "STOP".into(), target: SignalTarget::Group }).await.unwrap();
+    server
+        .client
+        .signal(&info.id, &SignalRequest { signal: "STOP".into(), target: SignalTarget::Group })
+        .await
+        .unwrap();
     until("the leader to be stopped", || proc_stat(info.pid).is_some_and(|p| p.state == 'T')).await;
 
     // Without SIGCONT it would sit on its SIGTERM until the SIGKILL 30 s later.
@@ -129,7 +133,11 @@ async fn a_suspended_process_is_continued_so_it_can_shut_down_gracefully() {
 #[tokio::test]
 async fn signals_by_name_reach_the_group() {
     let server = TestServer::start().await;
-    let info = server.client.create_process(&sh("trap 'echo got-usr1; exit 3' USR1; while :; do sleep 0.05; done")).await.unwrap();
+    let info = server
+        .client
+        .create_process(&sh("trap 'echo got-usr1; exit 3' USR1; while :; do sleep 0.05; done"))
+        .await
+        .unwrap();
     let mut request = SignalRequest { signal: "usr1".into(), target: SignalTarget::Group };
     // A signal before the trap is set would kill sh; it sets it before its first sleep.
     until("the loop", || !children_named(info.pid, "sleep").is_empty()).await;
@@ -155,9 +163,14 @@ async fn list_filters_by_tag_and_pty_in_creation_order() {
     let ids = |list: Vec<ProcessInfo>| list.into_iter().map(|p| p.id).collect::<Vec<_>>();
     let all = server.client.list_processes(&ListProcessesQuery::default()).await.unwrap();
     assert_eq!(ids(all), vec![a.id.clone(), b.id.clone(), c.id.clone()]);
-    let web = server.client.list_processes(&ListProcessesQuery { tag: Some("web".into()), pty: None, session: None }).await.unwrap();
+    let web = server
+        .client
+        .list_processes(&ListProcessesQuery { tag: Some("web".into()), pty: None, session: None })
+        .await
+        .unwrap();
     assert_eq!(ids(web), vec![a.id.clone(), c.id.clone()]);
-    let ptys = server.client.list_processes(&ListProcessesQuery { tag: None, pty: Some(true), session: None }).await.unwrap();
+    let ptys =
+        server.client.list_processes(&ListProcessesQuery { tag: None, pty: Some(true), session: None }).await.unwrap();
     assert_eq!(ids(ptys), vec![b.id.clone()]);
     // A tag names the newest process that has it.
     assert_eq!(server.client.get_process("web").await.unwrap().id, c.id);

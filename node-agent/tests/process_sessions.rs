@@ -54,10 +54,16 @@ impl Events {
     }
 }
 
-fn process_item<'a>(events: &'a [UniversalEvent], kind: EventType, process: &str) -> Option<(&'a UniversalEvent, &'a Item)> {
+fn process_item<'a>(
+    events: &'a [UniversalEvent],
+    kind: EventType,
+    process: &str,
+) -> Option<(&'a UniversalEvent, &'a Item)> {
     let id = format!("process-{process}");
     events.iter().find_map(|e| match &e.data {
-        EventData::ItemStarted { item } | EventData::ItemCompleted { item } if e.kind() == kind && item.id == id => Some((e, item)),
+        EventData::ItemStarted { item } | EventData::ItemCompleted { item } if e.kind() == kind && item.id == id => {
+            Some((e, item))
+        }
         _ => None,
     })
 }
@@ -80,7 +86,8 @@ async fn a_process_feeds_its_session_and_the_next_message_carries_its_output() {
     assert_eq!(process.session_id.as_deref(), Some("s1"));
     let seen = events.until("the process's item.completed", completed_with(format!("process-{}", process.id))).await;
 
-    let (started_event, started) = process_item(&seen, EventType::ItemStarted, &process.id).expect("item.started first");
+    let (started_event, started) =
+        process_item(&seen, EventType::ItemStarted, &process.id).expect("item.started first");
     assert_eq!(started_event.source, EventSource::Daemon);
     assert_eq!(started.kind, ItemKind::ToolResult);
     assert_eq!(started.status, Some(ItemStatus::InProgress));
@@ -97,9 +104,17 @@ async fn a_process_feeds_its_session_and_the_next_message_carries_its_output() {
     assert_eq!(output, "built 42 targets\n--- stderr ---\nwarning: slow\n");
 
     // The listing knows which processes feed which session.
-    let listed = server.client.list_processes(&ListProcessesQuery { session: Some("s1".into()), ..Default::default() }).await.unwrap();
+    let listed = server
+        .client
+        .list_processes(&ListProcessesQuery { session: Some("s1".into()), ..Default::default() })
+        .await
+        .unwrap();
     assert_eq!(listed.iter().map(|p| p.id.as_str()).collect::<Vec<_>>(), [process.id.as_str()]);
-    let other = server.client.list_processes(&ListProcessesQuery { session: Some("other".into()), ..Default::default() }).await.unwrap();
+    let other = server
+        .client
+        .list_processes(&ListProcessesQuery { session: Some("other".into()), ..Default::default() })
+        .await
+        .unwrap();
     assert!(other.is_empty());
 
     // The mock quotes what it received: the output came first, then the message.
@@ -169,7 +184,11 @@ async fn ending_a_session_stops_its_processes_and_only_those() {
     let fed = server.client.create_process(&feeding("s2", "sleep", &["1000"])).await.unwrap();
     let unrelated = server
         .client
-        .create_process(&CreateProcessRequest { command: "sleep".into(), args: vec!["1000".into()], ..Default::default() })
+        .create_process(&CreateProcessRequest {
+            command: "sleep".into(),
+            args: vec!["1000".into()],
+            ..Default::default()
+        })
         .await
         .unwrap();
     events.until("the process's item.started", |e| e.kind() == EventType::ItemStarted).await;
@@ -224,6 +243,9 @@ async fn output_waiting_for_the_next_turn_survives_a_restart() {
             _ => None,
         })
         .unwrap();
-    assert!(reply.ends_with("Output of `echo 'before the restart'` (exit 0):\n```\nbefore the restart\n```\n\nand now?"), "{reply:?}");
+    assert!(
+        reply.ends_with("Output of `echo 'before the restart'` (exit 0):\n```\nbefore the restart\n```\n\nand now?"),
+        "{reply:?}"
+    );
     server.stop().await;
 }

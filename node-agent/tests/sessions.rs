@@ -130,7 +130,10 @@ async fn the_mock_agent_is_listed_with_its_capabilities() {
     assert_eq!((mock.id.as_str(), mock.installed, mock.path.as_deref()), ("mock", true, None));
     assert_eq!(mock.version.as_deref(), Some(server.client.health().await.unwrap().version.as_str()));
     assert!(mock.credentials_available);
-    assert_eq!(mock.capabilities, AgentCapabilities { permissions: true, questions: true, resume: true, streaming_deltas: true });
+    assert_eq!(
+        mock.capabilities,
+        AgentCapabilities { permissions: true, questions: true, resume: true, streaming_deltas: true }
+    );
     assert_eq!(&server.client.get_agent("mock").await.unwrap(), mock);
     let unknown = server.client.get_agent("clippy").await.unwrap_err();
     assert_eq!(unknown.problem_code(), Some("unsupported_agent"));
@@ -139,9 +142,16 @@ async fn the_mock_agent_is_listed_with_its_capabilities() {
 #[tokio::test]
 async fn a_message_gets_a_streamed_reply() {
     let server = TestServer::start().await;
-    let created = server.client.create_session("chat", &CreateSessionRequest { model: Some("m1".into()), ..mock() }).await.unwrap();
+    let created = server
+        .client
+        .create_session("chat", &CreateSessionRequest { model: Some("m1".into()), ..mock() })
+        .await
+        .unwrap();
     assert_eq!((created.id.as_str(), created.agent.as_str(), created.model.as_deref()), ("chat", "mock", Some("m1")));
-    assert_eq!((created.messages_received, created.turns_completed, created.permission_mode), (0, 0, PermissionMode::Default));
+    assert_eq!(
+        (created.messages_received, created.turns_completed, created.permission_mode),
+        (0, 0, PermissionMode::Default)
+    );
     let mut events = Events::open(&server.client, "chat").await;
     let started = events.until_type(EventType::SessionStarted).await;
     let EventData::SessionStarted { agent, agent_session_id, resumed } = &started[0].data else { panic!() };
@@ -174,7 +184,10 @@ async fn a_message_gets_a_streamed_reply() {
     assert_eq!(streamed, text, "the deltas add up to the message");
     assert_eq!(turn_status(&turn), TurnStatus::Completed);
     for event in &turn {
-        assert_eq!((event.session_id.as_str(), event.agent_session_id.as_deref()), ("chat", Some(agent_session_id.as_str())));
+        assert_eq!(
+            (event.session_id.as_str(), event.agent_session_id.as_deref()),
+            ("chat", Some(agent_session_id.as_str()))
+        );
         assert_eq!(event.raw, None);
     }
     assert!(turn.iter().any(|e| e.source == EventSource::Agent));
@@ -194,7 +207,11 @@ async fn the_mock_emits_every_event_type() {
     let server = TestServer::start().await;
     server.client.create_session("all", &mock()).await.unwrap();
     let mut events = Events::open(&server.client, "all").await;
-    server.client.send_message("all", "with reasoning, an unparsed line, a permission to run ls and a question").await.unwrap();
+    server
+        .client
+        .send_message("all", "with reasoning, an unparsed line, a permission to run ls and a question")
+        .await
+        .unwrap();
     let asked = events.until_type(EventType::PermissionRequested).await;
     let request = permission_request(&asked);
     server.client.reply_permission("all", &request.id, PermissionReply::Once).await.unwrap();
@@ -207,7 +224,11 @@ async fn the_mock_emits_every_event_type() {
     assert_eq!(turn_status(&failed), TurnStatus::Failed);
     assert!(failed.iter().any(|e| matches!(&e.data, EventData::Error { code: Some(c), .. } if c == "mock_failure")));
     server.client.send_message("all", "still there?").await.unwrap();
-    assert_eq!(reply_text(&events.turn().await), "mock reply #3 to: still there?", "a failed turn leaves the session usable");
+    assert_eq!(
+        reply_text(&events.turn().await),
+        "mock reply #3 to: still there?",
+        "a failed turn leaves the session usable"
+    );
     server.client.end_session("all").await.unwrap();
     while events.next().await.is_some() {}
     let mut seen: Vec<EventType> = kinds(&events.seen);
@@ -217,7 +238,10 @@ async fn the_mock_emits_every_event_type() {
     }
     let unparsed = events.seen.iter().find(|e| e.kind() == EventType::AgentUnparsed).unwrap();
     assert!(unparsed.raw.as_deref().is_some_and(|r| r.contains("native line")), "the native line is kept");
-    let reasoning = events.seen.iter().any(|e| matches!(&e.data, EventData::ItemCompleted { item } if item.kind == ItemKind::Reasoning));
+    let reasoning = events
+        .seen
+        .iter()
+        .any(|e| matches!(&e.data, EventData::ItemCompleted { item } if item.kind == ItemKind::Reasoning));
     assert!(reasoning);
     assert_eq!(events.seen.last().unwrap().kind(), EventType::SessionEnded, "session.ended is last");
 }
@@ -234,7 +258,10 @@ async fn permissions_once_reject_and_always() {
     let request = permission_request(&asked);
     assert_eq!((request.tool.as_str(), &request.input), ("bash", &serde_json::json!({"command": "touch x"})));
     assert_eq!(request.options, vec![PermissionReply::Once, PermissionReply::Always, PermissionReply::Reject]);
-    let tool_started = asked.iter().find(|e| matches!(&e.data, EventData::ItemStarted { item } if item.kind == ItemKind::ToolCall)).unwrap();
+    let tool_started = asked
+        .iter()
+        .find(|e| matches!(&e.data, EventData::ItemStarted { item } if item.kind == ItemKind::ToolCall))
+        .unwrap();
     let EventData::ItemStarted { item: call } = &tool_started.data else { panic!() };
     assert_eq!(request.item_id.as_deref(), Some(call.id.as_str()));
     let waiting = server.client.get_session("perm").await.unwrap();
@@ -243,11 +270,18 @@ async fn permissions_once_reject_and_always() {
     let answered = server.client.reply_permission("perm", &request.id, PermissionReply::Once).await.unwrap();
     assert!(answered.pending_permissions.is_empty());
     let turn = events.turn().await;
-    assert!(matches!(&turn[0].data, EventData::PermissionResolved { id, reply: Some(PermissionReply::Once) } if *id == request.id));
+    assert!(
+        matches!(&turn[0].data, EventData::PermissionResolved { id, reply: Some(PermissionReply::Once) } if *id == request.id)
+    );
     assert_eq!(turn[0].source, EventSource::Daemon);
     let result = tool_result(&turn);
-    assert_eq!((result.output.as_deref(), result.status, result.call_id.as_deref()), (Some("ran: touch x"), Some(ItemStatus::Completed), Some(call.id.as_str())));
-    assert!(turn.iter().any(|e| matches!(&e.data, EventData::ItemCompleted { item } if item.kind == ItemKind::ToolCall)));
+    assert_eq!(
+        (result.output.as_deref(), result.status, result.call_id.as_deref()),
+        (Some("ran: touch x"), Some(ItemStatus::Completed), Some(call.id.as_str()))
+    );
+    assert!(
+        turn.iter().any(|e| matches!(&e.data, EventData::ItemCompleted { item } if item.kind == ItemKind::ToolCall))
+    );
     assert!(!std::path::Path::new("x").exists(), "the mock runs nothing");
     assert_eq!(turn_status(&turn), TurnStatus::Completed);
 
@@ -273,7 +307,11 @@ async fn permissions_once_reject_and_always() {
 #[tokio::test]
 async fn bypass_runs_tools_without_asking() {
     let server = TestServer::start().await;
-    let request = CreateSessionRequest { permission_mode: Some(PermissionMode::Bypass), agent_mode: Some("build".into()), ..mock() };
+    let request = CreateSessionRequest {
+        permission_mode: Some(PermissionMode::Bypass),
+        agent_mode: Some("build".into()),
+        ..mock()
+    };
     let info = server.client.create_session("yolo", &request).await.unwrap();
     assert_eq!((info.permission_mode, info.agent_mode.as_deref()), (PermissionMode::Bypass, Some("build")));
     let mut events = Events::open(&server.client, "yolo").await;
@@ -294,17 +332,25 @@ async fn questions_answered_and_rejected() {
     assert_eq!(question.questions[0].options, vec!["yes", "no"]);
     assert!(!question.questions[0].multi_select);
     let waiting = server.client.get_session("q").await.unwrap();
-    assert_eq!((waiting.state, waiting.pending_questions.clone()), (SessionState::AwaitingInput, vec![question.clone()]));
+    assert_eq!(
+        (waiting.state, waiting.pending_questions.clone()),
+        (SessionState::AwaitingInput, vec![question.clone()])
+    );
     server.client.reply_question("q", &question.id, vec![vec!["no".into()]]).await.unwrap();
     let turn = events.turn().await;
-    assert!(matches!(&turn[0].data, EventData::QuestionResolved { outcome: QuestionOutcome::Answered, answers: Some(a), .. } if a == &vec![vec!["no".to_string()]]));
+    assert!(
+        matches!(&turn[0].data, EventData::QuestionResolved { outcome: QuestionOutcome::Answered, answers: Some(a), .. } if a == &vec![vec!["no".to_string()]])
+    );
     assert_eq!(reply_text(&turn), "mock reply #1 to: a question for you (answer: \"no\")");
 
     server.client.send_message("q", "another question").await.unwrap();
     let question = question_request(&events.until_type(EventType::QuestionRequested).await);
     server.client.reject_question("q", &question.id).await.unwrap();
     let turn = events.turn().await;
-    assert!(matches!(&turn[0].data, EventData::QuestionResolved { outcome: QuestionOutcome::Rejected, answers: None, .. }));
+    assert!(matches!(
+        &turn[0].data,
+        EventData::QuestionResolved { outcome: QuestionOutcome::Rejected, answers: None, .. }
+    ));
     assert!(reply_text(&turn).ends_with("(question rejected)"));
     assert_eq!(server.client.get_session("q").await.unwrap().state, SessionState::Idle);
 }
@@ -336,7 +382,8 @@ async fn replies_are_idempotent_and_a_different_one_conflicts() {
     let conflict = server.client.reply_question("idem", &question.id, vec![vec!["no".into()]]).await.unwrap_err();
     assert_eq!(conflict.problem_code(), Some("conflict"));
     let turn = events.turn().await;
-    let resolved = turn.iter().filter(|e| matches!(e.kind(), EventType::PermissionResolved | EventType::QuestionResolved)).count();
+    let resolved =
+        turn.iter().filter(|e| matches!(e.kind(), EventType::PermissionResolved | EventType::QuestionResolved)).count();
     assert_eq!(resolved, 1, "the question was resolved once (the permission's came before)");
     assert_eq!(kinds(&events.seen).iter().filter(|k| **k == EventType::PermissionResolved).count(), 1);
 }
@@ -352,7 +399,10 @@ async fn messages_sent_during_a_turn_run_afterwards_in_order() {
         server.client.send_message("queue", message).await.unwrap();
     }
     let waiting = server.client.get_session("queue").await.unwrap();
-    assert_eq!((waiting.messages_received, waiting.turns_completed, waiting.state), (4, 0, SessionState::AwaitingInput));
+    assert_eq!(
+        (waiting.messages_received, waiting.turns_completed, waiting.state),
+        (4, 0, SessionState::AwaitingInput)
+    );
     server.client.reply_permission("queue", &request.id, PermissionReply::Once).await.unwrap();
     events.turn().await;
     for (n, message) in [(2, "first"), (3, "second"), (4, "third")] {
@@ -376,7 +426,11 @@ async fn events_by_offset_with_limit_and_has_more() {
     let mut offset = 0;
     let mut paged = Vec::new();
     loop {
-        let page = server.client.session_events("pages", &SessionEventsQuery { offset: Some(offset), limit: Some(3) }).await.unwrap();
+        let page = server
+            .client
+            .session_events("pages", &SessionEventsQuery { offset: Some(offset), limit: Some(3) })
+            .await
+            .unwrap();
         assert!(page.events.len() <= 3);
         assert!(page.events.iter().all(|e| e.sequence > offset), "offset is exclusive");
         offset = page.events.last().map_or(offset, |e| e.sequence);
@@ -387,7 +441,11 @@ async fn events_by_offset_with_limit_and_has_more() {
     }
     assert_eq!(paged, events.seen);
     assert_eq!(offset, last);
-    let past = server.client.session_events("pages", &SessionEventsQuery { offset: Some(last + 100), limit: None }).await.unwrap();
+    let past = server
+        .client
+        .session_events("pages", &SessionEventsQuery { offset: Some(last + 100), limit: None })
+        .await
+        .unwrap();
     assert!(past.events.is_empty() && !past.has_more);
 }
 
@@ -405,7 +463,9 @@ async fn sse_resumes_after_last_event_id() {
     let mut resumed = server.client.session_events_sse("resume", Some(1), Some(cut)).await.unwrap();
     let mut sequences = Vec::new();
     loop {
-        let Some(Ok(SessionStreamItem::Event(event))) = within("an event", resumed.next()).await else { panic!("an event") };
+        let Some(Ok(SessionStreamItem::Event(event))) = within("an event", resumed.next()).await else {
+            panic!("an event")
+        };
         sequences.push(event.sequence);
         if matches!(event.data, EventData::TurnEnded { turn: 2, .. }) {
             break;
@@ -446,7 +506,8 @@ async fn old_events_come_from_the_file_and_lost_ones_are_a_gap() {
     assert_eq!((gap.from, gap.to), (1, 11));
     let Some(Ok(SessionStreamItem::Event(event))) = within("an event", stream.next()).await else { panic!() };
     assert_eq!(event.sequence, 11);
-    let page = server.client.session_events("small", &SessionEventsQuery { offset: Some(0), limit: Some(2) }).await.unwrap();
+    let page =
+        server.client.session_events("small", &SessionEventsQuery { offset: Some(0), limit: Some(2) }).await.unwrap();
     assert_eq!(page.gap, Some(gap));
     assert_eq!(page.events.iter().map(|e| e.sequence).collect::<Vec<_>>(), vec![11, 12]);
     assert!(page.has_more);
@@ -471,13 +532,20 @@ async fn a_restarted_node_agent_resumes_its_sessions() {
     let after = server.client.get_session("long").await.unwrap();
     assert_eq!(after.pending_permissions, vec![request.clone()], "the pending request is offered again");
     assert_eq!(after.state, SessionState::AwaitingInput);
-    assert_eq!((after.agent_session_id.clone(), after.messages_received, after.turns_completed), (before.agent_session_id.clone(), 3, 1));
+    assert_eq!(
+        (after.agent_session_id.clone(), after.messages_received, after.turns_completed),
+        (before.agent_session_id.clone(), 3, 1)
+    );
     assert_eq!(server.client.get_session("done").await.unwrap().state, SessionState::Ended, "ended stays ended");
     let listed: Vec<String> = server.client.list_sessions().await.unwrap().into_iter().map(|s| s.id).collect();
     assert_eq!(listed, vec!["long", "done"]);
 
     let mut events = Events::open(&server.client, "long").await;
-    let resumed = events.until("the resumed start", |e: &UniversalEvent| matches!(e.data, EventData::SessionStarted { resumed: true, .. })).await;
+    let resumed = events
+        .until("the resumed start", |e: &UniversalEvent| {
+            matches!(e.data, EventData::SessionStarted { resumed: true, .. })
+        })
+        .await;
     let restarted_at = resumed.last().unwrap().sequence;
     assert_eq!(restarted_at, before.last_sequence + 1, "sequences continue, none reused");
     server.client.reply_permission("long", &request.id, PermissionReply::Once).await.unwrap();
@@ -523,12 +591,32 @@ async fn session_errors_are_problems_with_stable_codes() {
     let code = |e: agentplane_node_agent::client::ClientError| e.problem_code().map(str::to_string);
     server.client.create_session("taken", &mock()).await.unwrap();
     let cases = [
-        ("unknown agent", client.create_session("a1", &CreateSessionRequest { agent: "clippy".into(), ..mock() }).await, "unsupported_agent"),
-        ("unknown mode", client.create_session("a2", &CreateSessionRequest { agent_mode: Some("yolo".into()), ..mock() }).await, "mode_not_supported"),
-        ("other version", client.create_session("a3", &CreateSessionRequest { agent_version: Some("0.0.0-x".into()), ..mock() }).await, "invalid_request"),
+        (
+            "unknown agent",
+            client.create_session("a1", &CreateSessionRequest { agent: "clippy".into(), ..mock() }).await,
+            "unsupported_agent",
+        ),
+        (
+            "unknown mode",
+            client.create_session("a2", &CreateSessionRequest { agent_mode: Some("yolo".into()), ..mock() }).await,
+            "mode_not_supported",
+        ),
+        (
+            "other version",
+            client
+                .create_session("a3", &CreateSessionRequest { agent_version: Some("0.0.0-x".into()), ..mock() })
+                .await,
+            "invalid_request",
+        ),
         ("bad id", client.create_session("-bad", &mock()).await, "invalid_request"),
         ("id too long", client.create_session(&"x".repeat(64), &mock()).await, "invalid_request"),
-        ("missing working dir", client.create_session("a4", &CreateSessionRequest { working_dir: Some("/no/such/dir".into()), ..mock() }).await, "invalid_request"),
+        (
+            "missing working dir",
+            client
+                .create_session("a4", &CreateSessionRequest { working_dir: Some("/no/such/dir".into()), ..mock() })
+                .await,
+            "invalid_request",
+        ),
         ("same id again", client.create_session("taken", &mock()).await, "session_already_exists"),
         ("unknown session", client.get_session("nope").await, "session_not_found"),
         ("message to unknown", client.send_message("nope", "hi").await, "session_not_found"),
@@ -538,15 +626,32 @@ async fn session_errors_are_problems_with_stable_codes() {
     for (what, result, want) in cases {
         assert_eq!(result.map_err(code).err().flatten().as_deref(), Some(want), "{what}");
     }
-    assert!(client.session_events("nope", &SessionEventsQuery::default()).await.unwrap_err().problem_code() == Some("session_not_found"));
-    assert!(client.session_events_sse("nope", None, None).await.err().unwrap().problem_code() == Some("session_not_found"));
+    assert!(
+        client.session_events("nope", &SessionEventsQuery::default()).await.unwrap_err().problem_code()
+            == Some("session_not_found")
+    );
+    assert!(
+        client.session_events_sse("nope", None, None).await.err().unwrap().problem_code() == Some("session_not_found")
+    );
     // Raw requests: the body is problem+json, and what serde rejects is invalid_request.
     let raw = reqwest::Client::new();
     let url = |path: &str| format!("{}{path}", server.url);
     let requests = [
-        (raw.post(url("/v1/sessions/b1")).json(&serde_json::json!({"agent": "mock", "permissionMode": "sometimes"})), 400, "invalid_request"),
-        (raw.post(url("/v1/sessions/b2")).json(&serde_json::json!({"agent": "mock", "colour": "red"})), 400, "invalid_request"),
-        (raw.post(url("/v1/sessions/taken/permissions/p/reply")).json(&serde_json::json!({"reply": "maybe"})), 400, "invalid_request"),
+        (
+            raw.post(url("/v1/sessions/b1")).json(&serde_json::json!({"agent": "mock", "permissionMode": "sometimes"})),
+            400,
+            "invalid_request",
+        ),
+        (
+            raw.post(url("/v1/sessions/b2")).json(&serde_json::json!({"agent": "mock", "colour": "red"})),
+            400,
+            "invalid_request",
+        ),
+        (
+            raw.post(url("/v1/sessions/taken/permissions/p/reply")).json(&serde_json::json!({"reply": "maybe"})),
+            400,
+            "invalid_request",
+        ),
         (raw.get(url("/v1/sessions/taken/events/sse")).header("last-event-id", "yesterday"), 400, "invalid_request"),
         (raw.get(url("/v1/sessions/taken/events?limit=many")), 400, "invalid_request"),
         (raw.put(url("/v1/sessions/taken")), 405, "method_not_allowed"),
@@ -567,9 +672,16 @@ async fn session_errors_are_problems_with_stable_codes() {
 #[tokio::test]
 async fn a_real_agent_that_cannot_be_installed_fails_its_session_with_install_failed() {
     let agents = tempfile::tempdir().unwrap();
-    let server =
-        TestServer::start_with_sessions(SessionOptions { agents_dir: Some(agents.path().to_path_buf()), ..SessionOptions::default() }).await;
-    let request = CreateSessionRequest { agent: "pi".into(), agent_version: Some("0.0.0-no-such-version".into()), ..Default::default() };
+    let server = TestServer::start_with_sessions(SessionOptions {
+        agents_dir: Some(agents.path().to_path_buf()),
+        ..SessionOptions::default()
+    })
+    .await;
+    let request = CreateSessionRequest {
+        agent: "pi".into(),
+        agent_version: Some("0.0.0-no-such-version".into()),
+        ..Default::default()
+    };
     let created = server.client.create_session("nopi", &request).await.unwrap();
     assert_eq!(created.agent_version.as_deref(), Some("0.0.0-no-such-version"));
     let mut events = Events::open(&server.client, "nopi").await;

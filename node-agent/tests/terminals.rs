@@ -110,7 +110,10 @@ async fn a_reconnect_with_an_offset_gets_exactly_the_missed_bytes() {
     }
     let missed = server
         .client
-        .output(&bash.id, &OutputQuery { offset: Some(resume_at), encoding: Some(OutputEncoding::Base64), ..Default::default() })
+        .output(
+            &bash.id,
+            &OutputQuery { offset: Some(resume_at), encoding: Some(OutputEncoding::Base64), ..Default::default() },
+        )
         .await
         .unwrap();
     use base64::Engine as _;
@@ -179,7 +182,8 @@ async fn a_client_too_slow_to_keep_up_is_told_exactly_what_it_missed() {
     // buffers and the 64 KiB ring can hold.
     let mut info = server.client.get_process(&writer.id).await.unwrap();
     while info.status != ProcessStatus::Exited {
-        let query = OutputQuery { offset: Some(info.output_offset), wait: Some(5.0), limit: Some(1), ..Default::default() };
+        let query =
+            OutputQuery { offset: Some(info.output_offset), wait: Some(5.0), limit: Some(1), ..Default::default() };
         within("output", server.client.output(&writer.id, &query)).await.unwrap();
         info = server.client.get_process(&writer.id).await.unwrap();
     }

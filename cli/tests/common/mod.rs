@@ -76,7 +76,8 @@ impl NodeAgent {
     }
 
     pub fn terminate(&mut self) -> std::process::ExitStatus {
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), nix::sys::signal::Signal::SIGTERM)
+            .unwrap();
         wait_until(STOP_PATIENCE, "the node agent to exit", || self.child.try_wait().unwrap().is_some());
         self.child.wait().unwrap()
     }
@@ -86,7 +87,10 @@ impl Drop for NodeAgent {
     fn drop(&mut self) {
         // SIGTERM, so that it stops what it started; SIGKILL would orphan all of it.
         if let Ok(None) = self.child.try_wait() {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), nix::sys::signal::Signal::SIGTERM);
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(self.child.id() as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
             let deadline = Instant::now() + STOP_PATIENCE;
             while matches!(self.child.try_wait(), Ok(None)) && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(10));

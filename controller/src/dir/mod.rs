@@ -1,1 +1,4 @@
-pub mod store; pub mod parse; pub mod state; pub mod watch;
+pub mod parse;
+pub mod state;
+pub mod store;
+pub mod watch;

@@ -232,7 +232,14 @@ struct Metadata {
 
 impl Metadata {
     fn into_meta(self) -> ObjectMeta {
-        let _ = (self.uid, self.resource_version, self.generation, self.creation_timestamp, self.managed_fields, self.self_link);
+        let _ = (
+            self.uid,
+            self.resource_version,
+            self.generation,
+            self.creation_timestamp,
+            self.managed_fields,
+            self.self_link,
+        );
         ObjectMeta {
             name: Some(self.name),
             namespace: Some(self.namespace.unwrap_or_else(|| "default".to_string())),
@@ -293,13 +300,20 @@ pub fn parse_file(file: &str, text: &str) -> Result<Vec<Declared>, FileError> {
         let api_version = field("apiVersion")
             .ok_or_else(|| error(Some(line), None, format!("document {number} has no apiVersion")))?;
         if api_version != API_VERSION {
-            return Err(error(Some(line), None, format!("apiVersion {api_version:?} is not served here: use {API_VERSION:?}")));
+            return Err(error(
+                Some(line),
+                None,
+                format!("apiVersion {api_version:?} is not served here: use {API_VERSION:?}"),
+            ));
         }
         let kind = field("kind").ok_or_else(|| error(Some(line), None, format!("document {number} has no kind")))?;
         let object = match kind.as_str() {
-            "Process" => typed_object::<ProcessSpec>(typed).map(|(m, s)| Object::Process(Process { metadata: m, spec: s, status: None })),
-            "Session" => typed_object::<SessionSpec>(typed).map(|(m, s)| Object::Session(Session { metadata: m, spec: s, status: None })),
-            "Sandbox" => typed_object::<SandboxSpec>(typed).map(|(m, s)| Object::Sandbox(Sandbox { metadata: m, spec: s, status: None })),
+            "Process" => typed_object::<ProcessSpec>(typed)
+                .map(|(m, s)| Object::Process(Process { metadata: m, spec: s, status: None })),
+            "Session" => typed_object::<SessionSpec>(typed)
+                .map(|(m, s)| Object::Session(Session { metadata: m, spec: s, status: None })),
+            "Sandbox" => typed_object::<SandboxSpec>(typed)
+                .map(|(m, s)| Object::Sandbox(Sandbox { metadata: m, spec: s, status: None })),
             other => {
                 return Err(error(Some(line), None, format!("kind {other:?} is not one of Session, Process, Sandbox")));
             }
@@ -322,7 +336,9 @@ pub fn parse_file(file: &str, text: &str) -> Result<Vec<Declared>, FileError> {
     Ok(declared)
 }
 
-fn typed_object<S: DeserializeOwned>(doc: serde_yaml_ng::Deserializer<'_>) -> Result<(ObjectMeta, S), serde_yaml_ng::Error> {
+fn typed_object<S: DeserializeOwned>(
+    doc: serde_yaml_ng::Deserializer<'_>,
+) -> Result<(ObjectMeta, S), serde_yaml_ng::Error> {
     let document = Document::<S>::deserialize(doc)?;
     Ok((document.metadata.into_meta(), document.spec))
 }
@@ -427,10 +443,12 @@ fn locate(text: &str, document_line: usize, pointer: &str) -> (usize, Option<usi
             continue;
         }
         let pattern = format!("{key}:");
-        let hit = lines.iter().enumerate().skip(at).take_while(|(i, l)| *i == at || !l.starts_with("---")).find_map(|(i, l)| {
-            let trimmed = l.trim_start().trim_start_matches("- ");
-            trimmed.starts_with(&pattern).then(|| (i, l.len() - trimmed.len() + 1))
-        });
+        let hit = lines.iter().enumerate().skip(at).take_while(|(i, l)| *i == at || !l.starts_with("---")).find_map(
+            |(i, l)| {
+                let trimmed = l.trim_start().trim_start_matches("- ");
+                trimmed.starts_with(&pattern).then(|| (i, l.len() - trimmed.len() + 1))
+            },
+        );
         match hit {
             Some((i, column)) => {
                 at = i;
@@ -468,22 +486,35 @@ mod tests {
         let syntax = err("apiVersion: agentplane.dev/v1alpha1\nkind: Process\nmetadata: {name: a\nspec: {}\n");
         assert_eq!(syntax.line, Some(4), "{syntax}");
         // Where it was noticed is the location; where the unclosed mapping began stays in the message.
-        assert_eq!(syntax.message, "did not find expected ',' or '}', while parsing a flow mapping at line 3 column 11", "{syntax}");
-        let typo = err("apiVersion: agentplane.dev/v1alpha1\nkind: Process\nmetadata: {name: a}\nspec:\n  command: sleep\n  comand: x\n");
+        assert_eq!(
+            syntax.message, "did not find expected ',' or '}', while parsing a flow mapping at line 3 column 11",
+            "{syntax}"
+        );
+        let typo = err(
+            "apiVersion: agentplane.dev/v1alpha1\nkind: Process\nmetadata: {name: a}\nspec:\n  command: sleep\n  comand: x\n",
+        );
         assert_eq!((typo.line, typo.column), (Some(6), Some(3)), "{typo}");
         assert!(typo.message.contains("unknown field `comand`"), "{typo}");
-        let missing = err("apiVersion: agentplane.dev/v1alpha1\nkind: Process\nmetadata: {name: a}\nspec:\n  args: [x]\n");
+        let missing =
+            err("apiVersion: agentplane.dev/v1alpha1\nkind: Process\nmetadata: {name: a}\nspec:\n  args: [x]\n");
         assert!(missing.message.contains("missing field `command`"), "{missing}");
-        let range = err("apiVersion: agentplane.dev/v1alpha1\nkind: Process\nmetadata: {name: a}\nspec:\n  command: bash\n  tty:\n    rows: 0\n");
+        let range = err(
+            "apiVersion: agentplane.dev/v1alpha1\nkind: Process\nmetadata: {name: a}\nspec:\n  command: bash\n  tty:\n    rows: 0\n",
+        );
         assert_eq!((range.line, range.column), (Some(7), Some(5)), "{range}");
         assert!(range.message.starts_with("spec.tty.rows: "), "{range}");
-        let enum_value = err("apiVersion: agentplane.dev/v1alpha1\nkind: Process\nmetadata: {name: a}\nspec: {command: x, restartPolicy: Sometimes}\n");
+        let enum_value = err(
+            "apiVersion: agentplane.dev/v1alpha1\nkind: Process\nmetadata: {name: a}\nspec: {command: x, restartPolicy: Sometimes}\n",
+        );
         assert!(enum_value.message.contains("Sometimes"), "{enum_value}");
-        let name = err("apiVersion: agentplane.dev/v1alpha1\nkind: Process\nmetadata: {name: Web_1}\nspec: {command: x}\n");
+        let name =
+            err("apiVersion: agentplane.dev/v1alpha1\nkind: Process\nmetadata: {name: Web_1}\nspec: {command: x}\n");
         assert!(name.message.contains("metadata.name"), "{name}");
         let version = err("apiVersion: v1\nkind: Pod\nmetadata: {name: a}\n");
         assert!(version.message.contains("not served"), "{version}");
-        let twice = err("apiVersion: agentplane.dev/v1alpha1\nkind: Process\nmetadata: {name: a}\nspec: {command: x}\n---\napiVersion: agentplane.dev/v1alpha1\nkind: Process\nmetadata: {name: a}\nspec: {command: y}\n");
+        let twice = err(
+            "apiVersion: agentplane.dev/v1alpha1\nkind: Process\nmetadata: {name: a}\nspec: {command: x}\n---\napiVersion: agentplane.dev/v1alpha1\nkind: Process\nmetadata: {name: a}\nspec: {command: y}\n",
+        );
         assert_eq!(twice.line, Some(6), "{twice}");
     }
 
@@ -492,7 +523,17 @@ mod tests {
         let deep = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000));
         let laughs = "a: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\nc: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c]\ne: [*d, *d, *d, *d, *d, *d, *d, *d, *d]\n";
         let inputs = [
-            "", "---", "---\n---\n", "...", "- a\n- b", ":", "[", "{a: *x}", "\u{0}\u{1}\u{2}", "apiVersion: 7", "kind: [Process]",
+            "",
+            "---",
+            "---\n---\n",
+            "...",
+            "- a\n- b",
+            ":",
+            "[",
+            "{a: *x}",
+            "\u{0}\u{1}\u{2}",
+            "apiVersion: 7",
+            "kind: [Process]",
             "apiVersion: agentplane.dev/v1alpha1\nkind: Process\nmetadata: []\nspec: {}",
             "apiVersion: agentplane.dev/v1alpha1\nkind: Process\nmetadata: {name: a}\nspec: {command: x, tty: {rows: -1}}",
             "apiVersion: agentplane.dev/v1alpha1\nkind: Process\nmetadata: {name: a}\nspec: {command: x, env: [{name: ''}]}",

@@ -28,12 +28,17 @@ use super::parse::{Declared, FileError, Key, Kind, Object, parse_file};
 use super::state::StateDir;
 use crate::conditions::{self, READY};
 use crate::process::{Backoff, ProcessInput, ProcessReconciler};
-use crate::session::{SessionInput, SessionReconciler};
 use crate::queue::WorkQueue;
+use crate::session::{SessionInput, SessionReconciler};
 
 /// What a reconcile takes from the index: the object, why its latest file was not
 /// taken, its resolved environment, and (for a Process) the session it feeds.
-type Prepared = (Object, Option<String>, std::result::Result<BTreeMap<String, String>, String>, std::result::Result<Option<String>, String>);
+type Prepared = (
+    Object,
+    Option<String>,
+    std::result::Result<BTreeMap<String, String>, String>,
+    std::result::Result<Option<String>, String>,
+);
 use crate::sandboxes::Sandboxes;
 use crate::{Result, annotations};
 
@@ -293,7 +298,8 @@ async fn follow_node_agent(inner: Arc<Inner>, client: Client, shutdown: Cancella
                 // What happened before this stream began (an exit between the store's
                 // start and now, or during an outage) is looked at now.
                 inner.enqueue_all();
-                while let Some(message) = tokio::select! { _ = shutdown.cancelled() => return, m = events.next() => m } {
+                while let Some(message) = tokio::select! { _ = shutdown.cancelled() => return, m = events.next() => m }
+                {
                     let Ok(message) = message else { break };
                     if let Some(id) = message.id.as_deref().and_then(|id| id.parse().ok()) {
                         last = Some(id);
@@ -306,7 +312,9 @@ async fn follow_node_agent(inner: Arc<Inner>, client: Client, shutdown: Cancella
                     if !matches!(event.kind, LifecycleEventType::ProcessExited | LifecycleEventType::ProcessDeleted) {
                         continue;
                     }
-                    if let Some(key) = event.process.annotations.get(annotations::RESOURCE).and_then(|r| parse_resource(r)) {
+                    if let Some(key) =
+                        event.process.annotations.get(annotations::RESOURCE).and_then(|r| parse_resource(r))
+                    {
                         inner.queue.add(key);
                     }
                 }
@@ -417,8 +425,13 @@ impl Inner {
                 })
             } else {
                 match fs::read_to_string(path) {
-                Ok(text) => parse_file(relative, &text),
-                    Err(e) => Err(FileError { file: relative.clone(), line: None, column: None, message: format!("cannot read it: {e}") }),
+                    Ok(text) => parse_file(relative, &text),
+                    Err(e) => Err(FileError {
+                        file: relative.clone(),
+                        line: None,
+                        column: None,
+                        message: format!("cannot read it: {e}"),
+                    }),
                 }
             };
             index.files.insert(relative.clone(), FileEntry { stamp: *stamp, parsed });
@@ -516,14 +529,19 @@ impl Inner {
         // What is no longer declared: held at its last good spec when its file is broken
         // or its name is claimed twice, cleaned up otherwise.
         let mut recheck = None;
-        let held_files: BTreeSet<&str> = index.files.iter().filter(|(_, f)| f.parsed.is_err()).map(|(p, _)| p.as_str()).collect();
+        let held_files: BTreeSet<&str> =
+            index.files.iter().filter(|(_, f)| f.parsed.is_err()).map(|(p, _)| p.as_str()).collect();
         for (key, entry) in index.resources.iter_mut() {
             if taken.contains_key(key) {
                 continue;
             }
             let problem = match problems.get(key) {
                 Some(problem) => Some(problem.clone()),
-                None => entry.source_file().filter(|f| held_files.contains(f)).and_then(|f| errors.get(f)).map(|e| e.to_string()),
+                None => entry
+                    .source_file()
+                    .filter(|f| held_files.contains(f))
+                    .and_then(|f| errors.get(f))
+                    .map(|e| e.to_string()),
             };
             if let Some(problem) = problem {
                 if entry.problem.as_ref() != Some(&problem) {
@@ -580,7 +598,10 @@ impl Inner {
                     let cleaned = self.processes.cleanup(&process).await;
                     return self.forget_once_clean(key, process.metadata.uid.clone(), cleaned).await;
                 }
-                let reconciled = self.processes.reconcile(ProcessInput { process: &process, env, spec_problem: problem, session }).await;
+                let reconciled = self
+                    .processes
+                    .reconcile(ProcessInput { process: &process, env, spec_problem: problem, session })
+                    .await;
                 let status = reconciled.status;
                 self.write_status(key, process.metadata.uid.clone(), move |object| match object {
                     Object::Process(p) if p.status.as_ref() != Some(&status) => {
@@ -617,8 +638,12 @@ impl Inner {
                     let cleaned = self.sessions.cleanup(&session).await;
                     return self.forget_once_clean(key, session.metadata.uid.clone(), cleaned).await;
                 }
-                let reconciled = self.sessions.reconcile(SessionInput { session: &session, env, spec_problem: problem }).await;
-                let live = !matches!(reconciled.status.phase, Some(SessionPhase::Ended | SessionPhase::Failed | SessionPhase::Pending) | None);
+                let reconciled =
+                    self.sessions.reconcile(SessionInput { session: &session, env, spec_problem: problem }).await;
+                let live = !matches!(
+                    reconciled.status.phase,
+                    Some(SessionPhase::Ended | SessionPhase::Failed | SessionPhase::Pending) | None
+                );
                 let last = reconciled.status.last_event_sequence;
                 let status = reconciled.status;
                 self.write_status(key, session.metadata.uid.clone(), move |object| match object {
@@ -680,7 +705,10 @@ impl Inner {
                         let named = Key { kind: Kind::Session, namespace: key.namespace.clone(), name: name.clone() };
                         let uid = index.resources.get(&named).and_then(|e| e.object.meta().uid.clone());
                         uid.map(|uid| Some(crate::session::node_session_id(&uid))).ok_or_else(|| {
-                            format!("sessionRef names session {name:?}, which namespace {:?} does not have", key.namespace)
+                            format!(
+                                "sessionRef names session {name:?}, which namespace {:?} does not have",
+                                key.namespace
+                            )
                         })
                     }
                     None => Ok(None),
@@ -699,7 +727,12 @@ impl Inner {
         Some((object, problem, env, session))
     }
 
-    async fn write_status(self: &Arc<Self>, key: &Key, uid: Option<String>, update: impl FnOnce(&mut Object) -> bool + Send + 'static) {
+    async fn write_status(
+        self: &Arc<Self>,
+        key: &Key,
+        uid: Option<String>,
+        update: impl FnOnce(&mut Object) -> bool + Send + 'static,
+    ) {
         let this = Arc::clone(self);
         let key = key.clone();
         let _ = tokio::task::spawn_blocking(move || {
@@ -754,7 +787,14 @@ impl Inner {
         let name = sandbox.metadata.name.as_deref().unwrap_or_default();
         conditions::set_valid(&mut status.conditions, problem.as_deref(), generation);
         if name == agentplane_crds::LOCAL_SANDBOX {
-            conditions::set(&mut status.conditions, READY, false, "Reserved", "`local` is the embedded node agent; give this sandbox another name", generation);
+            conditions::set(
+                &mut status.conditions,
+                READY,
+                false,
+                "Reserved",
+                "`local` is the embedded node agent; give this sandbox another name",
+                generation,
+            );
             return status;
         }
         let client = match Client::new(&sandbox.spec.endpoint, None) {
@@ -767,7 +807,9 @@ impl Inner {
         match client.health().await {
             Ok(health) => {
                 status.node_agent_version = Some(health.version);
-                status.last_heartbeat = Some(Time(conditions::now().0.round(k8s_openapi::jiff::Unit::Second).unwrap_or(conditions::now().0)));
+                status.last_heartbeat = Some(Time(
+                    conditions::now().0.round(k8s_openapi::jiff::Unit::Second).unwrap_or(conditions::now().0),
+                ));
                 conditions::set(&mut status.conditions, READY, true, "Healthy", "the node agent answers", generation);
                 self.sandboxes.insert(name, client);
             }
@@ -782,13 +824,20 @@ impl Inner {
 
 /// Resolves `env` and `envFrom` against files beside the resource's own: `envFrom`
 /// first, `env` over it, as Kubernetes does.
-pub fn resolve_env(base: &Path, env: &[EnvVar], env_from: &[EnvFromSource]) -> std::result::Result<BTreeMap<String, String>, String> {
+pub fn resolve_env(
+    base: &Path,
+    env: &[EnvVar],
+    env_from: &[EnvFromSource],
+) -> std::result::Result<BTreeMap<String, String>, String> {
     let mut out = BTreeMap::new();
     for source in env_from {
         if let Some(file) = &source.file {
             out.extend(read_env_file(&base.join(file))?);
         } else if let Some(secret) = &source.secret_ref {
-            return Err(format!("envFrom.secretRef {:?} needs the cluster store; in a directory use envFrom.file", secret.name));
+            return Err(format!(
+                "envFrom.secretRef {:?} needs the cluster store; in a directory use envFrom.file",
+                secret.name
+            ));
         }
     }
     for var in env {
@@ -797,11 +846,15 @@ pub fn resolve_env(base: &Path, env: &[EnvVar], env_from: &[EnvFromSource]) -> s
             (None, Some(from)) => {
                 if let Some(file_ref) = &from.file_key_ref {
                     let values = read_env_file(&base.join(&file_ref.path))?;
-                    values.get(&file_ref.key).cloned().ok_or_else(|| {
-                        format!("env {}: {} has no key {:?}", var.name, file_ref.path, file_ref.key)
-                    })?
+                    values
+                        .get(&file_ref.key)
+                        .cloned()
+                        .ok_or_else(|| format!("env {}: {} has no key {:?}", var.name, file_ref.path, file_ref.key))?
                 } else if let Some(secret) = &from.secret_key_ref {
-                    return Err(format!("env {}: secretKeyRef {:?} needs the cluster store; in a directory use fileKeyRef", var.name, secret.name));
+                    return Err(format!(
+                        "env {}: secretKeyRef {:?} needs the cluster store; in a directory use fileKeyRef",
+                        var.name, secret.name
+                    ));
                 } else {
                     String::new()
                 }
@@ -828,10 +881,8 @@ fn read_env_file(path: &Path) -> std::result::Result<BTreeMap<String, String>, S
             return Err(format!("{}:{}: expected KEY=VALUE", path.display(), number + 1));
         };
         let value = value.trim();
-        let value = ['"', '\'']
-            .iter()
-            .find_map(|q| value.strip_prefix(*q).and_then(|v| v.strip_suffix(*q)))
-            .unwrap_or(value);
+        let value =
+            ['"', '\''].iter().find_map(|q| value.strip_prefix(*q).and_then(|v| v.strip_suffix(*q))).unwrap_or(value);
         out.insert(key.trim().to_string(), value.to_string());
     }
     Ok(out)
@@ -845,15 +896,28 @@ mod tests {
     fn env_files_resolve_with_env_over_env_from() {
         let dir = tempfile::tempdir().unwrap();
         fs::write(dir.path().join("app.env"), "# keys\nexport A=1\nB=\"two words\"\n\nC='3'\n").unwrap();
-        let env: Vec<EnvVar> = serde_json::from_str(r#"[{"name":"A","value":"override"},{"name":"D","valueFrom":{"fileKeyRef":{"path":"app.env","key":"C"}}}]"#).unwrap();
+        let env: Vec<EnvVar> = serde_json::from_str(
+            r#"[{"name":"A","value":"override"},{"name":"D","valueFrom":{"fileKeyRef":{"path":"app.env","key":"C"}}}]"#,
+        )
+        .unwrap();
         let env_from: Vec<EnvFromSource> = serde_json::from_str(r#"[{"file":"app.env"}]"#).unwrap();
         let resolved = resolve_env(dir.path(), &env, &env_from).unwrap();
-        let expected: BTreeMap<String, String> =
-            [("A", "override"), ("B", "two words"), ("C", "3"), ("D", "3")].map(|(k, v)| (k.to_string(), v.to_string())).into();
+        let expected: BTreeMap<String, String> = [("A", "override"), ("B", "two words"), ("C", "3"), ("D", "3")]
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .into();
         assert_eq!(resolved, expected);
-        let missing: Vec<EnvVar> = serde_json::from_str(r#"[{"name":"X","valueFrom":{"fileKeyRef":{"path":"app.env","key":"NOPE"}}}]"#).unwrap();
+        let missing: Vec<EnvVar> =
+            serde_json::from_str(r#"[{"name":"X","valueFrom":{"fileKeyRef":{"path":"app.env","key":"NOPE"}}}]"#)
+                .unwrap();
         assert!(resolve_env(dir.path(), &missing, &[]).unwrap_err().contains("no key \"NOPE\""));
-        assert!(resolve_env(dir.path(), &[], &serde_json::from_str::<Vec<EnvFromSource>>(r#"[{"file":"gone.env"}]"#).unwrap()).is_err());
+        assert!(
+            resolve_env(
+                dir.path(),
+                &[],
+                &serde_json::from_str::<Vec<EnvFromSource>>(r#"[{"file":"gone.env"}]"#).unwrap()
+            )
+            .is_err()
+        );
     }
 
     #[test]

@@ -32,7 +32,8 @@ impl DirWatcher {
                 let _ = wake.try_send(());
             }
         };
-        let watcher = notify::recommended_watcher(handler).map_err(|e| Error::Config(format!("watching files: {e}")))?;
+        let watcher =
+            notify::recommended_watcher(handler).map_err(|e| Error::Config(format!("watching files: {e}")))?;
         Ok(DirWatcher { watcher, watched: BTreeSet::new() })
     }
 

@@ -47,7 +47,11 @@ impl Metrics {
         let status_writes = Family::<KindLabel, Counter>::default();
         let leader = Gauge::default();
         registry.register("reconciles", "Reconciles run, by kind", reconciles.clone());
-        registry.register("reconcile_errors", "Reconciles that failed and will be retried, by kind", reconcile_errors.clone());
+        registry.register(
+            "reconcile_errors",
+            "Reconciles that failed and will be retried, by kind",
+            reconcile_errors.clone(),
+        );
         registry.register("status_writes", "Status writes sent to the API server, by kind", status_writes.clone());
         registry.register("leader", "1 while this replica holds the leader Lease", leader.clone());
         Metrics {
@@ -78,14 +82,22 @@ impl Metrics {
 
 async fn metrics(State(m): State<Metrics>) -> impl IntoResponse {
     match m.encode() {
-        Ok(text) => (StatusCode::OK, [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], text)
+        Ok(text) => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+            text,
+        )
             .into_response(),
         Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
     }
 }
 
 async fn readyz(State(m): State<Metrics>) -> impl IntoResponse {
-    if m.ready.load(Ordering::Relaxed) { (StatusCode::OK, "ok") } else { (StatusCode::SERVICE_UNAVAILABLE, "caches not synced") }
+    if m.ready.load(Ordering::Relaxed) {
+        (StatusCode::OK, "ok")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "caches not synced")
+    }
 }
 
 /// Serves `/metrics` on `metrics_addr` and `/healthz` + `/readyz` on `health_addr`

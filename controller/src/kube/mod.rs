@@ -116,7 +116,12 @@ pub enum ReconcileError {
 }
 
 /// Runs the controllers until `shutdown`; `metrics` counts what they do.
-pub async fn run(client: kube::Client, config: KubeStoreConfig, metrics: Metrics, shutdown: CancellationToken) -> Result<()> {
+pub async fn run(
+    client: kube::Client,
+    config: KubeStoreConfig,
+    metrics: Metrics,
+    shutdown: CancellationToken,
+) -> Result<()> {
     let sandboxes = Arc::new(Sandboxes::namespaced());
     let (process_trigger, process_rx) = mpsc::channel(TRIGGER_CAPACITY);
     let (session_trigger, session_rx) = mpsc::channel(TRIGGER_CAPACITY);
@@ -141,7 +146,10 @@ pub async fn run(client: kube::Client, config: KubeStoreConfig, metrics: Metrics
         .applied_objects()
         .predicate_filter(predicates::generation.combine(heartbeat), Default::default());
 
-    let recorder = Recorder::new(client.clone(), Reporter { controller: FIELD_MANAGER.into(), instance: Some(config.instance.clone()) });
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter { controller: FIELD_MANAGER.into(), instance: Some(config.instance.clone()) },
+    );
     let ctx = Arc::new(Context {
         client: client.clone(),
         processes: ProcessReconciler::new(Arc::clone(&sandboxes)),
@@ -236,7 +244,13 @@ fn watch_all<K>(
     config: watcher::Config,
 ) -> futures_util::stream::BoxStream<'static, watcher::Result<watcher::Event<K>>>
 where
-    K: Resource<Scope = k8s_openapi::NamespaceResourceScope> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
     K::DynamicType: Default,
 {
     if namespaces.is_empty() {
@@ -279,7 +293,14 @@ async fn reconcile_process(process: Arc<Process>, ctx: Arc<Context>) -> std::res
             Finalizer::Apply(process) => ctx.apply_process(&api, &process).await,
             Finalizer::Cleanup(process) => {
                 ctx.processes.cleanup(&process).await?;
-                ctx.event(&*process, KubeEventType::Normal, "Stopped", "Delete", "stopped on its node agent before deletion").await;
+                ctx.event(
+                    &*process,
+                    KubeEventType::Normal,
+                    "Stopped",
+                    "Delete",
+                    "stopped on its node agent before deletion",
+                )
+                .await;
                 Ok(Action::await_change())
             }
         }
@@ -295,9 +316,13 @@ impl Context {
         let session = match &process.spec.session_ref {
             None => Ok(None),
             Some(name) => {
-                let uid = self.session_store.get(&ObjectRef::new(name).within(&namespace)).and_then(|s| s.metadata.uid.clone());
-                uid.map(|uid| Some(crate::session::node_session_id(&uid)))
-                    .ok_or_else(|| format!("sessionRef names session {name:?}, which namespace {namespace:?} does not have"))
+                let uid = self
+                    .session_store
+                    .get(&ObjectRef::new(name).within(&namespace))
+                    .and_then(|s| s.metadata.uid.clone());
+                uid.map(|uid| Some(crate::session::node_session_id(&uid))).ok_or_else(|| {
+                    format!("sessionRef names session {name:?}, which namespace {namespace:?} does not have")
+                })
             }
         };
         let reconciled = self.processes.reconcile(ProcessInput { process, env, spec_problem: None, session }).await;
@@ -307,7 +332,12 @@ impl Context {
         Ok(requeue(reconciled.requeue_after))
     }
 
-    async fn process_events(&self, process: &Process, before: Option<&agentplane_crds::ProcessStatus>, after: &agentplane_crds::ProcessStatus) {
+    async fn process_events(
+        &self,
+        process: &Process,
+        before: Option<&agentplane_crds::ProcessStatus>,
+        after: &agentplane_crds::ProcessStatus,
+    ) {
         let (was, is) = (before.and_then(|s| s.phase), after.phase);
         let started_again = before.and_then(|s| s.pid) != after.pid && after.pid.is_some();
         if is == Some(ProcessPhase::Running) && (was != is || started_again) {
@@ -326,7 +356,9 @@ impl Context {
             Some(ProcessPhase::Succeeded) | Some(ProcessPhase::Stopped) => {
                 self.event(process, KubeEventType::Normal, "Exited", "Exit", &exit).await
             }
-            Some(ProcessPhase::BackOff) => self.event(process, KubeEventType::Warning, "BackOff", "Restart", &exit).await,
+            Some(ProcessPhase::BackOff) => {
+                self.event(process, KubeEventType::Warning, "BackOff", "Restart", &exit).await
+            }
             Some(ProcessPhase::Failed) => {
                 let why = conditions::get(&after.conditions, READY).map(|c| c.message.clone()).unwrap_or(exit);
                 self.event(process, KubeEventType::Warning, "Failed", "Exit", &why).await
@@ -349,7 +381,14 @@ async fn reconcile_session(session: Arc<Session>, ctx: Arc<Context>) -> std::res
             Finalizer::Cleanup(session) => {
                 ctx.stop_following(&ObjectRef::from_obj(&*session));
                 ctx.sessions.cleanup(&session).await?;
-                ctx.event(&*session, KubeEventType::Normal, "Ended", "Delete", "ended on its node agent before deletion").await;
+                ctx.event(
+                    &*session,
+                    KubeEventType::Normal,
+                    "Ended",
+                    "Delete",
+                    "ended on its node agent before deletion",
+                )
+                .await;
                 Ok(Action::await_change())
             }
         }
@@ -370,24 +409,40 @@ impl Context {
         if was != is {
             match is {
                 Some(SessionPhase::Installing) => {
-                    self.event(session, KubeEventType::Normal, "Installing", "Install", &format!("installing {:?}", session.spec.agent)).await
+                    self.event(
+                        session,
+                        KubeEventType::Normal,
+                        "Installing",
+                        "Install",
+                        &format!("installing {:?}", session.spec.agent),
+                    )
+                    .await
                 }
                 Some(SessionPhase::AwaitingInput) => {
-                    self.event(session, KubeEventType::Normal, "AwaitingInput", "Ask", "the agent waits for an answer in spec.replies")
-                        .await
+                    self.event(
+                        session,
+                        KubeEventType::Normal,
+                        "AwaitingInput",
+                        "Ask",
+                        "the agent waits for an answer in spec.replies",
+                    )
+                    .await
                 }
                 Some(SessionPhase::Failed) => {
                     let why = conditions::get(&status.conditions, READY).map(|c| c.message.clone()).unwrap_or_default();
                     self.event(session, KubeEventType::Warning, "Failed", "Run", &why).await
                 }
-                Some(SessionPhase::Ended) => self.event(session, KubeEventType::Normal, "Ended", "End", "the session ended").await,
+                Some(SessionPhase::Ended) => {
+                    self.event(session, KubeEventType::Normal, "Ended", "End", "the session ended").await
+                }
                 _ if was == Some(SessionPhase::Installing) => {
                     self.event(session, KubeEventType::Normal, "Installed", "Install", "the agent is installed").await
                 }
                 _ => {}
             }
         }
-        let live = !matches!(status.phase, Some(SessionPhase::Ended | SessionPhase::Failed | SessionPhase::Pending) | None);
+        let live =
+            !matches!(status.phase, Some(SessionPhase::Ended | SessionPhase::Failed | SessionPhase::Pending) | None);
         let last = status.last_event_sequence;
         let key = ObjectRef::from_obj(session);
         if live {
@@ -462,7 +517,12 @@ async fn look_at_sandbox(sandbox: &Sandbox, ctx: &Context) -> Result<Action> {
                 if age <= grace {
                     ctx.sandboxes.insert(&key, client.clone());
                     let left = grace.saturating_sub(age) + Duration::from_millis(200);
-                    (true, "HeartbeatRecent", format!("the node agent reported within {}s", grace.as_secs()), Some(left))
+                    (
+                        true,
+                        "HeartbeatRecent",
+                        format!("the node agent reported within {}s", grace.as_secs()),
+                        Some(left),
+                    )
                 } else {
                     (false, "HeartbeatLate", format!("no heartbeat for {}s or more", grace.as_secs()), None)
                 }
@@ -495,8 +555,16 @@ async fn look_at_sandbox(sandbox: &Sandbox, ctx: &Context) -> Result<Action> {
         ctx.redrive(&namespace, &name).await;
     }
     // Only the fields the controller owns; the node agent's go untouched.
-    let owned = SandboxStatus { observed_generation: status.observed_generation, conditions: status.conditions.clone(), ..Default::default() };
-    let theirs = SandboxStatus { observed_generation: before.observed_generation, conditions: before.conditions.clone(), ..Default::default() };
+    let owned = SandboxStatus {
+        observed_generation: status.observed_generation,
+        conditions: status.conditions.clone(),
+        ..Default::default()
+    };
+    let theirs = SandboxStatus {
+        observed_generation: before.observed_generation,
+        conditions: before.conditions.clone(),
+        ..Default::default()
+    };
     let api: Api<Sandbox> = Api::namespaced(ctx.client.clone(), &namespace);
     ctx.write_status(&api, sandbox, Some(&theirs), &owned, "Sandbox").await?;
     Ok(requeue(after))
@@ -584,13 +652,15 @@ impl SandboxFollower {
                         self.everything().await;
                         continue;
                     }
-                    let Ok(event) = serde_json::from_str::<agentplane_node_agent::model::LifecycleEvent>(&message.data) else {
+                    let Ok(event) = serde_json::from_str::<agentplane_node_agent::model::LifecycleEvent>(&message.data)
+                    else {
                         continue;
                     };
                     if !matches!(event.kind, LifecycleEventType::ProcessExited | LifecycleEventType::ProcessDeleted) {
                         continue;
                     }
-                    let Some(key) = event.process.annotations.get(annotations::RESOURCE).and_then(|r| process_ref(r)) else {
+                    let Some(key) = event.process.annotations.get(annotations::RESOURCE).and_then(|r| process_ref(r))
+                    else {
                         continue;
                     };
                     if self.trigger.send(key).await.is_err() {
@@ -650,7 +720,14 @@ fn process_ref(value: &str) -> Option<ObjectRef<Process>> {
 impl Context {
     /// Server-side applies `status` when it differs from `before` (compared as the API
     /// server stores it: times to the second).
-    async fn write_status<K, S>(&self, api: &Api<K>, obj: &K, before: Option<&S>, status: &S, kind: &'static str) -> Result<()>
+    async fn write_status<K, S>(
+        &self,
+        api: &Api<K>,
+        obj: &K,
+        before: Option<&S>,
+        status: &S,
+        kind: &'static str,
+    ) -> Result<()>
     where
         K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
         S: Serialize,
@@ -673,7 +750,14 @@ impl Context {
     }
 
     /// Publishes a Kubernetes Event about `obj`; failing to is logged, never fatal.
-    async fn event<K: Resource<DynamicType = ()>>(&self, obj: &K, type_: KubeEventType, reason: &str, action: &str, note: &str) {
+    async fn event<K: Resource<DynamicType = ()>>(
+        &self,
+        obj: &K,
+        type_: KubeEventType,
+        reason: &str,
+        action: &str,
+        note: &str,
+    ) {
         let event = KubeEvent {
             type_,
             reason: reason.into(),

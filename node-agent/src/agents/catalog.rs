@@ -22,7 +22,10 @@ const MAX_CREDENTIAL_FILE: u64 = 1024 * 1024;
 fn agent_mode_candidates(agent: AgentId) -> (&'static [(&'static str, &'static str)], Option<&'static str>) {
     match agent {
         AgentId::Opencode | AgentId::Mock => (
-            &[("build", "The default agent: edits files and runs commands"), ("plan", "Plans without changing anything: edits and commands are denied")],
+            &[
+                ("build", "The default agent: edits files and runs commands"),
+                ("plan", "Plans without changing anything: edits and commands are denied"),
+            ],
             Some("build"),
         ),
         // `amp --mode`; `free` and `dojo` need Amp's own servers.
@@ -79,7 +82,11 @@ pub fn models(agent: AgentId) -> AgentModels {
             None,
             "a provider/model id configured for opencode (`opencode models` lists them), e.g. anthropic/claude-sonnet-4-5",
         ),
-        AgentId::Pi => (&[], None, "a model id of a provider pi knows or of ~/.pi/agent/models.json (`pi --list-models` lists them)"),
+        AgentId::Pi => (
+            &[],
+            None,
+            "a model id of a provider pi knows or of ~/.pi/agent/models.json (`pi --list-models` lists them)",
+        ),
         AgentId::Gemini => (
             &[
                 ("gemini-2.5-pro", "The most capable Gemini 2.5 model"),
@@ -90,11 +97,16 @@ pub fn models(agent: AgentId) -> AgentModels {
             "or another Gemini model name, passed as -m",
         ),
         AgentId::Amp => (&[], None, "amp picks its model from the agent mode (see the modes); it takes no model"),
-        AgentId::Mock => (&[("mock", "The scripted mock: no model at all")], Some("mock"), "the mock ignores the model"),
+        AgentId::Mock => {
+            (&[("mock", "The scripted mock: no model at all")], Some("mock"), "the mock ignores the model")
+        }
     };
     AgentModels {
         agent: agent.as_str().to_string(),
-        models: models.iter().map(|(id, description)| ModelInfo { id: id.to_string(), description: description.to_string() }).collect(),
+        models: models
+            .iter()
+            .map(|(id, description)| ModelInfo { id: id.to_string(), description: description.to_string() })
+            .collect(),
         default_model: default.map(str::to_string),
         source: "catalog".to_string(),
         note: note.to_string(),
@@ -120,8 +132,23 @@ pub fn credentials_source(agent: AgentId, env: &dyn Fn(&str) -> Option<String>, 
     let env_names: &[&str] = match agent {
         AgentId::Claude => &["ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN"],
         AgentId::Codex => &["OPENAI_API_KEY", "CODEX_API_KEY"],
-        AgentId::Opencode => &["ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY", "GOOGLE_GENERATIVE_AI_API_KEY", "OPENROUTER_API_KEY", "OPENCODE_API_KEY"],
-        AgentId::Pi => &["ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY", "OPENROUTER_API_KEY", "MISTRAL_API_KEY", "GROQ_API_KEY", "XAI_API_KEY"],
+        AgentId::Opencode => &[
+            "ANTHROPIC_API_KEY",
+            "OPENAI_API_KEY",
+            "GEMINI_API_KEY",
+            "GOOGLE_GENERATIVE_AI_API_KEY",
+            "OPENROUTER_API_KEY",
+            "OPENCODE_API_KEY",
+        ],
+        AgentId::Pi => &[
+            "ANTHROPIC_API_KEY",
+            "OPENAI_API_KEY",
+            "GEMINI_API_KEY",
+            "OPENROUTER_API_KEY",
+            "MISTRAL_API_KEY",
+            "GROQ_API_KEY",
+            "XAI_API_KEY",
+        ],
         AgentId::Gemini => &["GEMINI_API_KEY", "GOOGLE_API_KEY"],
         AgentId::Amp => &["AMP_API_KEY"],
         AgentId::Mock => return Some("built in".into()),
@@ -142,7 +169,9 @@ pub fn credentials_source(agent: AgentId, env: &dyn Fn(&str) -> Option<String>, 
             let config = dir("CLAUDE_CONFIG_DIR", ".claude");
             let mut files: Vec<CredentialFile> = Vec::new();
             if let Some(config) = config {
-                files.push((config.join(".credentials.json"), |t| json_strings(t, &[&["claudeAiOauth", "accessToken"], &["claudeAiOauth", "refreshToken"]])));
+                files.push((config.join(".credentials.json"), |t| {
+                    json_strings(t, &[&["claudeAiOauth", "accessToken"], &["claudeAiOauth", "refreshToken"]])
+                }));
             }
             if let Some(home) = home {
                 files.push((home.join(".claude.json"), |t| json_strings(t, &[&["primaryApiKey"]])));
@@ -150,25 +179,51 @@ pub fn credentials_source(agent: AgentId, env: &dyn Fn(&str) -> Option<String>, 
             files
         }
         AgentId::Codex => dir("CODEX_HOME", ".codex")
-            .map(|d| (d.join("auth.json"), (|t| json_strings(t, &[&["OPENAI_API_KEY"], &["tokens", "access_token"], &["tokens", "refresh_token"]])) as fn(&str) -> bool))
+            .map(|d| {
+                (
+                    d.join("auth.json"),
+                    (|t| {
+                        json_strings(
+                            t,
+                            &[&["OPENAI_API_KEY"], &["tokens", "access_token"], &["tokens", "refresh_token"]],
+                        )
+                    }) as fn(&str) -> bool,
+                )
+            })
             .into_iter()
             .collect(),
-        AgentId::Opencode => data_home().map(|d| (d.join("opencode/auth.json"), provider_entries as fn(&str) -> bool)).into_iter().collect(),
+        AgentId::Opencode => data_home()
+            .map(|d| (d.join("opencode/auth.json"), provider_entries as fn(&str) -> bool))
+            .into_iter()
+            .collect(),
         AgentId::Pi => dir("PI_CODING_AGENT_DIR", ".pi/agent")
-            .map(|d| vec![(d.join("auth.json"), provider_entries as fn(&str) -> bool), (d.join("models.json"), models_api_key)])
+            .map(|d| {
+                vec![
+                    (d.join("auth.json"), provider_entries as fn(&str) -> bool),
+                    (d.join("models.json"), models_api_key),
+                ]
+            })
             .unwrap_or_default(),
         AgentId::Gemini => home
             .map(|h| {
                 vec![
-                    (h.join(".gemini/oauth_creds.json"), (|t| json_strings(t, &[&["access_token"], &["refresh_token"]])) as fn(&str) -> bool),
+                    (
+                        h.join(".gemini/oauth_creds.json"),
+                        (|t| json_strings(t, &[&["access_token"], &["refresh_token"]])) as fn(&str) -> bool,
+                    ),
                     (h.join(".gemini/.env"), |t| dotenv_sets(t, &["GEMINI_API_KEY", "GOOGLE_API_KEY"])),
                 ]
             })
             .unwrap_or_default(),
-        AgentId::Amp => data_home().map(|d| (d.join("amp/secrets.json"), amp_secrets as fn(&str) -> bool)).into_iter().collect(),
+        AgentId::Amp => {
+            data_home().map(|d| (d.join("amp/secrets.json"), amp_secrets as fn(&str) -> bool)).into_iter().collect()
+        }
         AgentId::Mock => Vec::new(),
     };
-    files.into_iter().find(|(path, holds)| read_small(path).is_some_and(|text| holds(&text))).map(|(path, _)| path.display().to_string())
+    files
+        .into_iter()
+        .find(|(path, holds)| read_small(path).is_some_and(|text| holds(&text)))
+        .map(|(path, _)| path.display().to_string())
 }
 
 fn read_small(path: &Path) -> Option<String> {
@@ -261,10 +316,18 @@ mod tests {
         let home = tempfile::tempdir().unwrap();
         let h = home.path();
         let cases: [(AgentId, &str, &str); 8] = [
-            (AgentId::Claude, ".claude/.credentials.json", r#"{"claudeAiOauth":{"accessToken":"a","refreshToken":"r"}}"#),
+            (
+                AgentId::Claude,
+                ".claude/.credentials.json",
+                r#"{"claudeAiOauth":{"accessToken":"a","refreshToken":"r"}}"#,
+            ),
             (AgentId::Codex, ".codex/auth.json", r#"{"OPENAI_API_KEY":null,"tokens":{"access_token":"t"}}"#),
             (AgentId::Opencode, ".local/share/opencode/auth.json", r#"{"anthropic":{"type":"api","key":"sk"}}"#),
-            (AgentId::Pi, ".pi/agent/models.json", r#"{"providers":{"fake":{"baseUrl":"http://x","apiKey":"k","models":[]}}}"#),
+            (
+                AgentId::Pi,
+                ".pi/agent/models.json",
+                r#"{"providers":{"fake":{"baseUrl":"http://x","apiKey":"k","models":[]}}}"#,
+            ),
             (AgentId::Gemini, ".gemini/.env", "# mine\nexport GEMINI_API_KEY=\"abc\"\n"),
             (AgentId::Amp, ".local/share/amp/secrets.json", r#"{"apiKey@https://ampcode.com/":"sgamp_x"}"#),
             (AgentId::Pi, ".pi/agent/auth.json", r#"{"anthropic":{"type":"oauth","access":"a","refresh":"r"}}"#),
@@ -320,7 +383,11 @@ mod tests {
         assert_eq!(mock.default_agent_mode.as_deref(), Some("build"));
         for agent in AgentId::ALL {
             for mode in modes(agent).agent_modes {
-                let request = CreateSessionRequest { agent: agent.as_str().into(), agent_mode: Some(mode.id.clone()), ..Default::default() };
+                let request = CreateSessionRequest {
+                    agent: agent.as_str().into(),
+                    agent_mode: Some(mode.id.clone()),
+                    ..Default::default()
+                };
                 assert!(agent.validate(&request).is_ok(), "{agent:?} lists {} but refuses it", mode.id);
             }
         }

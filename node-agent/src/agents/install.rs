@@ -134,10 +134,15 @@ impl Installer {
     /// already and no reinstall is asked, reporting progress to `progress` when given.
     /// Phase changes wait for room in the channel; the counts in between are dropped
     /// when it is full, the next one carrying the totals.
-    pub async fn install(&self, agent: AgentId, options: &InstallOptions, progress: Option<&mpsc::Sender<InstallProgress>>) -> Result<InstallOutcome> {
-        let package = agent
-            .package()
-            .ok_or_else(|| Error::InvalidRequest(format!("{} is built in: there is nothing to install", agent.as_str())))?;
+    pub async fn install(
+        &self,
+        agent: AgentId,
+        options: &InstallOptions,
+        progress: Option<&mpsc::Sender<InstallProgress>>,
+    ) -> Result<InstallOutcome> {
+        let package = agent.package().ok_or_else(|| {
+            Error::InvalidRequest(format!("{} is built in: there is nothing to install", agent.as_str()))
+        })?;
         let version = options.version.as_deref().unwrap_or(package.default_version);
         check_version(version)?;
         if !options.reinstall
@@ -161,7 +166,9 @@ impl Installer {
         // directory is a leftover of an install that died.
         let scratch = dir.join(format!(".{version}.installing"));
         remove_if_present(&scratch).await?;
-        tokio::fs::create_dir_all(&scratch).await.map_err(|e| Error::io(format!("creating {}", scratch.display()), e))?;
+        tokio::fs::create_dir_all(&scratch)
+            .await
+            .map_err(|e| Error::io(format!("creating {}", scratch.display()), e))?;
         let result = self.install_into(&scratch, &package, version, &mut report).await;
         let integrity = match result {
             Ok(integrity) => integrity,
@@ -178,7 +185,11 @@ impl Installer {
         write_atomically(&dir.join("current"), version.as_bytes()).await?;
         report.phase(InstallPhase::Done).await;
         tracing::info!(agent = agent.as_str(), version, %integrity, "agent installed");
-        Ok(InstallOutcome { installed: Installed { version: version.to_string(), bin: bin_in(&target, &package) }, already_installed: false, integrity: Some(integrity) })
+        Ok(InstallOutcome {
+            installed: Installed { version: version.to_string(), bin: bin_in(&target, &package) },
+            already_installed: false,
+            integrity: Some(integrity),
+        })
     }
 
     async fn already(&self, agent: AgentId, version: &str) -> Option<InstallOutcome> {
@@ -188,7 +199,13 @@ impl Installer {
     }
 
     /// npm install into `scratch`, then the checks; answers the verified integrity.
-    async fn install_into(&self, scratch: &Path, package: &Package, version: &str, report: &mut Reporter<'_>) -> Result<String> {
+    async fn install_into(
+        &self,
+        scratch: &Path,
+        package: &Package,
+        version: &str,
+        report: &mut Reporter<'_>,
+    ) -> Result<String> {
         let spec = format!("{}@{version}", package.name);
         report.phase(InstallPhase::Resolving).await;
         let mut command = tokio::process::Command::new("npm");
@@ -226,9 +243,9 @@ impl Installer {
             }
             (child.wait().await, if errors.is_empty() { tail } else { errors })
         };
-        let (status, errors) = tokio::time::timeout(INSTALL_TIMEOUT, run)
-            .await
-            .map_err(|_| Error::Timeout(format!("npm install {spec} took longer than {} s", INSTALL_TIMEOUT.as_secs())))?;
+        let (status, errors) = tokio::time::timeout(INSTALL_TIMEOUT, run).await.map_err(|_| {
+            Error::Timeout(format!("npm install {spec} took longer than {} s", INSTALL_TIMEOUT.as_secs()))
+        })?;
         let status = status.map_err(|e| Error::InstallFailed(format!("waiting for npm: {e}")))?;
         if !status.success() {
             let said = if errors.is_empty() { "no error output".to_string() } else { Vec::from(errors).join("\n") };
@@ -236,9 +253,9 @@ impl Installer {
         }
 
         report.phase(InstallPhase::Verifying).await;
-        let installed = locked_integrity(scratch, package.name)
-            .await
-            .ok_or_else(|| Error::InstallFailed(format!("npm installed {spec} but its lockfile records no integrity to verify")))?;
+        let installed = locked_integrity(scratch, package.name).await.ok_or_else(|| {
+            Error::InstallFailed(format!("npm installed {spec} but its lockfile records no integrity to verify"))
+        })?;
         let expected = registry_integrity(scratch, &spec).await?;
         if installed != expected {
             return Err(Error::InstallFailed(format!(
@@ -276,7 +293,9 @@ pub fn check_version(version: &str) -> Result<()> {
     if valid {
         Ok(())
     } else {
-        Err(Error::InvalidRequest(format!("{version:?} is not an exact version such as 2.1.330 (pin one: dist-tags like latest are not installed)")))
+        Err(Error::InvalidRequest(format!(
+            "{version:?} is not an exact version such as 2.1.330 (pin one: dist-tags like latest are not installed)"
+        )))
     }
 }
 
@@ -476,7 +495,11 @@ async fn registry_integrity(scratch: &Path, spec: &str) -> Result<String> {
         _ => Err(Error::InstallFailed(format!(
             "could not read the registry's integrity of {spec} to verify the install: {}{}",
             text.trim(),
-            String::from_utf8_lossy(&output.stderr).lines().filter(|l| l.starts_with("npm error")).collect::<Vec<_>>().join("\n")
+            String::from_utf8_lossy(&output.stderr)
+                .lines()
+                .filter(|l| l.starts_with("npm error"))
+                .collect::<Vec<_>>()
+                .join("\n")
         ))),
     }
 }
@@ -488,16 +511,25 @@ mod tests {
     #[test]
     fn npm_http_lines_become_progress() {
         assert_eq!(
-            parse_npm_line("npm http fetch GET 200 https://registry.npmjs.org/@sourcegraph%2famp 648ms (cache updated)"),
+            parse_npm_line(
+                "npm http fetch GET 200 https://registry.npmjs.org/@sourcegraph%2famp 648ms (cache updated)"
+            ),
             Some(NpmLine::Packument("@sourcegraph/amp".into()))
         );
-        assert_eq!(parse_npm_line("npm http fetch GET 200 https://registry.npmjs.org/chalk 47ms"), Some(NpmLine::Packument("chalk".into())));
         assert_eq!(
-            parse_npm_line("npm http fetch GET 200 https://registry.npmjs.org/chalk/-/chalk-5.5.0.tgz 12ms (cache miss)"),
+            parse_npm_line("npm http fetch GET 200 https://registry.npmjs.org/chalk 47ms"),
+            Some(NpmLine::Packument("chalk".into()))
+        );
+        assert_eq!(
+            parse_npm_line(
+                "npm http fetch GET 200 https://registry.npmjs.org/chalk/-/chalk-5.5.0.tgz 12ms (cache miss)"
+            ),
             Some(NpmLine::Tarball("chalk-5.5.0.tgz".into()))
         );
         assert_eq!(
-            parse_npm_line("npm http cache @napi-rs/keyring@https://registry.npmjs.org/@napi-rs/keyring/-/keyring-1.1.9.tgz 0ms (cache hit)"),
+            parse_npm_line(
+                "npm http cache @napi-rs/keyring@https://registry.npmjs.org/@napi-rs/keyring/-/keyring-1.1.9.tgz 0ms (cache hit)"
+            ),
             Some(NpmLine::Tarball("keyring-1.1.9.tgz".into()))
         );
         assert_eq!(parse_npm_line("npm warn Unknown user config \"nodedir\"."), None);

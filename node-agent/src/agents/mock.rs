@@ -19,7 +19,9 @@ use super::{AgentDriver, DriverConfig, Interrupted, TurnContext, TurnInput, Turn
 use crate::error::{Error, Result};
 use crate::model::{AgentCapabilities, AgentInfo, CreateSessionRequest, PermissionMode};
 use crate::sessions::QuestionAnswer;
-use crate::universal::{EventData, Item, ItemKind, ItemStatus, PermissionReply, PermissionRequest, Question, QuestionRequest, Role};
+use crate::universal::{
+    EventData, Item, ItemKind, ItemStatus, PermissionReply, PermissionRequest, Question, QuestionRequest, Role,
+};
 
 const VERSION: &str = env!("CARGO_PKG_VERSION");
 const MODES: [&str; 2] = ["build", "plan"];
@@ -40,12 +42,17 @@ pub fn validate(request: &CreateSessionRequest) -> Result<()> {
     if let Some(mode) = &request.agent_mode
         && !MODES.contains(&mode.as_str())
     {
-        return Err(Error::ModeNotSupported(format!("the mock agent has no mode {mode:?} (it has {})", MODES.join(", "))));
+        return Err(Error::ModeNotSupported(format!(
+            "the mock agent has no mode {mode:?} (it has {})",
+            MODES.join(", ")
+        )));
     }
     if let Some(version) = &request.agent_version
         && version != VERSION
     {
-        return Err(Error::InvalidRequest(format!("the mock agent is built in: its only version is {VERSION}, not {version:?}")));
+        return Err(Error::InvalidRequest(format!(
+            "the mock agent is built in: its only version is {VERSION}, not {version:?}"
+        )));
     }
     Ok(())
 }
@@ -86,7 +93,12 @@ enum Step {
 fn plan(message: &str) -> Vec<Step> {
     let lower = message.to_lowercase();
     let mut steps = Vec::new();
-    for (cue, step) in [("reasoning", Step::Reasoning), ("unparsed", Step::Unparsed), ("permission", Step::Permission), ("question", Step::Question)] {
+    for (cue, step) in [
+        ("reasoning", Step::Reasoning),
+        ("unparsed", Step::Unparsed),
+        ("permission", Step::Permission),
+        ("question", Step::Question),
+    ] {
         if lower.contains(cue) {
             steps.push(step);
         }
@@ -111,7 +123,8 @@ pub struct MockDriver {
 impl MockDriver {
     pub fn start(config: &DriverConfig, saved: Option<serde_json::Value>) -> Result<MockDriver> {
         let state = match saved {
-            Some(saved) => serde_json::from_value(saved).map_err(|e| Error::InvalidRequest(format!("the mock's saved state is unreadable: {e}")))?,
+            Some(saved) => serde_json::from_value(saved)
+                .map_err(|e| Error::InvalidRequest(format!("the mock's saved state is unreadable: {e}")))?,
             None => {
                 let mut bytes = [0u8; 6];
                 getrandom::fill(&mut bytes).expect("the OS random source works");
@@ -137,12 +150,21 @@ impl MockDriver {
             match step {
                 Step::Reasoning => {
                     let text = format!("The user wrote {:?}; a mock has nothing to think about.", turn.message);
-                    let item = Item { id: format!("turn-{n}-reasoning"), kind: ItemKind::Reasoning, text: Some(text), ..Default::default() };
+                    let item = Item {
+                        id: format!("turn-{n}-reasoning"),
+                        kind: ItemKind::Reasoning,
+                        text: Some(text),
+                        ..Default::default()
+                    };
                     ctx.emit(EventData::ItemCompleted { item }).await?;
                 }
                 Step::Unparsed => {
                     let raw = format!("~mock~ native line of turn {n} that no converter understands");
-                    ctx.emit_raw(EventData::AgentUnparsed { reason: Some("not a line of the mock's protocol".into()) }, Some(raw)).await?;
+                    ctx.emit_raw(
+                        EventData::AgentUnparsed { reason: Some("not a line of the mock's protocol".into()) },
+                        Some(raw),
+                    )
+                    .await?;
                 }
                 Step::Permission => self.tool_call(ctx, turn, &mut progress).await?,
                 Step::Question => {
@@ -194,7 +216,12 @@ impl MockDriver {
         self.save(ctx);
     }
 
-    async fn tool_call(&mut self, ctx: &TurnContext, turn: &TurnInput, progress: &mut Progress) -> Result<(), Interrupted> {
+    async fn tool_call(
+        &mut self,
+        ctx: &TurnContext,
+        turn: &TurnInput,
+        progress: &mut Progress,
+    ) -> Result<(), Interrupted> {
         let n = turn.number;
         let command = command_of(&turn.message);
         let input = json!({ "command": command });
@@ -253,11 +280,13 @@ impl MockDriver {
                 };
                 ctx.emit(EventData::ItemCompleted { item: call }).await?;
                 // Nothing really runs: the mock only says it did.
-                ctx.emit(EventData::ItemCompleted { item: result(ItemStatus::Completed, format!("ran: {command}")) }).await?;
+                ctx.emit(EventData::ItemCompleted { item: result(ItemStatus::Completed, format!("ran: {command}")) })
+                    .await?;
                 progress.notes.push(format!("ran `{command}`"));
             }
             PermissionReply::Reject => {
-                ctx.emit(EventData::ItemCompleted { item: result(ItemStatus::Denied, "permission denied".into()) }).await?;
+                ctx.emit(EventData::ItemCompleted { item: result(ItemStatus::Denied, "permission denied".into()) })
+                    .await?;
                 progress.notes.push(format!("not allowed to run `{command}`"));
             }
         }
@@ -267,12 +296,25 @@ impl MockDriver {
     /// Streams `text` as a few deltas, then completes the message.
     async fn answer(&self, ctx: &TurnContext, n: u64, text: String) -> Result<(), Interrupted> {
         let id = format!("turn-{n}-reply");
-        let started = Item { id: id.clone(), kind: ItemKind::Message, role: Some(Role::Assistant), status: Some(ItemStatus::InProgress), ..Default::default() };
+        let started = Item {
+            id: id.clone(),
+            kind: ItemKind::Message,
+            role: Some(Role::Assistant),
+            status: Some(ItemStatus::InProgress),
+            ..Default::default()
+        };
         ctx.emit(EventData::ItemStarted { item: started }).await?;
         for delta in chunks(&text, 3) {
             ctx.emit(EventData::ItemDelta { item_id: id.clone(), delta }).await?;
         }
-        let item = Item { id, kind: ItemKind::Message, role: Some(Role::Assistant), text: Some(text), status: Some(ItemStatus::Completed), ..Default::default() };
+        let item = Item {
+            id,
+            kind: ItemKind::Message,
+            role: Some(Role::Assistant),
+            text: Some(text),
+            status: Some(ItemStatus::Completed),
+            ..Default::default()
+        };
         ctx.emit(EventData::ItemCompleted { item }).await
     }
 }
@@ -288,7 +330,12 @@ impl AgentDriver for MockDriver {
         Some(self.state.agent_session_id.clone())
     }
 
-    fn run_turn<'a>(&'a mut self, ctx: &'a TurnContext, turn: &'a TurnInput, resume: bool) -> BoxFuture<'a, Result<TurnOutcome, Interrupted>> {
+    fn run_turn<'a>(
+        &'a mut self,
+        ctx: &'a TurnContext,
+        turn: &'a TurnInput,
+        resume: bool,
+    ) -> BoxFuture<'a, Result<TurnOutcome, Interrupted>> {
         Box::pin(self.turn(ctx, turn, resume))
     }
 }

@@ -184,7 +184,11 @@ pub struct AgentHost {
 
 impl AgentHost {
     pub fn new(data_dir: PathBuf, agents_dir: PathBuf) -> Arc<AgentHost> {
-        Arc::new(AgentHost { data_dir, installer: install::Installer::new(agents_dir), opencode: opencode::Shared::default() })
+        Arc::new(AgentHost {
+            data_dir,
+            installer: install::Installer::new(agents_dir),
+            opencode: opencode::Shared::default(),
+        })
     }
 }
 
@@ -258,7 +262,12 @@ pub trait AgentDriver: Send {
     /// [`TurnContext::save_state`] (a permission request or question still pending is
     /// answered through the context as before). `turn.started`/`turn.ended` and the
     /// user's message item are the session manager's; the driver reports the rest.
-    fn run_turn<'a>(&'a mut self, ctx: &'a TurnContext, turn: &'a TurnInput, resume: bool) -> BoxFuture<'a, Result<TurnOutcome, Interrupted>>;
+    fn run_turn<'a>(
+        &'a mut self,
+        ctx: &'a TurnContext,
+        turn: &'a TurnInput,
+        resume: bool,
+    ) -> BoxFuture<'a, Result<TurnOutcome, Interrupted>>;
 
     /// The session is over (ended, or the node agent stops): release what the driver holds.
     fn stop(&mut self) -> BoxFuture<'_, ()> {

@@ -83,7 +83,8 @@ pub async fn api(State(shared): State<Shared>, request: Request) -> Response {
 }
 
 fn not_found(message: &str) -> Response {
-    (StatusCode::NOT_FOUND, Json(json!({"ok": false, "error": {"code": "not-found", "message": message}}))).into_response()
+    (StatusCode::NOT_FOUND, Json(json!({"ok": false, "error": {"code": "not-found", "message": message}})))
+        .into_response()
 }
 
 /// The answer to one internal method, if this server knows it.

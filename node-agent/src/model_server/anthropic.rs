@@ -35,7 +35,8 @@ pub async fn messages(body: Bytes) -> Response {
     let input_tokens = estimate_tokens(&request);
     if request.get("stream").and_then(Value::as_bool).unwrap_or(false) {
         let body = render_stream(&reply, model, input_tokens);
-        ([(header::CONTENT_TYPE, "text/event-stream"), (header::CACHE_CONTROL, "no-cache")], Body::from(body)).into_response()
+        ([(header::CONTENT_TYPE, "text/event-stream"), (header::CACHE_CONTROL, "no-cache")], Body::from(body))
+            .into_response()
     } else {
         axum::Json(render_message(&reply, model, input_tokens)).into_response()
     }
@@ -48,7 +49,8 @@ pub async fn count_tokens(body: Bytes) -> Response {
 }
 
 fn error(status: StatusCode, message: &str) -> Response {
-    (status, axum::Json(json!({"type": "error", "error": {"type": "invalid_request_error", "message": message}}))).into_response()
+    (status, axum::Json(json!({"type": "error", "error": {"type": "invalid_request_error", "message": message}})))
+        .into_response()
 }
 
 /// About four bytes a token, at least one.
@@ -118,7 +120,9 @@ pub fn conversation(request: &Value) -> Conversation {
 fn tool_result_text(content: Option<&Value>) -> String {
     match content {
         Some(Value::String(text)) => text.clone(),
-        Some(Value::Array(blocks)) => blocks.iter().filter_map(|b| b.get("text").and_then(Value::as_str)).collect::<Vec<_>>().join("\n"),
+        Some(Value::Array(blocks)) => {
+            blocks.iter().filter_map(|b| b.get("text").and_then(Value::as_str)).collect::<Vec<_>>().join("\n")
+        }
         _ => String::new(),
     }
 }
@@ -127,7 +131,9 @@ fn tool_result_text(content: Option<&Value>) -> String {
 fn content_block(reply: &Reply) -> (Value, &'static str) {
     match reply {
         Reply::Text(text) => (json!({"type": "text", "text": text}), "end_turn"),
-        Reply::ToolCall { tool, arguments } => (json!({"type": "tool_use", "id": next_id("toolu"), "name": tool, "input": arguments}), "tool_use"),
+        Reply::ToolCall { tool, arguments } => {
+            (json!({"type": "tool_use", "id": next_id("toolu"), "name": tool, "input": arguments}), "tool_use")
+        }
     }
 }
 
@@ -170,14 +176,18 @@ pub fn render_stream(reply: &Reply, model: &str, input_tokens: u64) -> String {
     );
     let (start, deltas) = match reply {
         Reply::Text(text) => {
-            let deltas = pieces(text, 3).into_iter().map(|t| json!({"type": "text_delta", "text": t})).collect::<Vec<_>>();
+            let deltas =
+                pieces(text, 3).into_iter().map(|t| json!({"type": "text_delta", "text": t})).collect::<Vec<_>>();
             (json!({"type": "text", "text": ""}), deltas)
         }
         Reply::ToolCall { .. } => {
             let mut start = block.clone();
             start["input"] = json!({});
             let input = block.get("input").cloned().unwrap_or_else(|| json!({})).to_string();
-            let deltas = split_at_chars(&input, 3).into_iter().map(|j| json!({"type": "input_json_delta", "partial_json": j})).collect();
+            let deltas = split_at_chars(&input, 3)
+                .into_iter()
+                .map(|j| json!({"type": "input_json_delta", "partial_json": j}))
+                .collect();
             (start, deltas)
         }
     };

@@ -20,7 +20,10 @@ pub async fn completions(body: Bytes) -> Response {
     let request: Value = match serde_json::from_slice(&body) {
         Ok(request) => request,
         Err(e) => {
-            return (StatusCode::BAD_REQUEST, axum::Json(json!({"error": {"message": format!("the body is not JSON: {e}")}})))
+            return (
+                StatusCode::BAD_REQUEST,
+                axum::Json(json!({"error": {"message": format!("the body is not JSON: {e}")}})),
+            )
                 .into_response();
         }
     };
@@ -191,20 +194,30 @@ mod tests {
         let conversation = conversation(&request);
         assert_eq!(
             conversation.messages,
-            vec![Message::User("first".into()), Message::Assistant("ok".into()), Message::User("go [[run:touch x]]".into())]
+            vec![
+                Message::User("first".into()),
+                Message::Assistant("ok".into()),
+                Message::User("go [[run:touch x]]".into())
+            ]
         );
         assert_eq!(conversation.tools.len(), 1);
         assert_eq!(conversation.tools[0].name, "bash");
         assert_eq!(
             conversation.reply(),
-            Reply::ToolCall { tool: "bash".into(), arguments: json!({"command": "touch x", "description": "run a command"}) }
+            Reply::ToolCall {
+                tool: "bash".into(),
+                arguments: json!({"command": "touch x", "description": "run a command"})
+            }
         );
 
         let messages = request["messages"].as_array_mut().unwrap();
         messages.push(json!({"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "bash", "arguments": "{}"}}]}));
         messages.push(json!({"role": "tool", "tool_call_id": "c1", "content": "done\n"}));
         let conversation = super::conversation(&request);
-        assert_eq!(&conversation.messages[3..], &[Message::ToolCall { name: "bash".into() }, Message::ToolResult("done\n".into())]);
+        assert_eq!(
+            &conversation.messages[3..],
+            &[Message::ToolCall { name: "bash".into() }, Message::ToolResult("done\n".into())]
+        );
         assert_eq!(conversation.reply(), Reply::Text("tool said: done".into()));
     }
 
@@ -230,7 +243,10 @@ mod tests {
     #[test]
     fn text_streams_in_several_chunks_then_stop() {
         let chunks = stream_chunks(&Reply::Text("scripted reply: 1 messages in context".into()), "m", false);
-        let text_chunks = chunks.iter().filter(|c| c["choices"][0]["delta"]["content"].as_str().is_some_and(|t| !t.is_empty())).count();
+        let text_chunks = chunks
+            .iter()
+            .filter(|c| c["choices"][0]["delta"]["content"].as_str().is_some_and(|t| !t.is_empty()))
+            .count();
         assert!(text_chunks >= 2, "{chunks:?}");
         let (text, name, _, finish) = assemble(&chunks);
         assert_eq!(text, "scripted reply: 1 messages in context");
@@ -276,8 +292,15 @@ mod tests {
 
         body["stream"] = json!(false);
         body["messages"] = json!([{"role": "user", "content": "hello"}]);
-        let plain: Value =
-            client.post(format!("{}/chat/completions", server.url())).json(&body).send().await.unwrap().json().await.unwrap();
+        let plain: Value = client
+            .post(format!("{}/chat/completions", server.url()))
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
         assert_eq!(plain["choices"][0]["message"]["content"], "scripted reply: 1 messages in context");
         assert_eq!(server.requests().len(), 2);
         assert_eq!(server.requests()[1].uri, "/chat/completions");

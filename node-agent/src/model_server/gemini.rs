@@ -29,9 +29,14 @@ pub async fn generate(Path(rest): Path<String>, body: Bytes) -> Response {
     let conversation = conversation(&request);
     match method.as_str() {
         "streamGenerateContent" => stream(&model, &conversation.reply()),
-        "generateContent" => axum::Json(response(&model, answer_parts(&conversation.reply()), Some("STOP"))).into_response(),
+        "generateContent" => {
+            axum::Json(response(&model, answer_parts(&conversation.reply()), Some("STOP"))).into_response()
+        }
         "countTokens" => axum::Json(json!({"totalTokens": token_estimate(&request)})).into_response(),
-        other => error(StatusCode::NOT_FOUND, format!("the scripted model server has no method {other:?} for model {model:?}")),
+        other => error(
+            StatusCode::NOT_FOUND,
+            format!("the scripted model server has no method {other:?} for model {model:?}"),
+        ),
     }
 }
 
@@ -62,7 +67,11 @@ pub fn conversation(request: &Value) -> Conversation {
     for group in request.get("tools").and_then(Value::as_array).into_iter().flatten() {
         for declaration in group.get("functionDeclarations").and_then(Value::as_array).into_iter().flatten() {
             let Some(name) = declaration.get("name").and_then(Value::as_str) else { continue };
-            let schema = declaration.get("parametersJsonSchema").or_else(|| declaration.get("parameters")).cloned().unwrap_or(json!({}));
+            let schema = declaration
+                .get("parametersJsonSchema")
+                .or_else(|| declaration.get("parameters"))
+                .cloned()
+                .unwrap_or(json!({}));
             tools.push(Tool { name: name.to_string(), schema });
         }
     }
@@ -81,11 +90,18 @@ fn tool_output(response: &Value) -> String {
     match text.find("Output:") {
         Some(at) => {
             let rest = &text[at + "Output:".len()..];
-            let end = ["\nError:", "\nExit Code:", "\nSignal:", "\nBackground PIDs:", "\nProcess Group PGID:", "\n</untrusted_context>"]
-                .iter()
-                .filter_map(|marker| rest.find(marker))
-                .min()
-                .unwrap_or(rest.len());
+            let end = [
+                "\nError:",
+                "\nExit Code:",
+                "\nSignal:",
+                "\nBackground PIDs:",
+                "\nProcess Group PGID:",
+                "\n</untrusted_context>",
+            ]
+            .iter()
+            .filter_map(|marker| rest.find(marker))
+            .min()
+            .unwrap_or(rest.len());
             rest[..end].trim().to_string()
         }
         None => text,
@@ -119,7 +135,10 @@ fn stream(model: &str, reply: &Reply) -> Response {
         Reply::Text(text) => {
             let half = text.char_indices().map(|(i, _)| i).find(|&i| i >= text.len() / 2).unwrap_or(text.len());
             let (first, second) = text.split_at(half);
-            vec![response(model, vec![json!({"text": first})], None), response(model, vec![json!({"text": second})], Some("STOP"))]
+            vec![
+                response(model, vec![json!({"text": first})], None),
+                response(model, vec![json!({"text": second})], Some("STOP")),
+            ]
         }
         call @ Reply::ToolCall { .. } => vec![response(model, answer_parts(call), Some("STOP"))],
     };
@@ -139,7 +158,8 @@ fn token_estimate(request: &Value) -> usize {
 
 /// An error in the shape of Google's APIs.
 fn error(status: StatusCode, message: String) -> Response {
-    (status, axum::Json(json!({"error": {"code": status.as_u16(), "message": message, "status": "INVALID_ARGUMENT"}}))).into_response()
+    (status, axum::Json(json!({"error": {"code": status.as_u16(), "message": message, "status": "INVALID_ARGUMENT"}})))
+        .into_response()
 }
 
 #[cfg(test)]
@@ -184,12 +204,17 @@ mod tests {
         let parts = answer_parts(&conversation(&request).reply());
         assert_eq!(
             parts,
-            vec![json!({"functionCall": {"name": "run_shell_command", "args": {"command": "echo hi", "description": "run a command"}}})]
+            vec![
+                json!({"functionCall": {"name": "run_shell_command", "args": {"command": "echo hi", "description": "run a command"}}})
+            ]
         );
         // `parameters` (the older field) serves as well.
         let older = json!({"contents": [{"role": "user", "parts": [{"text": "[[run]]"}]}],
             "tools": [{"functionDeclarations": [{"name": "run_shell_command", "parameters": {"properties": {"command": {"type": "string"}}}}]}]});
-        assert_eq!(conversation(&older).reply(), Reply::ToolCall { tool: "run_shell_command".into(), arguments: json!({"command": "echo hi"}) });
+        assert_eq!(
+            conversation(&older).reply(),
+            Reply::ToolCall { tool: "run_shell_command".into(), arguments: json!({"command": "echo hi"}) }
+        );
     }
 
     #[test]
@@ -209,10 +234,14 @@ mod tests {
         assert_eq!(response.status(), 200);
         assert_eq!(response.headers()[header::CONTENT_TYPE], "text/event-stream");
         let text = response.text().await.unwrap();
-        let chunks: Vec<Value> =
-            text.lines().filter_map(|l| l.strip_prefix("data: ")).map(|d| serde_json::from_str(d.trim()).unwrap()).collect();
+        let chunks: Vec<Value> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .map(|d| serde_json::from_str(d.trim()).unwrap())
+            .collect();
         assert_eq!(chunks.len(), 2);
-        let joined: String = chunks.iter().map(|c| c["candidates"][0]["content"]["parts"][0]["text"].as_str().unwrap()).collect();
+        let joined: String =
+            chunks.iter().map(|c| c["candidates"][0]["content"]["parts"][0]["text"].as_str().unwrap()).collect();
         assert_eq!(joined, "scripted reply: 1 messages in context");
         assert_eq!(chunks[1]["candidates"][0]["finishReason"], "STOP");
         assert!(chunks[0]["candidates"][0].get("finishReason").is_none());

@@ -57,7 +57,9 @@ pub enum Message {
     User(String),
     Assistant(String),
     /// A tool call the assistant made (in context, from an earlier response).
-    ToolCall { name: String },
+    ToolCall {
+        name: String,
+    },
     ToolResult(String),
 }
 
@@ -73,11 +75,15 @@ pub struct Tool {
 pub enum Reply {
     Text(String),
     /// A call of `tool` with `arguments` (an object), built for the tool's schema.
-    ToolCall { tool: String, arguments: Value },
+    ToolCall {
+        tool: String,
+        arguments: Value,
+    },
 }
 
 /// Names of shell tools, most specific first, across the CLIs.
-const SHELL_TOOLS: [&str; 8] = ["Bash", "bash", "shell", "exec_command", "shell_command", "run_shell_command", "local_shell", "Shell"];
+const SHELL_TOOLS: [&str; 8] =
+    ["Bash", "bash", "shell", "exec_command", "shell_command", "run_shell_command", "local_shell", "Shell"];
 
 impl Conversation {
     /// The script's answer to this conversation.
@@ -90,7 +96,9 @@ impl Conversation {
             Some(Message::User(text)) if command_in(text).is_some() => {
                 let command = command_in(text).unwrap_or_default();
                 match self.shell_tool() {
-                    Some(tool) => Reply::ToolCall { tool: tool.name.clone(), arguments: shell_arguments(tool, &command) },
+                    Some(tool) => {
+                        Reply::ToolCall { tool: tool.name.clone(), arguments: shell_arguments(tool, &command) }
+                    }
                     None => Reply::Text(format!("no shell tool offered to run {command:?}")),
                 }
             }
@@ -116,12 +124,20 @@ impl Conversation {
         };
         let (name, arguments) = call;
         let offered = self.tools.iter().any(|t| t.name == name);
-        let since: Vec<&Message> =
-            self.messages.iter().enumerate().skip(index + 1).filter(|(i, m)| !(matches!(m, Message::User(_)) && with_result(*i))).map(|(_, m)| m).collect();
+        let since: Vec<&Message> = self
+            .messages
+            .iter()
+            .enumerate()
+            .skip(index + 1)
+            .filter(|(i, m)| !(matches!(m, Message::User(_)) && with_result(*i)))
+            .map(|(_, m)| m)
+            .collect();
         match since.as_slice() {
             [] if offered => Some(Reply::ToolCall { tool: name, arguments }),
             [] => match self.tools.iter().find(|t| t.name == TOOL_SEARCH) {
-                Some(search) => Some(Reply::ToolCall { tool: TOOL_SEARCH.into(), arguments: tool_search_arguments(search, &name) }),
+                Some(search) => {
+                    Some(Reply::ToolCall { tool: TOOL_SEARCH.into(), arguments: tool_search_arguments(search, &name) })
+                }
                 None => Some(Reply::Text(format!("no tool {name:?} offered"))),
             },
             [Message::ToolCall { name: searched }, Message::ToolResult(_)] if searched == TOOL_SEARCH && offered => {
@@ -164,7 +180,9 @@ pub fn tool_call_in(text: &str) -> Option<Result<(String, Value), String>> {
     // The JSON may hold `]]` itself: parse one value, then expect the marker's end.
     let mut values = serde_json::Deserializer::from_str(after_name).into_iter::<Value>();
     let parsed = match values.next() {
-        Some(Ok(Value::Object(arguments))) if after_name[values.byte_offset()..].trim_start().starts_with("]]") => Ok((name, Value::Object(arguments))),
+        Some(Ok(Value::Object(arguments))) if after_name[values.byte_offset()..].trim_start().starts_with("]]") => {
+            Ok((name, Value::Object(arguments)))
+        }
         Some(Ok(_)) => Err(format!("the [[tool:{name} ...]] marker needs one JSON object and then ]]")),
         Some(Err(e)) => Err(format!("the [[tool:{name} ...]] marker's JSON: {e}")),
         None => Err(format!("the [[tool:{name} ...]] marker has no ]]")),
@@ -315,7 +333,10 @@ mod tests {
     use super::*;
 
     fn bash() -> Tool {
-        Tool { name: "Bash".into(), schema: json!({"properties": {"command": {"type": "string"}, "description": {"type": "string"}}}) }
+        Tool {
+            name: "Bash".into(),
+            schema: json!({"properties": {"command": {"type": "string"}, "description": {"type": "string"}}}),
+        }
     }
 
     #[test]
@@ -326,7 +347,10 @@ mod tests {
         conversation.messages.push(Message::User("now [[run:touch x]] please".into()));
         assert_eq!(
             conversation.reply(),
-            Reply::ToolCall { tool: "Bash".into(), arguments: json!({"command": "touch x", "description": "run a command"}) }
+            Reply::ToolCall {
+                tool: "Bash".into(),
+                arguments: json!({"command": "touch x", "description": "run a command"})
+            }
         );
         conversation.messages.push(Message::ToolCall { name: "Bash".into() });
         conversation.messages.push(Message::ToolResult("done\n".into()));
@@ -336,7 +360,8 @@ mod tests {
     #[test]
     fn a_tool_marker_calls_the_named_tool_with_its_json() {
         let ask = Tool { name: "AskUserQuestion".into(), schema: json!({}) };
-        let text = r#"ask [[tool:AskUserQuestion {"questions": [{"question": "Which?", "options": [{"label": "A"}]}]}]] now"#;
+        let text =
+            r#"ask [[tool:AskUserQuestion {"questions": [{"question": "Which?", "options": [{"label": "A"}]}]}]] now"#;
         let conversation = Conversation { messages: vec![Message::User(text.into())], tools: vec![bash(), ask] };
         let arguments = json!({"questions": [{"question": "Which?", "options": [{"label": "A"}]}]});
         assert_eq!(conversation.reply(), Reply::ToolCall { tool: "AskUserQuestion".into(), arguments });
@@ -351,10 +376,12 @@ mod tests {
 
     #[test]
     fn a_tool_offered_by_name_only_is_loaded_with_tool_search_then_called() {
-        let search = Tool { name: "ToolSearch".into(), schema: json!({"properties": {"query": {}, "max_results": {}}}) };
+        let search =
+            Tool { name: "ToolSearch".into(), schema: json!({"properties": {"query": {}, "max_results": {}}}) };
         let plan = Tool { name: "ExitPlanMode".into(), schema: json!({}) };
         let text = r#"go [[tool:ExitPlanMode {"plan": "p"}]]"#;
-        let mut conversation = Conversation { messages: vec![Message::User(text.into())], tools: vec![bash(), search.clone()] };
+        let mut conversation =
+            Conversation { messages: vec![Message::User(text.into())], tools: vec![bash(), search.clone()] };
         let select = json!({"query": "select:ExitPlanMode", "max_results": 5});
         assert_eq!(conversation.reply(), Reply::ToolCall { tool: "ToolSearch".into(), arguments: select });
         conversation.messages.push(Message::ToolCall { name: "ToolSearch".into() });
@@ -362,7 +389,10 @@ mod tests {
         conversation.messages.push(Message::ToolResult(String::new()));
         assert_eq!(conversation.reply(), Reply::Text("no tool \"ExitPlanMode\" offered, even after ToolSearch".into()));
         conversation.tools.push(plan);
-        assert_eq!(conversation.reply(), Reply::ToolCall { tool: "ExitPlanMode".into(), arguments: json!({"plan": "p"}) });
+        assert_eq!(
+            conversation.reply(),
+            Reply::ToolCall { tool: "ExitPlanMode".into(), arguments: json!({"plan": "p"}) }
+        );
         // Once called, its result is quoted like any other.
         conversation.messages.push(Message::ToolCall { name: "ExitPlanMode".into() });
         conversation.messages.push(Message::ToolResult("approved".into()));

@@ -87,7 +87,9 @@ fn parse_item(item: &Value) -> Option<Message> {
                 _ => None,
             }
         }
-        "function_call" | "custom_tool_call" => Some(Message::ToolCall { name: item.get("name").and_then(Value::as_str)?.to_string() }),
+        "function_call" | "custom_tool_call" => {
+            Some(Message::ToolCall { name: item.get("name").and_then(Value::as_str)?.to_string() })
+        }
         "local_shell_call" => Some(Message::ToolCall { name: "local_shell".into() }),
         "function_call_output" | "custom_tool_call_output" | "local_shell_call_output" => {
             Some(Message::ToolResult(item.get("output").map(content_text).unwrap_or_default()))
@@ -100,7 +102,9 @@ fn parse_item(item: &Value) -> Option<Message> {
 fn content_text(content: &Value) -> String {
     match content {
         Value::String(text) => text.clone(),
-        Value::Array(parts) => parts.iter().filter_map(|p| p.get("text").and_then(Value::as_str)).collect::<Vec<_>>().join(""),
+        Value::Array(parts) => {
+            parts.iter().filter_map(|p| p.get("text").and_then(Value::as_str)).collect::<Vec<_>>().join("")
+        }
         _ => String::new(),
     }
 }
@@ -126,7 +130,8 @@ fn output_item(reply: &Reply, tool_type: &str) -> Value {
         }),
         Reply::ToolCall { tool, arguments } if tool_type == "custom" => {
             // A freeform tool takes its input as plain text: the command.
-            let input = arguments.get("command").or_else(|| arguments.get("cmd")).and_then(Value::as_str).unwrap_or_default();
+            let input =
+                arguments.get("command").or_else(|| arguments.get("cmd")).and_then(Value::as_str).unwrap_or_default();
             json!({"id": next_id("ctc"), "type": "custom_tool_call", "status": "completed", "call_id": next_id("call"), "name": tool, "input": input})
         }
         Reply::ToolCall { tool, arguments } => json!({
@@ -156,7 +161,8 @@ fn response_object(id: &str, model: &str, status: &str, output: Vec<Value>, usag
 fn stream(model: &str, item: &Value, usage: &Value) -> String {
     let id = next_id("resp");
     let item_id = item["id"].as_str().unwrap_or_default().to_string();
-    let mut events = vec![json!({"type": "response.created", "response": response_object(&id, model, "in_progress", vec![], None)})];
+    let mut events =
+        vec![json!({"type": "response.created", "response": response_object(&id, model, "in_progress", vec![], None)})];
     let mut started = item.clone();
     started["status"] = json!("in_progress");
     match item["type"].as_str() {
@@ -263,7 +269,10 @@ mod tests {
                 Message::ToolResult("patched".into()),
             ]
         );
-        assert_eq!(conversation.tools.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(), ["exec_command", "apply_patch"]);
+        assert_eq!(
+            conversation.tools.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(),
+            ["exec_command", "apply_patch"]
+        );
         assert_eq!(parse(&json!({"input": "just text"})).messages, vec![Message::User("just text".into())]);
     }
 
@@ -277,7 +286,11 @@ mod tests {
         let types: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
         assert_eq!(types.first(), Some(&"response.created"));
         assert_eq!(types.last(), Some(&"response.completed"));
-        let deltas: Vec<&str> = events.iter().filter(|e| e["type"] == "response.output_text.delta").map(|e| e["delta"].as_str().unwrap()).collect();
+        let deltas: Vec<&str> = events
+            .iter()
+            .filter(|e| e["type"] == "response.output_text.delta")
+            .map(|e| e["delta"].as_str().unwrap())
+            .collect();
         assert!(deltas.len() >= 2, "{deltas:?}");
         assert_eq!(deltas.concat(), "scripted reply: 1 messages in context");
         let done = events.iter().find(|e| e["type"] == "response.output_item.done").unwrap();
@@ -288,7 +301,8 @@ mod tests {
     #[tokio::test]
     async fn a_run_marker_calls_the_shell_function_with_its_schema() {
         let request = codex_request(vec![message("user", "input_text", "please [[run:touch x]]")], true);
-        let body = axum::body::to_bytes(create(Bytes::from(request.to_string())).await.into_body(), usize::MAX).await.unwrap();
+        let body =
+            axum::body::to_bytes(create(Bytes::from(request.to_string())).await.into_body(), usize::MAX).await.unwrap();
         let events = events(std::str::from_utf8(&body).unwrap());
         let done = events.iter().find(|e| e["type"] == "response.output_item.done").unwrap();
         assert_eq!(done["item"]["type"], "function_call");
@@ -296,17 +310,27 @@ mod tests {
         let arguments: Value = serde_json::from_str(done["item"]["arguments"].as_str().unwrap()).unwrap();
         assert_eq!(arguments, json!({"cmd": "touch x"}));
         assert!(done["item"]["call_id"].as_str().unwrap().starts_with("call_"));
-        let deltas: String = events.iter().filter(|e| e["type"] == "response.function_call_arguments.delta").map(|e| e["delta"].as_str().unwrap()).collect();
+        let deltas: String = events
+            .iter()
+            .filter(|e| e["type"] == "response.function_call_arguments.delta")
+            .map(|e| e["delta"].as_str().unwrap())
+            .collect();
         assert_eq!(deltas, done["item"]["arguments"].as_str().unwrap());
     }
 
     #[tokio::test]
     async fn without_stream_the_answer_is_one_response_object_and_bad_json_is_refused() {
-        let request =
-            codex_request(vec![message("user", "input_text", "[[run]]"), json!({"type": "function_call_output", "call_id": "c", "output": "hi\n"})], false);
+        let request = codex_request(
+            vec![
+                message("user", "input_text", "[[run]]"),
+                json!({"type": "function_call_output", "call_id": "c", "output": "hi\n"}),
+            ],
+            false,
+        );
         let response = create(Bytes::from(request.to_string())).await;
         assert_eq!(response.status(), StatusCode::OK);
-        let body: Value = serde_json::from_slice(&axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap()).unwrap();
+        let body: Value =
+            serde_json::from_slice(&axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap()).unwrap();
         assert_eq!(body["object"], "response");
         assert_eq!(body["output"][0]["content"][0]["text"], "tool said: hi");
         assert_eq!(create(Bytes::from_static(b"{not json")).await.status(), StatusCode::BAD_REQUEST);

@@ -373,7 +373,11 @@ mod tests {
 
         // Lines lost from the file (a failed write, a damaged file): told, not skipped.
         let text = std::fs::read_to_string(&path).unwrap();
-        let kept: String = text.lines().filter(|l| !l.contains("\"sequence\":5,") && !l.contains("\"sequence\":6,")).map(|l| format!("{l}\n")).collect();
+        let kept: String = text
+            .lines()
+            .filter(|l| !l.contains("\"sequence\":5,") && !l.contains("\"sequence\":6,"))
+            .map(|l| format!("{l}\n"))
+            .collect();
         std::fs::write(&path, kept).unwrap();
         let (gap, events) = log.read(0, 10).await;
         assert_eq!((gap, sequences(&events)), (None, vec![1, 2, 3, 4]), "stops before the hole");

@@ -302,7 +302,9 @@ impl Session {
                             "permission request {id:?} was already answered {}",
                             serde_json::to_string(&earlier).expect("replies serialize")
                         ))),
-                        None => Err(Error::Conflict(format!("permission request {id:?} was cancelled: the session ended"))),
+                        None => {
+                            Err(Error::Conflict(format!("permission request {id:?} was cancelled: the session ended")))
+                        }
                     };
                 }
                 let Some(at) = rec.pending_permissions.iter().position(|p| p.id == id) else {
@@ -317,7 +319,10 @@ impl Session {
                 rec.pending_permissions.remove(at);
                 rec.resolve(Resolution::Permission { id: id.to_string(), reply: Some(reply) });
                 rec.settle();
-                batch.push(rec.draft(EventSource::Daemon, EventData::PermissionResolved { id: id.to_string(), reply: Some(reply) }));
+                batch.push(rec.draft(
+                    EventSource::Daemon,
+                    EventData::PermissionResolved { id: id.to_string(), reply: Some(reply) },
+                ));
                 Ok(true)
             })
             .await?;
@@ -359,7 +364,10 @@ impl Session {
                 rec.pending_questions.remove(at);
                 rec.resolve(Resolution::Question { id: id.to_string(), outcome, answers: answers.clone() });
                 rec.settle();
-                batch.push(rec.draft(EventSource::Daemon, EventData::QuestionResolved { id: id.to_string(), outcome, answers: answers.clone() }));
+                batch.push(rec.draft(
+                    EventSource::Daemon,
+                    EventData::QuestionResolved { id: id.to_string(), outcome, answers: answers.clone() },
+                ));
                 Ok(true)
             })
             .await?;
@@ -385,17 +393,27 @@ impl Session {
                 }
                 for request in std::mem::take(&mut rec.pending_permissions) {
                     rec.resolve(Resolution::Permission { id: request.id.clone(), reply: None });
-                    batch.push(rec.draft(EventSource::Daemon, EventData::PermissionResolved { id: request.id, reply: None }));
+                    batch.push(
+                        rec.draft(EventSource::Daemon, EventData::PermissionResolved { id: request.id, reply: None }),
+                    );
                 }
                 for request in std::mem::take(&mut rec.pending_questions) {
                     let outcome = QuestionOutcome::Cancelled;
                     rec.resolve(Resolution::Question { id: request.id.clone(), outcome, answers: None });
-                    batch.push(rec.draft(EventSource::Daemon, EventData::QuestionResolved { id: request.id, outcome, answers: None }));
+                    batch.push(rec.draft(
+                        EventSource::Daemon,
+                        EventData::QuestionResolved { id: request.id, outcome, answers: None },
+                    ));
                 }
                 rec.queue.clear();
                 rec.state = SessionState::Ended;
                 rec.ended_at = Some(OffsetDateTime::now_utc());
-                batch.push(rec.draft(EventSource::Daemon, EventData::SessionEnded { reason: EndReason::Requested, error: None }));
+                batch.push(
+                    rec.draft(
+                        EventSource::Daemon,
+                        EventData::SessionEnded { reason: EndReason::Requested, error: None },
+                    ),
+                );
                 batch.close();
                 true
             })
@@ -418,7 +436,10 @@ impl Session {
                 rec.ended_at = Some(OffsetDateTime::now_utc());
                 rec.queue.clear();
                 batch.push(rec.draft(EventSource::Daemon, EventData::Error { message: error.clone(), code }));
-                batch.push(rec.draft(EventSource::Daemon, EventData::SessionEnded { reason: EndReason::Failed, error: Some(error) }));
+                batch.push(rec.draft(
+                    EventSource::Daemon,
+                    EventData::SessionEnded { reason: EndReason::Failed, error: Some(error) },
+                ));
                 batch.close();
                 true
             })
@@ -519,7 +540,11 @@ impl Session {
     }
 
     /// Records the end of a turn; `Err` when the runner is to stop.
-    async fn finish_turn(&self, turn: &TurnInput, outcome: Result<TurnOutcome, Interrupted>) -> Result<(), Interrupted> {
+    async fn finish_turn(
+        &self,
+        turn: &TurnInput,
+        outcome: Result<TurnOutcome, Interrupted>,
+    ) -> Result<(), Interrupted> {
         // Stopping: the turn stays current in the record and resumes on the next start.
         let outcome = outcome?;
         let recorded = self
@@ -535,16 +560,24 @@ impl Session {
                 // longer be answered: cancelled, so the session does not wait for it.
                 for request in std::mem::take(&mut rec.pending_permissions) {
                     rec.resolve(Resolution::Permission { id: request.id.clone(), reply: None });
-                    batch.push(rec.draft(EventSource::Daemon, EventData::PermissionResolved { id: request.id, reply: None }));
+                    batch.push(
+                        rec.draft(EventSource::Daemon, EventData::PermissionResolved { id: request.id, reply: None }),
+                    );
                 }
                 for request in std::mem::take(&mut rec.pending_questions) {
                     let outcome = QuestionOutcome::Cancelled;
                     rec.resolve(Resolution::Question { id: request.id.clone(), outcome, answers: None });
-                    batch.push(rec.draft(EventSource::Daemon, EventData::QuestionResolved { id: request.id, outcome, answers: None }));
+                    batch.push(rec.draft(
+                        EventSource::Daemon,
+                        EventData::QuestionResolved { id: request.id, outcome, answers: None },
+                    ));
                 }
                 rec.settle();
                 let status = if outcome.failed { TurnStatus::Failed } else { TurnStatus::Completed };
-                batch.push(rec.draft(EventSource::Daemon, EventData::TurnEnded { turn: turn.number, status, error: outcome.error }));
+                batch.push(rec.draft(
+                    EventSource::Daemon,
+                    EventData::TurnEnded { turn: turn.number, status, error: outcome.error },
+                ));
                 true
             })
             .await;
@@ -569,7 +602,11 @@ impl TurnContext {
     }
 
     /// Converts one native line and reports what it became, each event with the line.
-    pub async fn emit_converted(&self, converter: &mut dyn crate::agents::convert::Converter, line: &str) -> Result<(), Interrupted> {
+    pub async fn emit_converted(
+        &self,
+        converter: &mut dyn crate::agents::convert::Converter,
+        line: &str,
+    ) -> Result<(), Interrupted> {
         for event in converter.convert(line) {
             self.emit_raw(event, Some(line.to_string())).await?;
         }
@@ -605,12 +642,22 @@ impl TurnContext {
     /// it as `raw`; the session awaits input until it is answered.
     pub async fn request_permission(&self, request: PermissionRequest, raw: Option<&str>) -> Result<(), Interrupted> {
         let pending = request.clone();
-        self.open_request(move |rec| rec.pending_permissions.push(pending), EventData::PermissionRequested(request), raw).await
+        self.open_request(
+            move |rec| rec.pending_permissions.push(pending),
+            EventData::PermissionRequested(request),
+            raw,
+        )
+        .await
     }
 
     /// Records a pending request and announces it as one step, then saves the session
     /// so a restart re-offers it; nothing is opened on an ended session.
-    async fn open_request(&self, add: impl FnOnce(&mut SessionRecord), event: EventData, raw: Option<&str>) -> Result<(), Interrupted> {
+    async fn open_request(
+        &self,
+        add: impl FnOnce(&mut SessionRecord),
+        event: EventData,
+        raw: Option<&str>,
+    ) -> Result<(), Interrupted> {
         let opened = self
             .session
             .log
@@ -641,12 +688,15 @@ impl TurnContext {
 
     pub async fn ask_question(&self, request: QuestionRequest, raw: Option<&str>) -> Result<(), Interrupted> {
         let pending = request.clone();
-        self.open_request(move |rec| rec.pending_questions.push(pending), EventData::QuestionRequested(request), raw).await
+        self.open_request(move |rec| rec.pending_questions.push(pending), EventData::QuestionRequested(request), raw)
+            .await
     }
 
     pub async fn wait_question(&self, id: &str) -> Result<QuestionAnswer, Interrupted> {
         self.wait(|rec| match rec.question_resolution(id) {
-            Some((QuestionOutcome::Answered, answers)) => Some(Ok(QuestionAnswer::Answered(answers.unwrap_or_default()))),
+            Some((QuestionOutcome::Answered, answers)) => {
+                Some(Ok(QuestionAnswer::Answered(answers.unwrap_or_default())))
+            }
             Some((QuestionOutcome::Rejected, _)) => Some(Ok(QuestionAnswer::Rejected)),
             Some((QuestionOutcome::Cancelled, _)) => Some(Err(Interrupted::Ended)),
             None => None,
@@ -663,7 +713,10 @@ impl TurnContext {
         }
     }
 
-    async fn wait<T>(&self, mut ready: impl FnMut(&SessionRecord) -> Option<Result<T, Interrupted>>) -> Result<T, Interrupted> {
+    async fn wait<T>(
+        &self,
+        mut ready: impl FnMut(&SessionRecord) -> Option<Result<T, Interrupted>>,
+    ) -> Result<T, Interrupted> {
         let mut changes = self.session.changes.subscribe();
         loop {
             {
@@ -763,7 +816,12 @@ struct Sessions {
 
 impl SessionManager {
     /// Loads the sessions kept under `root` and resumes the live ones.
-    pub async fn load(root: PathBuf, host: Arc<AgentHost>, options: SessionOptions, shutdown: CancellationToken) -> Result<SessionManager> {
+    pub async fn load(
+        root: PathBuf,
+        host: Arc<AgentHost>,
+        options: SessionOptions,
+        shutdown: CancellationToken,
+    ) -> Result<SessionManager> {
         let (loaded_root, loaded_options) = (root.clone(), options.clone());
         let loaded = tokio::task::spawn_blocking(move || load_all(&loaded_root, &loaded_options))
             .await
@@ -814,7 +872,8 @@ impl SessionManager {
         let host = Arc::clone(&self.inner.host);
         let runner = tokio::spawn(async move {
             // A driver that panics fails its session instead of leaving it running forever.
-            let ran = std::panic::AssertUnwindSafe(run(Arc::clone(&session), host, shutdown, resumed)).catch_unwind().await;
+            let ran =
+                std::panic::AssertUnwindSafe(run(Arc::clone(&session), host, shutdown, resumed)).catch_unwind().await;
             if ran.is_err() {
                 session.fail("the agent driver panicked".into(), None).await;
             }
@@ -892,11 +951,17 @@ impl SessionManager {
         let (session_dir, session_id) = (dir.clone(), id.to_string());
         let log = tokio::task::spawn_blocking(move || -> Result<EventLog> {
             let context = || format!("creating the session directory {}", session_dir.display());
-            std::fs::DirBuilder::new().recursive(true).mode(0o700).create(session_dir.parent().expect("under the root")).map_err(|e| Error::io(context(), e))?;
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(session_dir.parent().expect("under the root"))
+                .map_err(|e| Error::io(context(), e))?;
             match std::fs::DirBuilder::new().mode(0o700).create(&session_dir) {
                 Ok(()) => {}
                 // Left by a session that could not be loaded: not to be mixed with a new one.
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Err(Error::SessionAlreadyExists(session_id)),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    return Err(Error::SessionAlreadyExists(session_id));
+                }
                 Err(e) => return Err(Error::io(context(), e)),
             }
             write_record(&session_dir, &bytes).map_err(|e| Error::io("saving the session", e))?;

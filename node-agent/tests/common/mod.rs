@@ -49,7 +49,8 @@ impl TestServer {
 
     /// A node agent that installs agents into [`shared_agents_dir`].
     pub async fn start_with_agents() -> Self {
-        Self::start_with_sessions(SessionOptions { agents_dir: Some(shared_agents_dir()), ..SessionOptions::default() }).await
+        Self::start_with_sessions(SessionOptions { agents_dir: Some(shared_agents_dir()), ..SessionOptions::default() })
+            .await
     }
 
     /// Stops this node agent and starts another on the same data directory (and a new port).
@@ -73,7 +74,10 @@ impl TestServer {
     async fn start_in(data: tempfile::TempDir, limits: Limits, sessions: SessionOptions) -> Self {
         // The node agent's log, shown with a failing test's output (RUST_LOG to change).
         let _ = tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "agentplane_node_agent=debug".into()))
+            .with_env_filter(
+                tracing_subscriber::EnvFilter::try_from_default_env()
+                    .unwrap_or_else(|_| "agentplane_node_agent=debug".into()),
+            )
             .with_test_writer()
             .try_init();
         let shutdown = CancellationToken::new();
@@ -226,7 +230,10 @@ impl Term {
                 return;
             }
             if self.closed {
-                panic!("connection closed before all of {needles:?} appeared; got {:?}", String::from_utf8_lossy(window));
+                panic!(
+                    "connection closed before all of {needles:?} appeared; got {:?}",
+                    String::from_utf8_lossy(window)
+                );
             }
             self.next_frame().await;
         }
@@ -347,7 +354,8 @@ pub async fn session_events_until(
     use agentplane_node_agent::client::SessionStreamItem;
     let mut seen = Vec::new();
     let read = async {
-        let mut stream = client.session_events_sse(id, Some(after), None).await.expect("the session's event stream opens");
+        let mut stream =
+            client.session_events_sse(id, Some(after), None).await.expect("the session's event stream opens");
         while let Some(item) = stream.next().await {
             match item.expect("the session's event stream") {
                 SessionStreamItem::Event(event) => {
@@ -371,14 +379,24 @@ pub async fn session_events_until(
 
 /// The events of session `id` after `after`, up to the end of turn `turn`; panics if
 /// the session ends first.
-pub async fn turn_events(client: &Client, id: &str, after: u64, turn: u64, patience: Duration) -> Vec<agentplane_node_agent::universal::UniversalEvent> {
+pub async fn turn_events(
+    client: &Client,
+    id: &str,
+    after: u64,
+    turn: u64,
+    patience: Duration,
+) -> Vec<agentplane_node_agent::universal::UniversalEvent> {
     use agentplane_node_agent::universal::EventData;
     let events = session_events_until(client, id, after, patience, &format!("the end of turn {turn}"), |e| {
-        matches!(e.data, EventData::TurnEnded { turn: t, .. } if t == turn) || matches!(e.data, EventData::SessionEnded { .. })
+        matches!(e.data, EventData::TurnEnded { turn: t, .. } if t == turn)
+            || matches!(e.data, EventData::SessionEnded { .. })
     })
     .await;
     let last = events.last().expect("one event at least");
-    assert!(!matches!(last.data, EventData::SessionEnded { .. }), "the session ended before turn {turn} did: {events:#?}");
+    assert!(
+        !matches!(last.data, EventData::SessionEnded { .. }),
+        "the session ended before turn {turn} did: {events:#?}"
+    );
     events
 }
 

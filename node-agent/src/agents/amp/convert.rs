@@ -127,7 +127,12 @@ impl Converter {
             let turns = line.get("num_turns").and_then(Value::as_u64).unwrap_or(0);
             return self.status(format!("amp finished ({turns} model turns)"));
         }
-        let message = line.get("error").or_else(|| line.get("result")).and_then(Value::as_str).unwrap_or("amp failed").to_string();
+        let message = line
+            .get("error")
+            .or_else(|| line.get("result"))
+            .and_then(Value::as_str)
+            .unwrap_or("amp failed")
+            .to_string();
         // `-x` cannot ask: a tool that needs an approval is refused.
         let code = message.contains(APPROVAL_REQUIRED).then(|| "permission_denied".to_string());
         EventData::Error { message, code }

@@ -74,14 +74,19 @@ pub fn validate(request: &CreateSessionRequest) -> Result<()> {
 fn parse_timeout(value: &str) -> Result<Duration> {
     match value.trim().parse::<u64>() {
         Ok(secs) if secs > 0 => Ok(Duration::from_secs(secs)),
-        _ => Err(Error::InvalidRequest(format!("{TURN_TIMEOUT_ENV} must be a positive number of seconds, not {value:?}"))),
+        _ => Err(Error::InvalidRequest(format!(
+            "{TURN_TIMEOUT_ENV} must be a positive number of seconds, not {value:?}"
+        ))),
     }
 }
 
 pub fn start<'a>(config: &'a DriverConfig, saved: Option<Value>) -> BoxFuture<'a, Result<Box<dyn AgentDriver>>> {
     Box::pin(async move {
         let saved = match saved {
-            Some(saved) => Some(serde_json::from_value::<AmpState>(saved).map_err(|e| Error::InvalidRequest(format!("amp's saved state is unreadable: {e}")))?),
+            Some(saved) => Some(
+                serde_json::from_value::<AmpState>(saved)
+                    .map_err(|e| Error::InvalidRequest(format!("amp's saved state is unreadable: {e}")))?,
+            ),
             None => None,
         };
         let installed = config.host.installer.ensure(AgentId::Amp, config.agent_version.as_deref()).await?;
@@ -167,7 +172,11 @@ impl AmpDriver {
     }
 
     async fn turn(&mut self, ctx: &TurnContext, turn: &TurnInput, resume: bool) -> Result<TurnOutcome, Interrupted> {
-        self.converter.set_prefix(if resume { format!("turn-{}-resumed", turn.number) } else { format!("turn-{}", turn.number) });
+        self.converter.set_prefix(if resume {
+            format!("turn-{}-resumed", turn.number)
+        } else {
+            format!("turn-{}", turn.number)
+        });
         ctx.save_state(serde_json::to_value(&self.state).expect("the state serializes"));
         let Some(thread) = self.state.thread_id.clone() else {
             return self.fail(ctx, Error::StreamError("amp has no thread".into())).await;
@@ -239,7 +248,8 @@ impl AmpDriver {
 
 fn outcome_of(result: &Value) -> TurnOutcome {
     if result.get("is_error").and_then(Value::as_bool).unwrap_or(false) {
-        let message = result.get("error").or_else(|| result.get("result")).and_then(Value::as_str).unwrap_or("amp failed");
+        let message =
+            result.get("error").or_else(|| result.get("result")).and_then(Value::as_str).unwrap_or("amp failed");
         TurnOutcome::failed(message)
     } else {
         TurnOutcome::completed()
@@ -251,7 +261,12 @@ impl AgentDriver for AmpDriver {
         self.state.thread_id.clone()
     }
 
-    fn run_turn<'a>(&'a mut self, ctx: &'a TurnContext, turn: &'a TurnInput, resume: bool) -> BoxFuture<'a, Result<TurnOutcome, Interrupted>> {
+    fn run_turn<'a>(
+        &'a mut self,
+        ctx: &'a TurnContext,
+        turn: &'a TurnInput,
+        resume: bool,
+    ) -> BoxFuture<'a, Result<TurnOutcome, Interrupted>> {
         Box::pin(self.turn(ctx, turn, resume))
     }
 }

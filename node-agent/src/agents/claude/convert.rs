@@ -19,7 +19,9 @@ use std::collections::{HashMap, HashSet};
 use serde_json::{Value, json};
 
 use crate::agents::convert::unparsed;
-use crate::universal::{EventData, Item, ItemKind, ItemStatus, PermissionReply, PermissionRequest, Question, QuestionRequest, Role};
+use crate::universal::{
+    EventData, Item, ItemKind, ItemStatus, PermissionReply, PermissionRequest, Question, QuestionRequest, Role,
+};
 
 /// The tool whose call asks the user to approve a plan.
 pub const EXIT_PLAN_MODE: &str = "ExitPlanMode";
@@ -112,7 +114,11 @@ impl Converter {
                 vec![self.status(line, "cancel", format!("claude withdrew its request {id}"))]
             }
             "keep_alive" => vec![self.status(line, "keep-alive", "claude is alive".into())],
-            "rate_limit_event" => vec![self.status(line, "rate-limit", format!("rate limit: {}", line.get("rate_limit_info").unwrap_or(&Value::Null)))],
+            "rate_limit_event" => vec![self.status(
+                line,
+                "rate-limit",
+                format!("rate limit: {}", line.get("rate_limit_info").unwrap_or(&Value::Null)),
+            )],
             "tool_progress" => {
                 let tool = str_at(line, &["tool_name"]).unwrap_or("a tool").to_string();
                 vec![self.status(line, "tool-progress", format!("{tool} is running"))]
@@ -154,7 +160,8 @@ impl Converter {
         let index = event.get("index").and_then(Value::as_u64).unwrap_or(0);
         match str_at(event, &["type"]).unwrap_or_default() {
             "message_start" => {
-                let id = str_at(event, &["message", "id"]).map(str::to_string).unwrap_or_else(|| self.next_id("response"));
+                let id =
+                    str_at(event, &["message", "id"]).map(str::to_string).unwrap_or_else(|| self.next_id("response"));
                 self.message = Some(id.clone());
                 self.stop_reason = None;
                 vec![EventData::ItemStarted { item: status_item(id, "model response".into(), ItemStatus::InProgress) }]
@@ -166,19 +173,34 @@ impl Converter {
                     "text" => (ItemKind::Message, format!("{message}-{index}"), None),
                     "thinking" | "redacted_thinking" => (ItemKind::Reasoning, format!("{message}-{index}"), None),
                     "tool_use" | "server_tool_use" | "mcp_tool_use" => {
-                        let id = str_at(&block, &["id"]).map(str::to_string).unwrap_or_else(|| format!("{message}-{index}"));
+                        let id =
+                            str_at(&block, &["id"]).map(str::to_string).unwrap_or_else(|| format!("{message}-{index}"));
                         (ItemKind::ToolCall, id, str_at(&block, &["name"]).map(str::to_string))
                     }
                     _ => (ItemKind::Status, format!("{message}-{index}"), None),
                 };
                 self.blocks.retain(|b| !(b.message == message && b.index == index));
-                self.blocks.push(Block { message, index, id: id.clone(), kind, tool: tool.clone(), text: String::new(), completed: false });
+                self.blocks.push(Block {
+                    message,
+                    index,
+                    id: id.clone(),
+                    kind,
+                    tool: tool.clone(),
+                    text: String::new(),
+                    completed: false,
+                });
                 let role = (kind == ItemKind::Message).then_some(Role::Assistant);
-                vec![EventData::ItemStarted { item: Item { id, kind, role, tool, status: Some(ItemStatus::InProgress), ..Default::default() } }]
+                vec![EventData::ItemStarted {
+                    item: Item { id, kind, role, tool, status: Some(ItemStatus::InProgress), ..Default::default() },
+                }]
             }
             "content_block_delta" => {
                 let delta = event.get("delta").cloned().unwrap_or(Value::Null);
-                let text = ["text", "thinking", "partial_json"].iter().find_map(|k| str_at(&delta, &[k])).unwrap_or_default().to_string();
+                let text = ["text", "thinking", "partial_json"]
+                    .iter()
+                    .find_map(|k| str_at(&delta, &[k]))
+                    .unwrap_or_default()
+                    .to_string();
                 let message = self.current_message();
                 let item_id = match self.blocks.iter_mut().find(|b| b.message == message && b.index == index) {
                     Some(block) => {
@@ -221,7 +243,10 @@ impl Converter {
             }
             "ping" => vec![EventData::ItemDelta { item_id: self.current_message(), delta: String::new() }],
             "error" => {
-                vec![EventData::Error { message: str_at(event, &["error", "message"]).unwrap_or("a stream error").to_string(), code: Some("stream_error".into()) }]
+                vec![EventData::Error {
+                    message: str_at(event, &["error", "message"]).unwrap_or("a stream error").to_string(),
+                    code: Some("stream_error".into()),
+                }]
             }
             other => vec![unparsed(format!("a claude stream event of unknown type {other:?}"))],
         }
@@ -258,7 +283,13 @@ impl Converter {
                 "thinking" | "redacted_thinking" => {
                     let id = self.complete_block(&message_id, ItemKind::Reasoning, None);
                     let text = str_at(block, &["thinking"]).map(str::to_string);
-                    Item { id, kind: ItemKind::Reasoning, text, status: Some(ItemStatus::Completed), ..Default::default() }
+                    Item {
+                        id,
+                        kind: ItemKind::Reasoning,
+                        text,
+                        status: Some(ItemStatus::Completed),
+                        ..Default::default()
+                    }
                 }
                 "tool_use" | "server_tool_use" | "mcp_tool_use" => {
                     let tool_id = str_at(block, &["id"]).map(str::to_string);
@@ -280,11 +311,16 @@ impl Converter {
             events.push(EventData::ItemCompleted { item });
         }
         if let Some(error) = str_at(line, &["error"]) {
-            events.push(EventData::Error { message: format!("the model API failed: {error}"), code: Some(error.to_string()) });
+            events.push(EventData::Error {
+                message: format!("the model API failed: {error}"),
+                code: Some(error.to_string()),
+            });
         }
         if events.is_empty() {
             let id = self.next_id(&message_id);
-            events.push(EventData::ItemCompleted { item: status_item(id, "an empty assistant message".into(), ItemStatus::Completed) });
+            events.push(EventData::ItemCompleted {
+                item: status_item(id, "an empty assistant message".into(), ItemStatus::Completed),
+            });
         }
         events
     }
@@ -292,7 +328,10 @@ impl Converter {
     /// The id of the block an `assistant` line completes: the streamed one of that
     /// message and kind (or that tool call id) not completed yet, else a new one.
     fn complete_block(&mut self, message: &str, kind: ItemKind, tool_id: Option<&str>) -> String {
-        let found = self.blocks.iter_mut().find(|b| b.message == message && b.kind == kind && !b.completed && tool_id.is_none_or(|id| b.id == id));
+        let found = self
+            .blocks
+            .iter_mut()
+            .find(|b| b.message == message && b.kind == kind && !b.completed && tool_id.is_none_or(|id| b.id == id));
         *self.completed_per_message.entry(message.to_string()).or_default() += 1;
         match found {
             Some(block) => {
@@ -338,7 +377,9 @@ impl Converter {
                         "text" => {
                             let id = self.line_id(line, "user");
                             let id = format!("{id}-{}", events.len());
-                            events.push(EventData::ItemCompleted { item: user_item(id, str_at(block, &["text"]).unwrap_or_default().to_string()) });
+                            events.push(EventData::ItemCompleted {
+                                item: user_item(id, str_at(block, &["text"]).unwrap_or_default().to_string()),
+                            });
                         }
                         _ => {}
                     }
@@ -355,9 +396,15 @@ impl Converter {
     fn result(&mut self, line: &Value) -> Vec<EventData> {
         let subtype = str_at(line, &["subtype"]).unwrap_or("?").to_string();
         let is_error = line.get("is_error").and_then(Value::as_bool).unwrap_or(subtype != "success");
-        let mut text = format!("turn {subtype}: {} model turns", line.get("num_turns").and_then(Value::as_u64).unwrap_or(0));
-        let denials: Vec<String> =
-            line.get("permission_denials").and_then(Value::as_array).into_iter().flatten().map(|d| str_at(d, &["tool_name"]).unwrap_or("a tool").to_string()).collect();
+        let mut text =
+            format!("turn {subtype}: {} model turns", line.get("num_turns").and_then(Value::as_u64).unwrap_or(0));
+        let denials: Vec<String> = line
+            .get("permission_denials")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .map(|d| str_at(d, &["tool_name"]).unwrap_or("a tool").to_string())
+            .collect();
         if !denials.is_empty() {
             text.push_str(&format!("; permission denied for {}", denials.join(", ")));
         }
@@ -386,7 +433,9 @@ impl Converter {
                     _ => EventData::PermissionRequested(permission(id, tool, input, &request)),
                 }
             }
-            other => self.status(line, "control", format!("claude asks {other:?}, which the node agent does not answer")),
+            other => {
+                self.status(line, "control", format!("claude asks {other:?}, which the node agent does not answer"))
+            }
         }
     }
 
@@ -395,7 +444,10 @@ impl Converter {
         let id = str_at(&response, &["request_id"]).unwrap_or("?").to_string();
         match str_at(&response, &["subtype"]).unwrap_or_default() {
             "error" => EventData::Error {
-                message: format!("claude refused the request {id}: {}", str_at(&response, &["error"]).unwrap_or("no reason given")),
+                message: format!(
+                    "claude refused the request {id}: {}",
+                    str_at(&response, &["error"]).unwrap_or("no reason given")
+                ),
                 code: Some("control_error".into()),
             },
             _ => self.status(line, "control", format!("claude accepted the request {id}")),
@@ -421,18 +473,40 @@ fn str_at<'a>(value: &'a Value, path: &[&str]) -> Option<&'a str> {
 }
 
 fn status_item(id: String, text: String, status: ItemStatus) -> Item {
-    Item { id, kind: ItemKind::Status, role: Some(Role::System), text: Some(text), status: Some(status), ..Default::default() }
+    Item {
+        id,
+        kind: ItemKind::Status,
+        role: Some(Role::System),
+        text: Some(text),
+        status: Some(status),
+        ..Default::default()
+    }
 }
 
 fn user_item(id: String, text: String) -> Item {
-    Item { id, kind: ItemKind::Message, role: Some(Role::User), text: Some(text), status: Some(ItemStatus::Completed), ..Default::default() }
+    Item {
+        id,
+        kind: ItemKind::Message,
+        role: Some(Role::User),
+        text: Some(text),
+        status: Some(ItemStatus::Completed),
+        ..Default::default()
+    }
 }
 
 /// A streamed block completed by its `content_block_stop` (no `assistant` line for it).
 fn streamed_item(block: &Block) -> Item {
-    let mut item = Item { id: block.id.clone(), kind: block.kind, tool: block.tool.clone(), status: Some(ItemStatus::Completed), ..Default::default() };
+    let mut item = Item {
+        id: block.id.clone(),
+        kind: block.kind,
+        tool: block.tool.clone(),
+        status: Some(ItemStatus::Completed),
+        ..Default::default()
+    };
     match block.kind {
-        ItemKind::ToolCall => item.input = Some(serde_json::from_str(&block.text).unwrap_or_else(|_| Value::String(block.text.clone()))),
+        ItemKind::ToolCall => {
+            item.input = Some(serde_json::from_str(&block.text).unwrap_or_else(|_| Value::String(block.text.clone())))
+        }
         ItemKind::Message => {
             item.role = Some(Role::Assistant);
             item.text = Some(block.text.clone());
@@ -457,9 +531,18 @@ pub fn result_error(line: &Value) -> String {
     if let Some(result) = str_at(line, &["result"]).filter(|r| !r.is_empty()) {
         return result.to_string();
     }
-    let errors: Vec<String> =
-        line.get("errors").and_then(Value::as_array).into_iter().flatten().map(|e| e.as_str().map(str::to_string).unwrap_or_else(|| e.to_string())).collect();
-    if errors.is_empty() { format!("claude ended the turn with {}", str_at(line, &["subtype"]).unwrap_or("an error")) } else { errors.join("; ") }
+    let errors: Vec<String> = line
+        .get("errors")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|e| e.as_str().map(str::to_string).unwrap_or_else(|| e.to_string()))
+        .collect();
+    if errors.is_empty() {
+        format!("claude ended the turn with {}", str_at(line, &["subtype"]).unwrap_or("an error"))
+    } else {
+        errors.join("; ")
+    }
 }
 
 fn permission(id: String, tool: String, input: Value, request: &Value) -> PermissionRequest {

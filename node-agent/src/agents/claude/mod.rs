@@ -43,7 +43,9 @@ pub fn capabilities() -> AgentCapabilities {
 
 pub fn validate(request: &CreateSessionRequest) -> Result<()> {
     if let Some(mode) = &request.agent_mode {
-        return Err(Error::ModeNotSupported(format!("claude has no agent modes (asked for {mode:?}); its plan mode is permissionMode \"plan\"")));
+        return Err(Error::ModeNotSupported(format!(
+            "claude has no agent modes (asked for {mode:?}); its plan mode is permissionMode \"plan\""
+        )));
     }
     if let Some(variant) = &request.variant {
         return Err(Error::ModeNotSupported(format!("claude has no model variants (asked for {variant:?})")));
@@ -55,10 +57,17 @@ pub fn start<'a>(config: &'a DriverConfig, saved: Option<Value>) -> BoxFuture<'a
     Box::pin(async move {
         let installed = config.host.installer.ensure(AgentId::Claude, config.agent_version.as_deref()).await?;
         let state = match saved {
-            Some(saved) => serde_json::from_value(saved).map_err(|e| Error::InvalidRequest(format!("claude's saved state is unreadable: {e}")))?,
+            Some(saved) => serde_json::from_value(saved)
+                .map_err(|e| Error::InvalidRequest(format!("claude's saved state is unreadable: {e}")))?,
             None => ClaudeState { agent_session_id: new_uuid(), ..Default::default() },
         };
-        let mut driver = ClaudeDriver { config: config.clone(), bin: installed.bin, state, child: None, converter: Converter::default() };
+        let mut driver = ClaudeDriver {
+            config: config.clone(),
+            bin: installed.bin,
+            state,
+            child: None,
+            converter: Converter::default(),
+        };
         driver.spawn().await?;
         Ok(Box::new(driver) as Box<dyn AgentDriver>)
     })
@@ -115,8 +124,21 @@ impl ClaudeDriver {
     /// The command line of a `claude` for this session.
     fn command(&self) -> Command {
         let mut command = Command::new(&self.bin);
-        command.args(["-p", "--input-format", "stream-json", "--output-format", "stream-json", "--verbose", "--include-partial-messages"]);
-        command.args(["--permission-prompt-tool", "stdio", "--permission-mode", permission_mode_flag(self.config.permission_mode)]);
+        command.args([
+            "-p",
+            "--input-format",
+            "stream-json",
+            "--output-format",
+            "stream-json",
+            "--verbose",
+            "--include-partial-messages",
+        ]);
+        command.args([
+            "--permission-prompt-tool",
+            "stdio",
+            "--permission-mode",
+            permission_mode_flag(self.config.permission_mode),
+        ]);
         if self.state.conversation_started {
             command.args(["--resume", &self.state.agent_session_id]);
         } else {
@@ -168,7 +190,9 @@ impl ClaudeDriver {
         let mut restarted_fresh = false;
         loop {
             let line = {
-                let Some(child) = self.child.as_mut() else { return self.failed(ctx, Error::StreamError("claude is not running".into())).await };
+                let Some(child) = self.child.as_mut() else {
+                    return self.failed(ctx, Error::StreamError("claude is not running".into())).await;
+                };
                 tokio::select! {
                     line = child.next_line() => line,
                     why = ctx.interrupted() => return Err(why),
@@ -300,11 +324,19 @@ impl ClaudeDriver {
                 let reply = match preset {
                     Some(reply) => {
                         let text = format!("{tool} allowed without asking: the user chose {reply:?} before");
-                        ctx.emit_raw(super::convert::status(format!("{request_id}-auto"), text), Some(line.to_string())).await?;
+                        ctx.emit_raw(
+                            super::convert::status(format!("{request_id}-auto"), text),
+                            Some(line.to_string()),
+                        )
+                        .await?;
                         reply
                     }
                     None => {
-                        self.state.pending = Some(PendingPermission { id: permission.id.clone(), tool: tool.clone(), input: input.clone() });
+                        self.state.pending = Some(PendingPermission {
+                            id: permission.id.clone(),
+                            tool: tool.clone(),
+                            input: input.clone(),
+                        });
                         self.save(ctx);
                         let pid = permission.id.clone();
                         ctx.request_permission(permission, Some(line)).await?;
@@ -318,7 +350,9 @@ impl ClaudeDriver {
                 }
                 self.save(ctx);
                 match reply {
-                    PermissionReply::Once | PermissionReply::Always => json!({"behavior": "allow", "updatedInput": input}),
+                    PermissionReply::Once | PermissionReply::Always => {
+                        json!({"behavior": "allow", "updatedInput": input})
+                    }
                     PermissionReply::Reject => {
                         if let Some(id) = &tool_use_id {
                             self.converter.denied(id);
@@ -355,7 +389,11 @@ fn answer_question(tool: &str, input: &Value, answer: QuestionAnswer) -> Value {
     let answers = match answer {
         QuestionAnswer::Answered(answers) => answers,
         QuestionAnswer::Rejected => {
-            let message = if tool == EXIT_PLAN_MODE { "The user rejected the plan: keep planning." } else { "The user declined to answer." };
+            let message = if tool == EXIT_PLAN_MODE {
+                "The user rejected the plan: keep planning."
+            } else {
+                "The user declined to answer."
+            };
             return json!({"behavior": "deny", "message": message});
         }
     };
@@ -390,7 +428,12 @@ impl AgentDriver for ClaudeDriver {
         Some(self.state.agent_session_id.clone())
     }
 
-    fn run_turn<'a>(&'a mut self, ctx: &'a TurnContext, turn: &'a TurnInput, resume: bool) -> BoxFuture<'a, Result<TurnOutcome, Interrupted>> {
+    fn run_turn<'a>(
+        &'a mut self,
+        ctx: &'a TurnContext,
+        turn: &'a TurnInput,
+        resume: bool,
+    ) -> BoxFuture<'a, Result<TurnOutcome, Interrupted>> {
         Box::pin(self.turn(ctx, turn, resume))
     }
 
@@ -421,7 +464,8 @@ mod tests {
         let approved = answer_question(EXIT_PLAN_MODE, &input, QuestionAnswer::Answered(vec![vec!["approve".into()]]));
         assert_eq!(approved["behavior"], "allow");
         assert_eq!(approved["updatedInput"], input);
-        let kept = answer_question(EXIT_PLAN_MODE, &input, QuestionAnswer::Answered(vec![vec!["keep planning".into()]]));
+        let kept =
+            answer_question(EXIT_PLAN_MODE, &input, QuestionAnswer::Answered(vec![vec!["keep planning".into()]]));
         assert_eq!(kept["behavior"], "deny");
         assert_eq!(answer_question(EXIT_PLAN_MODE, &input, QuestionAnswer::Rejected)["behavior"], "deny");
     }

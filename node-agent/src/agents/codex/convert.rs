@@ -13,7 +13,9 @@
 use serde_json::{Value, json};
 
 use crate::agents::convert::unparsed;
-use crate::universal::{EventData, Item, ItemKind, ItemStatus, PermissionReply, PermissionRequest, Question, QuestionRequest, Role};
+use crate::universal::{
+    EventData, Item, ItemKind, ItemStatus, PermissionReply, PermissionRequest, Question, QuestionRequest, Role,
+};
 
 /// The tool name of codex's shell commands in permission requests and tool calls.
 pub const SHELL_TOOL: &str = "shell";
@@ -93,29 +95,37 @@ impl Converter {
             | "item/reasoning/summaryTextDelta"
             | "item/plan/delta"
             | "item/commandExecution/outputDelta"
-            | "item/fileChange/outputDelta" => match (params.get("itemId").and_then(Value::as_str), params.get("delta").and_then(Value::as_str)) {
-                (Some(item_id), Some(delta)) if method == "item/commandExecution/outputDelta" => {
-                    // A command's output streams into its result item, which starts with it.
-                    let result_id = format!("{item_id}-result");
-                    let mut events = Vec::new();
-                    if self.streaming_results.insert(result_id.clone()) {
-                        let item = Item {
-                            id: result_id.clone(),
-                            kind: ItemKind::ToolResult,
-                            call_id: Some(item_id.to_string()),
-                            status: Some(ItemStatus::InProgress),
-                            ..Default::default()
-                        };
-                        events.push(EventData::ItemStarted { item });
+            | "item/fileChange/outputDelta" => {
+                match (params.get("itemId").and_then(Value::as_str), params.get("delta").and_then(Value::as_str)) {
+                    (Some(item_id), Some(delta)) if method == "item/commandExecution/outputDelta" => {
+                        // A command's output streams into its result item, which starts with it.
+                        let result_id = format!("{item_id}-result");
+                        let mut events = Vec::new();
+                        if self.streaming_results.insert(result_id.clone()) {
+                            let item = Item {
+                                id: result_id.clone(),
+                                kind: ItemKind::ToolResult,
+                                call_id: Some(item_id.to_string()),
+                                status: Some(ItemStatus::InProgress),
+                                ..Default::default()
+                            };
+                            events.push(EventData::ItemStarted { item });
+                        }
+                        events.push(EventData::ItemDelta { item_id: result_id, delta: delta.to_string() });
+                        events
                     }
-                    events.push(EventData::ItemDelta { item_id: result_id, delta: delta.to_string() });
-                    events
+                    (Some(item_id), Some(delta)) => {
+                        vec![EventData::ItemDelta { item_id: item_id.to_string(), delta: delta.to_string() }]
+                    }
+                    _ => vec![unparsed(format!("{method} without itemId or delta"))],
                 }
-                (Some(item_id), Some(delta)) => vec![EventData::ItemDelta { item_id: item_id.to_string(), delta: delta.to_string() }],
-                _ => vec![unparsed(format!("{method} without itemId or delta"))],
-            },
+            }
             "error" => {
-                let message = params.pointer("/error/message").and_then(Value::as_str).unwrap_or("codex reported an error").to_string();
+                let message = params
+                    .pointer("/error/message")
+                    .and_then(Value::as_str)
+                    .unwrap_or("codex reported an error")
+                    .to_string();
                 let retrying = params.get("willRetry").and_then(Value::as_bool).unwrap_or(false);
                 let code = Some(if retrying { "codex_error_retrying" } else { "codex_error" }.to_string());
                 vec![EventData::Error { message, code }]
@@ -126,9 +136,16 @@ impl Converter {
             }
             "thread/status/changed" => {
                 let kind = params.pointer("/status/type").and_then(Value::as_str).unwrap_or("unknown");
-                let flags: Vec<&str> =
-                    params.pointer("/status/activeFlags").and_then(Value::as_array).map(|f| f.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
-                let text = if flags.is_empty() { format!("thread {kind}") } else { format!("thread {kind} ({})", flags.join(", ")) };
+                let flags: Vec<&str> = params
+                    .pointer("/status/activeFlags")
+                    .and_then(Value::as_array)
+                    .map(|f| f.iter().filter_map(Value::as_str).collect())
+                    .unwrap_or_default();
+                let text = if flags.is_empty() {
+                    format!("thread {kind}")
+                } else {
+                    format!("thread {kind} ({})", flags.join(", "))
+                };
                 vec![self.status(text)]
             }
             "turn/started" => vec![self.status("turn started")],
@@ -136,7 +153,10 @@ impl Converter {
                 let status = params.pointer("/turn/status").and_then(Value::as_str).unwrap_or("completed");
                 let mut events = Vec::new();
                 if let Some(message) = params.pointer("/turn/error/message").and_then(Value::as_str) {
-                    events.push(EventData::Error { message: message.to_string(), code: Some("codex_turn_failed".into()) });
+                    events.push(EventData::Error {
+                        message: message.to_string(),
+                        code: Some("codex_turn_failed".into()),
+                    });
                 }
                 events.push(self.status(format!("turn {status}")));
                 events
@@ -144,7 +164,12 @@ impl Converter {
             "thread/tokenUsage/updated" => {
                 let total = params.pointer("/tokenUsage/total");
                 let count = |key: &str| total.and_then(|t| t.get(key)).and_then(Value::as_u64).unwrap_or(0);
-                vec![self.status(format!("tokens: {} in total ({} input, {} output)", count("totalTokens"), count("inputTokens"), count("outputTokens")))]
+                vec![self.status(format!(
+                    "tokens: {} in total ({} input, {} output)",
+                    count("totalTokens"),
+                    count("inputTokens"),
+                    count("outputTokens")
+                ))]
             }
             "account/rateLimits/updated" => vec![self.status("rate limits updated")],
             "serverRequest/resolved" => {
@@ -152,7 +177,10 @@ impl Converter {
                 vec![self.status(format!("request {id} resolved"))]
             }
             "configWarning" | "warning" | "guardianWarning" | "deprecationNotice" | "windows/worldWritableWarning" => {
-                let summary = [text("summary"), text("message")].into_iter().find(|s| !s.is_empty()).unwrap_or_else(|| method.to_string());
+                let summary = [text("summary"), text("message")]
+                    .into_iter()
+                    .find(|s| !s.is_empty())
+                    .unwrap_or_else(|| method.to_string());
                 vec![self.status(format!("{method}: {summary}"))]
             }
             "remoteControl/status/changed" => vec![self.status(format!("remote control {}", text("status")))],
@@ -164,7 +192,11 @@ impl Converter {
                     .map(|plan| {
                         plan.iter()
                             .map(|s| {
-                                format!("[{}] {}", s.get("status").and_then(Value::as_str).unwrap_or("?"), s.get("step").and_then(Value::as_str).unwrap_or(""))
+                                format!(
+                                    "[{}] {}",
+                                    s.get("status").and_then(Value::as_str).unwrap_or("?"),
+                                    s.get("step").and_then(Value::as_str).unwrap_or("")
+                                )
                             })
                             .collect()
                     })
@@ -231,7 +263,10 @@ impl Converter {
         let id = value.get("id").map(Value::to_string).unwrap_or_default();
         if let Some(error) = value.get("error") {
             let message = error.get("message").and_then(Value::as_str).unwrap_or("codex refused a request");
-            return vec![EventData::Error { message: format!("codex answered request {id} with an error: {message}"), code: Some("codex_rpc_error".into()) }];
+            return vec![EventData::Error {
+                message: format!("codex answered request {id} with an error: {message}"),
+                code: Some("codex_rpc_error".into()),
+            }];
         }
         let Some(result) = value.get("result") else {
             return vec![unparsed("a response with neither result nor error")];
@@ -259,14 +294,20 @@ impl Converter {
             "turn.completed" => {
                 let usage = value.get("usage");
                 let count = |key: &str| usage.and_then(|u| u.get(key)).and_then(Value::as_u64).unwrap_or(0);
-                vec![self.status(format!("turn completed ({} input, {} output tokens)", count("input_tokens"), count("output_tokens")))]
+                vec![self.status(format!(
+                    "turn completed ({} input, {} output tokens)",
+                    count("input_tokens"),
+                    count("output_tokens")
+                ))]
             }
             "turn.failed" => {
-                let message = value.pointer("/error/message").and_then(Value::as_str).unwrap_or("the turn failed").to_string();
+                let message =
+                    value.pointer("/error/message").and_then(Value::as_str).unwrap_or("the turn failed").to_string();
                 vec![EventData::Error { message, code: Some("codex_turn_failed".into()) }]
             }
             "error" => {
-                let message = value.get("message").and_then(Value::as_str).unwrap_or("codex reported an error").to_string();
+                let message =
+                    value.get("message").and_then(Value::as_str).unwrap_or("codex reported an error").to_string();
                 vec![EventData::Error { message, code: Some("codex_error".into()) }]
             }
             "item.started" | "item.updated" | "item.completed" => match value.get("item") {
@@ -302,13 +343,36 @@ fn app_item(item: &Value, completed: bool) -> Vec<EventData> {
             };
             let role = if kind == "userMessage" { Role::User } else { Role::Assistant };
             let text = if completed || !text.is_empty() { Some(text) } else { None };
-            vec![wrap(Item { id, kind: ItemKind::Message, role: Some(role), text, status: Some(progress), ..Default::default() })]
+            vec![wrap(Item {
+                id,
+                kind: ItemKind::Message,
+                role: Some(role),
+                text,
+                status: Some(progress),
+                ..Default::default()
+            })]
         }
         "reasoning" => {
-            let join = |key: &str| item.get(key).and_then(Value::as_array).map(|p| p.iter().filter_map(Value::as_str).collect::<Vec<_>>().join("\n"));
-            let text = [join("summary"), join("content")].into_iter().flatten().filter(|t| !t.is_empty()).collect::<Vec<_>>().join("\n");
+            let join = |key: &str| {
+                item.get(key)
+                    .and_then(Value::as_array)
+                    .map(|p| p.iter().filter_map(Value::as_str).collect::<Vec<_>>().join("\n"))
+            };
+            let text = [join("summary"), join("content")]
+                .into_iter()
+                .flatten()
+                .filter(|t| !t.is_empty())
+                .collect::<Vec<_>>()
+                .join("\n");
             let text = if completed || !text.is_empty() { Some(text) } else { None };
-            vec![wrap(Item { id, kind: ItemKind::Reasoning, role: Some(Role::Assistant), text, status: Some(progress), ..Default::default() })]
+            vec![wrap(Item {
+                id,
+                kind: ItemKind::Reasoning,
+                role: Some(Role::Assistant),
+                text,
+                status: Some(progress),
+                ..Default::default()
+            })]
         }
         "commandExecution" => {
             let input = json!({"command": item.get("command"), "cwd": item.get("cwd")});
@@ -357,7 +421,14 @@ fn app_item(item: &Value, completed: bool) -> Vec<EventData> {
             };
             let input = item.get("arguments").or_else(|| item.get("prompt")).cloned();
             let status = tool_status(str_of(item, "status"), completed);
-            let mut events = vec![wrap(Item { id: id.clone(), kind: ItemKind::ToolCall, tool: Some(tool), input, status: Some(status), ..Default::default() })];
+            let mut events = vec![wrap(Item {
+                id: id.clone(),
+                kind: ItemKind::ToolCall,
+                tool: Some(tool),
+                input,
+                status: Some(status),
+                ..Default::default()
+            })];
             if completed {
                 let output = [item.get("result"), item.get("contentItems"), item.get("error")]
                     .into_iter()
@@ -371,16 +442,30 @@ fn app_item(item: &Value, completed: bool) -> Vec<EventData> {
         }
         "webSearch" => {
             let input = json!({"query": item.get("query")});
-            vec![wrap(Item { id, kind: ItemKind::ToolCall, tool: Some("web_search".into()), input: Some(input), status: Some(progress), ..Default::default() })]
+            vec![wrap(Item {
+                id,
+                kind: ItemKind::ToolCall,
+                tool: Some("web_search".into()),
+                input: Some(input),
+                status: Some(progress),
+                ..Default::default()
+            })]
         }
-        "hookPrompt" | "functionCallOutput" | "subAgentActivity" | "imageView" | "sleep" | "imageGeneration" | "enteredReviewMode" | "exitedReviewMode"
-        | "contextCompaction" => {
+        "hookPrompt" | "functionCallOutput" | "subAgentActivity" | "imageView" | "sleep" | "imageGeneration"
+        | "enteredReviewMode" | "exitedReviewMode" | "contextCompaction" => {
             let text = match kind {
                 "imageView" => format!("viewed image {}", str_of(item, "path").unwrap_or("?")),
                 "contextCompaction" => "context compacted".to_string(),
                 other => other.to_string(),
             };
-            vec![wrap(Item { id, kind: ItemKind::Status, role: Some(Role::System), text: Some(text), status: Some(progress), ..Default::default() })]
+            vec![wrap(Item {
+                id,
+                kind: ItemKind::Status,
+                role: Some(Role::System),
+                text: Some(text),
+                status: Some(progress),
+                ..Default::default()
+            })]
         }
         other => vec![unparsed(format!("unknown codex item type {other:?}"))],
     }
@@ -420,8 +505,22 @@ fn exec_item(item: &Value, event: &str) -> Vec<EventData> {
     let progress = if completed { ItemStatus::Completed } else { ItemStatus::InProgress };
     let text = str_of(item, "text").map(str::to_string);
     match str_of(item, "type").unwrap_or_default() {
-        "agent_message" => vec![wrap(Item { id, kind: ItemKind::Message, role: Some(Role::Assistant), text, status: Some(progress), ..Default::default() })],
-        "reasoning" => vec![wrap(Item { id, kind: ItemKind::Reasoning, role: Some(Role::Assistant), text, status: Some(progress), ..Default::default() })],
+        "agent_message" => vec![wrap(Item {
+            id,
+            kind: ItemKind::Message,
+            role: Some(Role::Assistant),
+            text,
+            status: Some(progress),
+            ..Default::default()
+        })],
+        "reasoning" => vec![wrap(Item {
+            id,
+            kind: ItemKind::Reasoning,
+            role: Some(Role::Assistant),
+            text,
+            status: Some(progress),
+            ..Default::default()
+        })],
         "command_execution" => {
             let status = match str_of(item, "status") {
                 Some("failed") => ItemStatus::Failed,
@@ -440,15 +539,28 @@ fn exec_item(item: &Value, event: &str) -> Vec<EventData> {
             };
             let mut events = vec![wrap(call)];
             if completed {
-                events.push(tool_result(&id, str_of(item, "aggregated_output").unwrap_or_default().to_string(), status));
+                events.push(tool_result(
+                    &id,
+                    str_of(item, "aggregated_output").unwrap_or_default().to_string(),
+                    status,
+                ));
             }
             events
         }
         "file_change" => {
-            let paths: Vec<&str> =
-                item.get("changes").and_then(Value::as_array).map(|c| c.iter().filter_map(|c| str_of(c, "path")).collect()).unwrap_or_default();
+            let paths: Vec<&str> = item
+                .get("changes")
+                .and_then(Value::as_array)
+                .map(|c| c.iter().filter_map(|c| str_of(c, "path")).collect())
+                .unwrap_or_default();
             let status = if str_of(item, "status") == Some("failed") { ItemStatus::Failed } else { progress };
-            vec![wrap(Item { id, kind: ItemKind::FileChange, path: Some(paths.join(", ")), status: Some(status), ..Default::default() })]
+            vec![wrap(Item {
+                id,
+                kind: ItemKind::FileChange,
+                path: Some(paths.join(", ")),
+                status: Some(status),
+                ..Default::default()
+            })]
         }
         "mcp_tool_call" => {
             let tool = format!("{}/{}", str_of(item, "server").unwrap_or("?"), str_of(item, "tool").unwrap_or("?"));
@@ -469,14 +581,30 @@ fn exec_item(item: &Value, event: &str) -> Vec<EventData> {
         }
         "web_search" => {
             let input = json!({"query": item.get("query")});
-            vec![wrap(Item { id, kind: ItemKind::ToolCall, tool: Some("web_search".into()), input: Some(input), status: Some(progress), ..Default::default() })]
+            vec![wrap(Item {
+                id,
+                kind: ItemKind::ToolCall,
+                tool: Some("web_search".into()),
+                input: Some(input),
+                status: Some(progress),
+                ..Default::default()
+            })]
         }
         "todo_list" => {
             let steps: Vec<String> = item
                 .get("items")
                 .and_then(Value::as_array)
                 .map(|items| {
-                    items.iter().map(|i| format!("[{}] {}", if i["completed"] == true { "x" } else { " " }, str_of(i, "text").unwrap_or(""))).collect()
+                    items
+                        .iter()
+                        .map(|i| {
+                            format!(
+                                "[{}] {}",
+                                if i["completed"] == true { "x" } else { " " },
+                                str_of(i, "text").unwrap_or("")
+                            )
+                        })
+                        .collect()
                 })
                 .unwrap_or_default();
             vec![wrap(Item {
@@ -507,10 +635,16 @@ pub fn permission_request(method: &str, rpc_id: &Value, params: &Value) -> Optio
             }
             (SHELL_TOOL, input)
         }
-        "item/fileChange/requestApproval" => (PATCH_TOOL, json!({"reason": params.get("reason"), "grantRoot": params.get("grantRoot")})),
+        "item/fileChange/requestApproval" => {
+            (PATCH_TOOL, json!({"reason": params.get("reason"), "grantRoot": params.get("grantRoot")}))
+        }
         _ => return None,
     };
-    let id = format!("{}-approval-{}", item_id.as_deref().unwrap_or("codex"), rpc_id.as_str().map(str::to_string).unwrap_or_else(|| rpc_id.to_string()));
+    let id = format!(
+        "{}-approval-{}",
+        item_id.as_deref().unwrap_or("codex"),
+        rpc_id.as_str().map(str::to_string).unwrap_or_else(|| rpc_id.to_string())
+    );
     Some(PermissionRequest {
         id,
         tool: tool.to_string(),
@@ -541,14 +675,19 @@ pub fn question_request(method: &str, rpc_id: &Value, params: &Value) -> Option<
         })
         .collect();
     let item_id = str_of(params, "itemId").unwrap_or("codex");
-    let id = format!("{item_id}-question-{}", rpc_id.as_str().map(str::to_string).unwrap_or_else(|| rpc_id.to_string()));
+    let id =
+        format!("{item_id}-question-{}", rpc_id.as_str().map(str::to_string).unwrap_or_else(|| rpc_id.to_string()));
     Some(QuestionRequest { id, questions })
 }
 
 /// The ids of the questions of an `item/tool/requestUserInput` request, in order (the
 /// answer maps each to its answers).
 pub fn question_ids(params: &Value) -> Vec<String> {
-    params.get("questions").and_then(Value::as_array).map(|q| q.iter().filter_map(|q| str_of(q, "id").map(str::to_string)).collect()).unwrap_or_default()
+    params
+        .get("questions")
+        .and_then(Value::as_array)
+        .map(|q| q.iter().filter_map(|q| str_of(q, "id").map(str::to_string)).collect())
+        .unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -57,7 +57,10 @@ pub fn validate(request: &CreateSessionRequest) -> Result<()> {
     if let Some(variant) = &request.variant
         && !EFFORTS.contains(&variant.as_str())
     {
-        return Err(Error::InvalidRequest(format!("codex's variant is its reasoning effort, one of {}, not {variant:?}", EFFORTS.join(", "))));
+        return Err(Error::InvalidRequest(format!(
+            "codex's variant is its reasoning effort, one of {}, not {variant:?}",
+            EFFORTS.join(", ")
+        )));
     }
     Ok(())
 }
@@ -66,10 +69,12 @@ pub fn start<'a>(config: &'a DriverConfig, saved: Option<Value>) -> BoxFuture<'a
     Box::pin(async move {
         let installed = config.host.installer.ensure(AgentId::Codex, config.agent_version.as_deref()).await?;
         let state = match saved {
-            Some(saved) => serde_json::from_value(saved).map_err(|e| Error::InvalidRequest(format!("codex's saved state is unreadable: {e}")))?,
+            Some(saved) => serde_json::from_value(saved)
+                .map_err(|e| Error::InvalidRequest(format!("codex's saved state is unreadable: {e}")))?,
             None => CodexState::default(),
         };
-        let mut driver = CodexDriver { config: config.clone(), bin: installed.bin, state, server: None, backlog: Vec::new() };
+        let mut driver =
+            CodexDriver { config: config.clone(), bin: installed.bin, state, server: None, backlog: Vec::new() };
         driver.connect().await?;
         Ok(Box::new(driver) as Box<dyn AgentDriver>)
     })
@@ -179,7 +184,8 @@ impl CodexDriver {
         let thread_id = self.state.thread_id.clone();
         let backlog = &mut self.backlog;
         let opened = tokio::time::timeout(STARTUP, async {
-            let client = json!({"name": "agentplane", "title": "agentplane node agent", "version": env!("CARGO_PKG_VERSION")});
+            let client =
+                json!({"name": "agentplane", "title": "agentplane node agent", "version": env!("CARGO_PKG_VERSION")});
             server.request("initialize", json!({ "clientInfo": client }), backlog).await?;
             server.child.send(&json!({"jsonrpc": "2.0", "method": "initialized"})).await?;
             match thread_id {
@@ -201,7 +207,10 @@ impl CodexDriver {
             Err(_) => {
                 server.child.stop(STOP_GRACE).await;
                 let tail = server.child.stderr_tail();
-                return Err(Error::Timeout(format!("codex app-server did not open a thread within {} s; stderr: {tail}", STARTUP.as_secs())));
+                return Err(Error::Timeout(format!(
+                    "codex app-server did not open a thread within {} s; stderr: {tail}",
+                    STARTUP.as_secs()
+                )));
             }
         };
         let Some(thread_id) = result.pointer("/thread/id").and_then(Value::as_str) else {
@@ -267,7 +276,8 @@ impl CodexDriver {
                     Some(line) => Self::report(ctx, &mut server.converter, &line).await?,
                     None => {
                         let error = server.child.exited().await;
-                        ctx.emit(EventData::Error { message: error.to_string(), code: Some(error.code().to_string()) }).await?;
+                        ctx.emit(EventData::Error { message: error.to_string(), code: Some(error.code().to_string()) })
+                            .await?;
                         self.server = None;
                         break;
                     }
@@ -280,7 +290,9 @@ impl CodexDriver {
             return self.failed(ctx, &error).await;
         }
         self.report_backlog(ctx).await?;
-        let Some(server) = self.server.as_mut() else { return self.failed(ctx, &Error::StreamError("codex is not running".into())).await };
+        let Some(server) = self.server.as_mut() else {
+            return self.failed(ctx, &Error::StreamError("codex is not running".into())).await;
+        };
         let thread_id = self.state.thread_id.clone().unwrap_or_default();
         self.state.turn_in_codex = Some(turn.number);
         ctx.save_state(serde_json::to_value(&self.state).unwrap_or(Value::Null));
@@ -293,7 +305,9 @@ impl CodexDriver {
         }
         let mut reconnects = 0;
         loop {
-            let Some(server) = self.server.as_mut() else { return self.failed(ctx, &Error::StreamError("codex is not running".into())).await };
+            let Some(server) = self.server.as_mut() else {
+                return self.failed(ctx, &Error::StreamError("codex is not running".into())).await;
+            };
             let line = tokio::select! {
                 line = server.child.next_line() => line,
                 why = ctx.interrupted() => return Err(why),
@@ -313,27 +327,39 @@ impl CodexDriver {
             if method == Some("error") && value.pointer("/params/willRetry").and_then(Value::as_bool) == Some(true) {
                 reconnects += 1;
                 if reconnects >= MAX_RECONNECTS {
-                    let detail = value.pointer("/params/error/additionalDetails").and_then(Value::as_str).unwrap_or("no details");
-                    let error = Error::Timeout(format!("codex could not reach its model provider after {reconnects} attempts ({detail}); the turn is given up"));
+                    let detail = value
+                        .pointer("/params/error/additionalDetails")
+                        .and_then(Value::as_str)
+                        .unwrap_or("no details");
+                    let error = Error::Timeout(format!(
+                        "codex could not reach its model provider after {reconnects} attempts ({detail}); the turn is given up"
+                    ));
                     // The app-server goes with it; the next turn resumes the thread in a new one.
                     return self.failed(ctx, &error).await;
                 }
             } else if method.is_some_and(|m| m.starts_with("item/")) {
                 reconnects = 0;
             }
-            if method.is_none() && value.get("id").and_then(Value::as_u64) == Some(request_id) && value.get("error").is_some() {
+            if method.is_none()
+                && value.get("id").and_then(Value::as_u64) == Some(request_id)
+                && value.get("error").is_some()
+            {
                 self.state.turn_in_codex = None;
                 self.save(ctx);
-                let message = value.pointer("/error/message").and_then(Value::as_str).unwrap_or("codex refused the turn");
+                let message =
+                    value.pointer("/error/message").and_then(Value::as_str).unwrap_or("codex refused the turn");
                 return Ok(TurnOutcome::failed(message));
             }
-            if method == Some("turn/completed") && value.pointer("/params/threadId").and_then(Value::as_str) == Some(thread_id.as_str()) {
+            if method == Some("turn/completed")
+                && value.pointer("/params/threadId").and_then(Value::as_str) == Some(thread_id.as_str())
+            {
                 self.state.turn_in_codex = None;
                 self.save(ctx);
                 return Ok(match value.pointer("/params/turn/status").and_then(Value::as_str) {
                     Some("completed") | None => TurnOutcome::completed(),
                     Some(status) => {
-                        let error = value.pointer("/params/turn/error/message").and_then(Value::as_str).unwrap_or(status);
+                        let error =
+                            value.pointer("/params/turn/error/message").and_then(Value::as_str).unwrap_or(status);
                         TurnOutcome::failed(format!("codex's turn {status}: {error}"))
                     }
                 });
@@ -344,7 +370,14 @@ impl CodexDriver {
     /// Answers one of codex's requests: an approval through a permission request, a
     /// request for user input through a question; anything else is refused, so that
     /// codex does not wait for an answer that never comes.
-    async fn answer(&mut self, ctx: &TurnContext, line: &str, method: &str, id: Value, params: Value) -> Result<(), Interrupted> {
+    async fn answer(
+        &mut self,
+        ctx: &TurnContext,
+        line: &str,
+        method: &str,
+        id: Value,
+        params: Value,
+    ) -> Result<(), Interrupted> {
         let result = if let Some(request) = convert::permission_request(method, &id, &params) {
             let reply = if self.config.permission_mode == PermissionMode::Bypass {
                 PermissionReply::Once
@@ -374,8 +407,11 @@ impl CodexDriver {
                 QuestionAnswer::Answered(answers) => answers,
                 QuestionAnswer::Rejected => Vec::new(),
             };
-            let by_id: serde_json::Map<String, Value> =
-                convert::question_ids(&params).into_iter().zip(answers).map(|(q, a)| (q, json!({ "answers": a }))).collect();
+            let by_id: serde_json::Map<String, Value> = convert::question_ids(&params)
+                .into_iter()
+                .zip(answers)
+                .map(|(q, a)| (q, json!({ "answers": a })))
+                .collect();
             Some(json!({ "answers": by_id }))
         } else {
             None
@@ -433,7 +469,12 @@ impl AgentDriver for CodexDriver {
         self.state.thread_id.clone()
     }
 
-    fn run_turn<'a>(&'a mut self, ctx: &'a TurnContext, turn: &'a TurnInput, resume: bool) -> BoxFuture<'a, Result<TurnOutcome, Interrupted>> {
+    fn run_turn<'a>(
+        &'a mut self,
+        ctx: &'a TurnContext,
+        turn: &'a TurnInput,
+        resume: bool,
+    ) -> BoxFuture<'a, Result<TurnOutcome, Interrupted>> {
         Box::pin(self.turn(ctx, turn, resume))
     }
 

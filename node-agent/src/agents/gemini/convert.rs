@@ -52,7 +52,14 @@ impl Converter {
     fn close(&mut self, events: &mut Vec<EventData>) {
         if let Some(open) = self.open.take() {
             let role = (open.kind == ItemKind::Message).then_some(Role::Assistant);
-            let item = Item { id: open.id, kind: open.kind, role, text: Some(open.text), status: Some(ItemStatus::Completed), ..Default::default() };
+            let item = Item {
+                id: open.id,
+                kind: open.kind,
+                role,
+                text: Some(open.text),
+                status: Some(ItemStatus::Completed),
+                ..Default::default()
+            };
             events.push(EventData::ItemCompleted { item });
         }
     }
@@ -66,7 +73,9 @@ impl Converter {
         if self.open.is_none() {
             let id = self.next_id(if kind == ItemKind::Reasoning { "reasoning" } else { "message" });
             let role = (kind == ItemKind::Message).then_some(Role::Assistant);
-            events.push(EventData::ItemStarted { item: Item { id: id.clone(), kind, role, status: Some(ItemStatus::InProgress), ..Default::default() } });
+            events.push(EventData::ItemStarted {
+                item: Item { id: id.clone(), kind, role, status: Some(ItemStatus::InProgress), ..Default::default() },
+            });
             self.open = Some(Open { id, kind, text: String::new() });
         }
         if let Some(open) = self.open.as_mut() {
@@ -78,12 +87,24 @@ impl Converter {
     /// A status line: something the agent reports that is not conversation.
     fn status(&mut self, text: String) -> EventData {
         let id = self.next_id("status");
-        EventData::ItemCompleted { item: Item { id, kind: ItemKind::Status, text: Some(text), status: Some(ItemStatus::Completed), ..Default::default() } }
+        EventData::ItemCompleted {
+            item: Item {
+                id,
+                kind: ItemKind::Status,
+                text: Some(text),
+                status: Some(ItemStatus::Completed),
+                ..Default::default()
+            },
+        }
     }
 
     /// The events of a tool call that ended: the call, completed, and its result.
     fn finish_call(&mut self, id: &str, status: ItemStatus, output: Option<String>, events: &mut Vec<EventData>) {
-        let mut call = self.calls.remove(id).unwrap_or_else(|| Item { id: id.to_string(), kind: ItemKind::ToolCall, ..Default::default() });
+        let mut call = self.calls.remove(id).unwrap_or_else(|| Item {
+            id: id.to_string(),
+            kind: ItemKind::ToolCall,
+            ..Default::default()
+        });
         call.status = Some(status);
         events.push(EventData::ItemCompleted { item: call });
         let result = Item {
@@ -107,9 +128,15 @@ impl Converter {
     fn acp(&mut self, message: &Value) -> Vec<EventData> {
         let mut events = Vec::new();
         match message.get("method").and_then(Value::as_str) {
-            Some("session/update") => self.update(message.pointer("/params/update").unwrap_or(&Value::Null), &mut events),
-            Some("session/request_permission") => self.permission(message.get("params").unwrap_or(&Value::Null), &mut events),
-            Some(method) => events.push(unparsed(format!("gemini asked for {method:?}, which this client does not offer"))),
+            Some("session/update") => {
+                self.update(message.pointer("/params/update").unwrap_or(&Value::Null), &mut events)
+            }
+            Some("session/request_permission") => {
+                self.permission(message.get("params").unwrap_or(&Value::Null), &mut events)
+            }
+            Some(method) => {
+                events.push(unparsed(format!("gemini asked for {method:?}, which this client does not offer")))
+            }
             None => self.response(message, &mut events),
         }
         events
@@ -131,7 +158,13 @@ impl Converter {
             Some("user_message_chunk") => {
                 self.close(events);
                 let id = self.next_id("user");
-                let item = Item { id, kind: ItemKind::Message, role: Some(Role::User), text: text().map(str::to_string), ..Default::default() };
+                let item = Item {
+                    id,
+                    kind: ItemKind::Message,
+                    role: Some(Role::User),
+                    text: text().map(str::to_string),
+                    ..Default::default()
+                };
                 events.push(EventData::ItemCompleted { item });
             }
             Some("tool_call") => {
@@ -226,7 +259,8 @@ impl Converter {
     fn response(&mut self, message: &Value, events: &mut Vec<EventData>) {
         self.close(events);
         if let Some(error) = message.get("error") {
-            let mut text = error.get("message").and_then(Value::as_str).unwrap_or("gemini answered with an error").to_string();
+            let mut text =
+                error.get("message").and_then(Value::as_str).unwrap_or("gemini answered with an error").to_string();
             if let Some(details) = error.pointer("/data/details").and_then(Value::as_str) {
                 text = format!("{text}: {details}");
             }
@@ -289,7 +323,13 @@ impl Converter {
                     Some("user") => {
                         self.close(&mut events);
                         let id = self.next_id("user");
-                        let item = Item { id, kind: ItemKind::Message, role: Some(Role::User), text: Some(content.to_string()), ..Default::default() };
+                        let item = Item {
+                            id,
+                            kind: ItemKind::Message,
+                            role: Some(Role::User),
+                            text: Some(content.to_string()),
+                            ..Default::default()
+                        };
                         events.push(EventData::ItemCompleted { item });
                     }
                     other => events.push(unparsed(format!("a message of role {other:?}"))),
@@ -318,7 +358,8 @@ impl Converter {
                     events.push(unparsed("a tool result without an id"));
                     return events;
                 };
-                let status = if str_of("status") == Some("success") { ItemStatus::Completed } else { ItemStatus::Failed };
+                let status =
+                    if str_of("status") == Some("success") { ItemStatus::Completed } else { ItemStatus::Failed };
                 let output = match message.get("output") {
                     Some(Value::String(s)) => Some(s.clone()),
                     Some(other) => Some(other.to_string()),
@@ -335,7 +376,10 @@ impl Converter {
                         }
                     }
                     Some(status) => {
-                        let message = message.pointer("/error/message").and_then(Value::as_str).map_or_else(|| format!("gemini ended with {status}"), str::to_string);
+                        let message = message
+                            .pointer("/error/message")
+                            .and_then(Value::as_str)
+                            .map_or_else(|| format!("gemini ended with {status}"), str::to_string);
                         events.push(EventData::Error { message, code: Some("agent_error".into()) });
                     }
                 }
@@ -396,7 +440,14 @@ fn tool_call(id: &str, value: &Value) -> Item {
         Some("failed") => ItemStatus::Failed,
         _ => ItemStatus::InProgress,
     };
-    Item { id: id.to_string(), kind: ItemKind::ToolCall, tool: Some(tool), input: Some(input), status: Some(status), ..Default::default() }
+    Item {
+        id: id.to_string(),
+        kind: ItemKind::ToolCall,
+        tool: Some(tool),
+        input: Some(input),
+        status: Some(status),
+        ..Default::default()
+    }
 }
 
 /// `completed` or `failed`: the call is over.
@@ -426,8 +477,13 @@ fn content_text(value: &Value) -> Option<String> {
 
 /// The universal replies a permission request offers, from its options' kinds.
 fn reply_options(params: &Value) -> Vec<PermissionReply> {
-    let kinds: Vec<&str> =
-        params.get("options").and_then(Value::as_array).into_iter().flatten().filter_map(|o| o.get("kind").and_then(Value::as_str)).collect();
+    let kinds: Vec<&str> = params
+        .get("options")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|o| o.get("kind").and_then(Value::as_str))
+        .collect();
     let mut options = Vec::new();
     if kinds.contains(&"allow_once") {
         options.push(PermissionReply::Once);
@@ -451,7 +507,12 @@ pub fn option_for(params: &Value, reply: PermissionReply) -> Option<String> {
         PermissionReply::Reject => &["reject_once", "reject_always"],
     };
     wanted.iter().find_map(|kind| {
-        options.iter().find(|o| o.get("kind").and_then(Value::as_str) == Some(kind)).and_then(|o| o.get("optionId")).and_then(Value::as_str).map(str::to_string)
+        options
+            .iter()
+            .find(|o| o.get("kind").and_then(Value::as_str) == Some(kind))
+            .and_then(|o| o.get("optionId"))
+            .and_then(Value::as_str)
+            .map(str::to_string)
     })
 }
 
@@ -468,12 +529,20 @@ mod tests {
             json!({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": "s", "update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": t}}}}).to_string()
         };
         let first = c.convert(&chunk("hel"));
-        assert!(matches!(&first[..], [EventData::ItemStarted { item }, EventData::ItemDelta { delta, .. }] if item.id == "t2-message-1" && delta == "hel"));
-        assert!(matches!(&c.convert(&chunk("lo"))[..], [EventData::ItemDelta { item_id, .. }] if item_id == "t2-message-1"));
+        assert!(
+            matches!(&first[..], [EventData::ItemStarted { item }, EventData::ItemDelta { delta, .. }] if item.id == "t2-message-1" && delta == "hel")
+        );
+        assert!(
+            matches!(&c.convert(&chunk("lo"))[..], [EventData::ItemDelta { item_id, .. }] if item_id == "t2-message-1")
+        );
         let end = c.convert(r#"{"jsonrpc":"2.0","id":3,"result":{"stopReason":"end_turn"}}"#);
-        assert!(matches!(&end[..], [EventData::ItemCompleted { item }] if item.text.as_deref() == Some("hello") && item.role == Some(Role::Assistant)));
+        assert!(
+            matches!(&end[..], [EventData::ItemCompleted { item }] if item.text.as_deref() == Some("hello") && item.role == Some(Role::Assistant))
+        );
         // The next prompt's items are the next turn's.
-        assert!(matches!(&c.convert(&chunk("x"))[..], [EventData::ItemStarted { item }, _] if item.id.starts_with("t3-")));
+        assert!(
+            matches!(&c.convert(&chunk("x"))[..], [EventData::ItemStarted { item }, _] if item.id.starts_with("t3-"))
+        );
     }
 
     #[test]
@@ -481,7 +550,9 @@ mod tests {
         let mut c = Converter::default();
         let line = r#"{"jsonrpc":"2.0","id":0,"method":"session/request_permission","params":{"sessionId":"s","options":[{"optionId":"proceed_always","name":"Allow for this session","kind":"allow_always"},{"optionId":"proceed_once","name":"Allow","kind":"allow_once"},{"optionId":"cancel","name":"Reject","kind":"reject_once"}],"toolCall":{"toolCallId":"run_shell_command__run_shell_command_1_0","status":"pending","title":"touch a.txt","content":[{"type":"content","content":{"type":"text","text":"[current working directory /w] (run a command)"}}],"locations":[],"kind":"execute"}}}"#;
         let events = c.convert(line);
-        let [EventData::ItemStarted { item }, EventData::PermissionRequested(request)] = &events[..] else { panic!("{events:?}") };
+        let [EventData::ItemStarted { item }, EventData::PermissionRequested(request)] = &events[..] else {
+            panic!("{events:?}")
+        };
         assert_eq!(item.tool.as_deref(), Some("run_shell_command"));
         assert_eq!(request.id, "run_shell_command__run_shell_command_1_0");
         assert_eq!(request.input["command"], "touch a.txt");
@@ -491,16 +562,25 @@ mod tests {
         assert_eq!(option_for(&params, PermissionReply::Always).as_deref(), Some("proceed_always"));
         assert_eq!(option_for(&params, PermissionReply::Reject).as_deref(), Some("cancel"));
         let denied = c.denied("run_shell_command__run_shell_command_1_0");
-        assert!(matches!(&denied[..], [EventData::ItemCompleted { item: call }, EventData::ItemCompleted { item: result }]
-            if call.tool.as_deref() == Some("run_shell_command") && result.status == Some(ItemStatus::Denied)));
+        assert!(
+            matches!(&denied[..], [EventData::ItemCompleted { item: call }, EventData::ItemCompleted { item: result }]
+            if call.tool.as_deref() == Some("run_shell_command") && result.status == Some(ItemStatus::Denied))
+        );
     }
 
     #[test]
     fn errors_and_strangers() {
         let mut c = Converter::default();
         let events = c.convert(r#"{"jsonrpc":"2.0","id":2,"error":{"code":-32603,"message":"Internal error","data":{"details":"Invalid session identifier"}}}"#);
-        assert!(matches!(&events[..], [EventData::Error { message, .. }] if message == "Internal error: Invalid session identifier"));
-        for line in ["not json", "{}", r#"{"type":"mystery"}"#, r#"{"jsonrpc":"2.0","method":"session/update","params":{"update":{"sessionUpdate":"new_thing"}}}"#] {
+        assert!(
+            matches!(&events[..], [EventData::Error { message, .. }] if message == "Internal error: Invalid session identifier")
+        );
+        for line in [
+            "not json",
+            "{}",
+            r#"{"type":"mystery"}"#,
+            r#"{"jsonrpc":"2.0","method":"session/update","params":{"update":{"sessionUpdate":"new_thing"}}}"#,
+        ] {
             assert!(matches!(&c.convert(line)[..], [EventData::AgentUnparsed { .. }]), "{line}");
         }
     }

@@ -45,7 +45,8 @@ const REPLAY: Duration = Duration::from_secs(10);
 /// What the CLI needs to use an API key (and a base URL) rather than a Google login.
 /// Its session cleanup is off: it deletes a conversation that was resumed once (the
 /// resume leaves an empty file with the same short id, which it counts as corrupt).
-const SETTINGS: &str = r#"{"security":{"auth":{"selectedType":"gemini-api-key"}},"general":{"sessionRetention":{"enabled":false}}}"#;
+const SETTINGS: &str =
+    r#"{"security":{"auth":{"selectedType":"gemini-api-key"}},"general":{"sessionRetention":{"enabled":false}}}"#;
 
 pub fn capabilities() -> AgentCapabilities {
     AgentCapabilities { permissions: true, questions: false, resume: true, streaming_deltas: true }
@@ -58,7 +59,9 @@ pub fn validate(request: &CreateSessionRequest) -> Result<()> {
         )));
     }
     if let Some(variant) = &request.variant {
-        return Err(Error::ModeNotSupported(format!("gemini has no model variants (asked for {variant:?}): name the model instead")));
+        return Err(Error::ModeNotSupported(format!(
+            "gemini has no model variants (asked for {variant:?}): name the model instead"
+        )));
     }
     Ok(())
 }
@@ -92,7 +95,8 @@ impl Launch {
         write_settings(&home).await?;
         let cwd = match &config.working_dir {
             Some(dir) => PathBuf::from(dir),
-            None => std::env::current_dir().map_err(|e| Error::InvalidRequest(format!("the node agent has no working directory: {e}")))?,
+            None => std::env::current_dir()
+                .map_err(|e| Error::InvalidRequest(format!("the node agent has no working directory: {e}")))?,
         };
         let approval = match config.permission_mode {
             PermissionMode::Default => "default",
@@ -101,7 +105,8 @@ impl Launch {
         };
         let model = config.model.clone().unwrap_or_else(|| DEFAULT_MODEL.to_string());
         // `--skip-trust`: an untrusted folder refuses `yolo` and skips the project's settings.
-        let args = ["--acp", "--skip-trust", "--approval-mode", approval, "--model", &model].map(str::to_string).to_vec();
+        let args =
+            ["--acp", "--skip-trust", "--approval-mode", approval, "--model", &model].map(str::to_string).to_vec();
         let mut env: Vec<(String, String)> = config.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
         env.push(("HOME".into(), home.display().to_string()));
         // One process to stop and to wait for, rather than a relaunched child with a larger heap.
@@ -248,7 +253,9 @@ impl GeminiDriver {
             None => {
                 let result = acp.call("session/new", json!({"cwd": cwd, "mcpServers": []})).await?;
                 let id = result.get("sessionId").and_then(Value::as_str);
-                let id = id.ok_or_else(|| Error::StreamError(format!("gemini's session/new answered no sessionId: {result}")))?;
+                let id = id.ok_or_else(|| {
+                    Error::StreamError(format!("gemini's session/new answered no sessionId: {result}"))
+                })?;
                 self.session_id = Some(id.to_string());
             }
         }
@@ -259,7 +266,9 @@ impl GeminiDriver {
         if resume {
             // The CLI that ran this turn went with the node agent; what it did of the
             // turn is in its session, but not how far it got.
-            let message = "the node agent restarted during this turn; gemini does not continue it: send the message again".to_string();
+            let message =
+                "the node agent restarted during this turn; gemini does not continue it: send the message again"
+                    .to_string();
             ctx.emit(EventData::Error { message: message.clone(), code: Some("turn_interrupted".into()) }).await?;
             return Ok(TurnOutcome::failed(message));
         }
@@ -286,7 +295,12 @@ impl GeminiDriver {
     async fn prompt(&mut self, ctx: &TurnContext, message: &str) -> Result<TurnOutcome, TurnError> {
         let session_id = self.session_id.clone().unwrap_or_default();
         let acp = self.process.as_mut().ok_or_else(|| Error::StreamError("gemini is not running".into()))?;
-        let prompt_id = acp.send_request("session/prompt", json!({"sessionId": session_id, "prompt": [{"type": "text", "text": message}]})).await?;
+        let prompt_id = acp
+            .send_request(
+                "session/prompt",
+                json!({"sessionId": session_id, "prompt": [{"type": "text", "text": message}]}),
+            )
+            .await?;
         loop {
             let line = acp.next_line(SILENCE, "running a turn").await?;
             let Ok(native) = serde_json::from_str::<Value>(&line) else {
@@ -319,7 +333,9 @@ impl GeminiDriver {
                         Some(option) => json!({"outcome": "selected", "optionId": option}),
                         None => json!({"outcome": "cancelled"}),
                     };
-                    acp.child.send(&json!({"jsonrpc": "2.0", "id": request_id, "result": {"outcome": outcome}})).await?;
+                    acp.child
+                        .send(&json!({"jsonrpc": "2.0", "id": request_id, "result": {"outcome": outcome}}))
+                        .await?;
                     if reply == PermissionReply::Reject {
                         for event in self.converter.denied(&permission_id) {
                             ctx.emit(event).await?;
@@ -332,7 +348,10 @@ impl GeminiDriver {
                     let error = json!({"code": -32601, "message": format!("{other} is not offered by this client")});
                     acp.child.send(&json!({"jsonrpc": "2.0", "id": request_id, "error": error})).await?;
                 }
-                (Some("session/update"), None) if native.pointer("/params/update/sessionUpdate").and_then(Value::as_str) == Some("user_message_chunk") => {
+                (Some("session/update"), None)
+                    if native.pointer("/params/update/sessionUpdate").and_then(Value::as_str)
+                        == Some("user_message_chunk") =>
+                {
                     // History the CLI replays; the user's message is the session's own event.
                     tracing::debug!(agent = "gemini", "skipped: {line}");
                 }
@@ -430,7 +449,12 @@ impl AgentDriver for GeminiDriver {
         self.session_id.clone()
     }
 
-    fn run_turn<'a>(&'a mut self, ctx: &'a TurnContext, turn: &'a TurnInput, resume: bool) -> BoxFuture<'a, Result<TurnOutcome, Interrupted>> {
+    fn run_turn<'a>(
+        &'a mut self,
+        ctx: &'a TurnContext,
+        turn: &'a TurnInput,
+        resume: bool,
+    ) -> BoxFuture<'a, Result<TurnOutcome, Interrupted>> {
         Box::pin(self.turn(ctx, turn, resume))
     }
 
@@ -462,13 +486,20 @@ mod tests {
 
         let mut dying = shell("read line; echo 'not json'; echo 'no API key' >&2; exit 41");
         match dying.call_within("initialize", json!({}), Duration::from_secs(20)).await.unwrap_err() {
-            Error::AgentProcessExited { code, stderr_tail } => assert_eq!((code, stderr_tail.as_str()), (Some(41), "no API key")),
+            Error::AgentProcessExited { code, stderr_tail } => {
+                assert_eq!((code, stderr_tail.as_str()), (Some(41), "no API key"))
+            }
             other => panic!("{other:?}"),
         }
 
-        let mut refusing = shell(r#"read line; echo '{"jsonrpc":"2.0","id":1,"error":{"code":-32603,"message":"Internal error","data":{"details":"auth"}}}'; cat >/dev/null"#);
+        let mut refusing = shell(
+            r#"read line; echo '{"jsonrpc":"2.0","id":1,"error":{"code":-32603,"message":"Internal error","data":{"details":"auth"}}}'; cat >/dev/null"#,
+        );
         let error = refusing.call_within("session/new", json!({}), Duration::from_secs(20)).await.unwrap_err();
-        assert!(matches!(&error, Error::StreamError(m) if m == "gemini refused session/new: Internal error: auth"), "{error:?}");
+        assert!(
+            matches!(&error, Error::StreamError(m) if m == "gemini refused session/new: Internal error: auth"),
+            "{error:?}"
+        );
         refusing.child.stop(Duration::from_secs(1)).await;
     }
 
@@ -480,9 +511,11 @@ mod tests {
 
     #[test]
     fn agent_modes_and_variants_are_refused() {
-        let request = CreateSessionRequest { agent: "gemini".into(), agent_mode: Some("build".into()), ..Default::default() };
+        let request =
+            CreateSessionRequest { agent: "gemini".into(), agent_mode: Some("build".into()), ..Default::default() };
         assert!(matches!(validate(&request), Err(Error::ModeNotSupported(_))));
-        let request = CreateSessionRequest { agent: "gemini".into(), variant: Some("high".into()), ..Default::default() };
+        let request =
+            CreateSessionRequest { agent: "gemini".into(), variant: Some("high".into()), ..Default::default() };
         assert!(matches!(validate(&request), Err(Error::ModeNotSupported(_))));
         assert!(validate(&CreateSessionRequest { agent: "gemini".into(), ..Default::default() }).is_ok());
     }
@@ -491,7 +524,9 @@ mod tests {
     fn prompt_answers_end_turns() {
         assert_eq!(outcome_of(&json!({"id": 3, "result": {"stopReason": "end_turn"}})), TurnOutcome::completed());
         assert!(outcome_of(&json!({"id": 3, "result": {"stopReason": "cancelled"}})).failed);
-        let failed = outcome_of(&json!({"id": 3, "error": {"code": -32603, "message": "Internal error", "data": {"details": "quota"}}}));
+        let failed = outcome_of(
+            &json!({"id": 3, "error": {"code": -32603, "message": "Internal error", "data": {"details": "quota"}}}),
+        );
         assert_eq!(failed.error.as_deref(), Some("gemini: Internal error: quota"));
     }
 }

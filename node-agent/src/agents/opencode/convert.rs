@@ -19,7 +19,8 @@ use serde_json::Value;
 
 use crate::agents::convert::unparsed;
 use crate::universal::{
-    EventData, Item, ItemKind, ItemStatus, PermissionReply, PermissionRequest, Question, QuestionOutcome, QuestionRequest, Role,
+    EventData, Item, ItemKind, ItemStatus, PermissionReply, PermissionRequest, Question, QuestionOutcome,
+    QuestionRequest, Role,
 };
 
 /// Bus events that change nothing a client follows; each becomes a status item.
@@ -134,7 +135,9 @@ impl Converter {
                 let state = self.parts.entry(part_id.clone()).or_default();
                 if !state.started {
                     state.started = true;
-                    events.push(EventData::ItemStarted { item: text_item(&part_id, state.kind, None, ItemStatus::InProgress) });
+                    events.push(EventData::ItemStarted {
+                        item: text_item(&part_id, state.kind, None, ItemStatus::InProgress),
+                    });
                 }
                 state.text.push_str(&delta);
                 events.push(EventData::ItemDelta { item_id: part_id, delta });
@@ -195,7 +198,11 @@ impl Converter {
                 let answers = serde_json::from_value(properties.get("answers").cloned().unwrap_or_default()).ok();
                 vec![EventData::QuestionResolved { id: text("requestID"), outcome: QuestionOutcome::Answered, answers }]
             }
-            "question.rejected" => vec![EventData::QuestionResolved { id: text("requestID"), outcome: QuestionOutcome::Rejected, answers: None }],
+            "question.rejected" => vec![EventData::QuestionResolved {
+                id: text("requestID"),
+                outcome: QuestionOutcome::Rejected,
+                answers: None,
+            }],
             "session.status" => {
                 let status = properties.get("status").cloned().unwrap_or_default();
                 let text = match status.get("type").and_then(Value::as_str) {
@@ -212,13 +219,21 @@ impl Converter {
             "session.idle" => vec![self.status(id, "idle")],
             "session.error" => match properties.get("error") {
                 Some(error) => vec![error_event(error)],
-                None => vec![EventData::Error { message: "opencode reported an error without details".into(), code: None }],
+                None => {
+                    vec![EventData::Error { message: "opencode reported an error without details".into(), code: None }]
+                }
             },
             "file.edited" => {
                 let path = text("file");
                 let id = id.unwrap_or_else(|| format!("file-{path}"));
                 vec![EventData::ItemCompleted {
-                    item: Item { id, kind: ItemKind::FileChange, path: Some(path), status: Some(ItemStatus::Completed), ..Default::default() },
+                    item: Item {
+                        id,
+                        kind: ItemKind::FileChange,
+                        path: Some(path),
+                        status: Some(ItemStatus::Completed),
+                        ..Default::default()
+                    },
                 }]
             }
             _ if BOOKKEEPING.contains(&kind) => vec![self.status(id, kind.to_string())],
@@ -266,11 +281,15 @@ impl Converter {
                 if done {
                     state.completed = true;
                     state.text = text.clone();
-                    events.push(EventData::ItemCompleted { item: text_item(&part_id, item_kind, Some(text), ItemStatus::Completed) });
+                    events.push(EventData::ItemCompleted {
+                        item: text_item(&part_id, item_kind, Some(text), ItemStatus::Completed),
+                    });
                 } else if !state.started {
                     state.started = true;
                     state.text = text.clone();
-                    events.push(EventData::ItemStarted { item: text_item(&part_id, item_kind, Some(text), ItemStatus::InProgress) });
+                    events.push(EventData::ItemStarted {
+                        item: text_item(&part_id, item_kind, Some(text), ItemStatus::InProgress),
+                    });
                 } else if let Some(rest) = text.strip_prefix(state.text.as_str()).filter(|rest| !rest.is_empty()) {
                     // The whole text so far, without a delta event: send what is new.
                     let rest = rest.to_string();
@@ -332,7 +351,10 @@ impl Converter {
             status: Some(status),
             ..Default::default()
         };
-        let progress = self.parts.entry(part_id.to_string()).or_insert_with(|| PartState { kind: ItemKind::ToolCall, ..Default::default() });
+        let progress = self
+            .parts
+            .entry(part_id.to_string())
+            .or_insert_with(|| PartState { kind: ItemKind::ToolCall, ..Default::default() });
         if progress.completed {
             return vec![self.status(Some(status_id), format!("tool {tool} updated"))];
         }
@@ -356,7 +378,10 @@ impl Converter {
                 let error = state.get("error").and_then(Value::as_str).unwrap_or_default().to_string();
                 // OpenCode words a refused permission so ("The user rejected permission ...").
                 let outcome = if error.contains("rejected") { ItemStatus::Denied } else { ItemStatus::Failed };
-                vec![EventData::ItemCompleted { item: call(outcome) }, EventData::ItemCompleted { item: result(outcome, error) }]
+                vec![
+                    EventData::ItemCompleted { item: call(outcome) },
+                    EventData::ItemCompleted { item: result(outcome, error) },
+                ]
             }
             other => vec![unparsed(format!("unknown opencode tool state {other:?}"))],
         }

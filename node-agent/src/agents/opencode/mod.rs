@@ -188,7 +188,10 @@ impl Server {
                 }
             }
         });
-        let http = reqwest::Client::builder().no_proxy().build().map_err(|e| Error::StreamError(format!("an HTTP client: {e}")))?;
+        let http = reqwest::Client::builder()
+            .no_proxy()
+            .build()
+            .map_err(|e| Error::StreamError(format!("an HTTP client: {e}")))?;
         let server = Server {
             url: format!("http://127.0.0.1:{port}"),
             http,
@@ -214,14 +217,18 @@ impl Server {
             if let Some(exit) = self.exit() {
                 return Err(exit.error());
             }
-            let health = self.http.get(format!("{}/global/health", self.url)).timeout(Duration::from_secs(2)).send().await;
+            let health =
+                self.http.get(format!("{}/global/health", self.url)).timeout(Duration::from_secs(2)).send().await;
             if let Ok(response) = health
                 && response.status().is_success()
             {
                 return Ok(());
             }
             if tokio::time::Instant::now() > deadline {
-                return Err(Error::Timeout(format!("opencode serve did not answer its health check within {} s", STARTUP.as_secs())));
+                return Err(Error::Timeout(format!(
+                    "opencode serve did not answer its health check within {} s",
+                    STARTUP.as_secs()
+                )));
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
@@ -231,7 +238,8 @@ impl Server {
     /// subscription is live (so that no event of a prompt sent after it is missed).
     async fn subscribe(&self) -> Result<()> {
         let (ready_tx, mut ready) = watch::channel(false);
-        let (http, url, routes, stop) = (self.http.clone(), self.url.clone(), Arc::clone(&self.routes), self.stop.clone());
+        let (http, url, routes, stop) =
+            (self.http.clone(), self.url.clone(), Arc::clone(&self.routes), self.stop.clone());
         let reader = tokio::spawn(async move {
             // Reconnects while the server runs: a dropped stream would leave turns waiting.
             while !stop.is_cancelled() {
@@ -260,7 +268,13 @@ impl Server {
     }
 
     /// A JSON request to the server, in the session's directory; its JSON answer.
-    async fn call(&self, method: reqwest::Method, path: &str, directory: Option<&str>, body: Option<Value>) -> Result<Value> {
+    async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        directory: Option<&str>,
+        body: Option<Value>,
+    ) -> Result<Value> {
         let mut request = self.http.request(method.clone(), format!("{}{path}", self.url)).timeout(REQUEST);
         if let Some(directory) = directory {
             request = request.query(&[("directory", directory)]);
@@ -431,10 +445,13 @@ impl OpencodeDriver {
         let mut pending = Vec::new();
         let session = match saved {
             Some(saved) => {
-                let saved: Saved = serde_json::from_value(saved)
-                    .map_err(|e| Error::InvalidRequest(format!("the opencode driver's saved state is unreadable: {e}")))?;
+                let saved: Saved = serde_json::from_value(saved).map_err(|e| {
+                    Error::InvalidRequest(format!("the opencode driver's saved state is unreadable: {e}"))
+                })?;
                 // The server keeps its sessions under HOME: a new one knows the old session.
-                server.call(reqwest::Method::GET, &format!("/session/{}", saved.session_id), directory.as_deref(), None).await?;
+                server
+                    .call(reqwest::Method::GET, &format!("/session/{}", saved.session_id), directory.as_deref(), None)
+                    .await?;
                 pending = saved.pending;
                 saved.session_id
             }
@@ -448,7 +465,10 @@ impl OpencodeDriver {
                     .ok_or_else(|| Error::StreamError(format!("opencode created a session without an id: {created}")))?
             }
         };
-        let agent = config.agent_mode.clone().or_else(|| (config.permission_mode == PermissionMode::Plan).then(|| "plan".to_string()));
+        let agent = config
+            .agent_mode
+            .clone()
+            .or_else(|| (config.permission_mode == PermissionMode::Plan).then(|| "plan".to_string()));
         Ok(OpencodeDriver {
             host: Arc::clone(&config.host),
             launch,
@@ -645,7 +665,12 @@ impl AgentDriver for OpencodeDriver {
         Some(self.session.clone())
     }
 
-    fn run_turn<'a>(&'a mut self, ctx: &'a TurnContext, turn: &'a TurnInput, resume: bool) -> BoxFuture<'a, Result<TurnOutcome, Interrupted>> {
+    fn run_turn<'a>(
+        &'a mut self,
+        ctx: &'a TurnContext,
+        turn: &'a TurnInput,
+        resume: bool,
+    ) -> BoxFuture<'a, Result<TurnOutcome, Interrupted>> {
         // A turn cut short by a restart is sent again (the new server has no memory of
         // the old one's work in progress); permission requests it asks again are the
         // ones the client already has.
@@ -674,7 +699,10 @@ fn environment(config: &DriverConfig) -> (BTreeMap<String, String>, bool) {
         && let Some(base_url) = lookup("OPENAI_BASE_URL")
     {
         let api_key = lookup("OPENAI_API_KEY").unwrap_or_else(|| "agentplane".into());
-        env.insert("OPENCODE_CONFIG_CONTENT".into(), provider_config(&base_url, &api_key, &model_id(config)).to_string());
+        env.insert(
+            "OPENCODE_CONFIG_CONTENT".into(),
+            provider_config(&base_url, &api_key, &model_id(config)).to_string(),
+        );
         configured = true;
     }
     env.entry("OPENCODE_DISABLE_MODELS_FETCH".into()).or_insert_with(|| "1".into());
@@ -727,8 +755,18 @@ fn permission_rules(mode: PermissionMode) -> Value {
     let rule = |permission: &str, action: &str| json!({"permission": permission, "pattern": "*", "action": action});
     match mode {
         PermissionMode::Bypass => json!([rule("*", "allow")]),
-        PermissionMode::Default => json!([rule("bash", "ask"), rule("edit", "ask"), rule("webfetch", "ask"), rule("external_directory", "ask")]),
-        PermissionMode::Plan => json!([rule("bash", "ask"), rule("edit", "deny"), rule("webfetch", "ask"), rule("external_directory", "ask")]),
+        PermissionMode::Default => json!([
+            rule("bash", "ask"),
+            rule("edit", "ask"),
+            rule("webfetch", "ask"),
+            rule("external_directory", "ask")
+        ]),
+        PermissionMode::Plan => json!([
+            rule("bash", "ask"),
+            rule("edit", "deny"),
+            rule("webfetch", "ask"),
+            rule("external_directory", "ask")
+        ]),
     }
 }
 
@@ -738,7 +776,11 @@ mod tests {
 
     #[test]
     fn modes_are_opencodes_agents() {
-        let request = |mode: &str| CreateSessionRequest { agent: "opencode".into(), agent_mode: Some(mode.into()), ..Default::default() };
+        let request = |mode: &str| CreateSessionRequest {
+            agent: "opencode".into(),
+            agent_mode: Some(mode.into()),
+            ..Default::default()
+        };
         assert!(validate(&request("plan")).is_ok());
         assert!(matches!(validate(&request("yolo")), Err(Error::ModeNotSupported(_))));
     }
@@ -750,7 +792,9 @@ mod tests {
         assert_eq!(config["provider"]["fake"]["options"]["baseURL"], "http://127.0.0.1:9/v1");
         assert!(config["provider"]["fake"]["models"]["m1"].is_object());
         assert_eq!(permission_rules(PermissionMode::Bypass)[0]["action"], "allow");
-        assert!(is_idle(r#"{"directory":"/","payload":{"id":"evt_1","type":"session.idle","properties":{"sessionID":"ses_1"}}}"#));
+        assert!(is_idle(
+            r#"{"directory":"/","payload":{"id":"evt_1","type":"session.idle","properties":{"sessionID":"ses_1"}}}"#
+        ));
         assert!(!is_idle(r#"{"type":"session.status","properties":{}}"#));
     }
 }

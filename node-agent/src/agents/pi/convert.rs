@@ -174,7 +174,8 @@ impl Converter {
                 vec![self.status(format!("the model finished ({reason})"))]
             }
             "error" => {
-                let message = event.pointer("/error/errorMessage").and_then(Value::as_str).unwrap_or("the model request failed");
+                let message =
+                    event.pointer("/error/errorMessage").and_then(Value::as_str).unwrap_or("the model request failed");
                 vec![EventData::Error { message: message.to_string(), code: None }]
             }
             _ => return None,

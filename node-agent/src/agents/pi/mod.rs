@@ -55,7 +55,10 @@ pub fn validate(request: &CreateSessionRequest) -> Result<()> {
         return Err(Error::ModeNotSupported(format!("pi has no agent modes (asked for {mode:?})")));
     }
     if request.permission_mode == Some(PermissionMode::Default) {
-        return Err(Error::ModeNotSupported("pi cannot ask before running a tool: use permissionMode bypass (what pi does) or plan (read-only tools)".into()));
+        return Err(Error::ModeNotSupported(
+            "pi cannot ask before running a tool: use permissionMode bypass (what pi does) or plan (read-only tools)"
+                .into(),
+        ));
     }
     Ok(())
 }
@@ -63,7 +66,10 @@ pub fn validate(request: &CreateSessionRequest) -> Result<()> {
 pub fn start<'a>(config: &'a DriverConfig, saved: Option<Value>) -> BoxFuture<'a, Result<Box<dyn AgentDriver>>> {
     Box::pin(async move {
         let saved = match saved {
-            Some(saved) => Some(serde_json::from_value::<PiState>(saved).map_err(|e| Error::InvalidRequest(format!("pi's saved state is unreadable: {e}")))?),
+            Some(saved) => Some(
+                serde_json::from_value::<PiState>(saved)
+                    .map_err(|e| Error::InvalidRequest(format!("pi's saved state is unreadable: {e}")))?,
+            ),
             None => None,
         };
         let installed = config.host.installer.ensure(AgentId::Pi, config.agent_version.as_deref()).await?;
@@ -175,7 +181,8 @@ impl PiDriver {
         }
         // A file survives a working directory that changed; the id is looked up in
         // the directory's sessions.
-        let resume = self.state.session_file.clone().filter(|f| Path::new(f).exists()).or_else(|| self.state.session_id.clone());
+        let resume =
+            self.state.session_file.clone().filter(|f| Path::new(f).exists()).or_else(|| self.state.session_id.clone());
         if let Some(session) = resume {
             command.arg("--session").arg(session);
         }
@@ -229,7 +236,10 @@ impl PiDriver {
             Err(_) => {
                 let tail = child.stderr_tail();
                 child.stop(GRACE).await;
-                Err(Error::Timeout(format!("pi did not answer get_state within {} s; stderr: {tail}", STARTUP.as_secs())))
+                Err(Error::Timeout(format!(
+                    "pi did not answer get_state within {} s; stderr: {tail}",
+                    STARTUP.as_secs()
+                )))
             }
         }
     }
@@ -245,7 +255,11 @@ impl PiDriver {
 
     async fn turn(&mut self, ctx: &TurnContext, turn: &TurnInput, resume: bool) -> Result<TurnOutcome, Interrupted> {
         // A turn run again after a restart gets ids of its own.
-        self.converter.set_prefix(if resume { format!("turn-{}-resumed", turn.number) } else { format!("turn-{}", turn.number) });
+        self.converter.set_prefix(if resume {
+            format!("turn-{}-resumed", turn.number)
+        } else {
+            format!("turn-{}", turn.number)
+        });
         if self.child.is_none() {
             // pi went away in an earlier turn: a new one resumes its session.
             if let Err(error) = self.spawn().await {
@@ -305,7 +319,9 @@ fn outcome_of(agent_end: &Value) -> TurnOutcome {
             let error = message.get("errorMessage").and_then(Value::as_str).unwrap_or("the model request failed");
             TurnOutcome::failed(error.to_string())
         }
-        Some(message) if message.get("stopReason").and_then(Value::as_str) == Some("aborted") => TurnOutcome::failed("pi aborted the turn"),
+        Some(message) if message.get("stopReason").and_then(Value::as_str) == Some("aborted") => {
+            TurnOutcome::failed("pi aborted the turn")
+        }
         _ => TurnOutcome::completed(),
     }
 }
@@ -315,7 +331,12 @@ impl AgentDriver for PiDriver {
         self.state.session_id.clone()
     }
 
-    fn run_turn<'a>(&'a mut self, ctx: &'a TurnContext, turn: &'a TurnInput, resume: bool) -> BoxFuture<'a, Result<TurnOutcome, Interrupted>> {
+    fn run_turn<'a>(
+        &'a mut self,
+        ctx: &'a TurnContext,
+        turn: &'a TurnInput,
+        resume: bool,
+    ) -> BoxFuture<'a, Result<TurnOutcome, Interrupted>> {
         Box::pin(self.turn(ctx, turn, resume))
     }
 
@@ -335,7 +356,9 @@ mod tests {
     #[test]
     fn models_json_follows_the_session_env() {
         let env = |pairs: &[(&str, &str)]| pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        let anthropic = models_json(&env(&[("ANTHROPIC_BASE_URL", "http://127.0.0.1:9/"), ("ANTHROPIC_API_KEY", "k")]), None).unwrap();
+        let anthropic =
+            models_json(&env(&[("ANTHROPIC_BASE_URL", "http://127.0.0.1:9/"), ("ANTHROPIC_API_KEY", "k")]), None)
+                .unwrap();
         let provider = &anthropic["providers"][PROVIDER];
         assert_eq!(provider["api"], "anthropic-messages");
         assert_eq!(provider["baseUrl"], "http://127.0.0.1:9");
