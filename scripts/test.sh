@@ -13,6 +13,7 @@
 #      checkout, kill -9, sessions) and the resource verbs;
 #   5. the cluster store on a real etcd and kube-apiserver (provisioned below, once
 #      per machine): the controller, registration, manifests/ and the CLI verbs;
+#   0. `cargo fmt --all --check`: the tree is formatted by rustfmt (rustfmt.toml), never by hand;
 #   6. a short run of the PTY throughput benchmark, for its zero-loss check
 #      (its speed figures need the full run: see the README), and the `up`
 #      benchmark, which fails if a process is missing or runs twice.
@@ -27,6 +28,9 @@ fi
 
 # etcd, kube-apiserver and kubectl for the cluster tests: KUBEBUILDER_ASSETS when
 # set, else built on Debian and cached outside the checkout (several minutes once).
+# Formatting first: it takes a second and fails before a long build does.
+cargo fmt --all --check
+
 KUBEBUILDER_ASSETS="$(scripts/kube-test-assets.sh)"
 export KUBEBUILDER_ASSETS
 
