@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # The test command: every tier, nothing hidden.
+#   0. `cargo fmt --all --check`: the tree is formatted by rustfmt (rustfmt.toml), never by hand;
 #   1. unit tests (ring buffer, events, auth, signal names, client URLs);
 #   2. the HTTP contract and real programs (bash, vim, sh, cat, seq) on real PTYs
 #      and pipes, through the real server on a loopback port;
@@ -13,7 +14,6 @@
 #      checkout, kill -9, sessions) and the resource verbs;
 #   5. the cluster store on a real etcd and kube-apiserver (provisioned below, once
 #      per machine): the controller, registration, manifests/ and the CLI verbs;
-#   0. `cargo fmt --all --check`: the tree is formatted by rustfmt (rustfmt.toml), never by hand;
 #   6. a short run of the PTY throughput benchmark, for its zero-loss check
 #      (its speed figures need the full run: see the README), and the `up`
 #      benchmark, which fails if a process is missing or runs twice.
