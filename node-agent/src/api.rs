@@ -570,6 +570,8 @@ fn control_frame(message: &ControlMessage) -> Message {
 
 /// Lifecycle events of all processes. Without `Last-Event-ID`, from now on;
 /// with it, everything after that id (or a `gap` event for what is no longer kept).
+/// An id from an earlier run of the node agent (past the newest) gets a `reset`
+/// event with id 0, then this run's events from the start.
 #[utoipa::path(get, path = "/v1/events/sse", tag = "processes",
     params(("Last-Event-ID" = Option<u64>, Header, description = "Resume after this event")),
     responses((status = 200, content_type = "text/event-stream", body = LifecycleEvent)))]
@@ -591,7 +593,19 @@ async fn lifecycle_events(
         latest: tokio::sync::watch::Receiver<u64>,
         pending: std::collections::VecDeque<Event>,
     }
-    let cursor = Cursor { latest: state.processes.events().subscribe(), state, after, pending: Default::default() };
+    let mut cursor = Cursor { latest: state.processes.events().subscribe(), state, after, pending: Default::default() };
+    // Sequences only grow within one run of the node agent, so an id past the newest
+    // was given by an earlier run (sequences restart at 1) or is bogus: without a word
+    // the client would wait for numbers it already saw. `reset` says "start over" and
+    // carries id 0, so a client that resumes by `Last-Event-ID` (an EventSource, our
+    // followers) replays this run's events from the start.
+    let latest = cursor.state.processes.events().latest();
+    if cursor.after > latest {
+        let data =
+            serde_json::json!({ "reason": "Last-Event-ID is not from this run of the node agent", "latest": latest });
+        cursor.pending.push_back(Event::default().id("0").event("reset").data(data.to_string()));
+        cursor.after = 0;
+    }
     let stream = futures_util::stream::unfold(cursor, |mut cursor| async move {
         loop {
             if let Some(event) = cursor.pending.pop_front() {
@@ -600,6 +614,9 @@ async fn lifecycle_events(
             cursor.latest.borrow_and_update();
             let (gap, events) = cursor.state.processes.events().since(cursor.after);
             if let Some(gap) = gap {
+                // Past the gap once it is told: a cursor left before it sent the same
+                // gap on every pass, an endless stream.
+                cursor.after = cursor.after.max(gap.to.saturating_sub(1));
                 let data = serde_json::to_string(&gap).expect("gap serializes");
                 cursor.pending.push_back(Event::default().event("gap").data(data));
             }

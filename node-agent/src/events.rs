@@ -61,7 +61,10 @@ impl EventLog {
     pub fn since(&self, after: u64) -> (Option<Gap>, Vec<LifecycleEvent>) {
         let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let oldest = inner.events.front().map_or(inner.next, |e| e.sequence);
-        let gap = (after + 1 < oldest).then_some(Gap { from: after + 1, to: oldest });
+        // `after` comes from a client: `after + 1` must not wrap (a wrapped 0 made
+        // every event look lost, a gap on every read).
+        let first_wanted = after.saturating_add(1);
+        let gap = (first_wanted < oldest).then_some(Gap { from: first_wanted, to: oldest });
         let events = inner.events.iter().filter(|e| e.sequence > after).cloned().collect();
         (gap, events)
     }

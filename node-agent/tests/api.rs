@@ -277,6 +277,29 @@ async fn lifecycle_events_stream_and_resume_from_last_event_id() {
 }
 
 #[tokio::test]
+async fn lifecycle_ids_past_the_newest_reset_the_stream_instead_of_flooding_or_waiting() {
+    let server = TestServer::start().await;
+    let first = server
+        .client
+        .create_process(&CreateProcessRequest { command: "true".into(), ..Default::default() })
+        .await
+        .unwrap();
+    // An id from an earlier run of the node agent (sequences start again at 1 after a
+    // restart), and the largest one a client can send: `after + 1` wrapped to 0 and
+    // the stream sent the same gap forever.
+    for stale in [775, u64::MAX] {
+        let mut events = server.client.lifecycle_events(Some(stale)).await.unwrap();
+        let reset = within("the reset", events.next()).await.unwrap().unwrap();
+        assert_eq!((reset.event.as_deref(), reset.id.as_deref()), (Some("reset"), Some("0")), "after {stale}");
+        // Then this run's events from the start, with no gap in between.
+        let replayed = within("a replayed event", events.next()).await.unwrap().unwrap();
+        assert_eq!(replayed.event.as_deref(), Some("process.created"), "after {stale}: {replayed:?}");
+        let event: LifecycleEvent = serde_json::from_str(&replayed.data).unwrap();
+        assert_eq!((event.sequence, event.process.id.as_str()), (1, first.id.as_str()));
+    }
+}
+
+#[tokio::test]
 async fn cors_answers_allowed_origins_only() {
     let server = TestServer::start().await;
     let preflight = |origin: &str| {

@@ -447,6 +447,14 @@ async fn events_by_offset_with_limit_and_has_more() {
         .await
         .unwrap();
     assert!(past.events.is_empty() && !past.has_more);
+    // The largest offset a client can send: `offset + 1` wrapped to 0 and answered
+    // with the whole log.
+    let max = server
+        .client
+        .session_events("pages", &SessionEventsQuery { offset: Some(u64::MAX), limit: None })
+        .await
+        .unwrap();
+    assert!(max.events.is_empty() && !max.has_more && max.gap.is_none(), "{max:?}");
 }
 
 #[tokio::test]

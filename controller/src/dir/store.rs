@@ -304,7 +304,7 @@ async fn follow_node_agent(inner: Arc<Inner>, client: Client, shutdown: Cancella
                     if let Some(id) = message.id.as_deref().and_then(|id| id.parse().ok()) {
                         last = Some(id);
                     }
-                    if message.event.as_deref() == Some("gap") {
+                    if matches!(message.event.as_deref(), Some("gap" | "reset")) {
                         inner.enqueue_all();
                         continue;
                     }

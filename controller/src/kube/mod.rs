@@ -648,7 +648,7 @@ impl SandboxFollower {
                     if let Some(id) = message.id.as_deref().and_then(|id| id.parse().ok()) {
                         last = Some(id);
                     }
-                    if message.event.as_deref() == Some("gap") {
+                    if matches!(message.event.as_deref(), Some("gap" | "reset")) {
                         self.everything().await;
                         continue;
                     }

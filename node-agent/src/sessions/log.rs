@@ -268,7 +268,9 @@ impl EventLog {
         let (oldest, start) = {
             let memory = self.memory();
             let oldest = memory.oldest();
-            if after + 1 >= oldest {
+            // `after` is a client's offset: `after + 1` wrapped for 2^64-1 and sent it
+            // down the file path, answering with the whole log.
+            if after.saturating_add(1) >= oldest {
                 return (None, memory.events.iter().filter(|e| e.sequence > after).take(limit).cloned().collect());
             }
             let start = memory.index.iter().rev().find(|(seq, _)| *seq <= after + 1).map_or(0, |(_, pos)| *pos);
@@ -298,7 +300,7 @@ impl EventLog {
         after = events.last().map_or(oldest - 1, |e| e.sequence);
         if events.len() < limit {
             let memory = self.memory();
-            if after + 1 >= memory.oldest() {
+            if after.saturating_add(1) >= memory.oldest() {
                 let room = limit - events.len();
                 events.extend(memory.events.iter().filter(|e| e.sequence > after).take(room).cloned());
             }
