@@ -32,7 +32,11 @@ impl Auth {
     pub fn check_bearer(&self, header: Option<&[u8]>) -> bool {
         let Some(token) = &self.token else { return true };
         let Some(value) = header else { return false };
-        let Some(presented) = value.strip_prefix(b"Bearer ") else { return false };
+        // The scheme is case-insensitive (RFC 9110 11.1): `bearer` is as good as `Bearer`.
+        let Some((scheme, presented)) = value.split_at_checked(7) else { return false };
+        if !scheme.eq_ignore_ascii_case(b"Bearer ") {
+            return false;
+        }
         presented.ct_eq(token).into()
     }
 
@@ -71,6 +75,10 @@ mod tests {
     fn bearer_tokens() {
         let auth = Auth::new(Some("s3cret".into()));
         assert!(auth.check_bearer(Some(b"Bearer s3cret")));
+        assert!(auth.check_bearer(Some(b"bearer s3cret")));
+        assert!(auth.check_bearer(Some(b"BEARER s3cret")));
+        assert!(!auth.check_bearer(Some(b"Basic  s3cret")));
+        assert!(!auth.check_bearer(Some(b"Bearer")));
         assert!(!auth.check_bearer(Some(b"Bearer s3cre")));
         assert!(!auth.check_bearer(Some(b"Bearer s3cretX")));
         assert!(!auth.check_bearer(Some(b"s3cret")));

@@ -374,7 +374,7 @@ pub struct AgentList {
 /// Body of `POST /v1/agents/{agent}/install` (all optional: an empty body installs
 /// the pinned version).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct InstallRequest {
     /// An exact npm version (`2.1.330`); default: the version this node agent pins.
     #[serde(default, skip_serializing_if = "Option::is_none")]

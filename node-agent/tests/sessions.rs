@@ -662,6 +662,25 @@ async fn session_errors_are_problems_with_stable_codes() {
         ),
         (raw.get(url("/v1/sessions/taken/events/sse")).header("last-event-id", "yesterday"), 400, "invalid_request"),
         (raw.get(url("/v1/sessions/taken/events?limit=many")), 400, "invalid_request"),
+        // A version is checked at creation, not when the install runs later.
+        (
+            raw.post(url("/v1/sessions/b3")).json(&serde_json::json!({"agent": "mock", "agentVersion": "$(id)"})),
+            400,
+            "invalid_request",
+        ),
+        (
+            raw.post(url("/v1/sessions/b4")).json(&serde_json::json!({"agent": "claude", "agentVersion": "latest"})),
+            400,
+            "invalid_request",
+        ),
+        // Unknown fields are refused on install as everywhere else (a `registry` here
+        // was ignored and answered 200).
+        (
+            raw.post(url("/v1/agents/amp/install"))
+                .json(&serde_json::json!({"version": "0.0.0-does-not-exist", "registry": "http://evil"})),
+            400,
+            "invalid_request",
+        ),
         (raw.put(url("/v1/sessions/taken")), 405, "method_not_allowed"),
         (raw.get(url("/v1/agents/clippy")), 404, "unsupported_agent"),
     ];

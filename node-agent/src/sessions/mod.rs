@@ -887,6 +887,11 @@ impl SessionManager {
         validate_id(id)?;
         let agent = agent_from_request(&request.agent)?;
         agent.validate(&request)?;
+        // Checked now with the installer's rule: `$(id)` or a dist-tag would otherwise
+        // be taken and fail only when the install runs.
+        if let Some(version) = &request.agent_version {
+            crate::agents::install::check_version(version)?;
+        }
         for key in request.env.keys() {
             if key.is_empty() || key.contains('=') || key.contains('\0') {
                 return Err(Error::InvalidRequest(format!("environment variable name {key:?} is invalid")));
