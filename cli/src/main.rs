@@ -1,5 +1,10 @@
 //! `agentplane`: run the node agent, and drive one from a terminal.
 
+// First, so that every module below uses these instead of std's: std's print macros
+// panic when stdout is closed (`agentplane describe ... | head -3`).
+#[macro_use]
+mod print_macros;
+
 mod agent;
 mod agent_session;
 mod apply;
@@ -91,6 +96,9 @@ fn main() {
         _ => tokio::runtime::Builder::new_current_thread().enable_all().build(),
     }
     .expect("the tokio runtime starts");
+    if matches!(cli.command, Command::Up(_) | Command::Controller(_) | Command::NodeAgent(_)) {
+        printing::running_a_daemon();
+    }
     let code = runtime.block_on(async {
         let result = match cli.command {
             Command::Up(args) => up::run(args).await.map(|()| 0),
@@ -110,6 +118,9 @@ fn main() {
         };
         match result {
             Ok(code) => code,
+            // The reader of our output went away (`| head`): what it read is what it
+            // wanted; nothing failed, so no message and a zero exit, as ripgrep does.
+            Err(error) if printing::is_closed_pipe(&error) => 0,
             Err(error) => {
                 eprintln!("error: {error:#}");
                 1

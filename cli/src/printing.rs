@@ -1,7 +1,61 @@
 //! Output formats: a table for people, JSON and YAML for programs.
 
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use clap::ValueEnum;
 use serde::Serialize;
+
+/// Set by the long-running commands (`up`, `controller`, `node-agent`): for them a
+/// closed stdout is no reason to stop, since stopping early would skip the shutdown
+/// that stops what they run.
+static DAEMON: AtomicBool = AtomicBool::new(false);
+
+pub fn running_a_daemon() {
+    DAEMON.store(true, Ordering::Relaxed);
+}
+
+/// What `println!` and `print!` do in this crate. A command whose reader went away
+/// (`| head`) ends at once with status 0, silently, as when `head` has what it wanted;
+/// any other failure to write is an error on stderr and status 1. Never a panic.
+pub fn write_stdout(args: std::fmt::Arguments<'_>) {
+    let mut out = std::io::stdout().lock();
+    if let Err(error) = out.write_fmt(args).and_then(|()| out.flush()) {
+        if DAEMON.load(Ordering::Relaxed) {
+            return;
+        }
+        if error.kind() != std::io::ErrorKind::BrokenPipe {
+            write_stderr(format_args!("error: writing to stdout: {error}\n"));
+            std::process::exit(1);
+        }
+        std::process::exit(0);
+    }
+}
+
+/// What `eprintln!` does in this crate: a closed stderr leaves nowhere to report
+/// anything, so the text is dropped rather than panicking.
+pub fn write_stderr(args: std::fmt::Arguments<'_>) {
+    let _ = std::io::stderr().lock().write_fmt(args);
+}
+
+/// True when `error` comes from writing to our stdout after its reader went away.
+/// A broken pipe elsewhere (a socket to a node agent) is a real error, so stdout
+/// itself is asked: the write end of a pipe whose reader closed polls as `POLLERR`.
+pub fn is_closed_pipe(error: &anyhow::Error) -> bool {
+    let broken_pipe = error.chain().any(|cause| {
+        cause.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    });
+    broken_pipe && stdout_is_closed()
+}
+
+fn stdout_is_closed() -> bool {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    use std::os::fd::AsFd;
+    let stdout = std::io::stdout();
+    let mut fds = [PollFd::new(stdout.as_fd(), PollFlags::empty())];
+    poll(&mut fds, PollTimeout::ZERO).is_ok()
+        && fds[0].revents().is_some_and(|r| r.intersects(PollFlags::POLLERR | PollFlags::POLLHUP))
+}
 
 #[derive(Clone, Copy, Debug, Default, ValueEnum)]
 pub enum Format {

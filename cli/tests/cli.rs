@@ -284,3 +284,41 @@ fn attach_inside_tmux_as_a_person_uses_it() {
     tmux.wait_for("the exit code", |s| line_is(s, "attach-exit=7"));
     assert_eq!(agent.json(&["get", "dev-shell"])["exitCode"], 7);
 }
+
+#[test]
+fn no_verb_panics_on_a_closed_stdout() {
+    // `describe` and `logs` of resources need `up`'s state: see up.rs.
+    let agent = NodeAgent::start();
+    let seq = agent.json(&["run", "--", "seq", "1", "50000"]);
+    let id = seq["id"].as_str().unwrap().to_string();
+    common::wait_until(PATIENCE, "seq's exit", || agent.json(&["get", &id])["status"] == "exited");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/shell.yaml"), dir.path().join("shell.yaml"))
+        .unwrap();
+    std::fs::copy(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/mock-session.yaml"),
+        dir.path().join("mock-session.yaml"),
+    )
+    .unwrap();
+    let transcript =
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../node-agent/tests/data/agent-transcripts/claude-tool.jsonl");
+    let folder = dir.path().to_str().unwrap();
+    let node = [("AGENTPLANE_URL", agent.url.as_str()), ("AGENTPLANE_TOKEN", TOKEN)];
+    let cases: Vec<(Vec<&str>, &[(&str, &str)], Option<&std::path::Path>)> = vec![
+        (vec!["--help"], &[], None),
+        (vec!["get", "--help"], &[], None),
+        (vec!["get", "processes", "--dir", folder], &[], None),
+        (vec!["get", "sessions", "--dir", folder, "-o", "yaml"], &[], None),
+        (vec!["proc", "ls"], &node, None),
+        (vec!["proc", "logs", &id], &node, None),
+        (vec!["agent", "ls"], &node, None),
+        (vec!["session", "ls"], &node, None),
+        (vec!["node-agent", "convert", "--agent", "claude"], &[], Some(std::path::Path::new(transcript))),
+    ];
+    for (args, env, stdin) in cases {
+        let out = common::into_closed_pipe(&args, env, stdin);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("panicked"), "agentplane {args:?} panicked: {stderr}");
+        assert_eq!(out.status.code(), Some(0), "agentplane {args:?}: {stderr}");
+    }
+}

@@ -589,6 +589,23 @@ fn the_examples_converge_as_the_readme_says() {
         "every event, in order"
     );
     assert!(events.iter().any(|e| e["type"] == "item.delta"), "deltas are in the JSON stream");
+
+    // `agentplane describe process shell | head -0`: the reader gone before a byte is
+    // written ended every verb with a panic (exit 101).
+    let folder = dir.to_str().unwrap();
+    for args in [
+        ["describe", "process", "shell", "--dir", folder].as_slice(),
+        &["describe", "session", "demo", "--dir", folder],
+        &["get", "processes", "-A", "--dir", folder],
+        &["get", "sandboxes", "--dir", folder],
+        &["logs", "session/demo", "--dir", folder],
+        &["logs", "process/heartbeat", "--dir", folder],
+    ] {
+        let out = common::into_closed_pipe(args, &[], None);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("panicked"), "agentplane {args:?} panicked: {stderr}");
+        assert_eq!(out.status.code(), Some(0), "agentplane {args:?}: {stderr}");
+    }
 }
 
 #[test]

@@ -100,3 +100,23 @@ impl Drop for NodeAgent {
         let _ = self.child.wait();
     }
 }
+
+/// Runs `agentplane ARGS` with stdout a pipe whose reader has already gone, as in
+/// `agentplane describe process shell | head -0`: every write fails with EPIPE.
+pub fn into_closed_pipe(args: &[&str], env: &[(&str, &str)], stdin: Option<&std::path::Path>) -> std::process::Output {
+    let (reader, writer) = nix::unistd::pipe().unwrap();
+    drop(reader);
+    let mut command = std::process::Command::new(BIN);
+    command.args(args).stdout(std::process::Stdio::from(writer)).stderr(std::process::Stdio::piped());
+    command.stdin(match stdin {
+        Some(path) => std::process::Stdio::from(std::fs::File::open(path).unwrap()),
+        None => std::process::Stdio::null(),
+    });
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    let child = command.spawn().unwrap();
+    // The write end given to the child is closed here with `command`.
+    drop(command);
+    child.wait_with_output().unwrap()
+}
