@@ -103,6 +103,7 @@ impl Drop for NodeAgent {
 
 /// Runs `agentplane ARGS` with stdout a pipe whose reader has already gone, as in
 /// `agentplane describe process shell | head -0`: every write fails with EPIPE.
+#[allow(dead_code)] // used by some of the test binaries that include this module
 pub fn into_closed_pipe(args: &[&str], env: &[(&str, &str)], stdin: Option<&std::path::Path>) -> std::process::Output {
     let (reader, writer) = nix::unistd::pipe().unwrap();
     drop(reader);
