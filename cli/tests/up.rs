@@ -519,6 +519,49 @@ fn a_mock_session_gets_each_message_once_across_restarts_of_up_and_takes_replies
     assert_eq!(ended.state, agentplane_node_agent::model::SessionState::Ended);
 }
 
+#[test]
+fn a_reply_written_before_its_request_never_approves_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("d");
+    let file = dir.join("chat.yaml");
+    let up = Up::start(&dir);
+    // A reply for the request turn 2 will make, written ahead with the id the mock
+    // used to give it (and any guess at an id that is not pending).
+    let ahead = "  replies:\n    - {id: turn-2-permission, decision: once}\n    - {id: guess, decision: always}\n";
+    save(&file, &session_yaml(&["hello"], ahead));
+    let refused = wait_session(&up, "chat", "the replies refused", |r| {
+        phase(r) == "Idle" && r["status"]["refusedReplies"].as_array().is_some_and(|a| a.len() == 2)
+    });
+    let accepted = condition(&refused, "RepliesAccepted");
+    assert_eq!((accepted["status"].as_str(), accepted["reason"].as_str()), (Some("False"), Some("ReplyNotPending")));
+    let message = accepted["message"].as_str().unwrap();
+    assert!(message.contains("\"turn-2-permission\"") && message.contains("\"guess\""), "{message}");
+
+    // Turn 2 asks permission: whatever its id, the replies written before it do not
+    // answer it, now or on later passes.
+    let asks = ["hello", "please ask permission to run touch x"];
+    save(&file, &session_yaml(&asks, ahead));
+    let waiting = wait_session(&up, "chat", "awaiting input", |r| phase(r) == "AwaitingInput");
+    let id = waiting["status"]["pendingPermissions"][0]["id"].as_str().unwrap().to_string();
+    assert!(!id.contains("turn-2") && id.len() > 30, "an id no one can guess: {id}");
+    // Forced passes over the same spec (a comment changes the file, not the spec).
+    save(&file, &format!("# touched\n{}", session_yaml(&asks, ahead)));
+    save(&file, &session_yaml(&asks, ahead));
+    let uid = waiting["metadata"]["uid"].as_str().unwrap();
+    let node = block_on(up.client().get_session(&format!("sess-{uid}"))).unwrap();
+    assert_eq!(node.pending_permissions.len(), 1, "still pending on the node agent");
+    assert_eq!(node.pending_permissions[0].id, id);
+
+    // The real id, answered: applied, and the condition names only what was refused.
+    let replies = format!("{ahead}    - {{id: {id}, decision: once}}\n");
+    save(&file, &session_yaml(&asks, &replies));
+    let answered = wait_session(&up, "chat", "idle after the reply", |r| {
+        phase(r) == "Idle" && r["status"]["deliveredMessages"] == 2
+    });
+    assert_eq!(answered["status"]["answeredReplies"], serde_json::json!([id]));
+    assert_eq!(answered["status"]["refusedReplies"], serde_json::json!(["turn-2-permission", "guess"]));
+}
+
 fn record_of(up: &Up, plural: &str, namespace: &str, name: &str) -> Option<Value> {
     let path = up.dir.join(".agentplane/resources").join(plural).join(namespace).join(format!("{name}.json"));
     fs::read(path).ok().and_then(|b| serde_json::from_slice(&b).ok())

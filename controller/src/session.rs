@@ -30,6 +30,8 @@ const RETRY_UNREACHABLE: Duration = Duration::from_secs(5);
 const RETRY_LATER: Duration = Duration::from_secs(30);
 /// Longest tool input shown in a pending permission's summary.
 const SUMMARY_CHARS: usize = 200;
+/// The condition that names replies refused for naming no request.
+const REPLIES_ACCEPTED: &str = "RepliesAccepted";
 
 /// The node-agent id of a Session resource's session.
 pub fn node_session_id(uid: &str) -> String {
@@ -120,6 +122,30 @@ impl Step<'_> {
         self.status.phase = Some(SessionPhase::Failed);
         self.ready(false, reason, e.to_string());
         self.done(None)
+    }
+
+    /// `RepliesAccepted` False while some reply named no request, with their ids; gone
+    /// when none did, so the usual session carries no condition about it.
+    fn replies_condition(&mut self) {
+        let refused = &self.status.refused_replies;
+        if refused.is_empty() {
+            self.status.conditions.retain(|c| c.type_ != REPLIES_ACCEPTED);
+            return;
+        }
+        let message = format!(
+            "spec.replies names {} that no request of this session had when it was read, so it is never applied \
+             (answer the ids in status.pendingPermissions and status.pendingQuestions): {}",
+            if refused.len() == 1 { "an id" } else { "ids" },
+            refused.iter().map(|id| format!("{id:?}")).collect::<Vec<_>>().join(", ")
+        );
+        conditions::set(
+            &mut self.status.conditions,
+            REPLIES_ACCEPTED,
+            false,
+            "ReplyNotPending",
+            message,
+            self.generation,
+        );
     }
 
     /// The status as the node agent's session says.
@@ -305,30 +331,50 @@ impl SessionReconciler {
                     Err(e) => return step.unreachable(&e),
                 }
             }
-            // Replies to what is pending now; one to something not (yet) asked waits.
+            // Each reply is settled once: given to the request it names while that is
+            // pending, or refused for good when its id names nothing this session has
+            // asked. A refused reply is never applied to a request that arrives later
+            // with its id: it was not written for that request.
             for reply in &spec.replies {
-                let result = if info.pending_permissions.iter().any(|p| p.id == reply.id) {
-                    let Some(decision) = reply.decision else {
-                        step.ready(
-                            false,
-                            "InvalidReply",
-                            format!("reply {:?} answers a permission request: give `decision`", reply.id),
-                        );
-                        continue;
-                    };
-                    client.reply_permission(&id, &reply.id, node_reply(decision)).await
-                } else if info.pending_questions.iter().any(|q| q.id == reply.id) {
-                    if reply.reject {
-                        client.reject_question(&id, &reply.id).await
-                    } else {
-                        client.reply_question(&id, &reply.id, reply.answers.clone()).await
-                    }
-                } else {
+                let status = &step.status;
+                if status.answered_replies.contains(&reply.id) || status.refused_replies.contains(&reply.id) {
                     continue;
+                }
+                let permission = info.pending_permissions.iter().any(|p| p.id == reply.id);
+                if permission && reply.decision.is_none() {
+                    step.ready(
+                        false,
+                        "InvalidReply",
+                        format!("reply {:?} answers a permission request: give `decision`", reply.id),
+                    );
+                    continue;
+                }
+                // Not pending in what was read a moment ago: the node agent still says
+                // whether it was answered before (a restart of the controller, another
+                // client) or never asked; asking it is the same idempotent call.
+                let question = info.pending_questions.iter().any(|q| q.id == reply.id);
+                let result = match reply.decision {
+                    Some(decision) if !question => client.reply_permission(&id, &reply.id, node_reply(decision)).await,
+                    _ if reply.reject => client.reject_question(&id, &reply.id).await,
+                    _ => client.reply_question(&id, &reply.id, reply.answers.clone()).await,
                 };
                 match result {
-                    Ok(after) => info = after,
-                    Err(e) if e.problem_code() == Some("conflict") || e.problem_code() == Some("invalid_request") => {
+                    Ok(after) => {
+                        info = after;
+                        step.status.answered_replies.push(reply.id.clone());
+                    }
+                    Err(e) if matches!(e.problem_code(), Some("permission_not_found" | "question_not_found")) => {
+                        tracing::warn!(session = %id, reply = %reply.id, "reply names no request of this session: refused for good");
+                        step.status.refused_replies.push(reply.id.clone());
+                    }
+                    // Answered before, differently: settled, the request is gone.
+                    Err(e) if e.problem_code() == Some("conflict") => {
+                        tracing::warn!(session = %id, reply = %reply.id, error = %e, "reply refused");
+                        step.status.answered_replies.push(reply.id.clone());
+                    }
+                    // Does not fit the request (an option it does not offer): left to be
+                    // corrected in place, and tried again then.
+                    Err(e) if e.problem_code() == Some("invalid_request") => {
                         tracing::warn!(session = %id, reply = %reply.id, error = %e, "reply refused");
                     }
                     Err(e) => return step.unreachable(&e),
@@ -336,6 +382,7 @@ impl SessionReconciler {
             }
         }
         step.observe(&info);
+        step.replies_condition();
         step.done(None)
     }
 

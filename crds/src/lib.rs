@@ -404,6 +404,15 @@ pub struct SessionStatus {
     /// The universal event stream (SSE) on the node agent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub events_url: Option<String>,
+    /// Ids of `spec.replies` whose request has been answered (by that reply, or
+    /// before it): nothing more to do for them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub answered_replies: Vec<String>,
+    /// Ids of `spec.replies` that named no request of this session when they were
+    /// first seen. They are never applied, not even to a request with that id that
+    /// comes later: a reply approves only what its writer saw asked.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub refused_replies: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
 }
