@@ -3,11 +3,16 @@
 //! or of a cluster (`--kubeconfig`), printed alike. The table columns are the CRDs'
 //! printer columns, as kubectl would show them, and a file that was not taken is shown
 //! under the table: a person looking at `get` sees a broken file without reading logs.
+//!
+//! When no `agentplane up` holds the directory, its records only say what was true
+//! when one last ran: the verbs say so first, and mark every phase that claims
+//! something is alive now (`Running?`), so an old record is never read as the present.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use agentplane_controller::conditions::{self, READY, VALID};
 use agentplane_controller::dir::parse::{Key, Kind, Object};
+use agentplane_controller::dir::state::Liveness;
 use agentplane_controller::process::node_process_id;
 use agentplane_node_agent::client::Client;
 use agentplane_node_agent::model::{OutputEncoding, OutputQuery, OutputStream};
@@ -18,7 +23,9 @@ use futures_util::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
 
 use crate::cluster::event_time;
-use crate::printing::{Format, age_of, column_widths, format_row, print_structured, print_table};
+use crate::printing::{
+    Format, age, age_of, clock, column_widths, flags, format_row, print_structured, print_table, shell_quote,
+};
 use crate::store::{Change, Events, Selection, Store, StoreArgs};
 use crate::workspace::{parse_kind, parse_one};
 
@@ -81,7 +88,16 @@ pub async fn get(args: GetArgs) -> anyhow::Result<i32> {
         name,
     };
     let objects = store.select(&selection).await?;
-    let columns = Columns { kind, wide: args.output == Some(GetFormat::Wide), namespaces: args.all_namespaces };
+    let stale = staleness(&store, &args.store);
+    if let Some(line) = &stale {
+        eprintln!("{line}");
+    }
+    let columns = Columns {
+        kind,
+        wide: args.output == Some(GetFormat::Wide),
+        namespaces: args.all_namespaces,
+        stale: std::cell::Cell::new(stale.is_some()),
+    };
     let mut shown_problems = BTreeSet::new();
     match args.output {
         None | Some(GetFormat::Wide) => {
@@ -113,9 +129,57 @@ pub async fn get(args: GetArgs) -> anyhow::Result<i32> {
     }
     print_problems(&store, &mut shown_problems);
     if args.watch {
-        watch(&store, &selection, args.output, &columns, objects, shown_problems).await?;
+        watch(&store, &args.store, &selection, args.output, &columns, objects, shown_problems).await?;
     }
     Ok(0)
+}
+
+/// The flags that name the store a verb was run on, quoted for a shell: what a hint
+/// must carry to find the same store when pasted.
+pub fn store_flags(args: &StoreArgs) -> String {
+    match &args.kubeconfig {
+        Some(kubeconfig) => flags(&[
+            ("--kubeconfig", Some(kubeconfig.as_os_str())),
+            ("--context", args.context.as_deref().map(std::ffi::OsStr::new)),
+        ]),
+        None => flags(&[
+            ("--dir", Some(args.dir.dir.as_os_str())),
+            ("--state-dir", args.dir.state_dir.as_deref().map(std::path::Path::as_os_str)),
+        ]),
+    }
+}
+
+/// ` -n NAMESPACE` for a hint about a resource outside the store's default namespace.
+pub fn namespace_flag(store: &Store, namespace: &str) -> String {
+    if namespace == store.namespace(None) { String::new() } else { format!(" -n {}", shell_quote(namespace)) }
+}
+
+/// The line to read before a status that no `agentplane up` keeps current (directory
+/// store): as of when, since when nothing updates it, and how to refresh it. None while
+/// an `up` holds the directory, and for a cluster, whose controller is not ours to see.
+fn staleness(store: &Store, args: &StoreArgs) -> Option<String> {
+    let Store::Dir(workspace) = store else { return None };
+    let Liveness::NotRunning { last_run, last_write } = workspace.state.liveness() else { return None };
+    let refresh = format!("run `agentplane up{}` to refresh it", store_flags(args));
+    let as_of = |at: time::OffsetDateTime| format!("status as of {}, when agentplane up last ran", clock(at));
+    Some(match (last_run, last_write) {
+        (None, None) => format!("no agentplane up has run on {} yet: {refresh}", args.dir.dir.display()),
+        (None, Some(written)) => format!("{} (not running now): {refresh}", as_of(written)),
+        (Some(run), written) => {
+            let since = match run.stopped_at {
+                Some(stopped) => format!("not running since {}, {} ago", clock(stopped), age(stopped)),
+                None => format!(
+                    "not running since an unknown time: it did not stop cleanly; it started {}, {} ago",
+                    clock(run.started_at),
+                    age(run.started_at)
+                ),
+            };
+            // What was written while it ran; a record older than the run is as of the run.
+            let at = written.unwrap_or(run.started_at).max(run.started_at);
+            let at = run.stopped_at.map_or(at, |stopped| at.min(stopped));
+            format!("{} ({since}): {refresh}", as_of(at))
+        }
+    })
 }
 
 fn print_watched(format: Format, object: &Object) -> anyhow::Result<()> {
@@ -135,9 +199,11 @@ fn print_problems(store: &Store, shown: &mut BTreeSet<String>) {
     }
 }
 
-/// kubectl's `-w`: the header once, then a row (or an object) per change.
+/// kubectl's `-w`: the header once, then a row (or an object) per change, only when
+/// what it shows changed.
 async fn watch(
     store: &Store,
+    store_args: &StoreArgs,
     selection: &Selection,
     output: Option<GetFormat>,
     columns: &Columns,
@@ -145,37 +211,79 @@ async fn watch(
     mut shown_problems: BTreeSet<String>,
 ) -> anyhow::Result<()> {
     let mut changes = store.changes(selection)?;
+    let table = matches!(output, None | Some(GetFormat::Wide));
     let headers = columns.headers();
     let rows: Vec<Vec<String>> = initial.iter().map(|o| columns.row(o)).collect();
-    let mut widths = column_widths(&headers, &rows);
-    // Later rows are printed in these columns: leave them some room.
-    for width in &mut widths {
-        *width = (*width).max(8);
-    }
-    if matches!(output, None | Some(GetFormat::Wide)) {
+    let mut widths = watch_widths(columns.kind, &headers, &rows);
+    if table {
         println!("{}", format_row(&widths, &headers));
         for row in &rows {
             println!("{}", format_row(&widths, row));
         }
     }
-    let show = |object: &Object| match output {
-        None | Some(GetFormat::Wide) => {
-            println!("{}", format_row(&widths, &columns.row(object)));
-            Ok(())
+    // What was shown of each resource: its row in a table (a change it does not show,
+    // such as a heartbeat, prints nothing), else the whole object.
+    // AGE is left out: it moves with the clock, not with the resource.
+    let age_column = headers.iter().position(|h| *h == "AGE");
+    let shown_of = |object: &Object| match table {
+        true => {
+            let mut row = columns.row(object);
+            if let Some(cell) = age_column.and_then(|i| row.get_mut(i)) {
+                cell.clear();
+            }
+            serde_json::json!(row)
         }
-        Some(GetFormat::Json) => print_watched(Format::Json, object),
-        Some(GetFormat::Yaml) => print_watched(Format::Yaml, object),
+        false => object.to_json(),
     };
-    // A row is printed again when its resource changed (not when only its age did).
-    let mut last: BTreeMap<Key, serde_json::Value> = initial.iter().map(|o| (o.key(), o.to_json())).collect();
-    while let Some(change) = changes.next().await {
+    let mut last: BTreeMap<Key, serde_json::Value> = initial.iter().map(|o| (o.key(), shown_of(o))).collect();
+    let mut show = |object: &Object, last: &BTreeMap<Key, serde_json::Value>| -> anyhow::Result<serde_json::Value> {
+        let shown = shown_of(object);
+        if last.get(&object.key()) != Some(&shown) {
+            match output {
+                None | Some(GetFormat::Wide) => {
+                    let row = columns.row(object);
+                    // A later cell wider than its column widens it for the rows after.
+                    for (width, cell) in widths.iter_mut().zip(&row) {
+                        *width = (*width).max(cell.chars().count());
+                    }
+                    println!("{}", format_row(&widths, &row));
+                }
+                Some(GetFormat::Json) => print_watched(Format::Json, object)?,
+                Some(GetFormat::Yaml) => print_watched(Format::Yaml, object)?,
+            }
+        }
+        Ok(shown)
+    };
+    // Nothing wakes a reader when `up` starts or stops (a lock has no event, and
+    // `kill -9` writes nothing): it is asked again now and then.
+    let mut liveness = tokio::time::interval(std::time::Duration::from_secs(1));
+    liveness.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let change = tokio::select! {
+            change = changes.next() => match change {
+                Some(change) => change,
+                None => break,
+            },
+            _ = liveness.tick() => {
+                let stale = staleness(store, store_args);
+                if stale.is_some() == columns.stale.get() {
+                    continue;
+                }
+                match &stale {
+                    Some(line) => eprintln!("{line}"),
+                    None => eprintln!("agentplane up is running: the status is live again"),
+                }
+                columns.stale.set(stale.is_some());
+                Change::All(store.select(selection).await.unwrap_or_default())
+            }
+        };
         match change {
             Change::All(objects) => {
-                last = objects.iter().map(|o| show_if_changed(o, &last, show)).collect::<anyhow::Result<_>>()?;
+                last = objects.iter().map(|o| Ok((o.key(), show(o, &last)?))).collect::<anyhow::Result<_>>()?;
             }
             Change::Applied(object) => {
-                let (key, json) = show_if_changed(&object, &last, show)?;
-                last.insert(key, json);
+                let shown = show(&object, &last)?;
+                last.insert(object.key(), shown);
             }
             Change::Deleted(key) => {
                 last.remove(&key);
@@ -186,17 +294,26 @@ async fn watch(
     Ok(())
 }
 
-/// Shows `object` unless `seen` holds it as it is; returns what to remember of it.
-fn show_if_changed(
-    object: &Object,
-    seen: &BTreeMap<Key, serde_json::Value>,
-    show: impl Fn(&Object) -> anyhow::Result<()>,
-) -> anyhow::Result<(Key, serde_json::Value)> {
-    let json = object.to_json();
-    if seen.get(&object.key()) != Some(&json) {
-        show(object)?;
+/// The columns of `get -w`, fixed at the start: each as wide as its widest cell so far,
+/// and at least as wide as what the column usually holds, so that the rows printed
+/// later line up under the header.
+fn watch_widths(kind: Kind, headers: &[&str], rows: &[Vec<String>]) -> Vec<usize> {
+    let mut widths = column_widths(headers, rows);
+    for (width, header) in widths.iter_mut().zip(headers) {
+        let usual = match *header {
+            "NAME" | "NAMESPACE" => 16,
+            // `AwaitingInput?`, `Running (invalid spec)`.
+            "PHASE" if kind == Kind::Session => 14,
+            "PHASE" => 9,
+            "REASON" => 16,
+            "COMMAND" => 24,
+            "AGENT" | "MODEL" | "EXIT" | "RESTARTS" | "DELIVERED" | "READY" => 8,
+            "AGE" | "PID" => 5,
+            _ => 8,
+        };
+        *width = (*width).max(usual);
     }
-    Ok((object.key(), json))
+    widths
 }
 
 /// The table of one kind.
@@ -204,15 +321,17 @@ struct Columns {
     kind: Kind,
     wide: bool,
     namespaces: bool,
+    /// No `up` keeps the records current: phases that claim life are marked.
+    stale: std::cell::Cell<bool>,
 }
 
 impl Columns {
     fn headers(&self) -> Vec<&'static str> {
         let mut headers = if self.namespaces { vec!["NAMESPACE"] } else { vec![] };
         headers.extend(match self.kind {
-            Kind::Process => vec!["NAME", "PHASE", "COMMAND", "RESTARTS", "EXIT", "AGE"],
-            Kind::Session => vec!["NAME", "PHASE", "AGENT", "MODEL", "DELIVERED", "AGE"],
-            Kind::Sandbox => vec!["NAME", "READY", "ENDPOINT", "VERSION", "AGE"],
+            Kind::Process => vec!["NAME", "PHASE", "REASON", "COMMAND", "RESTARTS", "EXIT", "AGE"],
+            Kind::Session => vec!["NAME", "PHASE", "REASON", "AGENT", "MODEL", "DELIVERED", "AGE"],
+            Kind::Sandbox => vec!["NAME", "READY", "REASON", "ENDPOINT", "VERSION", "AGE"],
         });
         if self.wide {
             headers.extend(match self.kind {
@@ -240,7 +359,8 @@ impl Columns {
                     (None, None) => String::new(),
                 };
                 row.extend([
-                    phase_cell(meta, phase, &status.conditions),
+                    self.phase_cell(meta, phase.clone(), &status.conditions),
+                    reason(phase.as_deref(), &status.conditions),
                     command_line(&p.spec.command, &p.spec.args),
                     status.restarts.to_string(),
                     exit,
@@ -261,7 +381,8 @@ impl Columns {
                 let status = s.status.clone().unwrap_or_default();
                 let phase = status.phase.map(|p| format!("{p:?}"));
                 row.extend([
-                    phase_cell(meta, phase, &status.conditions),
+                    self.phase_cell(meta, phase.clone(), &status.conditions),
+                    reason(phase.as_deref(), &status.conditions),
                     enum_word(&s.spec.agent),
                     s.spec.model.clone().unwrap_or_default(),
                     format!("{}/{}", status.delivered_messages, s.spec.messages.len()),
@@ -275,7 +396,8 @@ impl Columns {
                 let status = s.status.clone().unwrap_or_default();
                 let ready = conditions::get(&status.conditions, READY).map(|c| c.status.clone());
                 row.extend([
-                    phase_cell(meta, ready, &status.conditions),
+                    self.phase_cell(meta, ready, &status.conditions),
+                    reason(None, &status.conditions),
                     s.spec.endpoint.clone(),
                     status.node_agent_version.clone().unwrap_or_default(),
                     age,
@@ -287,19 +409,40 @@ impl Columns {
         }
         row
     }
+
+    /// The phase, or `Terminating` while being cleaned up; a spec that was not taken
+    /// says so. Without a running `up`, a phase that claims something is alive or on its
+    /// way is only what was true then: `Running?`.
+    fn phase_cell(&self, meta: &ObjectMeta, phase: Option<String>, conditions: &[Condition]) -> String {
+        let mut cell = if meta.deletion_timestamp.is_some() {
+            "Terminating".to_string()
+        } else {
+            phase.unwrap_or_else(|| "Pending".into())
+        };
+        if self.stale.get() && !FINAL_PHASES.contains(&cell.as_str()) {
+            cell.push('?');
+        }
+        if conditions::get(conditions, VALID).is_some_and(|c| c.status == "False") {
+            cell.push_str(" (invalid spec)");
+        }
+        cell
+    }
 }
 
-/// The phase, or `Terminating` while being cleaned up; a spec that was not taken says so.
-fn phase_cell(meta: &ObjectMeta, phase: Option<String>, conditions: &[Condition]) -> String {
-    let mut cell = if meta.deletion_timestamp.is_some() {
-        "Terminating".to_string()
-    } else {
-        phase.unwrap_or_else(|| "Pending".into())
-    };
-    if conditions::get(conditions, VALID).is_some_and(|c| c.status == "False") {
-        cell.push_str(" (invalid spec)");
-    }
-    cell
+/// Phases that stay true after `up` stops: nothing is alive in them.
+const FINAL_PHASES: [&str; 4] = ["Stopped", "Succeeded", "Failed", "Ended"];
+
+/// Why a resource is not ready or not running, in one word, as `describe` shows it in
+/// its conditions: the reason of the first condition that is not as it should be, with
+/// a spec that was not taken first. Empty when all is well, and when a not-ready reason
+/// only names a phase where nothing is wrong (`Succeeded`, `Starting`).
+fn reason(phase: Option<&str>, conditions: &[Condition]) -> String {
+    const FINE: [&str; 5] = ["Succeeded", "Stopped", "Ended", "Installing", "Starting"];
+    let invalid = conditions::get(conditions, VALID).filter(|c| c.status == "False");
+    let other = conditions.iter().find(|c| c.type_ != VALID && c.type_ != READY && c.status == "False");
+    let ready = conditions::get(conditions, READY)
+        .filter(|c| c.status != "True" && !(Some(c.reason.as_str()) == phase && FINE.contains(&c.reason.as_str())));
+    invalid.or(other).or(ready).map(|c| c.reason.clone()).unwrap_or_default()
 }
 
 fn command_line(command: &str, args: &[String]) -> String {
@@ -339,7 +482,17 @@ pub async fn describe(args: DescribeArgs) -> anyhow::Result<i32> {
     };
     let key = Key { kind, namespace: store.namespace(args.namespace.as_deref()), name };
     let object = store.require(&key).await?;
+    let stale = staleness(&store, &args.store);
+    // Hints are meant to be pasted: they carry the flags this was run with.
+    let hint_flags = format!("{}{}", namespace_flag(&store, &key.namespace), store_flags(&args.store));
+    let phase_word = |phase: String| match &stale {
+        Some(_) if !FINAL_PHASES.contains(&phase.as_str()) => format!("{phase}? (as of when agentplane up last ran)"),
+        _ => phase,
+    };
     let mut out = Describe::default();
+    if let Some(line) = &stale {
+        out.text.push_str(&format!("Note: {line}\n"));
+    }
     let meta = object.meta();
     out.field(0, "Name", meta.name.clone().unwrap_or_default());
     out.field(0, "Namespace", key.namespace.clone());
@@ -398,7 +551,7 @@ pub async fn describe(args: DescribeArgs) -> anyhow::Result<i32> {
             out.optional(1, "Stop timeout", spec.stop_timeout_seconds.map(|s| format!("{s}s")));
             if let Some(status) = &p.status {
                 out.section("Status");
-                out.optional(1, "Phase", status.phase.map(|p| format!("{p:?}")));
+                out.optional(1, "Phase", status.phase.map(|p| phase_word(format!("{p:?}"))));
                 out.optional(1, "Observed generation", status.observed_generation.map(|g| g.to_string()));
                 out.optional(1, "PID", status.pid.map(|p| p.to_string()));
                 out.optional(1, "Exit code", status.exit_code.map(|c| c.to_string()));
@@ -435,7 +588,7 @@ pub async fn describe(args: DescribeArgs) -> anyhow::Result<i32> {
             }
             if let Some(status) = &s.status {
                 out.section("Status");
-                out.optional(1, "Phase", status.phase.map(|p| format!("{p:?}")));
+                out.optional(1, "Phase", status.phase.map(|p| phase_word(format!("{p:?}"))));
                 out.optional(1, "Observed generation", status.observed_generation.map(|g| g.to_string()));
                 out.optional(1, "Agent session", status.agent_session_id.clone());
                 out.field(1, "Delivered", format!("{} of {}", status.delivered_messages, spec.messages.len()));
@@ -445,11 +598,11 @@ pub async fn describe(args: DescribeArgs) -> anyhow::Result<i32> {
                         1,
                         "Question",
                         format!(
-                            "{}: {} (agentplane reply session/{} {} --answer ...)",
+                            "{}: {} (agentplane reply session/{} {} --answer ...{hint_flags})",
                             question.id,
                             texts.join(" / "),
-                            key.name,
-                            question.id
+                            shell_quote(&key.name),
+                            shell_quote(&question.id)
                         ),
                     );
                 }
@@ -459,8 +612,11 @@ pub async fn describe(args: DescribeArgs) -> anyhow::Result<i32> {
                         1,
                         "Permission",
                         format!(
-                            "{}: {} {summary} (agentplane reply session/{} {} --decision once)",
-                            permission.id, permission.tool, key.name, permission.id
+                            "{}: {} {summary} (agentplane reply session/{} {} --decision once{hint_flags})",
+                            permission.id,
+                            permission.tool,
+                            shell_quote(&key.name),
+                            shell_quote(&permission.id)
                         ),
                     );
                 }

@@ -127,3 +127,30 @@ fn age_seconds(seconds: i64) -> String {
         s => format!("{}d", s / 86_400),
     }
 }
+
+/// A word as a POSIX shell reads it back: as it is when that is safe, else in single
+/// quotes. Hints the CLI prints are meant to be pasted.
+pub fn shell_quote(word: &str) -> String {
+    let safe = |c: char| c.is_ascii_alphanumeric() || "_-./:=@%+,".contains(c);
+    if !word.is_empty() && word.chars().all(safe) {
+        word.to_string()
+    } else {
+        format!("'{}'", word.replace('\'', r"'\''"))
+    }
+}
+
+/// ` --flag VALUE` for each flag given, quoted for a shell: what a hint must carry to
+/// find the same store when pasted.
+pub fn flags(given: &[(&str, Option<&std::ffi::OsStr>)]) -> String {
+    given
+        .iter()
+        .filter_map(|(flag, value)| value.map(|v| format!(" {flag} {}", shell_quote(&v.to_string_lossy()))))
+        .collect()
+}
+
+/// A time as people read it in a header: `2026-11-25 01:02:03 UTC`.
+pub fn clock(at: time::OffsetDateTime) -> String {
+    let at = at.to_offset(time::UtcOffset::UTC);
+    let format = time::macros::format_description!("[year]-[month]-[day] [hour]:[minute]:[second] UTC");
+    at.format(&format).unwrap_or_default()
+}

@@ -81,6 +81,8 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     let sandboxes = Arc::new(Sandboxes::new());
     sandboxes.insert(agentplane_crds::LOCAL_SANDBOX, Client::new(&url, token.clone())?);
     let store = DirStore::open(store_config, sandboxes)?;
+    // Kept after the stop, so that `get` can say how old the status it shows is.
+    let run = state.write_run_started()?;
     state.write_up(&UpInfo { url: url.clone(), token, pid: std::process::id(), dir: dir.clone() })?;
 
     let shown = args.dir.display();
@@ -94,6 +96,9 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     shutdown.cancel();
     let served = server_task.await.context("the node agent task")?;
     state.remove_up();
+    if let Err(e) = state.write_run_stopped(&run) {
+        tracing::warn!(error = %e, "the time of this stop could not be recorded");
+    }
     store_result?;
     served?;
     tracing::info!("stopped");

@@ -169,7 +169,7 @@ fn get_prints_tables_records_and_the_errors_of_broken_files() {
     assert!(table.starts_with("NAME"), "{table}");
     assert_eq!(
         table.lines().next().unwrap().split_whitespace().collect::<Vec<_>>(),
-        ["NAME", "PHASE", "COMMAND", "RESTARTS", "EXIT", "AGE"]
+        ["NAME", "PHASE", "REASON", "COMMAND", "RESTARTS", "EXIT", "AGE"]
     );
     assert_eq!(row(&table, "sleeper")[..5], ["sleeper", "Running", "sleep", "1000", "0"]);
     let stderr = String::from_utf8(out.stderr).unwrap();

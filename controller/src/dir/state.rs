@@ -1,7 +1,8 @@
 //! The state directory beside the user's files (default `DIR/.agentplane/`): what the
 //! directory store knows that the files do not say. One JSON file per resource
 //! (metadata with uid and generation, the last good spec, the status), the errors of
-//! the files that were not taken, and how to reach a running `agentplane up`.
+//! the files that were not taken, how to reach a running `agentplane up`, and when
+//! `up` last ran, so that a reader can tell a live status from an old one.
 //!
 //! Files are replaced atomically (written aside, then renamed), so a reader or a
 //! controller killed mid-write sees the old or the new version, never half of one.
@@ -33,6 +34,33 @@ pub struct UpInfo {
     pub pid: u32,
     /// The watched directory.
     pub dir: PathBuf,
+}
+
+/// When `agentplane up` last ran on this directory. Unlike `up.json` it stays after
+/// `up` stops: the status records are then only as true as this says.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct UpRun {
+    pub pid: u32,
+    #[serde(with = "time::serde::rfc3339")]
+    pub started_at: time::OffsetDateTime,
+    /// Written by a graceful stop; absent after `kill -9` or a crash.
+    #[serde(default, with = "time::serde::rfc3339::option")]
+    pub stopped_at: Option<time::OffsetDateTime>,
+}
+
+/// Whether the status records are being kept up to date right now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Liveness {
+    /// An `agentplane up` holds the directory.
+    Running,
+    /// None does: the records say what was true when one last ran.
+    NotRunning {
+        /// The last run, if any `up` recorded one.
+        last_run: Option<UpRun>,
+        /// When a status record was last written (the newest record's mtime).
+        last_write: Option<time::OffsetDateTime>,
+    },
 }
 
 impl StateDir {
@@ -130,18 +158,96 @@ impl StateDir {
         let _ = fs::remove_file(self.up_path());
     }
 
+    pub fn run_path(&self) -> PathBuf {
+        self.root.join("last-run.json")
+    }
+
+    /// Records that an `up` (this process) started now, with no stop yet.
+    pub fn write_run_started(&self) -> Result<UpRun> {
+        let run = UpRun { pid: std::process::id(), started_at: time::OffsetDateTime::now_utc(), stopped_at: None };
+        self.write_run(&run)?;
+        Ok(run)
+    }
+
+    /// Records that the run `started` stopped cleanly now.
+    pub fn write_run_stopped(&self, started: &UpRun) -> Result<()> {
+        self.write_run(&UpRun { stopped_at: Some(time::OffsetDateTime::now_utc()), ..started.clone() })
+    }
+
+    fn write_run(&self, run: &UpRun) -> Result<()> {
+        let mut body = serde_json::to_vec_pretty(run).expect("JSON serializes");
+        body.push(b'\n');
+        write_atomically(&self.run_path(), &body, false)
+    }
+
+    pub fn read_run(&self) -> Option<UpRun> {
+        fs::read(self.run_path()).ok().and_then(|b| serde_json::from_slice(&b).ok())
+    }
+
+    fn lock_path(&self) -> PathBuf {
+        self.root.join("lock")
+    }
+
     /// Holds the directory for one `agentplane up`: two controllers on one directory
-    /// would each start every process.
+    /// would each start every process. A reader asking [`StateDir::liveness`] holds
+    /// the lock for an instant, so a lock that is busy is asked again for a moment
+    /// before another `up` is assumed to hold it.
     pub fn lock(&self) -> Result<nix::fcntl::Flock<fs::File>> {
-        let path = self.root.join("lock");
-        let file = fs::OpenOptions::new()
+        let path = self.lock_path();
+        let mut file = fs::OpenOptions::new()
             .create(true)
             .truncate(false)
             .write(true)
             .open(&path)
             .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
-        nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock)
-            .map_err(|_| Error::AlreadyRunning(self.root.display().to_string()))
+        let deadline = std::time::Instant::now() + std::time::Duration::from_millis(500);
+        loop {
+            match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+                Ok(lock) => return Ok(lock),
+                Err((back, nix::errno::Errno::EWOULDBLOCK)) if std::time::Instant::now() < deadline => {
+                    file = back;
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                Err(_) => return Err(Error::AlreadyRunning(self.root.display().to_string())),
+            }
+        }
+    }
+
+    /// Whether an `agentplane up` holds the directory now. The lock says it even after
+    /// `kill -9`, where `up.json` stays behind and its pid may be reused.
+    pub fn up_holds_lock(&self) -> bool {
+        // Read-only: a reader never creates the lock file, and may lack write access.
+        let Ok(file) = fs::File::open(self.lock_path()) else { return false };
+        // A shared lock, dropped at once: taken means nobody holds the exclusive one.
+        match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockSharedNonblock) {
+            Ok(_probe) => false,
+            Err((_, errno)) => errno == nix::errno::Errno::EWOULDBLOCK,
+        }
+    }
+
+    /// Whether the status records are live, and if not, how old.
+    pub fn liveness(&self) -> Liveness {
+        if self.up_holds_lock() {
+            return Liveness::Running;
+        }
+        Liveness::NotRunning { last_run: self.read_run(), last_write: self.last_status_write() }
+    }
+
+    /// When a resource's status was last written: the newest record's mtime.
+    fn last_status_write(&self) -> Option<time::OffsetDateTime> {
+        let mut newest: Option<std::time::SystemTime> = None;
+        for kind in Kind::ALL {
+            let Ok(namespaces) = fs::read_dir(self.root.join("resources").join(kind.plural())) else { continue };
+            for namespace in namespaces.flatten() {
+                let Ok(files) = fs::read_dir(namespace.path()) else { continue };
+                for file in files.flatten() {
+                    if let Ok(modified) = file.metadata().and_then(|m| m.modified()) {
+                        newest = newest.max(Some(modified));
+                    }
+                }
+            }
+        }
+        newest.map(time::OffsetDateTime::from)
     }
 }
 
