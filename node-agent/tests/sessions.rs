@@ -732,3 +732,50 @@ async fn a_real_agent_that_cannot_be_installed_fails_its_session_with_install_fa
         .collect();
     assert!(left.is_empty(), "{left:?}");
 }
+
+/// The hex part of a public request id: `perm-<hex>` or `q-<hex>`.
+fn random_part(id: &str) -> &str {
+    let hex = id.rsplit('-').next().unwrap_or_default();
+    assert!(hex.len() >= 32 && hex.bytes().all(|b| b.is_ascii_hexdigit()), "{id:?} is not 128 random bits");
+    hex
+}
+
+#[tokio::test]
+async fn request_ids_are_unguessable_and_a_native_id_is_no_reply() {
+    let server = TestServer::start().await;
+    let client = &server.client;
+    let mut ids = Vec::new();
+    for session in ["one", "two"] {
+        client.create_session(session, &mock()).await.unwrap();
+        let mut events = Events::open(client, session).await;
+        client.send_message(session, "permission to run make").await.unwrap();
+        let request = permission_request(&events.until_type(EventType::PermissionRequested).await);
+        random_part(&request.id);
+        // The mock's own id for it: what an attacker writing a reply ahead would guess.
+        let refused = client.reply_permission(session, "turn-1-permission", PermissionReply::Once).await;
+        assert_eq!(refused.unwrap_err().problem_code(), Some("permission_not_found"), "{session}");
+        let waiting = client.get_session(session).await.unwrap();
+        assert_eq!(waiting.pending_permissions, vec![request.clone()], "still pending after the native id");
+        ids.push(request.id.clone());
+        client.reply_permission(session, &request.id, PermissionReply::Once).await.unwrap();
+        events.turn().await;
+
+        client.send_message(session, "permission to run make again").await.unwrap();
+        let second = permission_request(&events.until_type(EventType::PermissionRequested).await);
+        random_part(&second.id);
+        ids.push(second.id.clone());
+        client.reply_permission(session, &second.id, PermissionReply::Reject).await.unwrap();
+        events.turn().await;
+
+        client.send_message(session, "a question for you").await.unwrap();
+        let question = question_request(&events.until_type(EventType::QuestionRequested).await);
+        random_part(&question.id);
+        let refused = client.reply_question(session, "turn-3-question", vec![vec!["yes".into()]]).await;
+        assert_eq!(refused.unwrap_err().problem_code(), Some("question_not_found"), "{session}");
+        ids.push(question.id.clone());
+        client.reply_question(session, &question.id, vec![vec!["yes".into()]]).await.unwrap();
+        assert!(reply_text(&events.turn().await).contains("answer: \"yes\""));
+    }
+    let distinct: std::collections::HashSet<&str> = ids.iter().map(|id| random_part(id)).collect();
+    assert_eq!(distinct.len(), ids.len(), "every request has its own id: {ids:?}");
+}

@@ -103,6 +103,12 @@ pub struct SessionRecord {
     pending_permissions: Vec<PermissionRequest>,
     #[serde(default)]
     pending_questions: Vec<QuestionRequest>,
+    /// The driver's own id of each pending request, by the public id clients see and
+    /// reply to (see [`public_request_id`]). Kept so that a restarted node agent offers
+    /// the same public id while the driver still waits on its own. A request absent
+    /// here (a record from before public ids) is its own native id.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    native_ids: BTreeMap<String, String>,
     #[serde(default)]
     error: Option<String>,
     /// Accepted messages not yet begun, oldest first.
@@ -125,9 +131,48 @@ pub struct SessionRecord {
 #[serde(tag = "kind", rename_all = "camelCase")]
 enum Resolution {
     #[serde(rename_all = "camelCase")]
-    Permission { id: String, reply: Option<PermissionReply> },
+    Permission {
+        id: String,
+        reply: Option<PermissionReply>,
+        /// The driver's id of the request; `id` when absent.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        native: Option<String>,
+    },
     #[serde(rename_all = "camelCase")]
-    Question { id: String, outcome: QuestionOutcome, answers: Option<Vec<Vec<String>>> },
+    Question {
+        id: String,
+        outcome: QuestionOutcome,
+        answers: Option<Vec<Vec<String>>>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        native: Option<String>,
+    },
+}
+
+impl Resolution {
+    /// The driver's id of the resolved request.
+    fn native(&self) -> &str {
+        match self {
+            Resolution::Permission { id, native, .. } | Resolution::Question { id, native, .. } => {
+                native.as_deref().unwrap_or(id)
+            }
+        }
+    }
+}
+
+/// The id clients see for a request and reply to: 128 random bits, so that no reply can
+/// be written ahead for a request that does not exist yet (agents' own ids, such as the
+/// mock's `turn-N-permission` or a JSON-RPC counter, can be guessed). `kind` keeps it
+/// readable: `perm-...`, `q-...`.
+fn public_request_id(kind: &str) -> String {
+    let mut raw = [0u8; 16];
+    getrandom::fill(&mut raw).expect("the OS random source works");
+    let mut id = String::with_capacity(kind.len() + 1 + 32);
+    id.push_str(kind);
+    id.push('-');
+    for byte in raw {
+        id.push_str(&format!("{byte:02x}"));
+    }
+    id
 }
 
 impl SessionRecord {
@@ -156,16 +201,56 @@ impl SessionRecord {
         self.resolutions.push_back(resolution);
     }
 
+    /// The driver's id of a pending request, by its public id.
+    fn native_id<'a>(&'a self, public: &'a str) -> &'a str {
+        self.native_ids.get(public).map_or(public, String::as_str)
+    }
+
+    /// Records that a pending request is resolved: by its public id, with the driver's id.
+    fn resolve_permission(&mut self, id: String, reply: Option<PermissionReply>) {
+        let native = self.native_ids.remove(&id);
+        self.resolve(Resolution::Permission { id, reply, native });
+    }
+
+    fn resolve_question(&mut self, id: String, outcome: QuestionOutcome, answers: Option<Vec<Vec<String>>>) {
+        let native = self.native_ids.remove(&id);
+        self.resolve(Resolution::Question { id, outcome, answers, native });
+    }
+
+    /// How the request clients know as `id` was resolved, if it was.
     fn permission_resolution(&self, id: &str) -> Option<Option<PermissionReply>> {
         self.resolutions.iter().rev().find_map(|r| match r {
-            Resolution::Permission { id: rid, reply } if rid == id => Some(*reply),
+            Resolution::Permission { id: rid, reply, .. } if rid == id => Some(*reply),
             _ => None,
         })
     }
 
     fn question_resolution(&self, id: &str) -> Option<(QuestionOutcome, Option<Vec<Vec<String>>>)> {
         self.resolutions.iter().rev().find_map(|r| match r {
-            Resolution::Question { id: rid, outcome, answers } if rid == id => Some((*outcome, answers.clone())),
+            Resolution::Question { id: rid, outcome, answers, .. } if rid == id => Some((*outcome, answers.clone())),
+            _ => None,
+        })
+    }
+
+    /// The driver's view: how its request `native` was resolved. A request of that id
+    /// still pending is not (an agent may use an id again, such as a JSON-RPC counter
+    /// after its restart: the newest request of the id is the one meant).
+    fn permission_resolution_of_native(&self, native: &str) -> Option<Option<PermissionReply>> {
+        if self.pending_permissions.iter().any(|p| self.native_id(&p.id) == native) {
+            return None;
+        }
+        self.resolutions.iter().rev().find_map(|r| match r {
+            Resolution::Permission { reply, .. } if r.native() == native => Some(*reply),
+            _ => None,
+        })
+    }
+
+    fn question_resolution_of_native(&self, native: &str) -> Option<(QuestionOutcome, Option<Vec<Vec<String>>>)> {
+        if self.pending_questions.iter().any(|q| self.native_id(&q.id) == native) {
+            return None;
+        }
+        self.resolutions.iter().rev().find_map(|r| match r {
+            Resolution::Question { outcome, answers, .. } if r.native() == native => Some((*outcome, answers.clone())),
             _ => None,
         })
     }
@@ -317,7 +402,7 @@ impl Session {
                     return Err(Error::InvalidRequest(format!("permission request {id:?} does not offer that reply")));
                 }
                 rec.pending_permissions.remove(at);
-                rec.resolve(Resolution::Permission { id: id.to_string(), reply: Some(reply) });
+                rec.resolve_permission(id.to_string(), Some(reply));
                 rec.settle();
                 batch.push(rec.draft(
                     EventSource::Daemon,
@@ -362,7 +447,7 @@ impl Session {
                     }
                 }
                 rec.pending_questions.remove(at);
-                rec.resolve(Resolution::Question { id: id.to_string(), outcome, answers: answers.clone() });
+                rec.resolve_question(id.to_string(), outcome, answers.clone());
                 rec.settle();
                 batch.push(rec.draft(
                     EventSource::Daemon,
@@ -392,14 +477,14 @@ impl Session {
                     ));
                 }
                 for request in std::mem::take(&mut rec.pending_permissions) {
-                    rec.resolve(Resolution::Permission { id: request.id.clone(), reply: None });
+                    rec.resolve_permission(request.id.clone(), None);
                     batch.push(
                         rec.draft(EventSource::Daemon, EventData::PermissionResolved { id: request.id, reply: None }),
                     );
                 }
                 for request in std::mem::take(&mut rec.pending_questions) {
                     let outcome = QuestionOutcome::Cancelled;
-                    rec.resolve(Resolution::Question { id: request.id.clone(), outcome, answers: None });
+                    rec.resolve_question(request.id.clone(), outcome, None);
                     batch.push(rec.draft(
                         EventSource::Daemon,
                         EventData::QuestionResolved { id: request.id, outcome, answers: None },
@@ -559,14 +644,14 @@ impl Session {
                 // A request the turn left unanswered (its agent went away) can no
                 // longer be answered: cancelled, so the session does not wait for it.
                 for request in std::mem::take(&mut rec.pending_permissions) {
-                    rec.resolve(Resolution::Permission { id: request.id.clone(), reply: None });
+                    rec.resolve_permission(request.id.clone(), None);
                     batch.push(
                         rec.draft(EventSource::Daemon, EventData::PermissionResolved { id: request.id, reply: None }),
                     );
                 }
                 for request in std::mem::take(&mut rec.pending_questions) {
                     let outcome = QuestionOutcome::Cancelled;
-                    rec.resolve(Resolution::Question { id: request.id.clone(), outcome, answers: None });
+                    rec.resolve_question(request.id.clone(), outcome, None);
                     batch.push(rec.draft(
                         EventSource::Daemon,
                         EventData::QuestionResolved { id: request.id, outcome, answers: None },
@@ -640,24 +725,36 @@ impl TurnContext {
 
     /// Announces a permission request, with the agent's native line that asked for
     /// it as `raw`; the session awaits input until it is answered.
+    /// `request.id` is the driver's own: clients see the request under a public id
+    /// and the driver waits with its own ([`TurnContext::wait_permission`]). Asking
+    /// again while a request of the same id is pending changes nothing.
     pub async fn request_permission(&self, request: PermissionRequest, raw: Option<&str>) -> Result<(), Interrupted> {
-        let pending = request.clone();
         self.open_request(
-            move |rec| rec.pending_permissions.push(pending),
-            EventData::PermissionRequested(request),
+            "perm",
+            request.id.clone(),
+            move |rec, public| {
+                let request = PermissionRequest { id: public.to_string(), ..request };
+                rec.pending_permissions.push(request.clone());
+                EventData::PermissionRequested(request)
+            },
+            |rec, native| rec.pending_permissions.iter().any(|p| rec.native_id(&p.id) == native),
             raw,
         )
         .await
     }
 
-    /// Records a pending request and announces it as one step, then saves the session
-    /// so a restart re-offers it; nothing is opened on an ended session.
+    /// Records a pending request under a new public id and announces it as one step,
+    /// then saves the session so a restart re-offers it; nothing is opened on an
+    /// ended session.
     async fn open_request(
         &self,
-        add: impl FnOnce(&mut SessionRecord),
-        event: EventData,
+        kind: &str,
+        native: String,
+        add: impl FnOnce(&mut SessionRecord, &str) -> EventData,
+        pending: impl Fn(&SessionRecord, &str) -> bool,
         raw: Option<&str>,
     ) -> Result<(), Interrupted> {
+        let public = public_request_id(kind);
         let opened = self
             .session
             .log
@@ -666,7 +763,11 @@ impl TurnContext {
                 if rec.state.is_final() {
                     return false;
                 }
-                add(&mut rec);
+                if pending(&rec, &native) {
+                    return true;
+                }
+                rec.native_ids.insert(public.clone(), native);
+                let event = add(&mut rec, &public);
                 rec.settle();
                 batch.push(EventDraft { raw: raw.map(str::to_string), ..rec.draft(EventSource::Agent, event) });
                 true
@@ -677,8 +778,9 @@ impl TurnContext {
     }
 
     /// Waits for the reply to a permission request (also one re-offered after a restart).
+    /// `id` is the driver's own, as it asked with.
     pub async fn wait_permission(&self, id: &str) -> Result<PermissionReply, Interrupted> {
-        self.wait(|rec| match rec.permission_resolution(id) {
+        self.wait(|rec| match rec.permission_resolution_of_native(id) {
             Some(Some(reply)) => Some(Ok(reply)),
             Some(None) => Some(Err(Interrupted::Ended)),
             None => None,
@@ -686,14 +788,25 @@ impl TurnContext {
         .await
     }
 
+    /// Asks questions under a public id, as [`TurnContext::request_permission`] does.
     pub async fn ask_question(&self, request: QuestionRequest, raw: Option<&str>) -> Result<(), Interrupted> {
-        let pending = request.clone();
-        self.open_request(move |rec| rec.pending_questions.push(pending), EventData::QuestionRequested(request), raw)
-            .await
+        self.open_request(
+            "q",
+            request.id.clone(),
+            move |rec, public| {
+                let request = QuestionRequest { id: public.to_string(), ..request };
+                rec.pending_questions.push(request.clone());
+                EventData::QuestionRequested(request)
+            },
+            |rec, native| rec.pending_questions.iter().any(|q| rec.native_id(&q.id) == native),
+            raw,
+        )
+        .await
     }
 
+    /// `id` is the driver's own, as it asked with.
     pub async fn wait_question(&self, id: &str) -> Result<QuestionAnswer, Interrupted> {
-        self.wait(|rec| match rec.question_resolution(id) {
+        self.wait(|rec| match rec.question_resolution_of_native(id) {
             Some((QuestionOutcome::Answered, answers)) => {
                 Some(Ok(QuestionAnswer::Answered(answers.unwrap_or_default())))
             }
@@ -943,6 +1056,7 @@ impl SessionManager {
             last_sequence: 0,
             pending_permissions: Vec::new(),
             pending_questions: Vec::new(),
+            native_ids: BTreeMap::new(),
             error: None,
             queue: VecDeque::new(),
             current_turn: None,
