@@ -6,6 +6,7 @@ pub mod agents;
 pub mod api;
 pub mod auth;
 pub mod client;
+pub mod driver;
 pub mod error;
 pub mod events;
 pub mod leftovers;

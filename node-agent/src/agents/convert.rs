@@ -7,14 +7,7 @@
 
 use crate::universal::{EventData, Item, ItemKind, ItemStatus, Role};
 
-/// One converted native line: the events it became. The session manager (or
-/// `node-agent convert`) wraps each in an envelope with the line as `raw`.
-pub trait Converter: Send {
-    /// Converts one native line (a JSON line, or an SSE `data:` payload). Never empty:
-    /// a line that means nothing to a client still yields an event (`agent.unparsed`
-    /// when the converter does not know it).
-    fn convert(&mut self, line: &str) -> Vec<EventData>;
-}
+pub use crate::driver::Converter;
 
 /// The event for a line no converter understood.
 pub fn unparsed(reason: impl Into<String>) -> EventData {

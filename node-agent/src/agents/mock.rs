@@ -16,9 +16,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::{AgentDriver, DriverConfig, Interrupted, TurnContext, TurnInput, TurnOutcome};
+use crate::driver::QuestionAnswer;
 use crate::error::{Error, Result};
 use crate::model::{AgentCapabilities, AgentInfo, CreateSessionRequest, PermissionMode};
-use crate::sessions::QuestionAnswer;
 use crate::universal::{
     EventData, Item, ItemKind, ItemStatus, PermissionReply, PermissionRequest, Question, QuestionRequest, Role,
 };

@@ -3,7 +3,7 @@
 //! A driver turns the session machinery's calls (start, run a turn for a message)
 //! into whatever its agent speaks (a scripted play for `mock`; stdio JSON, JSON-RPC
 //! or HTTP for a real CLI) and reports back in universal events through a
-//! [`TurnContext`]. Everything around it (queueing, persistence, replies, the event
+//! [`TurnContext`] (the contract in [`crate::driver`]). Everything around it (queueing, persistence, replies, the event
 //! log, resume after a restart) is the session manager's and shared by all drivers.
 //!
 //! Each real agent has a module with its driver and its converter (native lines to
@@ -24,12 +24,11 @@ pub mod pi;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use futures_util::future::BoxFuture;
 use serde_json::Value;
 
+pub use crate::driver::{AgentDriver, Interrupted, TurnContext, TurnInput, TurnOutcome};
 use crate::error::{Error, Result};
 use crate::model::{AgentCapabilities, AgentInfo, CreateSessionRequest, PermissionMode};
-pub use crate::sessions::{Interrupted, TurnContext};
 
 /// The agents this node agent knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -222,55 +221,5 @@ impl std::fmt::Debug for DriverConfig {
             .field("working_dir", &self.working_dir)
             .field("env", &self.env.keys().collect::<Vec<_>>())
             .finish_non_exhaustive()
-    }
-}
-
-/// One message to run as a turn.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct TurnInput {
-    /// Turns of this session, from 1.
-    pub number: u64,
-    pub message: String,
-}
-
-/// How a turn ended, as the driver saw it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TurnOutcome {
-    pub failed: bool,
-    pub error: Option<String>,
-}
-
-impl TurnOutcome {
-    pub fn completed() -> Self {
-        TurnOutcome { failed: false, error: None }
-    }
-
-    pub fn failed(error: impl Into<String>) -> Self {
-        TurnOutcome { failed: true, error: Some(error.into()) }
-    }
-}
-
-/// One running conversation with an agent. Object safe, so that the session manager
-/// holds any driver the same way.
-pub trait AgentDriver: Send {
-    /// The agent's own id of the conversation.
-    fn agent_session_id(&self) -> Option<String>;
-
-    /// Runs one turn: everything the agent does for `turn.message`, reported through
-    /// `ctx`, until it is done. `resume` means this turn was under way when the node
-    /// agent stopped: continue it from the state the driver saved with
-    /// [`TurnContext::save_state`] (a permission request or question still pending is
-    /// answered through the context as before). `turn.started`/`turn.ended` and the
-    /// user's message item are the session manager's; the driver reports the rest.
-    fn run_turn<'a>(
-        &'a mut self,
-        ctx: &'a TurnContext,
-        turn: &'a TurnInput,
-        resume: bool,
-    ) -> BoxFuture<'a, Result<TurnOutcome, Interrupted>>;
-
-    /// The session is over (ended, or the node agent stops): release what the driver holds.
-    fn stop(&mut self) -> BoxFuture<'_, ()> {
-        Box::pin(async {})
     }
 }

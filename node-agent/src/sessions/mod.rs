@@ -20,6 +20,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use futures_util::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use time::OffsetDateTime;
@@ -27,7 +28,8 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::agents::{AgentDriver, AgentHost, AgentId, DriverConfig, TurnInput, TurnOutcome, agent_from_request};
+use crate::agents::{AgentHost, AgentId, DriverConfig, agent_from_request};
+use crate::driver::{AgentDriver, Interrupted, QuestionAnswer, TurnContext, TurnInput, TurnOutcome, TurnPort};
 use crate::error::{Error, Result};
 use crate::model::{CreateSessionRequest, PermissionMode, SessionInfo, SessionState};
 use crate::universal::{
@@ -56,22 +58,6 @@ impl Default for SessionOptions {
     fn default() -> Self {
         SessionOptions { events_in_memory: 10_000, max_queued_messages: 1_000, agents_dir: None }
     }
-}
-
-/// Why a driver has to stop in the middle of a turn.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Interrupted {
-    /// The session ended (or failed): nothing more is recorded.
-    Ended,
-    /// The node agent is stopping; the turn resumes when it starts again.
-    Shutdown,
-}
-
-/// A client's answer to a question.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum QuestionAnswer {
-    Answered(Vec<Vec<String>>),
-    Rejected,
 }
 
 /// What `session.json` holds: the session as clients see it, plus what resuming needs.
@@ -671,65 +657,38 @@ impl Session {
     }
 }
 
-/// What a driver uses to report events and to ask for replies.
-pub struct TurnContext {
+/// The session's side of a driver's [`TurnContext`].
+struct SessionTurn {
     session: Arc<Session>,
     shutdown: CancellationToken,
 }
 
-impl TurnContext {
-    pub fn session_id(&self) -> &str {
+impl TurnPort for SessionTurn {
+    fn session_id(&self) -> &str {
         &self.session.id
     }
 
-    pub fn permission_mode(&self) -> PermissionMode {
+    fn permission_mode(&self) -> PermissionMode {
         self.session.record().permission_mode
     }
 
-    /// Converts one native line and reports what it became, each event with the line.
-    pub async fn emit_converted(
-        &self,
-        converter: &mut dyn crate::agents::convert::Converter,
-        line: &str,
-    ) -> Result<(), Interrupted> {
-        for event in converter.convert(line) {
-            self.emit_raw(event, Some(line.to_string())).await?;
-        }
-        Ok(())
+    fn emit_raw(&self, data: EventData, raw: Option<String>) -> BoxFuture<'_, Result<(), Interrupted>> {
+        Box::pin(async move {
+            let draft = EventDraft { raw, ..self.session.record().draft(EventSource::Agent, data) };
+            if self.session.log.append(draft).await { Ok(()) } else { Err(Interrupted::Ended) }
+        })
     }
 
-    /// Reports what went wrong as an `error` event with the error's problem code, and
-    /// gives the outcome of a failed turn.
-    pub async fn fail_turn(&self, error: &Error) -> Result<TurnOutcome, Interrupted> {
-        let message = error.to_string();
-        self.emit(EventData::Error { message: message.clone(), code: Some(error.code().to_string()) }).await?;
-        Ok(TurnOutcome::failed(message))
-    }
-
-    /// Reports an event converted from the agent's output.
-    pub async fn emit(&self, data: EventData) -> Result<(), Interrupted> {
-        self.emit_raw(data, None).await
-    }
-
-    /// Reports an event with the native line it came from.
-    pub async fn emit_raw(&self, data: EventData, raw: Option<String>) -> Result<(), Interrupted> {
-        let draft = EventDraft { raw, ..self.session.record().draft(EventSource::Agent, data) };
-        if self.session.log.append(draft).await { Ok(()) } else { Err(Interrupted::Ended) }
-    }
-
-    /// Keeps what the driver needs to resume; written with the session's next save
-    /// (a request or the end of a turn), so save it before asking.
-    pub fn save_state(&self, state: Value) {
+    fn save_state(&self, state: Value) {
         self.session.record().driver_state = Some(state);
     }
 
-    /// Announces a permission request, with the agent's native line that asked for
-    /// it as `raw`; the session awaits input until it is answered.
-    /// `request.id` is the driver's own: clients see the request under a public id
-    /// and the driver waits with its own ([`TurnContext::wait_permission`]). Asking
-    /// again while a request of the same id is pending changes nothing.
-    pub async fn request_permission(&self, request: PermissionRequest, raw: Option<&str>) -> Result<(), Interrupted> {
-        self.open_request(
+    fn request_permission<'a>(
+        &'a self,
+        request: PermissionRequest,
+        raw: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<(), Interrupted>> {
+        Box::pin(self.open_request(
             "perm",
             request.id.clone(),
             move |rec, public| {
@@ -739,13 +698,60 @@ impl TurnContext {
             },
             |rec, native| rec.pending_permissions.iter().any(|p| rec.native_id(&p.id) == native),
             raw,
-        )
-        .await
+        ))
     }
 
-    /// Records a pending request under a new public id and announces it as one step,
-    /// then saves the session so a restart re-offers it; nothing is opened on an
-    /// ended session.
+    fn wait_permission<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<PermissionReply, Interrupted>> {
+        Box::pin(self.wait(move |rec| match rec.permission_resolution_of_native(id) {
+            Some(Some(reply)) => Some(Ok(reply)),
+            Some(None) => Some(Err(Interrupted::Ended)),
+            None => None,
+        }))
+    }
+
+    fn ask_question<'a>(
+        &'a self,
+        request: QuestionRequest,
+        raw: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<(), Interrupted>> {
+        Box::pin(self.open_request(
+            "q",
+            request.id.clone(),
+            move |rec, public| {
+                let request = QuestionRequest { id: public.to_string(), ..request };
+                rec.pending_questions.push(request.clone());
+                EventData::QuestionRequested(request)
+            },
+            |rec, native| rec.pending_questions.iter().any(|q| rec.native_id(&q.id) == native),
+            raw,
+        ))
+    }
+
+    fn wait_question<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<QuestionAnswer, Interrupted>> {
+        Box::pin(self.wait(move |rec| match rec.question_resolution_of_native(id) {
+            Some((QuestionOutcome::Answered, answers)) => {
+                Some(Ok(QuestionAnswer::Answered(answers.unwrap_or_default())))
+            }
+            Some((QuestionOutcome::Rejected, _)) => Some(Ok(QuestionAnswer::Rejected)),
+            Some((QuestionOutcome::Cancelled, _)) => Some(Err(Interrupted::Ended)),
+            None => None,
+        }))
+    }
+
+    fn interrupted(&self) -> BoxFuture<'_, Interrupted> {
+        Box::pin(async move {
+            match self.wait(|_| None::<Result<(), Interrupted>>).await {
+                Err(why) => why,
+                Ok(()) => Interrupted::Ended,
+            }
+        })
+    }
+}
+
+impl SessionTurn {
+    /// Records a pending request under a new public id (see [`public_request_id`]) and
+    /// announces it as one step, then saves the session so a restart re-offers it;
+    /// nothing is opened on an ended session, nor again while the driver's id is pending.
     async fn open_request(
         &self,
         kind: &str,
@@ -775,55 +781,6 @@ impl TurnContext {
             .await;
         self.session.persist().await;
         if opened { Ok(()) } else { Err(Interrupted::Ended) }
-    }
-
-    /// Waits for the reply to a permission request (also one re-offered after a restart).
-    /// `id` is the driver's own, as it asked with.
-    pub async fn wait_permission(&self, id: &str) -> Result<PermissionReply, Interrupted> {
-        self.wait(|rec| match rec.permission_resolution_of_native(id) {
-            Some(Some(reply)) => Some(Ok(reply)),
-            Some(None) => Some(Err(Interrupted::Ended)),
-            None => None,
-        })
-        .await
-    }
-
-    /// Asks questions under a public id, as [`TurnContext::request_permission`] does.
-    pub async fn ask_question(&self, request: QuestionRequest, raw: Option<&str>) -> Result<(), Interrupted> {
-        self.open_request(
-            "q",
-            request.id.clone(),
-            move |rec, public| {
-                let request = QuestionRequest { id: public.to_string(), ..request };
-                rec.pending_questions.push(request.clone());
-                EventData::QuestionRequested(request)
-            },
-            |rec, native| rec.pending_questions.iter().any(|q| rec.native_id(&q.id) == native),
-            raw,
-        )
-        .await
-    }
-
-    /// `id` is the driver's own, as it asked with.
-    pub async fn wait_question(&self, id: &str) -> Result<QuestionAnswer, Interrupted> {
-        self.wait(|rec| match rec.question_resolution_of_native(id) {
-            Some((QuestionOutcome::Answered, answers)) => {
-                Some(Ok(QuestionAnswer::Answered(answers.unwrap_or_default())))
-            }
-            Some((QuestionOutcome::Rejected, _)) => Some(Ok(QuestionAnswer::Rejected)),
-            Some((QuestionOutcome::Cancelled, _)) => Some(Err(Interrupted::Ended)),
-            None => None,
-        })
-        .await
-    }
-
-    /// Resolves when the turn has to stop: the session ended, or the node agent stops.
-    /// For a driver that waits on its agent's output rather than on a reply.
-    pub async fn interrupted(&self) -> Interrupted {
-        match self.wait(|_| None::<Result<(), Interrupted>>).await {
-            Err(why) => why,
-            Ok(()) => Interrupted::Ended,
-        }
     }
 
     async fn wait<T>(
@@ -882,24 +839,24 @@ async fn run(session: Arc<Session>, host: Arc<AgentHost>, shutdown: Cancellation
         }
     };
     if session.started(driver.agent_session_id(), resumed).await {
-        let ctx = TurnContext { session: Arc::clone(&session), shutdown };
-        drive(&ctx, driver.as_mut()).await;
+        let ctx = TurnContext::new(SessionTurn { session: Arc::clone(&session), shutdown: shutdown.clone() });
+        drive(&session, &shutdown, &ctx, driver.as_mut()).await;
     }
     driver.stop().await;
 }
 
-async fn drive(ctx: &TurnContext, driver: &mut dyn AgentDriver) {
-    let interrupted = ctx.session.record().current_turn.clone();
+async fn drive(session: &Session, shutdown: &CancellationToken, ctx: &TurnContext, driver: &mut dyn AgentDriver) {
+    let interrupted = session.record().current_turn.clone();
     if let Some(turn) = interrupted {
-        tracing::info!(session = %ctx.session.id, turn = turn.number, "resuming a turn");
+        tracing::info!(session = %session.id, turn = turn.number, "resuming a turn");
         let outcome = driver.run_turn(ctx, &turn, true).await;
-        if ctx.session.finish_turn(&turn, outcome).await.is_err() {
+        if session.finish_turn(&turn, outcome).await.is_err() {
             return;
         }
     }
-    while let Some(turn) = ctx.session.next_turn(&ctx.shutdown).await {
+    while let Some(turn) = session.next_turn(shutdown).await {
         let outcome = driver.run_turn(ctx, &turn, false).await;
-        if ctx.session.finish_turn(&turn, outcome).await.is_err() {
+        if session.finish_turn(&turn, outcome).await.is_err() {
             return;
         }
     }

@@ -28,9 +28,9 @@ use self::convert::{APPROVE_PLAN, ASK_USER_QUESTION, EXIT_PLAN_MODE};
 use super::child::LineChild;
 use super::convert::Converter as _;
 use super::{AgentDriver, AgentId, DriverConfig, Interrupted, TurnContext, TurnInput, TurnOutcome};
+use crate::driver::QuestionAnswer;
 use crate::error::{Error, Result};
 use crate::model::{AgentCapabilities, CreateSessionRequest, PermissionMode};
-use crate::sessions::QuestionAnswer;
 use crate::universal::{EventData, PermissionReply};
 
 /// How long a stopping `claude` gets after SIGTERM before SIGKILL.

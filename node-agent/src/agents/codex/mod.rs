@@ -25,9 +25,9 @@ pub use self::convert::Converter;
 use super::child::LineChild;
 use super::convert::Converter as _;
 use super::{AgentDriver, AgentId, DriverConfig, Interrupted, TurnContext, TurnInput, TurnOutcome};
+use crate::driver::QuestionAnswer;
 use crate::error::{Error, Result};
 use crate::model::{AgentCapabilities, CreateSessionRequest, PermissionMode};
-use crate::sessions::QuestionAnswer;
 use crate::universal::{EventData, PermissionReply, Role};
 
 /// How long the app-server may take to answer `initialize` and `thread/start|resume`

@@ -40,9 +40,9 @@ pub use self::convert::Converter;
 use super::child::LineChild;
 use super::convert::Converter as _;
 use super::{AgentDriver, AgentHost, AgentId, DriverConfig, Interrupted, TurnContext, TurnInput, TurnOutcome};
+use crate::driver::QuestionAnswer;
 use crate::error::{Error, Result};
 use crate::model::{AgentCapabilities, CreateSessionRequest, PermissionMode};
-use crate::sessions::QuestionAnswer;
 use crate::universal::{EventData, Item, ItemKind, ItemStatus, PermissionReply, Role};
 
 /// OpenCode's own agents a session may choose as its mode.

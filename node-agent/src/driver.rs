@@ -1,0 +1,193 @@
+//! The contract between an agent's driver and the session that runs it: what a turn
+//! is given ([`TurnInput`]), how it reports and asks ([`TurnContext`]), how it ends
+//! ([`TurnOutcome`], [`Interrupted`]) and what a driver is ([`AgentDriver`]).
+//!
+//! Both sides depend on this module and not on each other: `agents` implements
+//! drivers against it without knowing the session machinery, and `sessions` provides
+//! the [`TurnPort`] behind each context.
+
+use futures_util::future::BoxFuture;
+use serde_json::Value;
+
+use crate::error::Error;
+use crate::model::PermissionMode;
+use crate::universal::{EventData, PermissionReply, PermissionRequest, QuestionRequest};
+
+/// Why a driver has to stop in the middle of a turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Interrupted {
+    /// The session ended (or failed): nothing more is recorded.
+    Ended,
+    /// The node agent is stopping; the turn resumes when it starts again.
+    Shutdown,
+}
+
+/// A client's answer to a question.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum QuestionAnswer {
+    Answered(Vec<Vec<String>>),
+    Rejected,
+}
+
+/// One message to run as a turn.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct TurnInput {
+    /// Turns of this session, from 1.
+    pub number: u64,
+    pub message: String,
+}
+
+/// How a turn ended, as the driver saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TurnOutcome {
+    pub failed: bool,
+    pub error: Option<String>,
+}
+
+impl TurnOutcome {
+    pub fn completed() -> Self {
+        TurnOutcome { failed: false, error: None }
+    }
+
+    pub fn failed(error: impl Into<String>) -> Self {
+        TurnOutcome { failed: true, error: Some(error.into()) }
+    }
+}
+
+/// One converted native line: the events it became. The session manager (or
+/// `node-agent convert`) wraps each in an envelope with the line as `raw`.
+pub trait Converter: Send {
+    /// Converts one native line (a JSON line, or an SSE `data:` payload). Never empty:
+    /// a line that means nothing to a client still yields an event (`agent.unparsed`
+    /// when the converter does not know it).
+    fn convert(&mut self, line: &str) -> Vec<EventData>;
+}
+
+/// One running conversation with an agent. Object safe, so that the session manager
+/// holds any driver the same way.
+pub trait AgentDriver: Send {
+    /// The agent's own id of the conversation.
+    fn agent_session_id(&self) -> Option<String>;
+
+    /// Runs one turn: everything the agent does for `turn.message`, reported through
+    /// `ctx`, until it is done. `resume` means this turn was under way when the node
+    /// agent stopped: continue it from the state the driver saved with
+    /// [`TurnContext::save_state`] (a permission request or question still pending is
+    /// answered through the context as before). `turn.started`/`turn.ended` and the
+    /// user's message item are the session manager's; the driver reports the rest.
+    fn run_turn<'a>(
+        &'a mut self,
+        ctx: &'a TurnContext,
+        turn: &'a TurnInput,
+        resume: bool,
+    ) -> BoxFuture<'a, Result<TurnOutcome, Interrupted>>;
+
+    /// The session is over (ended, or the node agent stops): release what the driver holds.
+    fn stop(&mut self) -> BoxFuture<'_, ()> {
+        Box::pin(async {})
+    }
+}
+
+/// What a session offers the turn of its driver; the session manager implements it.
+/// Request ids here are the driver's own: the session shows clients other ones.
+pub trait TurnPort: Send + Sync {
+    fn session_id(&self) -> &str;
+    fn permission_mode(&self) -> PermissionMode;
+    fn emit_raw(&self, data: EventData, raw: Option<String>) -> BoxFuture<'_, Result<(), Interrupted>>;
+    fn save_state(&self, state: Value);
+    fn request_permission<'a>(
+        &'a self,
+        request: PermissionRequest,
+        raw: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<(), Interrupted>>;
+    fn wait_permission<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<PermissionReply, Interrupted>>;
+    fn ask_question<'a>(
+        &'a self,
+        request: QuestionRequest,
+        raw: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<(), Interrupted>>;
+    fn wait_question<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<QuestionAnswer, Interrupted>>;
+    fn interrupted(&self) -> BoxFuture<'_, Interrupted>;
+}
+
+/// What a driver uses to report events and to ask for replies.
+pub struct TurnContext {
+    port: Box<dyn TurnPort>,
+}
+
+impl TurnContext {
+    pub fn new(port: impl TurnPort + 'static) -> TurnContext {
+        TurnContext { port: Box::new(port) }
+    }
+
+    pub fn session_id(&self) -> &str {
+        self.port.session_id()
+    }
+
+    pub fn permission_mode(&self) -> PermissionMode {
+        self.port.permission_mode()
+    }
+
+    /// Converts one native line and reports what it became, each event with the line.
+    pub async fn emit_converted(&self, converter: &mut dyn Converter, line: &str) -> Result<(), Interrupted> {
+        for event in converter.convert(line) {
+            self.emit_raw(event, Some(line.to_string())).await?;
+        }
+        Ok(())
+    }
+
+    /// Reports what went wrong as an `error` event with the error's problem code, and
+    /// gives the outcome of a failed turn.
+    pub async fn fail_turn(&self, error: &Error) -> Result<TurnOutcome, Interrupted> {
+        let message = error.to_string();
+        self.emit(EventData::Error { message: message.clone(), code: Some(error.code().to_string()) }).await?;
+        Ok(TurnOutcome::failed(message))
+    }
+
+    /// Reports an event converted from the agent's output.
+    pub async fn emit(&self, data: EventData) -> Result<(), Interrupted> {
+        self.emit_raw(data, None).await
+    }
+
+    /// Reports an event with the native line it came from.
+    pub async fn emit_raw(&self, data: EventData, raw: Option<String>) -> Result<(), Interrupted> {
+        self.port.emit_raw(data, raw).await
+    }
+
+    /// Keeps what the driver needs to resume; written with the session's next save
+    /// (a request or the end of a turn), so save it before asking.
+    pub fn save_state(&self, state: Value) {
+        self.port.save_state(state)
+    }
+
+    /// Announces a permission request, with the agent's native line that asked for
+    /// it as `raw`; the session awaits input until it is answered. `request.id` is the
+    /// driver's own: clients see the request under an unguessable id of the session's,
+    /// and the driver waits with its own ([`TurnContext::wait_permission`]). Asking
+    /// again while a request of the same id is pending changes nothing.
+    pub async fn request_permission(&self, request: PermissionRequest, raw: Option<&str>) -> Result<(), Interrupted> {
+        self.port.request_permission(request, raw).await
+    }
+
+    /// Waits for the reply to a permission request (also one re-offered after a
+    /// restart); `id` is the driver's own, as it asked with.
+    pub async fn wait_permission(&self, id: &str) -> Result<PermissionReply, Interrupted> {
+        self.port.wait_permission(id).await
+    }
+
+    /// Asks questions, under a public id as [`TurnContext::request_permission`] does.
+    pub async fn ask_question(&self, request: QuestionRequest, raw: Option<&str>) -> Result<(), Interrupted> {
+        self.port.ask_question(request, raw).await
+    }
+
+    /// `id` is the driver's own, as it asked with.
+    pub async fn wait_question(&self, id: &str) -> Result<QuestionAnswer, Interrupted> {
+        self.port.wait_question(id).await
+    }
+
+    /// Resolves when the turn has to stop: the session ended, or the node agent stops.
+    /// For a driver that waits on its agent's output rather than on a reply.
+    pub async fn interrupted(&self) -> Interrupted {
+        self.port.interrupted().await
+    }
+}
