@@ -69,6 +69,17 @@ impl<T: Serialize> IntoResponse for Json<T> {
     }
 }
 
+/// A raw body whose rejection (too large) is a problem document.
+struct RawBody(bytes::Bytes);
+
+impl<S: Send + Sync> FromRequest<S> for RawBody {
+    type Rejection = Error;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self> {
+        Ok(RawBody(bytes::Bytes::from_request(request, state).await?))
+    }
+}
+
 #[derive(FromRequestParts)]
 #[from_request(via(axum::extract::Query), rejection(Error))]
 struct Query<T>(T);
@@ -685,7 +696,7 @@ async fn install_agent(
     State(state): State<AppState>,
     axum::extract::Path(agent): axum::extract::Path<String>,
     headers: HeaderMap,
-    body: bytes::Bytes,
+    RawBody(body): RawBody,
 ) -> Result<Response> {
     let agent = agent_from_path(agent)?;
     let request: InstallRequest = if body.iter().all(u8::is_ascii_whitespace) {

@@ -80,6 +80,9 @@ pub enum Error {
     RouteNotFound(String),
     #[error("method not allowed for this route")]
     MethodNotAllowed,
+    /// A request body past the node agent's limit.
+    #[error("{0}")]
+    PayloadTooLarge(String),
     #[error("{context}: {source}")]
     Io {
         context: String,
@@ -120,6 +123,7 @@ impl Error {
             Error::Forbidden(_) => "forbidden",
             Error::RouteNotFound(_) => "not_found",
             Error::MethodNotAllowed => "method_not_allowed",
+            Error::PayloadTooLarge(_) => "payload_too_large",
             Error::Io { .. } => "internal",
         }
     }
@@ -150,6 +154,7 @@ impl Error {
             Error::Unauthorized => StatusCode::UNAUTHORIZED,
             Error::Forbidden(_) => StatusCode::FORBIDDEN,
             Error::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            Error::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Error::Io { .. } => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -180,6 +185,7 @@ impl Error {
             Error::Forbidden(_) => "Forbidden",
             Error::RouteNotFound(_) => "Not found",
             Error::MethodNotAllowed => "Method not allowed",
+            Error::PayloadTooLarge(_) => "Payload too large",
             Error::Io { .. } => "Internal error",
         }
     }
@@ -230,9 +236,25 @@ impl IntoResponse for Error {
     }
 }
 
+/// Rejections of a body read past the limit are 413 like axum's own, as a problem;
+/// the rest are the client's mistakes.
+fn body_rejection(status: StatusCode, text: String) -> Error {
+    if status == StatusCode::PAYLOAD_TOO_LARGE {
+        Error::PayloadTooLarge(format!("the request body is larger than the node agent accepts: {text}"))
+    } else {
+        Error::InvalidRequest(text)
+    }
+}
+
 impl From<axum::extract::rejection::JsonRejection> for Error {
     fn from(rejection: axum::extract::rejection::JsonRejection) -> Self {
-        Error::InvalidRequest(rejection.body_text())
+        body_rejection(rejection.status(), rejection.body_text())
+    }
+}
+
+impl From<axum::extract::rejection::BytesRejection> for Error {
+    fn from(rejection: axum::extract::rejection::BytesRejection) -> Self {
+        body_rejection(rejection.status(), rejection.body_text())
     }
 }
 
