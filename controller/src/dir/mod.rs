@@ -1,3 +1,4 @@
+pub mod env;
 pub mod parse;
 pub mod state;
 pub mod store;

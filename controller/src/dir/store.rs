@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use agentplane_crds::{EnvFromSource, EnvVar, SandboxStatus, SessionPhase};
+use agentplane_crds::{SandboxStatus, SessionPhase};
 use agentplane_node_agent::client::Client;
 use agentplane_node_agent::model::{LifecycleEvent, LifecycleEventType};
 use futures_util::StreamExt;
@@ -24,6 +24,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use super::env::{EnvFiles, resolve_env};
 use super::parse::{Declared, FileError, Key, Kind, Object, parse_file};
 use super::state::StateDir;
 use crate::conditions::{self, READY};
@@ -148,6 +149,8 @@ struct Index {
 
 struct Inner {
     dir: PathBuf,
+    /// `dir` with every symlink resolved: env files are read only under it.
+    root: PathBuf,
     state: StateDir,
     index: Mutex<Index>,
     queue: Arc<WorkQueue<Key>>,
@@ -187,6 +190,7 @@ impl DirStore {
         let (wake, wake_rx) = mpsc::channel(1);
         Ok(DirStore {
             inner: Arc::new(Inner {
+                root: fs::canonicalize(&config.dir).unwrap_or_else(|_| config.dir.clone()),
                 dir: config.dir.clone(),
                 state,
                 index: Mutex::new(index),
@@ -718,10 +722,10 @@ impl Inner {
             (entry.object.clone(), entry.problem.clone(), session)
         };
         let base = source_file(object.meta()).map(|f| self.dir.join(f)).and_then(|f| f.parent().map(Path::to_path_buf));
-        let base = base.as_deref().unwrap_or(&self.dir);
+        let files = EnvFiles { root: &self.root, base: base.as_deref().unwrap_or(&self.dir) };
         let env = match &object {
-            Object::Process(p) => resolve_env(base, &p.spec.env, &p.spec.env_from),
-            Object::Session(s) => resolve_env(base, &s.spec.env, &s.spec.env_from),
+            Object::Process(p) => resolve_env(&files, &p.spec.env, &p.spec.env_from),
+            Object::Session(s) => resolve_env(&files, &s.spec.env, &s.spec.env_from),
             Object::Sandbox(_) => Ok(BTreeMap::new()),
         };
         Some((object, problem, env, session))
@@ -822,103 +826,9 @@ impl Inner {
     }
 }
 
-/// Resolves `env` and `envFrom` against files beside the resource's own: `envFrom`
-/// first, `env` over it, as Kubernetes does.
-pub fn resolve_env(
-    base: &Path,
-    env: &[EnvVar],
-    env_from: &[EnvFromSource],
-) -> std::result::Result<BTreeMap<String, String>, String> {
-    let mut out = BTreeMap::new();
-    for source in env_from {
-        if let Some(file) = &source.file {
-            out.extend(read_env_file(&base.join(file))?);
-        } else if let Some(secret) = &source.secret_ref {
-            return Err(format!(
-                "envFrom.secretRef {:?} needs the cluster store; in a directory use envFrom.file",
-                secret.name
-            ));
-        }
-    }
-    for var in env {
-        let value = match (&var.value, &var.value_from) {
-            (Some(value), _) => value.clone(),
-            (None, Some(from)) => {
-                if let Some(file_ref) = &from.file_key_ref {
-                    let values = read_env_file(&base.join(&file_ref.path))?;
-                    values
-                        .get(&file_ref.key)
-                        .cloned()
-                        .ok_or_else(|| format!("env {}: {} has no key {:?}", var.name, file_ref.path, file_ref.key))?
-                } else if let Some(secret) = &from.secret_key_ref {
-                    return Err(format!(
-                        "env {}: secretKeyRef {:?} needs the cluster store; in a directory use fileKeyRef",
-                        var.name, secret.name
-                    ));
-                } else {
-                    String::new()
-                }
-            }
-            (None, None) => String::new(),
-        };
-        out.insert(var.name.clone(), value);
-    }
-    Ok(out)
-}
-
-/// `KEY=VALUE` lines; blank lines and `#` comments skipped, `export ` and matching
-/// quotes around the value allowed.
-fn read_env_file(path: &Path) -> std::result::Result<BTreeMap<String, String>, String> {
-    let text = fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let mut out = BTreeMap::new();
-    for (number, line) in text.lines().enumerate() {
-        let line = line.trim();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        let line = line.strip_prefix("export ").unwrap_or(line);
-        let Some((key, value)) = line.split_once('=') else {
-            return Err(format!("{}:{}: expected KEY=VALUE", path.display(), number + 1));
-        };
-        let value = value.trim();
-        let value =
-            ['"', '\''].iter().find_map(|q| value.strip_prefix(*q).and_then(|v| v.strip_suffix(*q))).unwrap_or(value);
-        out.insert(key.trim().to_string(), value.to_string());
-    }
-    Ok(out)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn env_files_resolve_with_env_over_env_from() {
-        let dir = tempfile::tempdir().unwrap();
-        fs::write(dir.path().join("app.env"), "# keys\nexport A=1\nB=\"two words\"\n\nC='3'\n").unwrap();
-        let env: Vec<EnvVar> = serde_json::from_str(
-            r#"[{"name":"A","value":"override"},{"name":"D","valueFrom":{"fileKeyRef":{"path":"app.env","key":"C"}}}]"#,
-        )
-        .unwrap();
-        let env_from: Vec<EnvFromSource> = serde_json::from_str(r#"[{"file":"app.env"}]"#).unwrap();
-        let resolved = resolve_env(dir.path(), &env, &env_from).unwrap();
-        let expected: BTreeMap<String, String> = [("A", "override"), ("B", "two words"), ("C", "3"), ("D", "3")]
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .into();
-        assert_eq!(resolved, expected);
-        let missing: Vec<EnvVar> =
-            serde_json::from_str(r#"[{"name":"X","valueFrom":{"fileKeyRef":{"path":"app.env","key":"NOPE"}}}]"#)
-                .unwrap();
-        assert!(resolve_env(dir.path(), &missing, &[]).unwrap_err().contains("no key \"NOPE\""));
-        assert!(
-            resolve_env(
-                dir.path(),
-                &[],
-                &serde_json::from_str::<Vec<EnvFromSource>>(r#"[{"file":"gone.env"}]"#).unwrap()
-            )
-            .is_err()
-        );
-    }
 
     #[test]
     fn resource_annotations_parse_back_to_keys() {

@@ -1,0 +1,311 @@
+//! A resource's environment in the directory store: `env` values, and the `KEY=VALUE`
+//! files `envFrom.file` and `valueFrom.fileKeyRef` name beside the resource's YAML.
+//!
+//! Those files are outside input read on behalf of whoever can write into the watched
+//! folder, so they are read with care: only regular files (a FIFO would block the read
+//! for ever, `/dev/zero` would never end), at most `MAX_ENV_FILE_BYTES`, and only inside
+//! the watched folder once every symlink and `..` is resolved (a process's environment
+//! must not carry `/etc/...` or another user's files because a YAML said so).
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use agentplane_crds::{EnvFromSource, EnvVar};
+
+/// Far more than any sensible set of variables; small enough that a wrong file named by
+/// mistake (a log, a dump) costs nothing to refuse.
+pub const MAX_ENV_FILE_BYTES: u64 = 1024 * 1024;
+
+/// Why an env file was not read.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum EnvFileError {
+    #[error("cannot read {}: {reason}", path.display())]
+    Unreadable { path: PathBuf, reason: String },
+    #[error("{}", outside(path, real, root))]
+    OutsideFolder { path: PathBuf, real: PathBuf, root: PathBuf },
+    #[error("{} is {what}, not a regular file: only regular files are read", path.display())]
+    NotRegular { path: PathBuf, what: &'static str },
+    #[error("{} holds more than {MAX_ENV_FILE_BYTES} bytes, more than an env file may hold", path.display())]
+    TooLarge { path: PathBuf },
+    #[error("{}:{line}: {message}", path.display())]
+    Syntax { path: PathBuf, line: usize, message: &'static str },
+}
+
+fn outside(path: &Path, real: &Path, root: &Path) -> String {
+    let leads = if path == real { String::new() } else { format!(" leads to {}, which", real.display()) };
+    format!(
+        "{}{leads} is outside the watched folder {}: env files are read only inside it",
+        path.display(),
+        root.display()
+    )
+}
+
+/// Where env files may be read from, and what they are relative to.
+#[derive(Debug, Clone)]
+pub struct EnvFiles<'a> {
+    /// The watched folder, canonical (no symlink, no `..`).
+    pub root: &'a Path,
+    /// The folder of the resource's own file: relative paths start there.
+    pub base: &'a Path,
+}
+
+impl EnvFiles<'_> {
+    /// The path a reference names, as written (joined to `base`, not resolved).
+    pub fn path_of(&self, reference: &str) -> PathBuf {
+        self.base.join(reference)
+    }
+
+    /// Reads and parses the env file `reference` names.
+    pub fn read(&self, reference: &str) -> Result<BTreeMap<String, String>, EnvFileError> {
+        let path = self.path_of(reference);
+        let text = read_confined(self.root, &path)?;
+        parse_env(&text).map_err(|(line, message)| EnvFileError::Syntax { path, line, message })
+    }
+
+    /// The paths whose creation or change may change what `reference` reads: the path as
+    /// named, with its folder resolved (the file itself may not exist yet), and, when it is
+    /// a symlink, the file it leads to. File events name paths under canonical folders
+    /// (the watched ones), so these are what events are compared with.
+    pub fn watched_paths(&self, reference: &str) -> Vec<PathBuf> {
+        let path = self.path_of(reference);
+        let mut out = Vec::new();
+        if let (Some(parent), Some(name)) = (path.parent(), path.file_name())
+            && let Ok(parent) = fs::canonicalize(parent)
+        {
+            out.push(parent.join(name));
+        }
+        if let Ok(target) = fs::canonicalize(&path)
+            && !out.contains(&target)
+        {
+            out.push(target);
+        }
+        out
+    }
+}
+
+/// Resolves `env` and `envFrom` against files beside the resource's own: `envFrom`
+/// first, `env` over it, as Kubernetes does.
+pub fn resolve_env(
+    files: &EnvFiles<'_>,
+    env: &[EnvVar],
+    env_from: &[EnvFromSource],
+) -> std::result::Result<BTreeMap<String, String>, String> {
+    let mut out = BTreeMap::new();
+    for source in env_from {
+        if let Some(file) = &source.file {
+            out.extend(files.read(file).map_err(|e| format!("envFrom.file {file:?}: {e}"))?);
+        } else if let Some(secret) = &source.secret_ref {
+            return Err(format!(
+                "envFrom.secretRef {:?} needs the cluster store; in a directory use envFrom.file",
+                secret.name
+            ));
+        }
+    }
+    for var in env {
+        let value = match (&var.value, &var.value_from) {
+            (Some(value), _) => value.clone(),
+            (None, Some(from)) => {
+                if let Some(file_ref) = &from.file_key_ref {
+                    let values = files
+                        .read(&file_ref.path)
+                        .map_err(|e| format!("env {}: fileKeyRef {:?}: {e}", var.name, file_ref.path))?;
+                    values
+                        .get(&file_ref.key)
+                        .cloned()
+                        .ok_or_else(|| format!("env {}: {} has no key {:?}", var.name, file_ref.path, file_ref.key))?
+                } else if let Some(secret) = &from.secret_key_ref {
+                    return Err(format!(
+                        "env {}: secretKeyRef {:?} needs the cluster store; in a directory use fileKeyRef",
+                        var.name, secret.name
+                    ));
+                } else {
+                    String::new()
+                }
+            }
+            (None, None) => String::new(),
+        };
+        out.insert(var.name.clone(), value);
+    }
+    Ok(out)
+}
+
+/// Every file `env` and `envFrom` of a resource read, as named.
+pub fn referenced_files<'a>(env: &'a [EnvVar], env_from: &'a [EnvFromSource]) -> impl Iterator<Item = &'a str> {
+    let from = env_from.iter().filter_map(|s| s.file.as_deref());
+    let keys = env.iter().filter_map(|v| v.value_from.as_ref()?.file_key_ref.as_ref().map(|r| r.path.as_str()));
+    from.chain(keys)
+}
+
+/// The text of a regular file under `root` (canonical), refusing anything else without
+/// ever blocking: FIFOs and devices are opened non-blocking and refused by what `fstat`
+/// says, before any read.
+fn read_confined(root: &Path, path: &Path) -> Result<String, EnvFileError> {
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let unreadable = |e: std::io::Error| EnvFileError::Unreadable { path: path.to_path_buf(), reason: e.to_string() };
+    // Every symlink and `..` resolved: what is actually read must be under the folder.
+    let real = fs::canonicalize(path).map_err(unreadable)?;
+    if !real.starts_with(root) {
+        return Err(EnvFileError::OutsideFolder { path: path.to_path_buf(), real, root: root.to_path_buf() });
+    }
+    let flags = nix::fcntl::OFlag::O_NONBLOCK | nix::fcntl::OFlag::O_NOFOLLOW | nix::fcntl::OFlag::O_NOCTTY;
+    // O_NOFOLLOW: a symlink swapped in since the check is refused (ELOOP), not followed.
+    let file = fs::OpenOptions::new().read(true).custom_flags(flags.bits()).open(&real).map_err(unreadable)?;
+    // A folder on the way swapped for a symlink since the check: what was opened is
+    // what the kernel says it is.
+    if let Ok(opened) = fs::read_link(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&file)))
+        && !opened.starts_with(root)
+    {
+        return Err(EnvFileError::OutsideFolder { path: path.to_path_buf(), real: opened, root: root.to_path_buf() });
+    }
+    let meta = file.metadata().map_err(unreadable)?;
+    let kind = meta.file_type();
+    if !kind.is_file() {
+        let what = if kind.is_fifo() {
+            "a FIFO"
+        } else if kind.is_char_device() || kind.is_block_device() {
+            "a device"
+        } else if kind.is_socket() {
+            "a socket"
+        } else if kind.is_dir() {
+            "a directory"
+        } else {
+            "not a file"
+        };
+        return Err(EnvFileError::NotRegular { path: path.to_path_buf(), what });
+    }
+    if meta.len() > MAX_ENV_FILE_BYTES {
+        return Err(EnvFileError::TooLarge { path: path.to_path_buf() });
+    }
+    // The size can grow between fstat and read: never read more than the limit allows.
+    let mut bytes = Vec::new();
+    file.take(MAX_ENV_FILE_BYTES + 1).read_to_end(&mut bytes).map_err(unreadable)?;
+    if bytes.len() as u64 > MAX_ENV_FILE_BYTES {
+        return Err(EnvFileError::TooLarge { path: path.to_path_buf() });
+    }
+    String::from_utf8(bytes)
+        .map_err(|_| EnvFileError::Unreadable { path: path.to_path_buf(), reason: "it is not UTF-8 text".to_string() })
+}
+
+/// `KEY=VALUE` lines; blank lines and `#` comments skipped, `export ` and matching
+/// quotes around the value allowed. An error is `(line, what)`, the line 1-based.
+pub fn parse_env(text: &str) -> Result<BTreeMap<String, String>, (usize, &'static str)> {
+    let mut out = BTreeMap::new();
+    for (number, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let line = line.strip_prefix("export ").unwrap_or(line);
+        let Some((key, value)) = line.split_once('=') else {
+            return Err((number + 1, "expected KEY=VALUE"));
+        };
+        let key = key.trim();
+        if key.is_empty() {
+            return Err((number + 1, "a variable needs a name before '='"));
+        }
+        let value = value.trim();
+        let value =
+            ['"', '\''].iter().find_map(|q| value.strip_prefix(*q).and_then(|v| v.strip_suffix(*q))).unwrap_or(value);
+        out.insert(key.to_string(), value.to_string());
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn files(root: &Path) -> EnvFiles<'_> {
+        EnvFiles { root, base: root }
+    }
+
+    fn from_file(file: &str) -> Vec<EnvFromSource> {
+        serde_json::from_value(serde_json::json!([{ "file": file }])).unwrap()
+    }
+
+    #[test]
+    fn env_files_resolve_with_env_over_env_from() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        fs::write(root.join("app.env"), "# keys\nexport A=1\nB=\"two words\"\n\nC='3'\n").unwrap();
+        let env: Vec<EnvVar> = serde_json::from_str(
+            r#"[{"name":"A","value":"override"},{"name":"D","valueFrom":{"fileKeyRef":{"path":"app.env","key":"C"}}}]"#,
+        )
+        .unwrap();
+        let resolved = resolve_env(&files(&root), &env, &from_file("app.env")).unwrap();
+        let expected: BTreeMap<String, String> = [("A", "override"), ("B", "two words"), ("C", "3"), ("D", "3")]
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .into();
+        assert_eq!(resolved, expected);
+        let missing: Vec<EnvVar> =
+            serde_json::from_str(r#"[{"name":"X","valueFrom":{"fileKeyRef":{"path":"app.env","key":"NOPE"}}}]"#)
+                .unwrap();
+        assert!(resolve_env(&files(&root), &missing, &[]).unwrap_err().contains("no key \"NOPE\""));
+        assert!(resolve_env(&files(&root), &[], &from_file("gone.env")).is_err());
+    }
+
+    /// A FIFO with no writer: a plain read would block for ever. Run on a thread, so a
+    /// regression fails the test instead of hanging it.
+    #[test]
+    fn a_fifo_is_refused_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        nix::unistd::mkfifo(&root.join("fifo.env"), nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let root2 = root.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(files(&root2).read("fifo.env"));
+        });
+        let result = rx.recv_timeout(std::time::Duration::from_secs(10)).expect("reading a FIFO must not block");
+        let error = result.unwrap_err();
+        assert!(matches!(error, EnvFileError::NotRegular { what: "a FIFO", .. }), "{error}");
+    }
+
+    #[test]
+    fn only_regular_files_inside_the_folder_up_to_the_limit_are_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("d");
+        fs::create_dir_all(root.join("sub")).unwrap();
+        let root = root.canonicalize().unwrap();
+        fs::write(root.join("big.env"), vec![b'#'; 2 * 1024 * 1024]).unwrap();
+        fs::write(root.join("exact.env"), vec![b'#'; MAX_ENV_FILE_BYTES as usize]).unwrap();
+        fs::write(dir.path().join("outside.env"), "SECRET=1\n").unwrap();
+        std::os::unix::fs::symlink("/etc/hostname", root.join("host.env")).unwrap();
+        std::os::unix::fs::symlink("../outside.env", root.join("out.env")).unwrap();
+        fs::write(root.join("sub/in.env"), "A=1\n").unwrap();
+        std::os::unix::fs::symlink("sub/in.env", root.join("alias.env")).unwrap();
+        let env = files(&root);
+        assert!(matches!(env.read("big.env"), Err(EnvFileError::TooLarge { .. })));
+        assert_eq!(env.read("exact.env"), Ok(BTreeMap::new()));
+        for outside in ["/dev/zero", "../outside.env", "../../../../../../etc/os-release", "host.env", "out.env"] {
+            let error = env.read(outside).unwrap_err();
+            assert!(matches!(error, EnvFileError::OutsideFolder { .. }), "{outside}: {error}");
+        }
+        // A symlink that stays inside is followed.
+        assert_eq!(env.read("alias.env").unwrap()["A"], "1");
+        let sub = root.join("sub");
+        let from_sub = EnvFiles { root: &root, base: &sub };
+        assert_eq!(from_sub.read("../sub/in.env").unwrap()["A"], "1");
+        assert!(matches!(from_sub.read("sub"), Err(EnvFileError::Unreadable { .. })));
+        assert!(matches!(env.read("sub"), Err(EnvFileError::NotRegular { what: "a directory", .. })));
+        let message = resolve_env(&env, &[], &from_file("/dev/zero")).unwrap_err();
+        assert!(
+            message.starts_with("envFrom.file \"/dev/zero\": /dev/zero is outside the watched folder"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn watched_paths_name_the_file_and_its_target() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        fs::create_dir(root.join("real")).unwrap();
+        fs::write(root.join("real/a.env"), "A=1\n").unwrap();
+        std::os::unix::fs::symlink("real/a.env", root.join("a.env")).unwrap();
+        let env = files(&root);
+        assert_eq!(env.watched_paths("a.env"), vec![root.join("a.env"), root.join("real/a.env")]);
+        assert_eq!(env.watched_paths("real/../later.env"), vec![root.join("later.env")]);
+    }
+}
