@@ -14,9 +14,8 @@ use agentplane_controller::dir::store::yaml_files;
 use anyhow::{Context, bail};
 use clap::Args;
 
-use crate::workspace::{
-    DirArgs, Workspace, kind_word, not_found, parse_duration, parse_refs, ref_name, write_atomically,
-};
+use crate::edit::{self, EDIT_ATTEMPTS, Outcome, write_atomically};
+use crate::workspace::{Declaration, DirArgs, Workspace, kind_word, not_found, parse_duration, parse_refs, ref_name};
 use crate::yaml_edit;
 
 #[derive(Args, Debug)]
@@ -64,6 +63,8 @@ pub async fn apply(args: ApplyArgs) -> anyhow::Result<i32> {
     let workspace = Workspace::new(&args.dir);
     fs::create_dir_all(&workspace.dir).with_context(|| format!("creating {}", workspace.dir.display()))?;
     let dir = workspace.dir.canonicalize().with_context(|| format!("resolving {}", workspace.dir.display()))?;
+    // From reading what the directory declares to writing it: no other edit in between.
+    let _lock = workspace.lock_edits().await?;
 
     // Where each file goes.
     let mut sources: Vec<(String, PathBuf, String)> = Vec::new(); // (shown, source, relative)
@@ -190,16 +191,14 @@ pub async fn delete(args: DeleteArgs) -> anyhow::Result<i32> {
 
     let mut failed = false;
     let mut waiting = Vec::new();
+    let lock = workspace.lock_edits().await?;
     for key in keys {
         let record = workspace.record(&key)?;
-        match workspace.declaration(&key)? {
-            Some(declaration) => {
-                remove_declaration(&declaration)?;
-                println!("{} deleted", ref_name(&key));
-            }
+        match remove(&workspace, &key)? {
+            true => println!("{} deleted", ref_name(&key)),
             // No file declares it, but the store still has it: its cleanup is under way.
-            None if record.is_some() => println!("{} is already being deleted", ref_name(&key)),
-            None => {
+            false if record.is_some() => println!("{} is already being deleted", ref_name(&key)),
+            false => {
                 eprintln!("error: {}", not_found(&key));
                 failed = true;
                 continue;
@@ -209,6 +208,7 @@ pub async fn delete(args: DeleteArgs) -> anyhow::Result<i32> {
             waiting.push((key, record.meta().uid.clone()));
         }
     }
+    drop(lock);
 
     if args.wait && !waiting.is_empty() {
         if workspace.up().is_none() {
@@ -240,12 +240,29 @@ fn declared_by(paths: &[PathBuf]) -> anyhow::Result<Vec<Key>> {
     Ok(keys)
 }
 
+/// Removes `key` from the file that declares it, starting over when the file changed
+/// between reading and replacing it; false when no file declares it. Call with the
+/// edit lock held.
+fn remove(workspace: &Workspace, key: &Key) -> anyhow::Result<bool> {
+    for _ in 0..EDIT_ATTEMPTS {
+        let Some(declaration) = workspace.declaration(key)? else { return Ok(false) };
+        match remove_declaration(&declaration)? {
+            Outcome::Written => return Ok(true),
+            Outcome::Changed => continue,
+        }
+    }
+    bail!(
+        "{} kept changing while it was edited ({EDIT_ATTEMPTS} attempts): something else keeps writing it; try again",
+        ref_name(key)
+    )
+}
+
 /// Removes a resource from its file: the whole file when it declares nothing else,
 /// else only its document, checked by parsing the result.
-fn remove_declaration(declaration: &crate::workspace::Declaration) -> anyhow::Result<()> {
+fn remove_declaration(declaration: &Declaration) -> anyhow::Result<Outcome> {
     let path: &Path = &declaration.path;
     if declaration.declared.len() == 1 {
-        return fs::remove_file(path).with_context(|| format!("removing {}", path.display()));
+        return edit::remove(path, declaration.id, &declaration.text);
     }
     let refuse =
         |why: String| anyhow::anyhow!("{}: {why}; nothing was changed: remove the document by hand", declaration.file);
@@ -267,5 +284,5 @@ fn remove_declaration(declaration: &crate::workspace::Declaration) -> anyhow::Re
             kind_word(this.object.kind())
         )));
     }
-    write_atomically(path, edited.as_bytes())
+    edit::replace(path, declaration.id, &declaration.text, edited.as_bytes())
 }

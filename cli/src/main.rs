@@ -12,6 +12,7 @@ mod attach;
 mod cluster;
 mod controller;
 mod convert;
+mod edit;
 mod get;
 mod kubeconfig;
 mod logs;

@@ -238,7 +238,9 @@ impl Store {
     /// is the user's own declaration, written whether or not `up` runs.
     pub async fn append(&self, key: &Key, item: &SpecItem) -> anyhow::Result<(usize, Option<String>)> {
         match self {
-            Store::Dir(workspace) => workspace.append_to_session(key, item).map(|(count, file)| (count, Some(file))),
+            Store::Dir(workspace) => {
+                workspace.append_to_session(key, item).await.map(|(count, file)| (count, Some(file)))
+            }
             Store::Kube(cluster) => cluster.append(key, item).await.map(|count| (count, None)),
         }
     }

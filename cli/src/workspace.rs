@@ -1,11 +1,10 @@
 //! What the resource verbs share: the watched directory and its state directory, how a
 //! person names resources on the command line, finding the file that declares one,
-//! reaching the node agent of a running `agentplane up`, and writing the user's files
-//! so that the watcher never sees half of one.
+//! reaching the node agent of a running `agentplane up`, and appending to a Session's
+//! file (under the edit lock, see `edit`).
 
 use std::fs;
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use agentplane_controller::dir::parse::{Declared, FileError, Key, Kind, Object, parse_file};
@@ -15,6 +14,7 @@ use agentplane_node_agent::client::Client;
 use anyhow::{Context, bail};
 use clap::Args;
 
+use crate::edit::{self, EDIT_ATTEMPTS, FileId, Outcome};
 use crate::store::SpecItem;
 use crate::yaml_edit;
 
@@ -92,6 +92,8 @@ pub struct DirFile {
     /// Relative to the watched directory.
     pub relative: String,
     pub path: PathBuf,
+    /// The file `path` led to when `text` was read from it.
+    pub id: FileId,
     pub text: String,
     pub parsed: Result<Vec<Declared>, FileError>,
 }
@@ -101,6 +103,8 @@ pub struct Declaration {
     /// Relative to the watched directory.
     pub file: String,
     pub path: PathBuf,
+    /// The file `path` led to when `text` was read from it: an edit replaces only that.
+    pub id: FileId,
     pub text: String,
     /// Everything the file declares, this resource at `index`.
     pub declared: Vec<Declared>,
@@ -205,9 +209,9 @@ impl Workspace {
         yaml_files(&self.dir, self.state.root())
             .into_iter()
             .filter_map(|(relative, path)| {
-                let text = fs::read_to_string(&path).ok()?;
+                let (id, text) = edit::read(&path).ok()?;
                 let parsed = parse_file(&relative, &text);
-                Some(DirFile { relative, path, text, parsed })
+                Some(DirFile { relative, path, id, text, parsed })
             })
             .collect()
     }
@@ -216,11 +220,11 @@ impl Workspace {
     /// the record says declared it is an error: what it declares cannot be known.
     pub fn declaration(&self, key: &Key) -> anyhow::Result<Option<Declaration>> {
         let mut broken = Vec::new();
-        for DirFile { relative, path, text, parsed } in self.files() {
+        for DirFile { relative, path, id, text, parsed } in self.files() {
             match parsed {
                 Ok(declared) => {
                     if let Some(index) = declared.iter().position(|d| d.object.key() == *key) {
-                        return Ok(Some(Declaration { file: relative, path, text, declared, index }));
+                        return Ok(Some(Declaration { file: relative, path, id, text, declared, index }));
                     }
                 }
                 Err(error) => broken.push(error),
@@ -237,36 +241,30 @@ impl Workspace {
         Ok(None)
     }
 
+    /// Holds the edit lock of this directory (see `edit`) while it is kept.
+    pub async fn lock_edits(&self) -> anyhow::Result<edit::EditLock> {
+        edit::lock(&self.state).await
+    }
+
     /// Appends `item` to `spec.<list>` of the Session `key` in the file that declares
     /// it, checking that the edited file declares that Session with exactly that item
     /// more and everything else unchanged; returns the list's length and the file.
-    pub fn append_to_session(&self, key: &Key, item: &SpecItem) -> anyhow::Result<(usize, String)> {
-        let declaration = self.declaration(key)?.ok_or_else(|| not_found(key))?;
-        let list = item.list();
-        let refuse = |why: String| {
-            anyhow::anyhow!("{}: {why}; nothing was changed: add the item to spec.{list} by hand", declaration.file)
-        };
-        let this = declaration.this();
-        let documents = yaml_edit::documents(&declaration.text).map_err(|e| refuse(e.0))?;
-        let document = documents
-            .iter()
-            .find(|d| d.line() == this.line)
-            .ok_or_else(|| refuse(format!("its documents cannot be told apart at line {}", this.line)))?;
-        let edited =
-            yaml_edit::append_to_spec_list(&declaration.text, document, list, item).map_err(|e| refuse(e.0))?;
-
-        let mut expected: Vec<Object> = declaration.declared.iter().map(|d| d.object.clone()).collect();
-        let Object::Session(session) = &mut expected[declaration.index] else {
-            bail!("{} is not a Session", this.object.key())
-        };
-        let count = item.push(&mut session.spec);
-        let reparsed =
-            parse_file(&declaration.file, &edited).map_err(|e| refuse(format!("the edit would not parse ({e})")))?;
-        if reparsed.into_iter().map(|d| d.object).collect::<Vec<_>>() != expected {
-            return Err(refuse("the edit would not read back as intended".into()));
+    /// Holds the edit lock throughout, and starts over when the file changed between
+    /// reading and replacing it, so that concurrent appends each land once.
+    pub async fn append_to_session(&self, key: &Key, item: &SpecItem) -> anyhow::Result<(usize, String)> {
+        let _lock = self.lock_edits().await?;
+        for _ in 0..EDIT_ATTEMPTS {
+            let declaration = self.declaration(key)?.ok_or_else(|| not_found(key))?;
+            let (count, edited) = appended(&declaration, item)?;
+            match edit::replace(&declaration.path, declaration.id, &declaration.text, edited.as_bytes())? {
+                Outcome::Written => return Ok((count, declaration.file)),
+                Outcome::Changed => continue,
+            }
         }
-        write_atomically(&declaration.path, edited.as_bytes())?;
-        Ok((count, declaration.file))
+        bail!(
+            "{} kept changing while it was edited ({EDIT_ATTEMPTS} attempts): something else keeps writing it; try again",
+            ref_name(key)
+        )
     }
 
     /// Waits until the store has forgotten `key` (its cleanup done), watching the state
@@ -322,26 +320,32 @@ pub fn watch_state(state: &StateDir) -> anyhow::Result<(notify::RecommendedWatch
     Ok((watcher, rx))
 }
 
-/// Replaces a file of the watched directory at once: written beside it under a hidden
-/// name (the store skips those), then renamed over it, keeping its permissions.
-pub fn write_atomically(path: &Path, body: &[u8]) -> anyhow::Result<()> {
-    let dir = path.parent().context("a file to write has a directory")?;
-    fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let name = path.file_name().context("a file name")?.to_string_lossy();
-    let aside = dir.join(format!(".{name}.{}.tmp", std::process::id()));
-    let result = (|| -> std::io::Result<()> {
-        let mut file = fs::File::create(&aside)?;
-        file.write_all(body)?;
-        file.sync_all()?;
-        if let Ok(meta) = fs::metadata(path) {
-            fs::set_permissions(&aside, meta.permissions())?;
-        }
-        fs::rename(&aside, path)
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&aside);
+/// The declaring file's text with `item` appended to the Session's `spec.<list>`, and
+/// the list's new length; refused unless the result declares exactly that.
+fn appended(declaration: &Declaration, item: &SpecItem) -> anyhow::Result<(usize, String)> {
+    let list = item.list();
+    let refuse = |why: String| {
+        anyhow::anyhow!("{}: {why}; nothing was changed: add the item to spec.{list} by hand", declaration.file)
+    };
+    let this = declaration.this();
+    let documents = yaml_edit::documents(&declaration.text).map_err(|e| refuse(e.0))?;
+    let document = documents
+        .iter()
+        .find(|d| d.line() == this.line)
+        .ok_or_else(|| refuse(format!("its documents cannot be told apart at line {}", this.line)))?;
+    let edited = yaml_edit::append_to_spec_list(&declaration.text, document, list, item).map_err(|e| refuse(e.0))?;
+
+    let mut expected: Vec<Object> = declaration.declared.iter().map(|d| d.object.clone()).collect();
+    let Object::Session(session) = &mut expected[declaration.index] else {
+        bail!("{} is not a Session", this.object.key())
+    };
+    let count = item.push(&mut session.spec);
+    let reparsed =
+        parse_file(&declaration.file, &edited).map_err(|e| refuse(format!("the edit would not parse ({e})")))?;
+    if reparsed.into_iter().map(|d| d.object).collect::<Vec<_>>() != expected {
+        return Err(refuse("the edit would not read back as intended".into()));
     }
-    result.with_context(|| format!("writing {}", path.display()))
+    Ok((count, edited))
 }
 
 /// `60s`, `2m`, `1h`, `500ms`, or plain seconds.
