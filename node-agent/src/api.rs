@@ -535,8 +535,14 @@ async fn terminal_session(
         }
     };
 
+    // Ends with the close frame to send when the client broke a rule of the socket.
     let receive = async {
-        while let Some(Ok(message)) = source.next().await {
+        loop {
+            let message = match source.next().await {
+                Some(Ok(message)) => message,
+                Some(Err(error)) => return refusal(error),
+                None => return None,
+            };
             let failure = match message {
                 Message::Binary(data) => process.write_input(data).await.err().map(|e| e.to_string()),
                 Message::Text(text) => apply_control(&state, &process, text.as_str()).err(),
@@ -549,11 +555,45 @@ async fn terminal_session(
                 break;
             }
         }
+        None
     };
 
-    tokio::select! {
-        result = send => if let Err(e) = result { tracing::debug!(process = %process.id, error = %e, "terminal client went away") },
-        () = receive => {}
+    let refused = tokio::select! {
+        result = send => {
+            if let Err(e) = result {
+                tracing::debug!(process = %process.id, error = %e, "terminal client went away");
+            }
+            None
+        }
+        refused = receive => refused,
+    };
+    if let Some(frame) = refused {
+        tracing::debug!(process = %process.id, code = frame.code, reason = %frame.reason, "closing a terminal socket");
+        // The send side is done with the sink: the close frame is the last thing sent.
+        if sink.send(Message::Close(Some(frame))).await.is_ok() {
+            // Read (and drop) what the client still sends until it answers the close, so
+            // that unread bytes do not make the kernel reset the connection before the
+            // client has read the reason; bounded in time, as a client may never answer.
+            let drained = async { while let Some(Ok(_)) = source.next().await {} };
+            let _ = tokio::time::timeout(CLOSE_GRACE, drained).await;
+        }
+    }
+}
+
+/// How long a refused client has to answer the close frame before the socket is dropped.
+const CLOSE_GRACE: Duration = Duration::from_secs(5);
+
+/// The close frame for a read that failed because the client broke a limit
+/// (1009: a message past [`MAX_CLIENT_MESSAGE`]); `None` when the client just went away.
+fn refusal(error: axum::Error) -> Option<axum::extract::ws::CloseFrame> {
+    use tokio_tungstenite::tungstenite::Error as WsError;
+    let error = error.into_inner();
+    match error.downcast_ref::<WsError>() {
+        Some(WsError::Capacity(_)) => Some(axum::extract::ws::CloseFrame {
+            code: axum::extract::ws::close_code::SIZE,
+            reason: format!("message too large: at most {MAX_CLIENT_MESSAGE} bytes").into(),
+        }),
+        _ => None,
     }
 }
 

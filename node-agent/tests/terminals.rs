@@ -323,3 +323,40 @@ async fn shutdown_stops_every_process_group() {
     assert!(live_group_members(pipe.pid).is_empty());
     assert_eq!(live_session_members(bash.pid), vec![], "the shell and its background job");
 }
+
+#[tokio::test]
+async fn a_message_too_large_closes_the_socket_with_1009_and_a_reason() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+
+    let server = TestServer::start().await;
+    let process = server.spawn_pty("sleep", &["1000"]).await;
+    let socket = server.client.connect(&process.id, &ConnectQuery::default()).await.unwrap();
+    let (mut sink, mut source) = socket.split();
+    // Written on its own task: the node agent refuses the frame by its header and
+    // never reads the rest, so this write may never finish.
+    let writer = tokio::spawn(async move {
+        let _ = sink.send(Message::Text("x".repeat(2 << 20).into())).await;
+        sink
+    });
+    let close = within("the close frame", async {
+        loop {
+            match source.next().await {
+                Some(Ok(Message::Close(frame))) => return frame,
+                Some(Ok(_)) => continue,
+                other => panic!("the socket ended without a close frame: {other:?}"),
+            }
+        }
+    })
+    .await
+    .expect("a close frame with a code");
+    assert_eq!(close.code, CloseCode::Size, "{close:?}");
+    assert!(close.reason.contains("too large"), "{close:?}");
+    writer.abort();
+    assert_eq!(
+        server.client.get_process(&process.id).await.unwrap().status,
+        ProcessStatus::Running,
+        "the process goes on"
+    );
+}
