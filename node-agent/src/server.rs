@@ -73,8 +73,10 @@ impl Server {
         })?;
         let reaper = children.clone();
         tokio::task::spawn_blocking(move || reaper.kill_leftovers()).await.unwrap_or(0);
-        if sessions.events_in_memory == 0 || sessions.max_queued_messages == 0 {
-            return Err(Error::InvalidRequest("session event memory and message queue must be positive".into()));
+        if sessions.events_in_memory == 0 || sessions.max_queued_messages == 0 || sessions.max_sessions == 0 {
+            return Err(Error::InvalidRequest(
+                "session event memory, message queue and the session limit must be positive".into(),
+            ));
         }
         let agents_dir = sessions.agents_dir.clone().unwrap_or_else(|| config.data_dir.join("agents"));
         let host = AgentHost::new(config.data_dir.clone(), agents_dir);

@@ -779,3 +779,22 @@ async fn request_ids_are_unguessable_and_a_native_id_is_no_reply() {
     let distinct: std::collections::HashSet<&str> = ids.iter().map(|id| random_part(id)).collect();
     assert_eq!(distinct.len(), ids.len(), "every request has its own id: {ids:?}");
 }
+
+#[tokio::test]
+async fn live_sessions_are_limited_and_ended_ones_do_not_count() {
+    let server = TestServer::start_with_sessions(SessionOptions { max_sessions: 2, ..SessionOptions::default() }).await;
+    let client = &server.client;
+    client.create_session("a", &mock()).await.unwrap();
+    client.create_session("b", &mock()).await.unwrap();
+    let refused = client.create_session("c", &mock()).await.unwrap_err();
+    assert_eq!(refused.problem_code(), Some("limit_exceeded"), "{refused}");
+    assert!(refused.to_string().contains("--max-sessions"), "{refused}");
+    assert!(client.get_session("c").await.is_err(), "nothing of it was created");
+    client.end_session("a").await.unwrap();
+    client.create_session("c", &mock()).await.unwrap();
+    assert_eq!(client.create_session("d", &mock()).await.unwrap_err().problem_code(), Some("limit_exceeded"));
+
+    // Resumed sessions count as well.
+    let server = server.restart().await;
+    assert_eq!(server.client.create_session("d", &mock()).await.unwrap_err().problem_code(), Some("limit_exceeded"));
+}

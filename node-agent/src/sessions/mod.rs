@@ -49,6 +49,9 @@ pub struct SessionOptions {
     pub events_in_memory: usize,
     /// Messages waiting for their turn, per session; more answers `limit_exceeded`.
     pub max_queued_messages: usize,
+    /// Sessions not ended at once (each real agent is a process of hundreds of MB);
+    /// one more answers `limit_exceeded`.
+    pub max_sessions: usize,
     /// Where agent CLIs are installed; `<data dir>/agents` when absent. Node agents
     /// may share one (installs lock per agent and version).
     pub agents_dir: Option<PathBuf>,
@@ -56,7 +59,7 @@ pub struct SessionOptions {
 
 impl Default for SessionOptions {
     fn default() -> Self {
-        SessionOptions { events_in_memory: 10_000, max_queued_messages: 1_000, agents_dir: None }
+        SessionOptions { events_in_memory: 10_000, max_queued_messages: 1_000, max_sessions: 64, agents_dir: None }
     }
 }
 
@@ -975,9 +978,19 @@ impl SessionManager {
         }
         {
             let mut sessions = self.sessions();
-            if sessions.by_id.contains_key(id) || !sessions.reserved.insert(id.to_string()) {
+            if sessions.by_id.contains_key(id) || sessions.reserved.contains(id) {
                 return Err(Error::SessionAlreadyExists(id.to_string()));
             }
+            // Those being created count: they are live the moment they are listed.
+            let live =
+                sessions.by_id.values().filter(|s| !s.record().state.is_final()).count() + sessions.reserved.len();
+            let max = self.inner.options.max_sessions;
+            if live >= max {
+                return Err(Error::LimitExceeded(format!(
+                    "{live} sessions are live, the limit is {max} (--max-sessions); end one first"
+                )));
+            }
+            sessions.reserved.insert(id.to_string());
         }
         let created = self.create_reserved(id, agent, request).await;
         let mut sessions = self.sessions();
