@@ -331,7 +331,11 @@ fn print(out: &mut impl Write, event: &UniversalEvent, session: &str, json: bool
     let line = if json {
         serde_json::to_string(event)?
     } else {
-        match readable(event, session) {
+        let answer = |id: &str, permission: bool| match permission {
+            true => format!("agentplane session reply {session} {id} --once|--always|--reject"),
+            false => format!("agentplane session reply {session} {id} --answer ..."),
+        };
+        match event_lines(event, &answer) {
             Some(line) => line,
             None => return Ok(true),
         }
@@ -343,16 +347,25 @@ fn print(out: &mut impl Write, event: &UniversalEvent, session: &str, json: bool
     }
 }
 
-/// One line a person reads (the sequence, the type, and what it says; a tool's
-/// output on indented lines below), or `None` for what says nothing new to a
-/// person: text deltas (the completed item has the text) and items started bare.
-fn readable(event: &UniversalEvent, session: &str) -> Option<String> {
+/// Where the continuation lines of an event start: under its type, past the sequence
+/// number and the time.
+const CONTINUATION: &str = "               ";
+
+/// An event as a person reads it, the same in `session events` and `logs session/X`:
+/// one line (the sequence, the time, the type and what it says), and the rest of a
+/// text or a tool's output on continuation lines indented under the type. `None` for
+/// what says nothing new: text deltas (the completed item has the text), items started
+/// bare, and tool calls started (a call is shown when it ran, after its permission, as
+/// it happened: shown at its start, it would read as if it ran before being allowed).
+/// `answer` gives the command that answers a request (`id`, whether a permission).
+pub(crate) fn event_lines(event: &UniversalEvent, answer: &dyn Fn(&str, bool) -> String) -> Option<String> {
     let kind = event.kind().as_str();
     let what = match &event.data {
         EventData::ItemDelta { .. } => return None,
         EventData::ItemStarted { item } if item.text.is_none() && item.tool.is_none() && item.input.is_none() => {
             return None;
         }
+        EventData::ItemStarted { item } if item.tool.is_some() => return None,
         EventData::SessionStarted { agent, agent_session_id, resumed } => {
             let mut what = agent.clone();
             if let Some(native) = agent_session_id {
@@ -395,16 +408,14 @@ fn readable(event: &UniversalEvent, session: &str) -> Option<String> {
                 what.push_str(&format!(": {input}"));
             }
             if let Some(output) = &item.output {
-                for line in output.lines() {
-                    what.push_str(&format!("\n      {line}"));
-                }
+                what.push_str(":\n");
+                what.push_str(output);
             }
             what
         }
-        EventData::PermissionRequested(request) => format!(
-            "{}: {} {} (answer: agentplane session reply {session} {} --once|--always|--reject)",
-            request.id, request.tool, request.input, request.id
-        ),
+        EventData::PermissionRequested(request) => {
+            format!("{}: {} {} (answer: {})", request.id, request.tool, request.input, answer(&request.id, true))
+        }
         EventData::PermissionResolved { id, reply } => match reply {
             Some(reply) => format!("{id}: {}", enum_name(reply)),
             None => format!("{id}: cancelled"),
@@ -421,12 +432,7 @@ fn readable(event: &UniversalEvent, session: &str) -> Option<String> {
                     }
                 })
                 .collect();
-            format!(
-                "{}: {} (answer: agentplane session reply {session} {} --answer ...)",
-                request.id,
-                questions.join("; "),
-                request.id
-            )
+            format!("{}: {} (answer: {})", request.id, questions.join("; "), answer(&request.id, false))
         }
         EventData::QuestionResolved { id, outcome, answers } => match answers {
             Some(answers) => format!("{id}: {} {answers:?}", enum_name(outcome)),
@@ -444,5 +450,15 @@ fn readable(event: &UniversalEvent, session: &str) -> Option<String> {
             }
         }
     };
-    Some(format!("{:>5} {kind} {what}", event.sequence))
+    let time = event.time.to_offset(time::UtcOffset::UTC);
+    let time = format!("{:02}:{:02}:{:02}", time.hour(), time.minute(), time.second());
+    // A line of its own for each line of the text, indented, and no trailing blank.
+    let mut lines = what.trim_end().lines();
+    let mut out = format!("{:>5} {time} {kind} {}", event.sequence, lines.next().unwrap_or_default());
+    for line in lines {
+        out.push('\n');
+        out.push_str(CONTINUATION);
+        out.push_str(line);
+    }
+    Some(out)
 }

@@ -27,7 +27,7 @@ use crate::printing::{
     Format, age, age_of, clock, column_widths, flags, format_row, print_structured, print_table, shell_quote,
 };
 use crate::store::{Change, Events, Selection, Store, StoreArgs};
-use crate::workspace::{parse_kind, parse_one};
+use crate::workspace::{not_found, parse_kind, parse_one};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum GetFormat {
@@ -87,7 +87,10 @@ pub async fn get(args: GetArgs) -> anyhow::Result<i32> {
         all_namespaces: args.all_namespaces,
         name,
     };
-    let objects = store.select(&selection).await?;
+    let objects = match (store.select(&selection).await, &selection.name) {
+        (Err(e), Some(name)) => return Err(placed(e, &selection_key(&selection, name), &args.store)),
+        (result, _) => result?,
+    };
     let stale = staleness(&store, &args.store);
     if let Some(line) = &stale {
         eprintln!("{line}");
@@ -154,6 +157,35 @@ pub fn namespace_flag(store: &Store, namespace: &str) -> String {
     if namespace == store.namespace(None) { String::new() } else { format!(" -n {}", shell_quote(namespace)) }
 }
 
+/// Where a verb looked, for an error: the folder (absolute, as the user may have given
+/// it relative) or the cluster.
+pub fn store_place(args: &StoreArgs) -> String {
+    match &args.kubeconfig {
+        Some(kubeconfig) => match &args.context {
+            Some(context) => format!("in the cluster of {} (context {context})", kubeconfig.display()),
+            None => format!("in the cluster of {}", kubeconfig.display()),
+        },
+        None => {
+            let dir = std::path::absolute(&args.dir.dir).unwrap_or_else(|_| args.dir.dir.clone());
+            match &args.dir.state_dir {
+                Some(state) => format!("in the folder {} (status in {})", dir.display(), state.display()),
+                None => format!("in the folder {}", dir.display()),
+            }
+        }
+    }
+}
+
+/// The resource, or a "not found" that says where it was looked for.
+pub async fn require(store: &Store, args: &StoreArgs, key: &Key) -> anyhow::Result<Object> {
+    store.require(key).await.map_err(|e| placed(e, key, args))
+}
+
+/// A "not found" of `key`, with the place it was looked in; any other error as it is.
+pub fn placed(error: anyhow::Error, key: &Key, args: &StoreArgs) -> anyhow::Error {
+    let missing = not_found(key).to_string();
+    if error.to_string() == missing { anyhow::anyhow!("{missing}, {}", store_place(args)) } else { error }
+}
+
 /// The line to read before a status that no `agentplane up` keeps current (directory
 /// store): as of when, since when nothing updates it, and how to refresh it. None while
 /// an `up` holds the directory, and for a cluster, whose controller is not ours to see.
@@ -180,6 +212,10 @@ fn staleness(store: &Store, args: &StoreArgs) -> Option<String> {
             format!("{} ({since}): {refresh}", as_of(at))
         }
     })
+}
+
+fn selection_key(selection: &Selection, name: &str) -> Key {
+    Key { kind: selection.kind, namespace: selection.namespace.clone(), name: name.to_string() }
 }
 
 fn print_watched(format: Format, object: &Object) -> anyhow::Result<()> {
@@ -481,7 +517,7 @@ pub async fn describe(args: DescribeArgs) -> anyhow::Result<i32> {
         }
     };
     let key = Key { kind, namespace: store.namespace(args.namespace.as_deref()), name };
-    let object = store.require(&key).await?;
+    let object = require(&store, &args.store, &key).await?;
     let stale = staleness(&store, &args.store);
     // Hints are meant to be pasted: they carry the flags this was run with.
     let hint_flags = format!("{}{}", namespace_flag(&store, &key.namespace), store_flags(&args.store));

@@ -7,15 +7,19 @@ use agentplane_controller::dir::parse::{Key, Kind, Object};
 use agentplane_controller::process::node_process_id;
 use agentplane_controller::session::node_session_id;
 use agentplane_node_agent::client::{Client, SessionStreamItem};
-use agentplane_node_agent::model::{OutputStream, SessionEventsQuery};
-use agentplane_node_agent::universal::{EventData, UniversalEvent};
+use agentplane_node_agent::model::{OutputEncoding, OutputQuery, OutputStream, ProcessStatus, SessionEventsQuery};
+use agentplane_node_agent::universal::UniversalEvent;
 use anyhow::bail;
+use base64::Engine as _;
 use clap::Args;
 use futures_util::StreamExt;
 
+use crate::agent_session::event_lines;
+use crate::get::{namespace_flag, require, store_flags};
+use crate::printing::shell_quote;
 use crate::proc::StreamArg;
 use crate::store::{Store, StoreArgs};
-use crate::workspace::{parse_one, ref_name};
+use crate::workspace::{parse_duration, parse_one, ref_name};
 
 #[derive(Args, Debug)]
 pub struct LogsArgs {
@@ -28,9 +32,22 @@ pub struct LogsArgs {
     /// (the universal events as they are, one a line).
     #[arg(short, long, value_enum, default_value = "text")]
     output: EventFormat,
-    /// stdout or stderr (processes without a terminal).
+    /// Only stdout or only stderr (processes without a terminal). Both by default.
     #[arg(long, value_enum)]
     stream: Option<StreamArg>,
+    /// Only the last N lines of each stream printed so far (then, with -f, all that follows).
+    #[arg(long, value_name = "N")]
+    tail: Option<usize>,
+    /// Only output printed in this last while (60s, 5m, 2h). The node agent keeps no time
+    /// for each line: output printed before this command started is shown whole when the
+    /// process started within that while, left out when it ended before it, and shown
+    /// with a note otherwise.
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    since: Option<std::time::Duration>,
+    /// Each line prefixed with when it was printed (RFC 3339, UTC). For output printed
+    /// before this command started only a bound is known: `<=TIME`.
+    #[arg(long)]
+    timestamps: bool,
     /// The namespace of the resource (default: the kubeconfig context's, else `default`).
     #[arg(short, long)]
     namespace: Option<String>,
@@ -57,9 +74,15 @@ struct Located {
     uid: String,
 }
 
-async fn locate(store: &Store, namespace: Option<&str>, kind: Kind, name: &str) -> anyhow::Result<Located> {
+async fn locate(
+    store: &Store,
+    args: &StoreArgs,
+    namespace: Option<&str>,
+    kind: Kind,
+    name: &str,
+) -> anyhow::Result<Located> {
     let key = Key { kind, namespace: store.namespace(namespace), name: name.to_string() };
-    let object = store.require(&key).await?;
+    let object = require(store, args, &key).await?;
     let Some(uid) = object.meta().uid.clone() else { bail!("{} has no uid in its record", ref_name(&key)) };
     let client = store.node_agent(&object).await?;
     Ok(Located { key, object, client, uid })
@@ -73,7 +96,7 @@ async fn locate_process(
 ) -> anyhow::Result<(Client, String, agentplane_crds::Process)> {
     let store = Store::open(args).await?;
     let Located { key, object, client, uid } =
-        locate(&store, namespace, Kind::Process, &parse_one(&[word.to_string()], Kind::Process)?).await?;
+        locate(&store, args, namespace, Kind::Process, &parse_one(&[word.to_string()], Kind::Process)?).await?;
     let Object::Process(process) = object else { bail!("{key} is not a Process") };
     let id = node_process_id(&uid);
     match client.get_process(&id).await {
@@ -81,13 +104,19 @@ async fn locate_process(
         Err(e) if e.problem_code() == Some("process_not_found") => {
             let phase = process.status.as_ref().and_then(|s| s.phase).map_or("Pending".into(), |p| format!("{p:?}"));
             bail!(
-                "{} has not run on the node agent (phase {phase}): see `agentplane describe process {}`",
+                "{} has not run on the node agent (phase {phase}): see `agentplane describe process {}{}`",
                 ref_name(&key),
-                key.name
+                shell_quote(&key.name),
+                hint_flags(&store, args, &key)
             )
         }
         Err(e) => Err(e.into()),
     }
+}
+
+/// What a hint about `key` carries to be pasted: its namespace and the store's flags.
+fn hint_flags(store: &Store, args: &StoreArgs, key: &Key) -> String {
+    format!("{}{}", namespace_flag(store, &key.namespace), store_flags(args))
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -103,19 +132,210 @@ pub async fn logs(args: LogsArgs) -> anyhow::Result<i32> {
         return session_logs(&args, name).await;
     }
     let (client, id, _) = locate_process(&args.store, args.namespace.as_deref(), &args.process).await?;
-    let stream = args.stream.map(|s| match s {
-        StreamArg::Stdout => OutputStream::Stdout,
-        StreamArg::Stderr => OutputStream::Stderr,
-    });
-    crate::proc::logs(&client, &id, stream, 0, args.follow).await
+    process_logs(&client, &id, &args).await
+}
+
+/// A Process's output as `kubectl logs` shows a pod's: both streams (or the terminal),
+/// what was printed so far, then with `-f` the rest in the order it arrives.
+///
+/// The node agent keeps each stream apart, by byte offset, with no time and no order
+/// between them: what was printed before this command started is shown stream by
+/// stream (stdout, then stderr); what arrives while following is interleaved in the
+/// order it comes, a whole line at a time.
+async fn process_logs(client: &Client, id: &str, args: &LogsArgs) -> anyhow::Result<i32> {
+    let info = client.get_process(id).await?;
+    let streams = match (info.pty, args.stream) {
+        (true, _) => vec![OutputStream::Pty],
+        (false, Some(StreamArg::Stdout)) => vec![OutputStream::Stdout],
+        (false, Some(StreamArg::Stderr)) => vec![OutputStream::Stderr],
+        (false, None) => vec![OutputStream::Stdout, OutputStream::Stderr],
+    };
+    let started = time::OffsetDateTime::now_utc();
+    // What the backlog may hold, by when it was printed.
+    let backlog_shown = match args.since {
+        None => true,
+        Some(since) => {
+            let cutoff = started - since;
+            match info.exited_at {
+                Some(exited) if exited < cutoff => false,
+                _ if info.created_at >= cutoff => true,
+                _ => {
+                    eprintln!(
+                        "agentplane: the node agent keeps no time for each line: the output printed before now is shown whole (the process started {} ago, before the --since window)",
+                        crate::printing::age(info.created_at)
+                    );
+                    true
+                }
+            }
+        }
+    };
+    // Printed before now: at most when it exited, or now.
+    let backlog_bound = info.exited_at.unwrap_or(started);
+    let mut out = Lines::new(args.timestamps);
+    let mut offsets = Vec::new();
+    for &stream in &streams {
+        let (bytes, next) = read_all(client, id, stream).await?;
+        offsets.push((stream, next));
+        if !backlog_shown {
+            continue;
+        }
+        let mut bytes = &bytes[..];
+        if let Some(n) = args.tail {
+            bytes = last_lines(bytes, n);
+        }
+        out.push(stream, bytes, Some(backlog_bound))?;
+        if !args.follow {
+            out.flush(stream, Some(backlog_bound))?;
+        }
+    }
+    if !args.follow {
+        return Ok(0);
+    }
+    // One long poll per stream; whichever answers first is printed first.
+    let poll = |stream: OutputStream, offset: u64| async move {
+        let query = OutputQuery {
+            offset: Some(offset),
+            stream: Some(stream),
+            limit: None,
+            encoding: Some(OutputEncoding::Base64),
+            wait: Some(30.0),
+        };
+        (stream, client.output(id, &query).await)
+    };
+    let mut polls: futures_util::stream::FuturesUnordered<_> =
+        offsets.into_iter().map(|(stream, offset)| poll(stream, offset)).collect();
+    while let Some((stream, chunk)) = polls.next().await {
+        let chunk = chunk?;
+        if let Some(gap) = chunk.gap {
+            eprintln!("agentplane: {} bytes of {} were lost (no longer kept)", gap.to - gap.from, stream_word(stream));
+        }
+        let bytes = base64::engine::general_purpose::STANDARD.decode(&chunk.data)?;
+        out.push(stream, &bytes, None)?;
+        let done = chunk.eof || (bytes.is_empty() && chunk.status == ProcessStatus::Exited);
+        if done {
+            out.flush(stream, None)?;
+        } else {
+            polls.push(poll(stream, chunk.next_offset));
+        }
+    }
+    Ok(0)
+}
+
+fn stream_word(stream: OutputStream) -> &'static str {
+    match stream {
+        OutputStream::Stdout => "stdout",
+        OutputStream::Stderr => "stderr",
+        OutputStream::Pty => "the terminal",
+    }
+}
+
+/// Everything a stream holds now, and the offset after it.
+async fn read_all(client: &Client, id: &str, stream: OutputStream) -> anyhow::Result<(Vec<u8>, u64)> {
+    let mut all = Vec::new();
+    let mut offset = 0;
+    loop {
+        let query = OutputQuery {
+            offset: Some(offset),
+            stream: Some(stream),
+            limit: None,
+            encoding: Some(OutputEncoding::Base64),
+            wait: None,
+        };
+        let chunk = client.output(id, &query).await?;
+        if let Some(gap) = chunk.gap {
+            eprintln!("agentplane: bytes {}..{} of {} are no longer kept", gap.from, gap.to, stream_word(stream));
+        }
+        let bytes = base64::engine::general_purpose::STANDARD.decode(&chunk.data)?;
+        all.extend_from_slice(&bytes);
+        offset = chunk.next_offset;
+        if bytes.is_empty() || chunk.eof {
+            return Ok((all, offset));
+        }
+    }
+}
+
+/// The last `n` lines of `bytes` (a last line without its newline counts).
+fn last_lines(bytes: &[u8], n: usize) -> &[u8] {
+    if n == 0 {
+        return &[];
+    }
+    let body = bytes.strip_suffix(b"\n").unwrap_or(bytes);
+    let mut seen = 0;
+    for (i, &b) in body.iter().enumerate().rev() {
+        if b == b'\n' {
+            seen += 1;
+            if seen == n {
+                return &bytes[i + 1..];
+            }
+        }
+    }
+    bytes
+}
+
+/// Output to stdout a whole line at a time, so that lines of two streams never mix;
+/// each stream's unfinished last line waits for the rest.
+struct Lines {
+    timestamps: bool,
+    partial: std::collections::BTreeMap<&'static str, Vec<u8>>,
+}
+
+impl Lines {
+    fn new(timestamps: bool) -> Lines {
+        Lines { timestamps, partial: Default::default() }
+    }
+
+    /// Prints the complete lines `bytes` ends (with what waited before them).
+    /// `bound`: printed at or before this time (output read from before), else now.
+    fn push(&mut self, stream: OutputStream, bytes: &[u8], bound: Option<time::OffsetDateTime>) -> anyhow::Result<()> {
+        let pending = self.partial.entry(stream_word(stream)).or_default();
+        pending.extend_from_slice(bytes);
+        let Some(end) = pending.iter().rposition(|&b| b == b'\n') else { return Ok(()) };
+        let rest = pending.split_off(end + 1);
+        let complete = std::mem::replace(pending, rest);
+        self.write(&complete, bound)
+    }
+
+    /// Prints what waits of a stream that has ended, with the newline it lacks.
+    fn flush(&mut self, stream: OutputStream, bound: Option<time::OffsetDateTime>) -> anyhow::Result<()> {
+        let mut rest = self.partial.remove(stream_word(stream)).unwrap_or_default();
+        if rest.is_empty() {
+            return Ok(());
+        }
+        rest.push(b'\n');
+        self.write(&rest, bound)
+    }
+
+    fn write(&self, lines: &[u8], bound: Option<time::OffsetDateTime>) -> anyhow::Result<()> {
+        use std::io::Write;
+        let mut stdout = std::io::stdout().lock();
+        if !self.timestamps {
+            stdout.write_all(lines)?;
+        } else {
+            let at = bound.unwrap_or_else(time::OffsetDateTime::now_utc);
+            let at = at.replace_nanosecond(0).unwrap_or(at).format(&time::format_description::well_known::Rfc3339)?;
+            let prefix = if bound.is_some() { format!("<={at} ") } else { format!("{at} ") };
+            for line in lines.split_inclusive(|&b| b == b'\n') {
+                stdout.write_all(prefix.as_bytes())?;
+                stdout.write_all(line)?;
+            }
+        }
+        stdout.flush()?;
+        Ok(())
+    }
 }
 
 pub async fn attach(args: AttachArgs) -> anyhow::Result<i32> {
     let (client, id, process) = locate_process(&args.store, args.namespace.as_deref(), &args.process).await?;
     if process.spec.tty.is_none() && !process.spec.stdin {
         let name = process.metadata.name.unwrap_or_default();
+        let namespace = match &args.namespace {
+            Some(namespace) => format!(" -n {}", shell_quote(namespace)),
+            None => String::new(),
+        };
         bail!(
-            "process/{name} has neither a terminal nor stdin (spec.tty, spec.stdin): follow its output with `agentplane logs -f process/{name}`"
+            "process/{name} has neither a terminal nor stdin (spec.tty, spec.stdin): follow its output with `agentplane logs -f {}{namespace}{}`",
+            shell_quote(&format!("process/{name}")),
+            store_flags(&args.store)
         );
     }
     crate::attach::attach(&client, &id, None).await
@@ -124,7 +344,9 @@ pub async fn attach(args: AttachArgs) -> anyhow::Result<i32> {
 /// A session's universal events: those so far, then (`-f`) the rest as they come.
 async fn session_logs(args: &LogsArgs, name: &str) -> anyhow::Result<i32> {
     let store = Store::open(&args.store).await?;
-    let Located { key, client, uid, .. } = locate(&store, args.namespace.as_deref(), Kind::Session, name).await?;
+    let Located { key, client, uid, .. } =
+        locate(&store, &args.store, args.namespace.as_deref(), Kind::Session, name).await?;
+    let flags = hint_flags(&store, &args.store, &key);
     let id = node_session_id(&uid);
     let mut last = 0;
     loop {
@@ -133,8 +355,9 @@ async fn session_logs(args: &LogsArgs, name: &str) -> anyhow::Result<i32> {
             Ok(page) => page,
             Err(e) if e.problem_code() == Some("session_not_found") => {
                 bail!(
-                    "{} has no session on the node agent yet: see `agentplane describe session {name}`",
-                    ref_name(&key)
+                    "{} has no session on the node agent yet: see `agentplane describe session {}{flags}`",
+                    ref_name(&key),
+                    shell_quote(name)
                 )
             }
             Err(e) => return Err(e.into()),
@@ -143,7 +366,7 @@ async fn session_logs(args: &LogsArgs, name: &str) -> anyhow::Result<i32> {
             eprintln!("(events {} to {} are lost)", gap.from, gap.to.saturating_sub(1));
         }
         for event in &page.events {
-            if !printed(print_event(event, args.output, name))? {
+            if !printed(print_event(event, args.output, name, &flags))? {
                 return Ok(0);
             }
             last = event.sequence;
@@ -159,7 +382,7 @@ async fn session_logs(args: &LogsArgs, name: &str) -> anyhow::Result<i32> {
     while let Some(item) = events.next().await {
         match item? {
             SessionStreamItem::Event(event) => {
-                if !printed(print_event(&event, args.output, name))? {
+                if !printed(print_event(&event, args.output, name, &flags))? {
                     return Ok(0);
                 }
             }
@@ -186,7 +409,7 @@ fn printed(result: anyhow::Result<()>) -> anyhow::Result<bool> {
     }
 }
 
-fn print_event(event: &UniversalEvent, format: EventFormat, session: &str) -> anyhow::Result<()> {
+fn print_event(event: &UniversalEvent, format: EventFormat, session: &str, flags: &str) -> anyhow::Result<()> {
     use std::io::Write;
     let mut out = std::io::stdout().lock();
     if format == EventFormat::Json {
@@ -194,63 +417,13 @@ fn print_event(event: &UniversalEvent, format: EventFormat, session: &str) -> an
         writeln!(out)?;
         return Ok(());
     }
-    let time = event.time.format(&time::format_description::well_known::Rfc3339).unwrap_or_default();
-    let line = match &event.data {
-        EventData::ItemDelta { .. } => return Ok(()),
-        // A message's text comes with its completion; only a tool call says something at its start.
-        EventData::ItemStarted { item } if item.tool.is_none() && item.text.is_none() => return Ok(()),
-        EventData::ItemStarted { item } | EventData::ItemCompleted { item } => {
-            let verb = if matches!(event.data, EventData::ItemStarted { .. }) { "started" } else { "completed" };
-            let kind =
-                serde_json::to_value(item.kind).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
-            let who = item.role.and_then(|r| serde_json::to_value(r).ok()).and_then(|v| v.as_str().map(str::to_string));
-            let what = item
-                .text
-                .clone()
-                .or_else(|| item.output.clone())
-                .or_else(|| {
-                    item.tool
-                        .as_ref()
-                        .map(|t| format!("{t} {}", item.input.as_ref().map(|i| i.to_string()).unwrap_or_default()))
-                })
-                .unwrap_or_default();
-            match who {
-                Some(who) if verb == "completed" => format!("{kind} {who}: {what}"),
-                _ => format!("{kind} {verb}: {what}"),
-            }
-        }
-        EventData::PermissionRequested(request) => format!(
-            "permission requested {}: {} {} (answer: agentplane reply session/{session} {} --decision once|always|reject)",
-            request.id, request.tool, request.input, request.id
-        ),
-        EventData::QuestionRequested(request) => {
-            let questions: Vec<String> = request
-                .questions
-                .iter()
-                .map(|q| {
-                    if q.options.is_empty() {
-                        q.question.clone()
-                    } else {
-                        format!("{} [{}]", q.question, q.options.join(" / "))
-                    }
-                })
-                .collect();
-            format!(
-                "question {}: {} (answer: agentplane reply session/{session} {} --answer ...)",
-                request.id,
-                questions.join("; "),
-                request.id
-            )
-        }
-        other => {
-            let value = serde_json::to_value(other)?;
-            let kind = value["type"].as_str().unwrap_or_default().to_string();
-            match &value["data"] {
-                serde_json::Value::Null => kind,
-                data => format!("{kind} {data}"),
-            }
-        }
+    let session = shell_quote(&format!("session/{session}"));
+    let answer = |id: &str, permission: bool| {
+        let how = if permission { "--decision once|always|reject" } else { "--answer ..." };
+        format!("agentplane reply {session} {} {how}{flags}", shell_quote(id))
     };
-    writeln!(out, "{:>5} {time} {line}", event.sequence)?;
+    if let Some(lines) = event_lines(event, &answer) {
+        writeln!(out, "{lines}")?;
+    }
     Ok(())
 }

@@ -10,7 +10,7 @@ use agentplane_controller::dir::state::{StateDir, UpInfo};
 use agentplane_controller::dir::store::{DirStore, DirStoreConfig};
 use agentplane_controller::sandboxes::Sandboxes;
 use agentplane_node_agent::client::Client;
-use agentplane_node_agent::{Config, Limits, Server};
+use agentplane_node_agent::{Config, Limits, Server, SessionOptions};
 use anyhow::{Context, bail};
 use clap::Args;
 use tokio_util::sync::CancellationToken;
@@ -40,6 +40,10 @@ pub struct UpArgs {
     /// Most processes running at once.
     #[arg(long, env = "AGENTPLANE_MAX_PROCESSES", default_value_t = 4096)]
     max_processes: usize,
+    /// Most agent sessions live at once (ended ones do not count): each real agent
+    /// is a process of hundreds of MB.
+    #[arg(long, env = "AGENTPLANE_MAX_SESSIONS", default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..))]
+    max_sessions: u64,
     /// Seconds between full rescans of the directory, besides the file events.
     #[arg(long, env = "AGENTPLANE_RESYNC_SECONDS", default_value_t = 30)]
     resync_seconds: u64,
@@ -76,7 +80,11 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         cors_origins: Vec::new(),
         limits: Limits { max_running: args.max_processes, max_exited: args.max_processes, ..Limits::default() },
     };
-    let server = Server::bind(config, shutdown.clone()).await?;
+    let sessions = SessionOptions {
+        max_sessions: usize::try_from(args.max_sessions).unwrap_or(usize::MAX),
+        ..SessionOptions::default()
+    };
+    let server = Server::bind_with(config, sessions, shutdown.clone()).await?;
     let url = format!("http://{}", server.local_addr());
     let sandboxes = Arc::new(Sandboxes::new());
     sandboxes.insert(agentplane_crds::LOCAL_SANDBOX, Client::new(&url, token.clone())?);
@@ -85,11 +93,15 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     let run = state.write_run_started()?;
     state.write_up(&UpInfo { url: url.clone(), token, pid: std::process::id(), dir: dir.clone() })?;
 
-    let shown = args.dir.display();
+    // The flags as given, quoted: the hints are meant to be pasted.
+    let flags = crate::printing::flags(&[
+        ("--dir", Some(args.dir.as_os_str())),
+        ("--state-dir", args.state_dir.as_deref().map(std::path::Path::as_os_str)),
+    ]);
     eprintln!("agentplane up: watching {} (status in {})", dir.display(), state.root().display());
     eprintln!("  node agent (sandbox `local`): {url}");
-    eprintln!("  see:    agentplane get processes --dir {shown}");
-    eprintln!("  attach: agentplane attach process/NAME --dir {shown}");
+    eprintln!("  see:    agentplane get processes{flags}");
+    eprintln!("  attach: agentplane attach process/NAME{flags}");
 
     let server_task = tokio::spawn(server.run());
     let store_result = store.run(shutdown.clone()).await;

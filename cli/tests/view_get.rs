@@ -198,3 +198,41 @@ fn get_watch_prints_a_row_only_when_it_changed_in_columns_that_stay_aligned() {
     }
     assert!(printed.iter().any(|l| l.starts_with("bbbbbbbbbbbbbb")), "{}", printed.join("\n"));
 }
+
+#[test]
+fn errors_name_the_folder_and_hints_carry_the_flags_to_paste() {
+    let mut d = Dir::new();
+    d.write(
+        "chat.yaml",
+        "apiVersion: agentplane.dev/v1alpha1\nkind: Session\nmetadata: {name: chat}\n\
+         spec: {agent: mock, messages: ['please ask permission to run touch x']}\n",
+    );
+    d.start();
+    // `up`'s banner, pasted, finds this folder.
+    let banner = format!("agentplane get processes --dir {}", d.quoted());
+    common::wait_until(PATIENCE, "the banner", || d.up_log().contains(&banner));
+
+    let missing = format!("process \"x\" not found in namespace \"default\", in the folder {}", d.dir.display());
+    for verb in [&["get", "process", "x"][..], &["describe", "process", "x"], &["logs", "process/x"]] {
+        let stderr = d.fails(verb);
+        assert!(stderr.contains(&missing), "{verb:?}: {stderr}");
+    }
+    let stderr = d.fails(&["describe", "session", "nope"]);
+    assert!(
+        stderr.contains(&format!(
+            "session \"nope\" not found in namespace \"default\", in the folder {}",
+            d.dir.display()
+        )),
+        "{stderr}"
+    );
+
+    // The reply `describe` suggests works when pasted: it names the folder.
+    d.wait_record("sessions", "chat", "a permission request", |r| {
+        r["status"]["pendingPermissions"][0]["id"].is_string()
+    });
+    let (described, _) = d.ok(&["describe", "session", "chat"]);
+    let line = described.lines().find(|l| l.trim_start().starts_with("Permission:")).expect(&described);
+    assert!(line.ends_with(&format!("--decision once --dir {})", d.quoted())), "{line}");
+    let (events, _) = d.ok(&["logs", "session/chat"]);
+    assert!(events.contains(&format!("--dir {}", d.quoted())), "{events}");
+}

@@ -1,0 +1,150 @@
+//! `logs` as kubectl users expect it, against real processes: both streams by default,
+//! `--stream`, `--tail`, `--since`, `--timestamps`, `-f` interleaving the streams in
+//! the order they print; and a session's events one a line, laid out alike in
+//! `logs session/X` and `session events`.
+
+mod common;
+mod view_common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+
+use view_common::{Dir, PATIENCE};
+
+fn process(name: &str, args: &[&str]) -> String {
+    format!(
+        "apiVersion: agentplane.dev/v1alpha1\nkind: Process\nmetadata: {{name: {name}}}\n\
+         spec: {{command: sh, args: {}, restartPolicy: Never}}\n",
+        serde_json::to_string(args).unwrap()
+    )
+}
+
+#[test]
+fn logs_shows_both_streams_and_picks_one_with_tail_and_since() {
+    let mut d = Dir::new();
+    d.write("both.yaml", &process("both", &["-c", "echo out; echo err >&2; echo out2"]));
+    d.start();
+    d.wait_phase("both", "Succeeded");
+
+    let (all, _) = d.ok(&["logs", "process/both"]);
+    // No order between the streams is recorded: each stream whole and in order.
+    let lines: Vec<&str> = all.lines().collect();
+    assert_eq!(lines.len(), 3, "{all}");
+    assert!(all.contains("out\nout2\n") && lines.contains(&"err"), "{all}");
+    assert_eq!(d.ok(&["logs", "process/both", "--stream", "stderr"]).0, "err\n");
+    assert_eq!(d.ok(&["logs", "process/both", "--stream", "stdout"]).0, "out\nout2\n");
+    // The last line of each stream.
+    let (tail, _) = d.ok(&["logs", "process/both", "--tail", "1"]);
+    assert_eq!(tail.lines().collect::<Vec<_>>(), ["out2", "err"], "{tail}");
+    // It started within the last hour: all of it; it ended before "0s ago": none.
+    assert_eq!(d.ok(&["logs", "process/both", "--since", "1h"]).0, all);
+    assert_eq!(d.ok(&["logs", "process/both", "--since", "0s"]).0, "");
+}
+
+#[test]
+fn logs_follow_interleaves_the_streams_as_they_print_with_timestamps() {
+    let mut d = Dir::new();
+    let fifo = d.dir.parent().unwrap().join("lines");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    // Each line read says which stream to print the rest on.
+    let script = format!(
+        "exec < '{}'; while read s l; do if [ \"$s\" = e ]; then echo \"$l\" >&2; else echo \"$l\"; fi; done",
+        fifo.display()
+    );
+    d.write("relay.yaml", &process("relay", &["-c", &script]));
+    d.start();
+    d.wait_phase("relay", "Running");
+    // Opens once the process has opened its end.
+    let mut writer = std::fs::OpenOptions::new().write(true).open(&fifo).unwrap();
+
+    let before = time::OffsetDateTime::now_utc().replace_nanosecond(0).unwrap();
+    let mut follow = Command::new(common::bin())
+        .args(["logs", "-f", "--timestamps", "process/relay", "--dir"])
+        .arg(&d.dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = mpsc::channel();
+    let stdout = BufReader::new(follow.stdout.take().unwrap());
+    std::thread::spawn(move || {
+        for line in stdout.lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    // The first line may come from what was printed before `logs -f` asked (stamped
+    // `<=TIME`); once it is seen, `logs -f` follows, and the rest comes as printed.
+    let mut said = Vec::new();
+    for (stream, text) in [("o", "one"), ("e", "two"), ("o", "three"), ("e", "four")] {
+        writeln!(writer, "{stream} {text}").unwrap();
+        writer.flush().unwrap();
+        // The next line comes before the next is written: the order is the printing order.
+        let line = rx.recv_timeout(PATIENCE).unwrap_or_else(|_| panic!("{text} from logs -f, after {said:?}"));
+        said.push(line);
+    }
+    drop(writer);
+    // The process ends at the end of its input, and `logs -f` with it.
+    common::wait_until(PATIENCE, "logs -f to end with the process", || follow.try_wait().unwrap().is_some());
+    let after = time::OffsetDateTime::now_utc();
+    let texts: Vec<&str> = said.iter().map(|l| l.split_once(' ').map_or(l.as_str(), |(_, t)| t)).collect();
+    assert_eq!(texts, ["one", "two", "three", "four"], "{said:?}");
+    for line in &said {
+        let (stamp, _) = line.split_once(' ').unwrap();
+        let stamp = if line == &said[0] { stamp.trim_start_matches("<=") } else { stamp };
+        let at = time::OffsetDateTime::parse(stamp, &time::format_description::well_known::Rfc3339)
+            .unwrap_or_else(|e| panic!("{line}: {e}"));
+        assert!(before <= at && at <= after, "{line} not in {before}..{after}");
+    }
+}
+
+#[test]
+fn a_session_reads_the_same_in_logs_and_session_events_a_tool_call_after_its_permission() {
+    let mut d = Dir::new();
+    d.write(
+        "chat.yaml",
+        "apiVersion: agentplane.dev/v1alpha1\nkind: Session\nmetadata: {name: chat}\n\
+         spec: {agent: mock, messages: ['please ask permission to run touch x']}\n",
+    );
+    d.start();
+    let record = d.wait_record("sessions", "chat", "a permission request", |r| {
+        r["status"]["pendingPermissions"][0]["id"].is_string()
+    });
+    let id = record["status"]["pendingPermissions"][0]["id"].as_str().unwrap().to_string();
+    d.ok(&["reply", "session/chat", &id, "--decision", "once"]);
+    d.wait_record("sessions", "chat", "idle after the reply", |r| r["status"]["phase"] == "Idle");
+
+    let (logs, _) = d.ok(&["logs", "session/chat"]);
+    let up = d.state().read_up().unwrap();
+    let uid = record["metadata"]["uid"].as_str().unwrap();
+    let events = Command::new(common::bin())
+        .args(["session", "events", &format!("sess-{uid}"), "--url", &up.url])
+        .args(up.token.as_deref().map(|t| vec!["--token", t]).unwrap_or_default())
+        .output()
+        .unwrap();
+    assert!(events.status.success(), "{}", String::from_utf8_lossy(&events.stderr));
+    let events = String::from_utf8(events.stdout).unwrap();
+    // Alike but for the command that answers a request, which is the verb's own.
+    let without_answer = |text: &str| -> Vec<String> {
+        text.lines().map(|l| l.split(" (answer: ").next().unwrap().to_string()).collect()
+    };
+    assert_eq!(without_answer(&logs), without_answer(&events), "logs:\n{logs}\nsession events:\n{events}");
+
+    let lines: Vec<&str> = logs.lines().collect();
+    let at =
+        |what: &str| lines.iter().position(|l| l.contains(what)).unwrap_or_else(|| panic!("no {what:?} in\n{logs}"));
+    // Each event's first line: the sequence, the time, the type.
+    let first = lines[0].split_whitespace().collect::<Vec<_>>();
+    assert!(first[0].parse::<u64>().is_ok() && first[1].len() == 8 && first[1].as_bytes()[2] == b':', "{logs}");
+    // The tool call shows when it ran: after its permission was asked and given.
+    assert!(!logs.contains("item.started tool_call"), "{logs}");
+    assert!(at("permission.requested") < at("permission.resolved"), "{logs}");
+    assert!(at("permission.resolved") < at("item.completed tool_call bash"), "{logs}");
+    // A tool's output on a continuation line, indented under the type.
+    let output = at("ran: touch x");
+    assert!(lines[output].starts_with("               ran: touch x"), "{logs}");
+    assert!(lines[output - 1].contains("item.completed tool_result"), "{logs}");
+}
