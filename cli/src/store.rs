@@ -109,8 +109,8 @@ impl SpecItem {
         self.count(spec)
     }
 
-    /// A reply must answer what the Session asks now: the controller would keep one
-    /// for an unknown id forever, unanswered.
+    /// A reply must answer what the Session asks now: one saved for an id that is not
+    /// pending would approve whatever request later comes with that id.
     pub fn check_answers(&self, session: &Session) -> anyhow::Result<()> {
         let SpecItem::Reply(reply) = self else { return Ok(()) };
         let status = session.status.clone().unwrap_or_default();
@@ -234,8 +234,8 @@ impl Store {
     /// Appends `item` to the Session's spec; returns how many items its list then
     /// holds, and the file it was written to (directory store).
     ///
-    /// The directory store takes a reply to an id its status does not list: the file
-    /// is the user's own declaration, written whether or not `up` runs.
+    /// Either store refuses a reply to an id that the Session's status does not list
+    /// as pending, naming those that are.
     pub async fn append(&self, key: &Key, item: &SpecItem) -> anyhow::Result<(usize, Option<String>)> {
         match self {
             Store::Dir(workspace) => {

@@ -255,6 +255,9 @@ impl Workspace {
         let _lock = self.lock_edits().await?;
         for _ in 0..EDIT_ATTEMPTS {
             let declaration = self.declaration(key)?.ok_or_else(|| not_found(key))?;
+            if let SpecItem::Reply(_) = item {
+                self.check_answers(&declaration, item)?;
+            }
             let (count, edited) = appended(&declaration, item)?;
             match edit::replace(&declaration.path, declaration.id, &declaration.text, edited.as_bytes())? {
                 Outcome::Written => return Ok((count, declaration.file)),
@@ -265,6 +268,20 @@ impl Workspace {
             "{} kept changing while it was edited ({EDIT_ATTEMPTS} attempts): something else keeps writing it; try again",
             ref_name(key)
         )
+    }
+
+    /// A reply must name what the Session asks now, as `agentplane up` last recorded
+    /// it: a reply saved for a request that does not exist yet would approve that
+    /// request, whatever it turns out to ask, the moment it is made.
+    fn check_answers(&self, declaration: &Declaration, item: &SpecItem) -> anyhow::Result<()> {
+        let this = &declaration.this().object;
+        let Object::Session(declared) = this else { bail!("{} is not a Session", ref_name(&this.key())) };
+        let mut session = declared.clone();
+        session.status = match self.record(&this.key())? {
+            Some(Object::Session(recorded)) => recorded.status,
+            _ => None,
+        };
+        item.check_answers(&session)
     }
 
     /// Waits until the store has forgotten `key` (its cleanup done), watching the state

@@ -411,6 +411,19 @@ fn send_and_reply_append_to_the_session_file_and_leave_the_rest_alone() {
     assert_eq!(session(&text).spec.messages, ["look at the diff", "fix it: the tests fail"]);
 
     d.ok(&["send", "review", "line one\nline two"]);
+    // A reply names what is pending: the status `up` would have recorded.
+    let mut asking = session(&d.read("team/review.yaml"));
+    asking.status = Some(
+        serde_json::from_value(serde_json::json!({
+            "pendingPermissions": [{"id": "perm-1", "tool": "bash", "options": ["always"]}],
+            "pendingQuestions": [
+                {"id": "q-1", "questions": [{"question": "a?"}, {"question": "b?"}]},
+                {"id": "q-2", "questions": []},
+            ],
+        }))
+        .unwrap(),
+    );
+    agentplane_controller::dir::state::StateDir::new(d.path(".agentplane")).write(&Object::Session(asking)).unwrap();
     d.ok(&["reply", "session/review", "perm-1", "--decision", "always"]);
     d.ok(&["reply", "sess/review", "q-1", "--answer", "A", "--answer", "B, and C"]);
     d.ok(&["reply", "review", "q-2", "--reject"]);

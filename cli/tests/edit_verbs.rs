@@ -1,0 +1,199 @@
+//! The verbs that change what a Session or Process does, against the real binary: a
+//! watched directory with a real `agentplane up` on it, and a real kube-apiserver
+//! (`--kubeconfig`). A reply is taken only for what is pending.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use agentplane_controller::envtest::ApiServer;
+use agentplane_crds::Session;
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::{Value, json};
+
+/// Only turns a hang into a failure; a correct run never gets near it.
+const PATIENCE: Duration = Duration::from_secs(30);
+
+fn agentplane() -> Command {
+    let mut command = Command::new(common::bin());
+    command.stdin(Stdio::null());
+    command
+}
+
+fn ok(out: Output, args: &[&str]) -> String {
+    assert!(out.status.success(), "agentplane {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn fails(out: Output, args: &[&str]) -> String {
+    assert_eq!(out.status.code(), Some(1), "agentplane {args:?}: {}", String::from_utf8_lossy(&out.stdout));
+    String::from_utf8(out.stderr).unwrap()
+}
+
+/// A watched directory, with `agentplane up` on it once `start`ed.
+struct Dir {
+    _root: tempfile::TempDir,
+    dir: PathBuf,
+    up: Option<Child>,
+}
+
+impl Dir {
+    fn new() -> Dir {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("d");
+        std::fs::create_dir(&dir).unwrap();
+        Dir { _root: root, dir, up: None }
+    }
+
+    fn start(&mut self) {
+        let mut child = agentplane()
+            .args(["up", "--dir"])
+            .arg(&self.dir)
+            .env("AGENTPLANE_STOP_TIMEOUT", "5")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Keep draining its log so it never blocks on a full pipe.
+        let log = BufReader::new(child.stderr.take().unwrap());
+        std::thread::spawn(move || for _ in log.lines() {});
+        self.up = Some(child);
+        let up_json = self.dir.join(".agentplane/up.json");
+        common::wait_until(PATIENCE, "agentplane up to write up.json", || up_json.exists());
+    }
+
+    fn path(&self, relative: &str) -> PathBuf {
+        self.dir.join(relative)
+    }
+
+    fn cli(&self, args: &[&str]) -> Output {
+        agentplane().args(args).arg("--dir").arg(&self.dir).output().unwrap()
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        ok(self.cli(args), args)
+    }
+
+    fn fails(&self, args: &[&str]) -> String {
+        fails(self.cli(args), args)
+    }
+
+    /// `get KIND NAME -o json`, or None while it is not there.
+    fn get(&self, kind: &str, name: &str) -> Option<Value> {
+        let out = self.cli(&["get", kind, name, "-o", "json"]);
+        out.status.success().then(|| serde_json::from_slice(&out.stdout).unwrap())
+    }
+
+    fn wait_for(&self, kind: &str, name: &str, what: &str, check: impl Fn(&Value) -> bool) -> Value {
+        let mut seen = None;
+        common::wait_until(PATIENCE, &format!("{kind}/{name}: {what}"), || {
+            seen = self.get(kind, name).filter(|v| check(v));
+            seen.is_some()
+        });
+        seen.unwrap()
+    }
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let Some(mut child) = self.up.take() else { return };
+        // SIGTERM, so that it stops what it started; SIGKILL would orphan all of it.
+        let _ =
+            nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM);
+        let deadline = Instant::now() + PATIENCE;
+        while matches!(child.try_wait(), Ok(None)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
+
+fn pending_permission(session: &Value) -> Option<String> {
+    session["status"]["pendingPermissions"][0]["id"].as_str().map(String::from)
+}
+
+const ASKING: &str = "apiVersion: agentplane.dev/v1alpha1\nkind: Session\nmetadata:\n  name: demo\nspec:\n  agent: mock\n  messages:\n    - please ask permission to run echo hi\n";
+
+#[test]
+fn a_reply_to_a_request_that_is_not_pending_is_refused_in_the_directory_store() {
+    let mut d = Dir::new();
+    let file = d.path("demo.yaml");
+    std::fs::write(&file, ASKING).unwrap();
+
+    // No status yet (`up` never ran): nothing is pending, so nothing can be answered.
+    let err = d.fails(&["reply", "session/demo", "turn-9-permission", "--decision", "once"]);
+    assert!(
+        err.contains(
+            r#"session/demo has no pending question or permission request "turn-9-permission" (it asks nothing now)"#
+        ),
+        "{err}"
+    );
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), ASKING, "nothing was written");
+
+    d.start();
+    let session = d.wait_for("session", "demo", "a pending permission", |s| pending_permission(s).is_some());
+    let asked = pending_permission(&session).unwrap();
+    for guess in ["turn-9-permission", "turn-1-permission-x"] {
+        let err = d.fails(&["reply", "session/demo", guess, "--decision", "once"]);
+        assert!(
+            err.contains(&format!(
+                r#"session/demo has no pending question or permission request "{guess}" (it waits for {asked})"#
+            )),
+            "{err}"
+        );
+    }
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), ASKING, "nothing was written");
+
+    let out = d.ok(&["reply", "session/demo", &asked, "--decision", "once"]);
+    assert_eq!(out, format!("session/demo: reply 1 ({asked}) added to demo.yaml\n"));
+    d.wait_for("session", "demo", "the permission answered", |s| pending_permission(s).as_ref() != Some(&asked));
+}
+
+#[test]
+fn a_reply_to_a_request_that_is_not_pending_is_refused_in_the_cluster_store() {
+    let server = ApiServer::shared();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let (ns, client) = runtime.block_on(async {
+        server.install_crds().await;
+        (server.namespace("reply").await, server.client().await)
+    });
+    let run = |args: &[&str]| {
+        agentplane().args(args).arg("--kubeconfig").arg(&server.kubeconfig).args(["-n", &ns]).output().unwrap()
+    };
+    let sessions: Api<Session> = Api::namespaced(client, &ns);
+    let session: Session = serde_json::from_value(json!({
+        "apiVersion": "agentplane.dev/v1alpha1", "kind": "Session",
+        "metadata": {"name": "demo"}, "spec": {"sandbox": "box", "agent": "mock"}
+    }))
+    .unwrap();
+    runtime.block_on(sessions.create(&Default::default(), &session)).unwrap();
+
+    let args = ["reply", "session/demo", "turn-9-permission", "--decision", "once"];
+    let err = fails(run(&args), &args);
+    assert!(
+        err.contains(r#"no pending question or permission request "turn-9-permission" (it asks nothing now)"#),
+        "{err}"
+    );
+
+    let status = json!({"status": {
+        "phase": "AwaitingInput",
+        "pendingPermissions": [{"id": "perm-5b1e", "tool": "bash", "options": ["once"]}],
+        "pendingQuestions": [{"id": "q-77c0", "questions": [{"question": "which?", "options": ["a", "b"]}]}],
+    }});
+    runtime.block_on(sessions.patch_status("demo", &PatchParams::default(), &Patch::Merge(status))).unwrap();
+    let err = fails(run(&args), &args);
+    assert!(
+        err.contains(r#"session/demo has no pending question or permission request "turn-9-permission" (it waits for perm-5b1e, q-77c0)"#),
+        "{err}"
+    );
+    let spec = |runtime: &tokio::runtime::Runtime| runtime.block_on(sessions.get("demo")).unwrap().spec;
+    assert!(spec(&runtime).replies.is_empty(), "nothing was written");
+
+    let args = ["reply", "demo", "q-77c0", "--answer", "a"];
+    assert_eq!(ok(run(&args), &args), "session/demo: reply 1 (q-77c0) added\n");
+    assert_eq!(spec(&runtime).replies.len(), 1);
+}
