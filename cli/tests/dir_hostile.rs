@@ -8,6 +8,7 @@ mod dir_up;
 
 use std::fs;
 use std::os::unix::fs::symlink;
+use std::time::Duration;
 
 use agentplane_controller::dir::parse::Kind;
 use dir_up::{DirUp, phase, process_yaml, put, ready};
@@ -21,6 +22,21 @@ fn print_env_yaml(name: &str, var: &str, out: &std::path::Path, env: &str) -> St
             out.display()
         ),
     )
+}
+
+/// The names `agentplane get processes -o json` lists, sorted.
+fn listed_names(up: &DirUp) -> Vec<String> {
+    let output = up.cli(&["get", "processes", "-o", "json"]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let listed: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let items = match &listed {
+        serde_json::Value::Array(items) => items.clone(),
+        other => other["items"].as_array().cloned().unwrap_or_else(|| vec![other.clone()]),
+    };
+    let mut names: Vec<String> =
+        items.iter().map(|i| i["metadata"]["name"].as_str().unwrap_or_default().to_string()).collect();
+    names.sort();
+    names
 }
 
 /// Waits until `path` holds something, and returns it.
@@ -92,4 +108,89 @@ fn env_files_that_never_end_are_too_large_or_lead_out_are_refused() {
     up.assert_alive();
     let rss = up.rss_mib();
     assert!(rss < 300, "up holds {rss} MiB after refusing them");
+}
+
+fn sleeper(name: &str, seconds: u32) -> String {
+    process_yaml(name, &format!("  command: sleep\n  args: ['{seconds}']\n"))
+}
+
+/// The file and document a resource was taken from.
+fn source(record: &serde_json::Value) -> &str {
+    record["metadata"]["annotations"]["agentplane.dev/source"].as_str().unwrap_or_default()
+}
+
+#[test]
+fn symlink_loops_are_walked_once_and_said_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("d");
+    for folder in ["loop", "l1", "sub"] {
+        fs::create_dir_all(dir.join(folder)).unwrap();
+    }
+    // Two links to a parent once grew `up` to 2.9 GB in 20 s; one made every file
+    // appear up to 32 times.
+    symlink("..", dir.join("loop/a")).unwrap();
+    symlink("..", dir.join("loop/b")).unwrap();
+    symlink("..", dir.join("l1/up")).unwrap();
+    put(&dir.join("web.yaml"), &sleeper("web", 1000));
+    put(&dir.join("sub/deep.yaml"), &sleeper("deep", 1000));
+    let mut up = DirUp::start(&dir, &["--resync-seconds", "3600"]);
+    let web = up.wait_status(Kind::Process, "web", "running", |r| phase(r) == "Running");
+    assert_eq!(source(&web), "web.yaml#1");
+    let deep = up.wait_status(Kind::Process, "deep", "running", |r| phase(r) == "Running");
+    assert_eq!(source(&deep), "sub/deep.yaml#1");
+    // New files are still taken, each rescan walks the tree once more.
+    for (i, name) in ["new-one", "new-two", "new-three"].iter().enumerate() {
+        let file = if i == 1 { dir.join("l1").join(format!("{name}.yaml")) } else { dir.join(format!("{name}.yaml")) };
+        put(&file, &sleeper(name, 1000));
+        let record = up.wait_status(Kind::Process, name, "running", |r| phase(r) == "Running");
+        assert_eq!(source(&record), file.strip_prefix(&dir).unwrap().to_str().unwrap().to_string() + "#1");
+    }
+    // Each file taken once: no "declared in two files" error.
+    assert_eq!(up.file_errors(), vec![]);
+    assert_eq!(listed_names(&up), ["deep", "new-one", "new-three", "new-two", "web"]);
+    up.assert_alive();
+    let rss = up.rss_mib();
+    assert!(rss < 300, "up holds {rss} MiB");
+    // Said once per link, not at every rescan (there were four).
+    let log = up.log_text();
+    let said: Vec<&str> = log.lines().filter(|l| l.contains("a symlink leads to a folder already walked")).collect();
+    assert_eq!(said.len(), 3, "{said:#?}");
+    for link in ["loop/a", "loop/b", "l1/up"] {
+        assert!(said.iter().any(|l| l.contains(&dir.join(link).display().to_string())), "{link}: {said:#?}");
+    }
+}
+
+/// Changes `file` and waits for the Process it declares to run the new spec: with
+/// `--resync-seconds 3600`, only a file event can bring it in time.
+fn change_and_see_it_taken(up: &DirUp, file: &std::path::Path, name: &str) {
+    let before = up.record(Kind::Process, name).unwrap()["metadata"]["generation"].as_i64().unwrap();
+    put(file, &sleeper(name, 2000));
+    up.wait_for(Duration::from_secs(20), &format!("{name}'s change to be taken by its file event"), || {
+        let record = up.record(Kind::Process, name)?;
+        let generation = record["metadata"]["generation"].as_i64()?;
+        (generation > before && record["spec"]["args"][0] == "2000").then_some(())
+    });
+}
+
+/// Creates `marker.yaml` and waits for its Process: a rescan has happened since.
+fn rescanned(up: &DirUp, dir: &std::path::Path, marker: &str) {
+    put(&dir.join(format!("{marker}.yaml")), &sleeper(marker, 1000));
+    up.wait_status(Kind::Process, marker, "running", |r| phase(r) == "Running");
+}
+
+#[test]
+fn removing_an_alias_of_a_folder_keeps_the_folder_watched() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("d");
+    fs::create_dir_all(dir.join("sub")).unwrap();
+    let file = dir.join("sub/x.yaml");
+    put(&file, &sleeper("x", 1000));
+    let up = DirUp::start(&dir, &["--resync-seconds", "3600"]);
+    up.wait_status(Kind::Process, "x", "running", |r| phase(r) == "Running");
+    symlink("sub", dir.join("alias")).unwrap();
+    rescanned(&up, &dir, "after-alias");
+    fs::remove_file(dir.join("alias")).unwrap();
+    rescanned(&up, &dir, "after-removal");
+    change_and_see_it_taken(&up, &file, "x");
+    assert_eq!(up.file_errors(), vec![]);
 }

@@ -58,7 +58,8 @@ const CLEANUP_RETRY: Duration = Duration::from_secs(5);
 /// Larger than any sensible file of resources: a log or a dump saved as `.yaml` by
 /// mistake is reported, not read into memory.
 const MAX_FILE_BYTES: u64 = 4 * 1024 * 1024;
-/// Deeper than any sensible repository; stops a symlink loop.
+/// Deeper than any sensible repository. Loops are stopped by walking each real
+/// directory once; this bounds a tree that is merely very deep.
 const MAX_DEPTH: usize = 32;
 
 #[derive(Debug, Clone)]
@@ -151,6 +152,8 @@ struct Inner {
     dir: PathBuf,
     /// `dir` with every symlink resolved: env files are read only under it.
     root: PathBuf,
+    /// The symlinks the last walk skipped (see `report_skipped`).
+    skipped: Mutex<BTreeSet<PathBuf>>,
     state: StateDir,
     index: Mutex<Index>,
     queue: Arc<WorkQueue<Key>>,
@@ -192,6 +195,7 @@ impl DirStore {
             inner: Arc::new(Inner {
                 root: fs::canonicalize(&config.dir).unwrap_or_else(|_| config.dir.clone()),
                 dir: config.dir.clone(),
+                skipped: Mutex::new(BTreeSet::new()),
                 state,
                 index: Mutex::new(index),
                 queue: WorkQueue::new(),
@@ -347,42 +351,115 @@ fn parse_resource(value: &str) -> Option<Key> {
 /// The files the store reads under `dir` (see `walk`), by path relative to `dir`: what
 /// a tool editing the directory must look at to see what the store will see.
 pub fn yaml_files(dir: &Path, skip: &Path) -> BTreeMap<String, PathBuf> {
-    walk(dir, skip).0.into_iter().map(|(relative, (path, _))| (relative, path)).collect()
+    walk(dir, skip).files.into_iter().map(|(relative, (path, _))| (relative, path)).collect()
+}
+
+/// A directory or file as the kernel knows it: (device, inode). Two paths with the same
+/// id are one thing, whatever symlinks or bind mounts lead there.
+pub type FileId = (u64, u64);
+
+/// What one walk of the directory found.
+#[derive(Default)]
+struct Walked {
+    /// The resource files, by path relative to the directory, each real file once.
+    files: BTreeMap<String, (PathBuf, Stamp)>,
+    /// Every directory walked, once: the path it was walked by and its canonical path.
+    dirs: BTreeMap<FileId, (PathBuf, PathBuf)>,
+    /// Symlinks that lead to a directory already walked (a loop, or an alias), with the
+    /// path that directory was walked by: skipped.
+    skipped: BTreeMap<PathBuf, PathBuf>,
+}
+
+/// A directory waiting to be walked. Ordered so that the walk is the same whatever
+/// order `read_dir` gives: directories reached through fewer symlinks first (the real
+/// tree before any alias of it), then by path.
+#[derive(PartialEq, Eq, PartialOrd, Ord)]
+struct Pending {
+    links: usize,
+    path: PathBuf,
+    real: PathBuf,
+    depth: usize,
+    id: FileId,
+    via_link: bool,
 }
 
 /// The `*.yaml` and `*.yml` files under `dir`, by path relative to it. Hidden entries
 /// (the state directory, `.git`, editors' swap files, the `..data` directories of a
-/// Kubernetes volume) are skipped; symlinks are followed. Also the directories walked.
-#[allow(clippy::type_complexity)]
-fn walk(dir: &Path, skip: &Path) -> (BTreeMap<String, (PathBuf, Stamp)>, BTreeSet<PathBuf>) {
-    let mut found = BTreeMap::new();
-    let mut dirs = BTreeSet::new();
-    let mut stack = vec![(dir.to_path_buf(), 0usize)];
-    while let Some((current, depth)) = stack.pop() {
-        let Ok(entries) = fs::read_dir(&current) else { continue };
-        dirs.insert(current.clone());
+/// Kubernetes volume) are skipped; symlinks are followed, but each real directory is
+/// walked once (by the path with the fewest symlinks, then the first in path order) and
+/// each real file is taken once (the same way), so a link to a parent is not a loop and
+/// an alias of a folder does not declare its resources twice.
+fn walk(dir: &Path, skip: &Path) -> Walked {
+    use std::os::unix::fs::MetadataExt;
+    let mut walked = Walked::default();
+    let Ok(root) = fs::metadata(dir) else { return walked };
+    let real_root = fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+    let real_skip = fs::canonicalize(skip).unwrap_or_else(|_| skip.to_path_buf());
+    // Each real file once: the candidate with the fewest symlinks, then the first path.
+    let mut files: HashMap<FileId, (usize, String, PathBuf, Stamp)> = HashMap::new();
+    let mut pending = BTreeSet::from([Pending {
+        links: 0,
+        path: dir.to_path_buf(),
+        real: real_root,
+        depth: 0,
+        id: (root.dev(), root.ino()),
+        via_link: false,
+    }]);
+    while let Some(current) = pending.pop_first() {
+        if let Some((first, _)) = walked.dirs.get(&current.id) {
+            if current.via_link {
+                walked.skipped.insert(current.path, first.clone());
+            }
+            continue;
+        }
+        let Ok(entries) = fs::read_dir(&current.path) else { continue };
+        walked.dirs.insert(current.id, (current.path.clone(), current.real.clone()));
         for entry in entries.flatten() {
             let name = entry.file_name();
-            let name = name.to_string_lossy();
-            if name.starts_with('.') {
+            let name_text = name.to_string_lossy();
+            if name_text.starts_with('.') {
                 continue;
             }
             let path = entry.path();
             if path.starts_with(skip) {
                 continue;
             }
+            let is_link = entry.file_type().is_ok_and(|t| t.is_symlink());
             let Ok(meta) = fs::metadata(&path) else { continue };
+            let links = current.links + usize::from(is_link);
+            let id = (meta.dev(), meta.ino());
             if meta.is_dir() {
-                if depth < MAX_DEPTH {
-                    stack.push((path, depth + 1));
+                let real = if is_link {
+                    let Ok(real) = fs::canonicalize(&path) else { continue };
+                    real
+                } else {
+                    current.real.join(&name)
+                };
+                // The state directory, whatever path leads to it.
+                if real.starts_with(&real_skip) || current.depth >= MAX_DEPTH {
+                    continue;
                 }
-            } else if meta.is_file() && (name.ends_with(".yaml") || name.ends_with(".yml")) {
+                if let Some((first, _)) = walked.dirs.get(&id) {
+                    if is_link {
+                        walked.skipped.insert(path, first.clone());
+                    }
+                    continue;
+                }
+                pending.insert(Pending { links, path, real, depth: current.depth + 1, id, via_link: is_link });
+            } else if meta.is_file() && (name_text.ends_with(".yaml") || name_text.ends_with(".yml")) {
                 let relative = path.strip_prefix(dir).unwrap_or(&path).to_string_lossy().into_owned();
-                found.insert(relative, (path, Stamp::of(&meta)));
+                let candidate = (links, relative, path, Stamp::of(&meta));
+                match files.get(&id) {
+                    Some(kept) if (kept.0, &kept.1) <= (candidate.0, &candidate.1) => {}
+                    _ => {
+                        files.insert(id, candidate);
+                    }
+                }
             }
         }
     }
-    (found, dirs)
+    walked.files = files.into_values().map(|(_, relative, path, stamp)| (relative, (path, stamp))).collect();
+    walked
 }
 
 impl Inner {
@@ -405,10 +482,27 @@ impl Inner {
 
     fn scan_now(&self) -> (Vec<Key>, BTreeSet<PathBuf>) {
         let started = std::time::Instant::now();
-        let (found, dirs) = walk(&self.dir, self.state.root());
-        let changed = self.take(found);
+        let walked = walk(&self.dir, self.state.root());
+        self.report_skipped(&walked.skipped);
+        let dirs = walked.dirs.into_values().map(|(path, _)| path).collect();
+        let changed = self.take(walked.files);
         debug!(changed = changed.len(), elapsed_ms = started.elapsed().as_secs_f64() * 1000.0, "scanned");
         (changed, dirs)
+    }
+
+    /// Says once (not at every rescan) which symlinks lead to a folder already walked.
+    fn report_skipped(&self, skipped: &BTreeMap<PathBuf, PathBuf>) {
+        let mut reported = self.skipped.lock().unwrap_or_else(|e| e.into_inner());
+        for (link, walked_as) in skipped {
+            if !reported.contains(link) {
+                warn!(
+                    link = %link.display(),
+                    folder = %walked_as.display(),
+                    "a symlink leads to a folder already walked (a loop or an alias): skipped, its files are taken once"
+                );
+            }
+        }
+        *reported = skipped.keys().cloned().collect();
     }
 
     /// Takes the directory's files as they are now; returns the resources that changed.
@@ -829,6 +923,40 @@ impl Inner {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_walk_takes_each_real_folder_and_file_once() {
+        use std::os::unix::fs::symlink;
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path().join("d");
+        for folder in ["sub", "loop", "l1", ".agentplane/resources"] {
+            fs::create_dir_all(d.join(folder)).unwrap();
+        }
+        for file in ["web.yaml", "sub/x.yaml", ".agentplane/resources/no.yaml"] {
+            fs::write(d.join(file), "").unwrap();
+        }
+        symlink("..", d.join("loop/a")).unwrap();
+        symlink("..", d.join("loop/b")).unwrap();
+        symlink("..", d.join("l1/up")).unwrap();
+        symlink("sub", d.join("alias")).unwrap();
+        symlink("web.yaml", d.join("link.yaml")).unwrap();
+        symlink(".agentplane", d.join("state")).unwrap();
+        let walked = walk(&d, &d.join(".agentplane"));
+        assert_eq!(walked.files.keys().collect::<Vec<_>>(), ["sub/x.yaml", "web.yaml"]);
+        let mut dirs: Vec<&PathBuf> = walked.dirs.values().map(|(path, _)| path).collect();
+        dirs.sort();
+        assert_eq!(dirs, [&d, &d.join("l1"), &d.join("loop"), &d.join("sub")]);
+        let skipped: Vec<(&PathBuf, &PathBuf)> = walked.skipped.iter().collect();
+        assert_eq!(
+            skipped,
+            [
+                (&d.join("alias"), &d.join("sub")),
+                (&d.join("l1/up"), &d),
+                (&d.join("loop/a"), &d),
+                (&d.join("loop/b"), &d)
+            ]
+        );
+    }
 
     #[test]
     fn resource_annotations_parse_back_to_keys() {
