@@ -15,7 +15,8 @@ use anyhow::{Context, bail};
 use clap::Args;
 
 use crate::edit::{self, EDIT_ATTEMPTS, Outcome, write_atomically};
-use crate::workspace::{Declaration, DirArgs, Workspace, kind_word, not_found, parse_duration, parse_refs, ref_name};
+use crate::resources::{kind_word, not_found, parse_refs, ref_name};
+use crate::workspace::{Declaration, DirArgs, Workspace, parse_duration};
 use crate::yaml_edit;
 
 #[derive(Args, Debug)]

@@ -15,8 +15,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, watcher};
 
-use crate::store::{Change, Events, Selection, SpecItem};
-use crate::workspace::{kind_word, not_found, ref_name};
+use crate::resources::{Change, Events, Selection, SpecItem, kind_word, not_found, ref_name};
 
 /// An append that loses the race to another writer is made again on the newer
 /// version: this many times, not forever, when the Session never holds still.

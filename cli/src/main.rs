@@ -19,6 +19,7 @@ mod logs;
 mod node_agent;
 mod printing;
 mod proc;
+mod resources;
 mod session;
 mod store;
 mod up;

@@ -10,8 +10,8 @@ use agentplane_crds::{PermissionDecision, Reply, SessionStatus};
 use anyhow::bail;
 use clap::{Args, ValueEnum};
 
-use crate::store::{SpecItem, Store, StoreArgs};
-use crate::workspace::{parse_one, ref_name};
+use crate::resources::{SpecItem, parse_one, ref_name};
+use crate::store::{Store, StoreArgs};
 
 #[derive(Args, Debug)]
 pub struct SendArgs {

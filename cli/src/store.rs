@@ -5,18 +5,20 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use agentplane_controller::dir::parse::{Key, Kind, Object};
-use agentplane_crds::{Reply, Session, SessionSpec};
+use agentplane_controller::dir::parse::{Key, Object};
+use agentplane_crds::Session;
 use agentplane_node_agent::client::Client;
 use anyhow::bail;
 use clap::Args;
 use futures_util::StreamExt;
 use futures_util::stream::LocalBoxStream;
-use k8s_openapi::api::core::v1::Event;
-use serde::Serialize;
 
 use crate::cluster::Cluster;
+use crate::resources::SpecItem;
 use crate::workspace::{DirArgs, Workspace, watch_state};
+
+// Where `get` names these from, since before they moved to `resources`.
+pub use crate::resources::{Change, Events, Selection};
 
 /// The directory flags, or a cluster's.
 #[derive(Args, Debug, Clone)]
@@ -35,105 +37,6 @@ pub struct StoreArgs {
 pub enum Store {
     Dir(Workspace),
     Kube(Cluster),
-}
-
-/// The resources a listing is about.
-pub struct Selection {
-    pub kind: Kind,
-    pub namespace: String,
-    pub all_namespaces: bool,
-    /// Only this one.
-    pub name: Option<String>,
-}
-
-impl Selection {
-    pub fn scope(&self) -> Option<&str> {
-        (!self.all_namespaces).then_some(self.namespace.as_str())
-    }
-
-    fn key(&self, name: &str) -> Key {
-        Key { kind: self.kind, namespace: self.namespace.clone(), name: name.to_string() }
-    }
-}
-
-/// What watching a selection learns.
-pub enum Change {
-    /// Everything selected, as it is now: what is not in it is gone.
-    All(Vec<Object>),
-    /// One resource, added or changed.
-    Applied(Box<Object>),
-    Deleted(Key),
-}
-
-/// What a store can tell of the events about a resource.
-pub enum Events {
-    /// The directory store records none.
-    NotKept,
-    Listed(Vec<Event>),
-    /// Why they cannot be shown (a user may not be allowed to list them).
-    Unavailable(String),
-}
-
-/// An item appended to a Session's spec: what `send` and `reply` add. Serialized as
-/// the item itself, so that a file gets the same YAML either way.
-#[derive(Clone, Debug, Serialize)]
-#[serde(untagged)]
-pub enum SpecItem {
-    Message(String),
-    Reply(Reply),
-}
-
-impl SpecItem {
-    /// The list under `spec` it goes to.
-    pub fn list(&self) -> &'static str {
-        match self {
-            SpecItem::Message(_) => "messages",
-            SpecItem::Reply(_) => "replies",
-        }
-    }
-
-    /// How many items that list holds.
-    pub fn count(&self, spec: &SessionSpec) -> usize {
-        match self {
-            SpecItem::Message(_) => spec.messages.len(),
-            SpecItem::Reply(_) => spec.replies.len(),
-        }
-    }
-
-    /// Appends it to `spec`; returns how many items the list then holds.
-    pub fn push(&self, spec: &mut SessionSpec) -> usize {
-        match self {
-            SpecItem::Message(text) => spec.messages.push(text.clone()),
-            SpecItem::Reply(reply) => spec.replies.push(reply.clone()),
-        }
-        self.count(spec)
-    }
-
-    /// A reply must answer what the Session asks now: one saved for an id that is not
-    /// pending would approve whatever request later comes with that id.
-    pub fn check_answers(&self, session: &Session) -> anyhow::Result<()> {
-        let SpecItem::Reply(reply) = self else { return Ok(()) };
-        let status = session.status.clone().unwrap_or_default();
-        let asked = status
-            .pending_permissions
-            .iter()
-            .map(|p| p.id.as_str())
-            .chain(status.pending_questions.iter().map(|q| q.id.as_str()));
-        let asked: Vec<&str> = asked.collect();
-        if asked.contains(&reply.id.as_str()) {
-            return Ok(());
-        }
-        let name = session.metadata.name.clone().unwrap_or_default();
-        let pending = if asked.is_empty() {
-            "it asks nothing now".to_string()
-        } else {
-            format!("it waits for {}", asked.join(", "))
-        };
-        bail!(
-            "session/{name} has no pending question or permission request {:?} ({pending}): see `agentplane describe session {name}`",
-            reply.id
-        )
-    }
 }
 
 impl Store {

@@ -15,8 +15,11 @@ use anyhow::{Context, bail};
 use clap::Args;
 
 use crate::edit::{self, EDIT_ATTEMPTS, FileId, Outcome};
-use crate::store::SpecItem;
+use crate::resources::SpecItem;
 use crate::yaml_edit;
+
+// Where `get` and `logs` name these from, since before they moved to `resources`.
+pub use crate::resources::{not_found, parse_kind, parse_one, ref_name};
 
 /// `--dir` and `--state-dir`, as `agentplane up` takes them.
 #[derive(Args, Debug, Clone)]
@@ -32,59 +35,6 @@ pub struct DirArgs {
 pub struct Workspace {
     pub dir: PathBuf,
     pub state: StateDir,
-}
-
-/// The kind as people type it: `process`, not `Process`.
-pub fn kind_word(kind: Kind) -> String {
-    kind.as_str().to_ascii_lowercase()
-}
-
-/// `process/web`, as the verbs print resources.
-pub fn ref_name(key: &Key) -> String {
-    format!("{}/{}", kind_word(key.kind), key.name)
-}
-
-pub fn not_found(key: &Key) -> anyhow::Error {
-    anyhow::anyhow!("{} {:?} not found in namespace {:?}", kind_word(key.kind), key.name, key.namespace)
-}
-
-pub fn parse_kind(word: &str) -> anyhow::Result<Kind> {
-    Kind::from_user(word)
-        .with_context(|| format!("unknown kind {word:?}: use processes (proc), sessions (sess) or sandboxes (sbx)"))
-}
-
-/// `KIND/NAME ...`, `KIND NAME ...`, or (for verbs about one kind) `NAME`.
-pub fn parse_refs(words: &[String], default_kind: Option<Kind>) -> anyhow::Result<Vec<(Kind, String)>> {
-    let Some(first) = words.first() else { bail!("name a resource: KIND/NAME") };
-    if first.contains('/') {
-        return words
-            .iter()
-            .map(|word| match word.split_once('/') {
-                Some((kind, name)) if !name.is_empty() => Ok((parse_kind(kind)?, name.to_string())),
-                _ => bail!("{word:?}: expected KIND/NAME"),
-            })
-            .collect();
-    }
-    if words.len() > 1
-        && let Some(kind) = Kind::from_user(first)
-    {
-        return Ok(words[1..].iter().map(|name| (kind, name.clone())).collect());
-    }
-    match default_kind {
-        Some(kind) => Ok(words.iter().map(|name| (kind, name.clone())).collect()),
-        None if words.len() == 1 => bail!("{first:?}: expected KIND/NAME or KIND NAME"),
-        None => bail!("unknown kind {first:?}: use processes (proc), sessions (sess) or sandboxes (sbx)"),
-    }
-}
-
-/// One resource of the given kind, for verbs that act on exactly one.
-pub fn parse_one(words: &[String], kind: Kind) -> anyhow::Result<String> {
-    let refs = parse_refs(words, Some(kind))?;
-    match refs.as_slice() {
-        [(k, name)] if *k == kind => Ok(name.clone()),
-        [(k, _)] => bail!("this verb acts on a {}, not a {}", kind_word(kind), kind_word(*k)),
-        _ => bail!("name one {}", kind_word(kind)),
-    }
 }
 
 /// A file of the watched directory, as the store would read it now.
@@ -384,23 +334,6 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn references_in_every_spelling() {
-        let words = |w: &[&str]| w.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        assert_eq!(
-            parse_refs(&words(&["proc/web", "sess/chat"]), None).unwrap(),
-            vec![(Kind::Process, "web".into()), (Kind::Session, "chat".into())]
-        );
-        assert_eq!(
-            parse_refs(&words(&["processes", "a", "b"]), None).unwrap(),
-            vec![(Kind::Process, "a".into()), (Kind::Process, "b".into())]
-        );
-        assert_eq!(parse_refs(&words(&["web"]), Some(Kind::Process)).unwrap(), vec![(Kind::Process, "web".into())]);
-        assert!(parse_refs(&words(&["pod/web"]), None).is_err());
-        assert!(parse_refs(&words(&["web"]), None).is_err());
-        assert!(parse_one(&words(&["session/x"]), Kind::Process).is_err());
-    }
 
     #[test]
     fn durations() {
