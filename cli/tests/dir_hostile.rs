@@ -194,3 +194,23 @@ fn removing_an_alias_of_a_folder_keeps_the_folder_watched() {
     change_and_see_it_taken(&up, &file, "x");
     assert_eq!(up.file_errors(), vec![]);
 }
+/// A folder reached only through a symlink, the link removed and made again at once:
+/// the kernel's watch is on the folder, not on the link, and must survive.
+#[test]
+fn a_folder_behind_a_link_made_again_stays_watched() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("d");
+    let shared = tmp.path().join("shared");
+    fs::create_dir_all(&dir).unwrap();
+    fs::create_dir_all(&shared).unwrap();
+    let file = shared.join("x.yaml");
+    put(&file, &sleeper("x", 1000));
+    symlink(&shared, dir.join("link")).unwrap();
+    let up = DirUp::start(&dir, &["--resync-seconds", "3600"]);
+    up.wait_status(Kind::Process, "x", "running", |r| phase(r) == "Running");
+    fs::remove_file(dir.join("link")).unwrap();
+    symlink(&shared, dir.join("link")).unwrap();
+    rescanned(&up, &dir, "after-relink");
+    assert_eq!(source(&up.record(Kind::Process, "x").unwrap()), "link/x.yaml#1");
+    change_and_see_it_taken(&up, &file, "x");
+}

@@ -219,7 +219,11 @@ impl DirStore {
         let inner = &self.inner;
         let mut wake_rx = inner.wake_rx.lock().unwrap_or_else(|e| e.into_inner()).take().expect("run is called once");
         let mut watcher = super::watch::DirWatcher::new(inner.wake.clone())?;
-        watcher.sync(BTreeSet::from([inner.dir.clone()]))?;
+        // The top is watched before the first walk, so nothing changed during it is missed.
+        if let Ok(meta) = fs::metadata(&inner.dir) {
+            use std::os::unix::fs::MetadataExt;
+            watcher.sync(BTreeMap::from([((meta.dev(), meta.ino()), inner.root.clone())]))?;
+        }
         // Walk until every directory found is watched.
         loop {
             let (_, dirs) = inner.clone().scan().await;
@@ -476,15 +480,15 @@ impl Inner {
 
     /// Rescans the directory off the async runtime; returns what changed, and the
     /// directories to watch.
-    async fn scan(self: Arc<Self>) -> (Vec<Key>, BTreeSet<PathBuf>) {
+    async fn scan(self: Arc<Self>) -> (Vec<Key>, BTreeMap<FileId, PathBuf>) {
         tokio::task::spawn_blocking(move || self.scan_now()).await.unwrap_or_default()
     }
 
-    fn scan_now(&self) -> (Vec<Key>, BTreeSet<PathBuf>) {
+    fn scan_now(&self) -> (Vec<Key>, BTreeMap<FileId, PathBuf>) {
         let started = std::time::Instant::now();
         let walked = walk(&self.dir, self.state.root());
         self.report_skipped(&walked.skipped);
-        let dirs = walked.dirs.into_values().map(|(path, _)| path).collect();
+        let dirs = walked.dirs.into_iter().map(|(id, (_, real))| (id, real)).collect();
         let changed = self.take(walked.files);
         debug!(changed = changed.len(), elapsed_ms = started.elapsed().as_secs_f64() * 1000.0, "scanned");
         (changed, dirs)

@@ -8,18 +8,27 @@
 //! the kernel does not even queue an event for a status write. After every rescan the
 //! set of watched directories follows the tree; a directory created between two scans
 //! wakes its parent's watch, and the rescan that follows finds what is inside it.
+//!
+//! Watches are kept by what the kernel keys them by: the directory's (device, inode).
+//! Two paths to one directory (a folder and a symlinked alias of it) share one inotify
+//! watch descriptor, so each real directory is watched once, at its canonical path (no
+//! symlink in it), and unwatched only when no path to it is walked any more. Watching a
+//! symlink's path instead would let its removal take the real folder's watch with it:
+//! `notify` drops the watch of a path whose deletion it sees.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use notify::{RecommendedWatcher, RecursiveMode, Watcher};
 use tokio::sync::mpsc;
 
+use super::store::FileId;
 use crate::{Error, Result};
 
 pub struct DirWatcher {
     watcher: RecommendedWatcher,
-    watched: BTreeSet<PathBuf>,
+    /// Each watched directory, at the canonical path it is watched by.
+    watched: BTreeMap<FileId, PathBuf>,
 }
 
 impl DirWatcher {
@@ -34,27 +43,31 @@ impl DirWatcher {
         };
         let watcher =
             notify::recommended_watcher(handler).map_err(|e| Error::Config(format!("watching files: {e}")))?;
-        Ok(DirWatcher { watcher, watched: BTreeSet::new() })
+        Ok(DirWatcher { watcher, watched: BTreeMap::new() })
     }
 
-    /// Watches exactly `dirs` from now on. Returns whether a directory was added: what
-    /// changed in it between the walk that found it and now raised no event, so the
-    /// caller walks again.
-    pub fn sync(&mut self, dirs: BTreeSet<PathBuf>) -> Result<bool> {
-        for gone in self.watched.difference(&dirs) {
-            let _ = self.watcher.unwatch(gone);
+    /// Watches exactly `dirs` (canonical paths, by directory) from now on. Returns
+    /// whether a directory was added: what changed in it between the walk that found it
+    /// and now raised no event, so the caller walks again.
+    pub fn sync(&mut self, dirs: BTreeMap<FileId, PathBuf>) -> Result<bool> {
+        // Gone, or moved (a renamed folder): unwatched before anything is watched, since
+        // the old and the new path of one directory are one kernel watch.
+        for (id, path) in &self.watched {
+            if dirs.get(id) != Some(path) {
+                let _ = self.watcher.unwatch(path);
+            }
         }
         let mut failed = None;
         let mut added = false;
-        let mut watched = BTreeSet::new();
-        for dir in dirs {
-            if self.watched.contains(&dir) {
-                watched.insert(dir);
+        let mut watched = BTreeMap::new();
+        for (id, dir) in dirs {
+            if self.watched.get(&id) == Some(&dir) {
+                watched.insert(id, dir);
                 continue;
             }
             match self.watcher.watch(&dir, RecursiveMode::NonRecursive) {
                 Ok(()) => {
-                    watched.insert(dir);
+                    watched.insert(id, dir);
                     added = true;
                 }
                 // Removed since the walk: the next rescan drops it anyway.
