@@ -30,10 +30,20 @@ impl Drop for RawMode {
 
 /// Returns the exit code to leave with: the process's own, 128+signal, or 0 on detach.
 pub async fn attach(client: &Client, id: &str, offset: Option<u64>) -> anyhow::Result<i32> {
+    attach_as(client, id, offset, None).await
+}
+
+/// [`attach`], naming the process as people know it (`process default/web`) in what
+/// it says, rather than by its node-agent id.
+pub async fn attach_as(client: &Client, id: &str, offset: Option<u64>, name: Option<&str>) -> anyhow::Result<i32> {
     let info = client.get_process(id).await?;
+    let shown = name.map_or_else(|| info.id.clone(), str::to_string);
     let socket = client.connect(&info.id, &ConnectQuery { offset, ..Default::default() }).await?;
     let (mut sink, mut source) = socket.split();
     let interactive = std::io::stdin().is_terminal();
+    if interactive {
+        eprintln!("agentplane: attached to {shown} (Ctrl-] detaches; it keeps running)");
+    }
     let raw = if interactive { Some(RawMode::enable()?) } else { None };
 
     if info.pty
@@ -74,7 +84,7 @@ pub async fn attach(client: &Client, id: &str, offset: Option<u64>) -> anyhow::R
                             sink.send(Message::Binary(keys[..at].to_vec().into())).await?;
                         }
                         drop(raw);
-                        eprintln!("\r\nagentplane: detached from {} (it keeps running)", info.id);
+                        eprintln!("\r\nagentplane: detached from {shown} (it keeps running)");
                         return Ok(0);
                     }
                     sink.send(Message::Binary(keys.into())).await?;
@@ -93,23 +103,28 @@ pub async fn attach(client: &Client, id: &str, offset: Option<u64>) -> anyhow::R
                 }
                 Some(Ok(Message::Text(text))) => match serde_json::from_str::<ControlMessage>(text.as_str()) {
                     Ok(ControlMessage::Exit { exit_code, signal }) => {
-                        code = match (exit_code, signal) {
+                        code = match (exit_code, &signal) {
                             (Some(c), _) => c,
-                            (None, Some(name)) => 128 + agentplane_node_agent::signals::parse_signal(&name).map(|s| s as i32).unwrap_or(0),
+                            (None, Some(name)) => 128 + agentplane_node_agent::signals::parse_signal(name).map(|s| s as i32).unwrap_or(0),
                             (None, None) => 1,
                         };
+                        match (exit_code, signal) {
+                            (Some(c), _) => eprint!("\r\nagentplane: {shown} exited with code {c}\r\n"),
+                            (None, Some(name)) => eprint!("\r\nagentplane: {shown} was killed by {name}\r\n"),
+                            (None, None) => eprint!("\r\nagentplane: {shown} ended\r\n"),
+                        }
                     }
                     Ok(ControlMessage::Gap { from, to }) => {
-                        eprint!("\r\nagentplane: {} bytes of output were lost\r\n", to - from);
+                        eprint!("\r\nagentplane: {} bytes of the output of {shown} were lost\r\n", to.saturating_sub(from));
                     }
-                    Ok(ControlMessage::Error { message }) => eprint!("\r\nagentplane: {message}\r\n"),
+                    Ok(ControlMessage::Error { message }) => eprint!("\r\nagentplane: {shown}: {message}\r\n"),
                     _ => {}
                 },
                 Some(Ok(Message::Close(_))) | None => break,
                 Some(Ok(_)) => {}
                 Some(Err(e)) => {
                     drop(raw);
-                    anyhow::bail!("connection lost: {e}");
+                    anyhow::bail!("the connection to {shown} was lost: {e}");
                 }
             },
         }

@@ -169,13 +169,19 @@ async fn process_logs(client: &Client, id: &str, args: &LogsArgs) -> anyhow::Res
             }
         }
     };
-    // Printed before now: at most when it exited, or now.
-    let backlog_bound = info.exited_at.unwrap_or(started);
     let mut out = Lines::new(args.timestamps);
+    // Every stream read before any is printed: the backlog is what was printed before
+    // now, and what comes after is followed as it comes.
+    let mut backlogs = Vec::new();
     let mut offsets = Vec::new();
     for &stream in &streams {
         let (bytes, next) = read_all(client, id, stream).await?;
         offsets.push((stream, next));
+        backlogs.push((stream, bytes));
+    }
+    // Printed before it was read: at most when it exited, or now.
+    let backlog_bound = info.exited_at.unwrap_or_else(time::OffsetDateTime::now_utc);
+    for (stream, bytes) in backlogs {
         if !backlog_shown {
             continue;
         }
@@ -338,7 +344,12 @@ pub async fn attach(args: AttachArgs) -> anyhow::Result<i32> {
             store_flags(&args.store)
         );
     }
-    crate::attach::attach(&client, &id, None).await
+    let shown = format!(
+        "process {}/{}",
+        process.metadata.namespace.as_deref().unwrap_or("default"),
+        process.metadata.name.as_deref().unwrap_or_default()
+    );
+    crate::attach::attach_as(&client, &id, None, Some(&shown)).await
 }
 
 /// A session's universal events: those so far, then (`-f`) the rest as they come.

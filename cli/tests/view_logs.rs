@@ -148,3 +148,31 @@ fn a_session_reads_the_same_in_logs_and_session_events_a_tool_call_after_its_per
     assert!(lines[output].starts_with("               ran: touch x"), "{logs}");
     assert!(lines[output - 1].contains("item.completed tool_result"), "{logs}");
 }
+
+#[test]
+fn attach_names_the_process_by_namespace_and_name() {
+    let mut d = Dir::new();
+    d.write(
+        "asker.yaml",
+        "apiVersion: agentplane.dev/v1alpha1\nkind: Process\nmetadata: {name: asker}\n\
+         spec: {command: sh, args: ['-c', 'read x; echo got $x; exit 3'], stdin: true, restartPolicy: Never}\n",
+    );
+    d.start();
+    let record = d.wait_phase("asker", "Running");
+    let uid = record["metadata"]["uid"].as_str().unwrap().to_string();
+    let mut attach = Command::new(common::bin())
+        .args(["attach", "process/asker", "--dir"])
+        .arg(&d.dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    attach.stdin.take().unwrap().write_all(b"hi\n").unwrap();
+    let out = attach.wait_with_output().unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(3), "{stdout}\n{stderr}");
+    assert!(stdout.contains("got hi"), "{stdout}");
+    assert!(stderr.contains("process default/asker exited with code 3"), "{stderr}");
+    assert!(!stderr.contains(&uid), "{stderr}");
+}
