@@ -25,6 +25,7 @@ use utoipa::OpenApi;
 use crate::agents::AgentId;
 use crate::auth::Auth;
 use crate::error::{Error, Problem, Result};
+use crate::metrics::{Metrics, Snapshot};
 use crate::model::*;
 use crate::output::{Next, OutputBuffer};
 use crate::process::{Process, ProcessManager, RunState};
@@ -56,6 +57,8 @@ pub struct AppState {
     pub allowed_origins: Arc<Vec<HeaderValue>>,
     /// Fired on shutdown: open streams and sockets end so the server can stop.
     pub shutdown: CancellationToken,
+    /// What `/metrics` serves; the processes and sessions count into the same.
+    pub metrics: Metrics,
 }
 
 /// A JSON body whose rejection is a problem document.
@@ -135,9 +138,12 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/sessions/{id}/permissions/{pid}/reply", post(reply_permission))
         .route("/v1/sessions/{id}/questions/{qid}/reply", post(reply_question))
         .route("/v1/sessions/{id}/questions/{qid}/reject", post(reject_question))
+        .route("/metrics", get(metrics))
         .fallback(|uri: axum::http::Uri| async move { Error::RouteNotFound(uri.path().to_string()) })
         .method_not_allowed_fallback(|| async { Error::MethodNotAllowed })
         .layer(middleware::from_fn_with_state(state.clone(), authenticate))
+        // Outside authentication, so that refused requests are counted too.
+        .layer(middleware::from_fn_with_state(state.clone(), count_request))
         .layer(tower_http::trace::TraceLayer::new_for_http());
     let api = if state.allowed_origins.is_empty() {
         api
@@ -151,6 +157,52 @@ pub fn router(state: AppState) -> Router {
         )
     };
     api.with_state(state)
+}
+
+/// `/metrics` alone and without the token, for `--metrics-listen`'s own address.
+pub fn metrics_router(state: AppState) -> Router {
+    Router::new().route("/metrics", get(metrics)).with_state(state)
+}
+
+/// Counts each request by its route template (`MatchedPath`, set by routing before
+/// this layer runs) and status.
+async fn count_request(State(state): State<AppState>, request: Request, next: MiddlewareNext) -> Response {
+    let route = request
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
+    let method = request.method().clone();
+    let response = next.run(request).await;
+    state.metrics.http_request(method.as_str(), &route, response.status().as_u16());
+    response
+}
+
+/// Prometheus metrics of this node agent (OpenMetrics text): what exists now
+/// (processes, sessions, pending requests) and what happened since it started.
+#[utoipa::path(get, path = "/metrics", tag = "system", responses((status = 200, content_type = "application/openmetrics-text", description = "OpenMetrics text")))]
+async fn metrics(State(state): State<AppState>) -> Result<Response> {
+    let mut now = Snapshot::default();
+    for process in state.processes.list(None, None) {
+        let running = !process.run_state().is_exited();
+        *now.processes.entry(if running { "running" } else { "exited" }.to_string()).or_default() += 1;
+    }
+    for session in state.sessions.list() {
+        let info = session.info();
+        let state_name = serde_json::to_value(info.state).ok().and_then(|v| v.as_str().map(str::to_string));
+        *now.sessions.entry((info.agent.clone(), state_name.unwrap_or_default())).or_default() += 1;
+        if !info.pending_permissions.is_empty() {
+            *now.requests_pending.entry((info.agent.clone(), "permission")).or_default() +=
+                info.pending_permissions.len();
+        }
+        if !info.pending_questions.is_empty() {
+            *now.requests_pending.entry((info.agent.clone(), "question")).or_default() += info.pending_questions.len();
+        }
+    }
+    let text = state
+        .metrics
+        .encode(&now)
+        .map_err(|e| Error::io("encoding the metrics", std::io::Error::other(e.to_string())))?;
+    Ok(([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], text).into_response())
 }
 
 async fn authenticate(State(state): State<AppState>, request: Request, next: MiddlewareNext) -> Response {
@@ -188,7 +240,7 @@ fn ticket_grants(state: &AppState, request: &Request) -> bool {
         description = "Persistent processes, terminals and agent sessions in a sandbox. Every route but health needs `Authorization: Bearer TOKEN`. Errors are RFC 7807 problem documents with `urn:agentplane:error:*` types."
     ),
     paths(
-        health, openapi_json, create_process, list_processes, get_process, delete_process,
+        health, openapi_json, metrics, create_process, list_processes, get_process, delete_process,
         signal_process, resize_process, write_input, read_output, issue_ticket, connect, lifecycle_events,
         list_agents, get_agent, install_agent, agent_modes, agent_models, create_session, list_sessions, get_session, end_session, send_message,
         session_events, session_events_sse, reply_permission, reply_question, reject_question
@@ -492,6 +544,7 @@ async fn terminal_session(
     offset: Option<u64>,
 ) {
     let mut subscription = buffer.subscribe(offset);
+    let _attached = Attached::new(&state.metrics);
     let (mut sink, mut source) = socket.split();
     // Answers to the client's control messages: at most one per message received, and
     // the receiver stops reading while this is full.
@@ -508,6 +561,7 @@ async fn terminal_session(
                     continue;
                 }
                 Some(Next::Gap(gap)) => {
+                    state.metrics.count_gap("terminal");
                     sink.send(control_frame(&ControlMessage::Gap { from: gap.from, to: gap.to })).await?;
                     continue;
                 }
@@ -577,6 +631,22 @@ async fn terminal_session(
             let drained = async { while let Some(Ok(_)) = source.next().await {} };
             let _ = tokio::time::timeout(CLOSE_GRACE, drained).await;
         }
+    }
+}
+
+/// One terminal client counted in `attached_clients` while it lives.
+struct Attached(prometheus_client::metrics::gauge::Gauge);
+
+impl Attached {
+    fn new(metrics: &Metrics) -> Attached {
+        metrics.attached_clients.inc();
+        Attached(metrics.attached_clients.clone())
+    }
+}
+
+impl Drop for Attached {
+    fn drop(&mut self) {
+        self.0.dec();
     }
 }
 
@@ -668,6 +738,7 @@ async fn lifecycle_events(
                 // Past the gap once it is told: a cursor left before it sent the same
                 // gap on every pass, an endless stream.
                 cursor.after = cursor.after.max(gap.to.saturating_sub(1));
+                cursor.state.metrics.count_gap("lifecycle");
                 let data = serde_json::to_string(&gap).expect("gap serializes");
                 cursor.pending.push_back(Event::default().event("gap").data(data));
             }
@@ -939,6 +1010,7 @@ async fn session_events_sse(
     struct Cursor {
         session: Arc<crate::sessions::Session>,
         shutdown: CancellationToken,
+        metrics: Metrics,
         after: u64,
         latest: tokio::sync::watch::Receiver<u64>,
         pending: std::collections::VecDeque<Event>,
@@ -948,6 +1020,7 @@ async fn session_events_sse(
         latest: session.log().subscribe(),
         session,
         shutdown: state.shutdown.clone(),
+        metrics: state.metrics.clone(),
         after,
         pending: Default::default(),
         done: false,
@@ -966,6 +1039,7 @@ async fn session_events_sse(
             let (gap, events) = cursor.session.log().read(cursor.after, SSE_EVENTS_READ).await;
             if let Some(gap) = gap {
                 cursor.after = cursor.after.max(gap.to - 1);
+                cursor.metrics.count_gap("session");
                 let data = serde_json::to_string(&gap).expect("gap serializes");
                 cursor.pending.push_back(Event::default().event("gap").data(data));
             }

@@ -10,6 +10,7 @@ pub mod driver;
 pub mod error;
 pub mod events;
 pub mod leftovers;
+pub mod metrics;
 pub mod model;
 pub mod model_server;
 pub mod output;

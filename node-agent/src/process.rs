@@ -25,6 +25,7 @@ use tokio::sync::{mpsc, watch};
 use crate::error::{Error, Result};
 use crate::events::EventLog;
 use crate::leftovers::ChildRegistry;
+use crate::metrics::Metrics;
 use crate::model::{
     CreateProcessRequest, LifecycleEventType, OutputStream, ProcessInfo, ProcessStatus, PtySize, SignalTarget,
 };
@@ -347,6 +348,7 @@ struct Shared {
     events: EventLog,
     limits: Limits,
     children: Option<ChildRegistry>,
+    metrics: Metrics,
 }
 
 /// Owns every process of the node agent. Cheap to clone.
@@ -363,6 +365,11 @@ impl ProcessManager {
     /// A manager that marks its children for `children`, so a node agent started after
     /// a crash can kill what this one left running.
     pub fn with_registry(limits: Limits, children: Option<ChildRegistry>) -> Self {
+        Self::metered(limits, children, Metrics::new())
+    }
+
+    /// [`ProcessManager::with_registry`], counting into `metrics`.
+    pub fn metered(limits: Limits, children: Option<ChildRegistry>, metrics: Metrics) -> Self {
         ProcessManager {
             shared: Arc::new(Shared {
                 processes: Mutex::new(HashMap::new()),
@@ -372,6 +379,7 @@ impl ProcessManager {
                 events: EventLog::new(4096),
                 limits,
                 children,
+                metrics,
             }),
         }
     }
@@ -466,7 +474,13 @@ impl ProcessManager {
             guard.arm(pid);
             let reader = pair.master.try_clone_reader().map_err(pty_io("cloning the PTY reader"))?;
             let writer = pair.master.take_writer().map_err(pty_io("taking the PTY writer"))?;
-            readers.push(spawn_reader(&id, "pty", reader, Arc::clone(&primary))?);
+            readers.push(spawn_reader(
+                &id,
+                "pty",
+                reader,
+                Arc::clone(&primary),
+                self.shared.metrics.count_output("stdout"),
+            )?);
             spawn_writer(&id, writer, stdin_rx)?;
             let pty = Mutex::new(PtyHandle { master: pair.master, size });
             (pid, Some(pty), None, Some(stdin_tx))
@@ -487,8 +501,20 @@ impl ProcessManager {
             let stderr = new_buffer();
             let out = child.stdout.take().expect("stdout is piped");
             let err = child.stderr.take().expect("stderr is piped");
-            readers.push(spawn_reader(&id, "stdout", out, Arc::clone(&primary))?);
-            readers.push(spawn_reader(&id, "stderr", err, Arc::clone(&stderr))?);
+            readers.push(spawn_reader(
+                &id,
+                "stdout",
+                out,
+                Arc::clone(&primary),
+                self.shared.metrics.count_output("stdout"),
+            )?);
+            readers.push(spawn_reader(
+                &id,
+                "stderr",
+                err,
+                Arc::clone(&stderr),
+                self.shared.metrics.count_output("stderr"),
+            )?);
             let stdin = match child.stdin.take() {
                 Some(pipe) => {
                     spawn_writer(&id, Box::new(pipe), stdin_rx)?;
@@ -807,6 +833,7 @@ fn spawn_reader(
     stream: &str,
     mut source: impl Read + Send + 'static,
     buffer: Arc<OutputBuffer>,
+    written: prometheus_client::metrics::counter::Counter,
 ) -> Result<std::sync::mpsc::Receiver<()>> {
     let (done_tx, done_rx) = std::sync::mpsc::sync_channel(1);
     std::thread::Builder::new()
@@ -817,7 +844,10 @@ fn spawn_reader(
             loop {
                 match source.read(&mut chunk) {
                     Ok(0) => break,
-                    Ok(n) => buffer.append(&chunk[..n]),
+                    Ok(n) => {
+                        buffer.append(&chunk[..n]);
+                        written.inc_by(n as u64);
+                    }
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                     // EIO: the PTY's last slave fd closed. Anything else also ends the stream.
                     Err(_) => break,

@@ -15,6 +15,7 @@ use crate::api::{AppState, router};
 use crate::auth::Auth;
 use crate::error::{Error, Result};
 use crate::leftovers::{ChildRegistry, RegistryError};
+use crate::metrics::Metrics;
 use crate::process::{Limits, ProcessManager};
 use crate::sessions::{SessionManager, SessionOptions};
 
@@ -79,15 +80,17 @@ impl Server {
             ));
         }
         let agents_dir = sessions.agents_dir.clone().unwrap_or_else(|| config.data_dir.join("agents"));
-        let host = AgentHost::new(config.data_dir.clone(), agents_dir);
+        let metrics = Metrics::new();
+        let host = AgentHost::metered(config.data_dir.clone(), agents_dir, metrics.clone());
         let sessions =
             SessionManager::load(config.data_dir.join("sessions"), host, sessions, shutdown.child_token()).await?;
         let state = AppState {
-            processes: ProcessManager::with_registry(config.limits.clone(), Some(children)),
+            processes: ProcessManager::metered(config.limits.clone(), Some(children), metrics.clone()),
             sessions,
             auth: Arc::new(Auth::new(config.token.clone())),
             allowed_origins: Arc::new(allowed_origins),
             shutdown,
+            metrics,
         };
         Ok(Server { listener, state })
     }
@@ -102,6 +105,27 @@ impl Server {
 
     pub fn sessions(&self) -> SessionManager {
         self.state.sessions.clone()
+    }
+
+    /// What `/metrics` serves: add another registry's text with [`Metrics::add_source`].
+    pub fn metrics(&self) -> Metrics {
+        self.state.metrics.clone()
+    }
+
+    /// Serves `/metrics` without the token on an address of its own (`--metrics-listen`),
+    /// until the shutdown token fires; answers the bound address.
+    pub async fn serve_metrics(&self, addr: SocketAddr) -> Result<SocketAddr> {
+        let listener =
+            tokio::net::TcpListener::bind(addr).await.map_err(|e| Error::io(format!("listening on {addr}"), e))?;
+        let bound = listener.local_addr().map_err(|e| Error::io("reading the metrics address", e))?;
+        let app = crate::api::metrics_router(self.state.clone());
+        let stop = self.state.shutdown.clone();
+        tokio::spawn(async move {
+            if let Err(error) = axum::serve(listener, app).with_graceful_shutdown(stop.cancelled_owned()).await {
+                tracing::warn!(%error, "the metrics server stopped");
+            }
+        });
+        Ok(bound)
     }
 
     /// Serves until the shutdown token fires, then stops every process and session runner.

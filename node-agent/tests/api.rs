@@ -54,6 +54,7 @@ async fn no_route_but_health_answers_without_the_token() {
         ("POST", "/v1/sessions/s1/permissions/p1/reply".into()),
         ("POST", "/v1/sessions/s1/questions/q1/reply".into()),
         ("POST", "/v1/sessions/s1/questions/q1/reject".into()),
+        ("GET", "/metrics".into()),
         ("GET", "/v1/no-such-route".into()),
         ("GET", "/".into()),
     ]
@@ -357,6 +358,7 @@ async fn the_openapi_document_describes_every_route() {
         ("/v1/sessions/{id}/permissions/{pid}/reply", "post"),
         ("/v1/sessions/{id}/questions/{qid}/reply", "post"),
         ("/v1/sessions/{id}/questions/{qid}/reject", "post"),
+        ("/metrics", "get"),
     ] {
         assert!(paths[path][method].is_object(), "{method} {path} is documented");
     }
@@ -391,7 +393,7 @@ async fn the_openapi_document_describes_every_route() {
                 .count()
         })
         .sum();
-    assert_eq!(documented, 28, "operations documented: every method of every route in `api::router`");
+    assert_eq!(documented, 29, "operations documented: every method of every route in `api::router`");
     assert_eq!(doc["components"]["securitySchemes"]["bearer"]["scheme"], "bearer");
 }
 

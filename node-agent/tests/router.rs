@@ -31,6 +31,7 @@ async fn app() -> (axum::Router, tempfile::TempDir) {
         auth: Arc::new(Auth::new(Some(TOKEN.into()))),
         allowed_origins: Arc::new(Vec::new()),
         shutdown,
+        metrics: Default::default(),
     };
     (router(state), dir)
 }

@@ -23,6 +23,7 @@ use tokio::sync::mpsc;
 
 use crate::agents::{AgentId, Package};
 use crate::error::{Error, Result};
+use crate::metrics::Metrics;
 use crate::model::{InstallPhase, InstallProgress};
 
 /// The longest an `npm install` may take: the biggest agent is a few hundred MB, and a
@@ -79,11 +80,17 @@ pub struct Installer {
     /// One install at a time per agent and version in this node agent (the file lock
     /// does it across processes; this keeps waiting installs off the blocking pool).
     locks: std::sync::Mutex<std::collections::HashMap<(AgentId, String), InstallLock>>,
+    metrics: Metrics,
 }
 
 impl Installer {
     pub fn new(root: PathBuf) -> Installer {
-        Installer { root, locks: Default::default() }
+        Self::metered(root, Metrics::new())
+    }
+
+    /// An installer counting its installs into `metrics`.
+    pub fn metered(root: PathBuf, metrics: Metrics) -> Installer {
+        Installer { root, locks: Default::default(), metrics }
     }
 
     fn lock(&self, agent: AgentId, version: &str) -> InstallLock {
@@ -135,6 +142,23 @@ impl Installer {
     /// Phase changes wait for room in the channel; the counts in between are dropped
     /// when it is full, the next one carrying the totals.
     pub async fn install(
+        &self,
+        agent: AgentId,
+        options: &InstallOptions,
+        progress: Option<&mpsc::Sender<InstallProgress>>,
+    ) -> Result<InstallOutcome> {
+        let started = std::time::Instant::now();
+        let outcome = self.install_unmetered(agent, options, progress).await;
+        match &outcome {
+            // Found there: no install happened, so no duration to count.
+            Ok(o) if o.already_installed => self.metrics.install_ended(agent.as_str(), "already_installed", None),
+            Ok(_) => self.metrics.install_ended(agent.as_str(), "installed", Some(started.elapsed())),
+            Err(_) => self.metrics.install_ended(agent.as_str(), "failed", Some(started.elapsed())),
+        }
+        outcome
+    }
+
+    async fn install_unmetered(
         &self,
         agent: AgentId,
         options: &InstallOptions,

@@ -28,6 +28,7 @@ use serde_json::Value;
 
 pub use crate::driver::{AgentDriver, Interrupted, TurnContext, TurnInput, TurnOutcome};
 use crate::error::{Error, Result};
+use crate::metrics::Metrics;
 use crate::model::{AgentCapabilities, AgentInfo, CreateSessionRequest, PermissionMode};
 
 /// The agents this node agent knows.
@@ -179,14 +180,22 @@ pub struct AgentHost {
     pub data_dir: PathBuf,
     pub installer: install::Installer,
     pub opencode: opencode::Shared,
+    /// What the sessions count into (events, turns, requests, installs).
+    pub metrics: Metrics,
 }
 
 impl AgentHost {
     pub fn new(data_dir: PathBuf, agents_dir: PathBuf) -> Arc<AgentHost> {
+        Self::metered(data_dir, agents_dir, Metrics::new())
+    }
+
+    /// [`AgentHost::new`], counting into `metrics`.
+    pub fn metered(data_dir: PathBuf, agents_dir: PathBuf, metrics: Metrics) -> Arc<AgentHost> {
         Arc::new(AgentHost {
             data_dir,
-            installer: install::Installer::new(agents_dir),
+            installer: install::Installer::metered(agents_dir, metrics.clone()),
             opencode: opencode::Shared::default(),
+            metrics,
         })
     }
 }

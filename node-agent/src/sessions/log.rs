@@ -65,6 +65,8 @@ pub struct EventLog {
     memory: Mutex<Memory>,
     /// The newest sequence readers can see.
     latest: watch::Sender<u64>,
+    /// Where appended events are counted (the node agent's metrics), once set.
+    emitted: std::sync::OnceLock<prometheus_client::metrics::counter::Counter>,
 }
 
 struct Writer {
@@ -145,7 +147,13 @@ impl EventLog {
             writer: tokio::sync::Mutex::new(Writer { file: Some(file), next, position: complete, closed }),
             memory: Mutex::new(memory),
             latest: watch::Sender::new(next - 1),
+            emitted: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Counts every event appended from now on into `counter`.
+    pub fn count_into(&self, counter: prometheus_client::metrics::counter::Counter) {
+        let _ = self.emitted.set(counter);
     }
 
     fn memory(&self) -> std::sync::MutexGuard<'_, Memory> {
@@ -177,6 +185,7 @@ impl EventLog {
             return (result, true);
         }
         let time = OffsetDateTime::now_utc();
+        let appended = batch.drafts.len() as u64;
         let mut events = Vec::with_capacity(batch.drafts.len());
         let mut lines = Vec::new();
         let mut starts = Vec::new();
@@ -219,6 +228,9 @@ impl EventLog {
             }
         }
         drop(writer);
+        if let Some(emitted) = self.emitted.get() {
+            emitted.inc_by(appended);
+        }
         self.latest.send_replace(newest);
         (result, true)
     }

@@ -19,6 +19,7 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
 
 use futures_util::future::BoxFuture;
 use serde::{Deserialize, Serialize};
@@ -31,6 +32,7 @@ use tokio_util::sync::CancellationToken;
 use crate::agents::{AgentHost, AgentId, DriverConfig, agent_from_request};
 use crate::driver::{AgentDriver, Interrupted, QuestionAnswer, TurnContext, TurnInput, TurnOutcome, TurnPort};
 use crate::error::{Error, Result};
+use crate::metrics::{AgentLabel, Metrics};
 use crate::model::{CreateSessionRequest, PermissionMode, SessionInfo, SessionState};
 use crate::universal::{
     EndReason, EventData, EventSource, Item, ItemKind, PermissionReply, PermissionRequest, QuestionOutcome,
@@ -272,11 +274,26 @@ pub struct Session {
     persisted: tokio::sync::Mutex<u64>,
     version: AtomicU64,
     max_queued: usize,
+    metrics: Metrics,
+    /// When each pending request was opened in this run, for the wait it is answered after.
+    opened: Mutex<HashMap<String, Instant>>,
 }
 
 impl Session {
     fn record(&self) -> MutexGuard<'_, SessionRecord> {
         self.record.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn opened(&self) -> MutexGuard<'_, HashMap<String, Instant>> {
+        self.opened.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Counts how long a request that was just answered waited (unknown for one opened
+    /// before a restart).
+    fn answered(&self, id: &str, kind: &'static str) {
+        if let Some(at) = self.opened().remove(id) {
+            self.metrics.request_answered(self.agent.as_str(), kind, at.elapsed());
+        }
     }
 
     pub fn log(&self) -> &EventLog {
@@ -400,6 +417,9 @@ impl Session {
                 Ok(true)
             })
             .await?;
+        if changed {
+            self.answered(id, "permission");
+        }
         self.settled(changed).await;
         Ok(self.info())
     }
@@ -445,6 +465,9 @@ impl Session {
                 Ok(true)
             })
             .await?;
+        if changed {
+            self.answered(id, "question");
+        }
         self.settled(changed).await;
         Ok(self.info())
     }
@@ -492,6 +515,8 @@ impl Session {
                 true
             })
             .await;
+        // Its requests were cancelled, not answered: no wait to count.
+        self.opened().clear();
         self.settled(changed).await;
         self.info()
     }
@@ -613,6 +638,18 @@ impl Session {
         turn
     }
 
+    /// Counts a turn that ended (one the node agent's stop cut short goes on after the
+    /// restart: counted then).
+    fn count_turn(&self, outcome: &Result<TurnOutcome, Interrupted>, started: Instant) {
+        let status = match outcome {
+            Ok(outcome) if outcome.failed => "failed",
+            Ok(_) => "completed",
+            Err(Interrupted::Ended) => "interrupted",
+            Err(Interrupted::Shutdown) => return,
+        };
+        self.metrics.turn_ended(self.agent.as_str(), status, started.elapsed());
+    }
+
     /// Records the end of a turn; `Err` when the runner is to stop.
     async fn finish_turn(
         &self,
@@ -655,6 +692,7 @@ impl Session {
                 true
             })
             .await;
+        self.opened().clear();
         self.persist().await;
         if recorded { Ok(()) } else { Err(Interrupted::Ended) }
     }
@@ -776,6 +814,7 @@ impl SessionTurn {
                     return true;
                 }
                 rec.native_ids.insert(public.clone(), native);
+                self.session.opened().insert(public.clone(), Instant::now());
                 let event = add(&mut rec, &public);
                 rec.settle();
                 batch.push(EventDraft { raw: raw.map(str::to_string), ..rec.draft(EventSource::Agent, event) });
@@ -844,6 +883,8 @@ async fn run(session: Arc<Session>, host: Arc<AgentHost>, shutdown: Cancellation
     if session.started(driver.agent_session_id(), resumed).await {
         let ctx = TurnContext::new(SessionTurn { session: Arc::clone(&session), shutdown: shutdown.clone() });
         drive(&session, &shutdown, &ctx, driver.as_mut()).await;
+        // Requests a stopped driver left are answered by nobody in this run.
+        session.opened().clear();
     }
     driver.stop().await;
 }
@@ -852,13 +893,17 @@ async fn drive(session: &Session, shutdown: &CancellationToken, ctx: &TurnContex
     let interrupted = session.record().current_turn.clone();
     if let Some(turn) = interrupted {
         tracing::info!(session = %session.id, turn = turn.number, "resuming a turn");
+        let started = Instant::now();
         let outcome = driver.run_turn(ctx, &turn, true).await;
+        session.count_turn(&outcome, started);
         if session.finish_turn(&turn, outcome).await.is_err() {
             return;
         }
     }
     while let Some(turn) = session.next_turn(shutdown).await {
+        let started = Instant::now();
         let outcome = driver.run_turn(ctx, &turn, false).await;
+        session.count_turn(&outcome, started);
         if session.finish_turn(&turn, outcome).await.is_err() {
             return;
         }
@@ -926,6 +971,7 @@ impl SessionManager {
     }
 
     fn session(&self, agent: AgentId, dir: PathBuf, record: SessionRecord, log: EventLog) -> Arc<Session> {
+        log.count_into(self.inner.host.metrics.events.get_or_create(&AgentLabel { agent: agent.as_str() }).clone());
         Arc::new(Session {
             id: record.id.clone(),
             agent,
@@ -936,6 +982,8 @@ impl SessionManager {
             persisted: tokio::sync::Mutex::new(0),
             version: AtomicU64::new(0),
             max_queued: self.inner.options.max_queued_messages,
+            metrics: self.inner.host.metrics.clone(),
+            opened: Mutex::default(),
         })
     }
 

@@ -20,6 +20,8 @@ pub const TOKEN: &str = "test-token-0123456789";
 
 pub struct TestServer {
     pub url: String,
+    /// `/metrics` without the token, as `--metrics-listen` serves it.
+    pub metrics_url: String,
     processes: agentplane_node_agent::process::ProcessManager,
     pub client: Client,
     pub shutdown: CancellationToken,
@@ -91,10 +93,12 @@ impl TestServer {
         let options = sessions.clone();
         let server = Server::bind_with(config, sessions, shutdown.clone()).await.unwrap();
         let url = format!("http://{}", server.local_addr());
+        let metrics_addr = server.serve_metrics("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let metrics_url = format!("http://{metrics_addr}/metrics");
         let processes = server.processes();
         let task = tokio::spawn(server.run());
         let client = Client::new(&url, Some(TOKEN.into())).unwrap();
-        TestServer { url, processes, client, shutdown, task: Some(task), data, options }
+        TestServer { url, metrics_url, processes, client, shutdown, task: Some(task), data, options }
     }
 
     pub fn anonymous(&self) -> Client {
