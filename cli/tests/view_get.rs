@@ -236,3 +236,52 @@ fn errors_name_the_folder_and_hints_carry_the_flags_to_paste() {
     let (events, _) = d.ok(&["logs", "session/chat"]);
     assert!(events.contains(&format!("--dir {}", d.quoted())), "{events}");
 }
+
+#[test]
+fn get_watch_says_when_up_stops_and_starts_again() {
+    let mut d = Dir::new();
+    d.write("a.yaml", &process("a", "sleep", &["1000"]));
+    d.start();
+    d.wait_phase("a", "Running");
+    let mut watch = Command::new(common::bin())
+        .args(["get", "proc", "-w", "--dir"])
+        .arg(&d.dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Both streams, in one channel, in the order they are read.
+    let (tx, rx) = mpsc::channel();
+    for (reader, name) in [
+        (Box::new(watch.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>, "out"),
+        (Box::new(watch.stderr.take().unwrap()), "err"),
+    ] {
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(reader).lines().map_while(Result::ok) {
+                if tx.send((name, line)).is_err() {
+                    break;
+                }
+            }
+        });
+    }
+    let mut seen = Vec::new();
+    let mut wait_for = |what: &str, check: &dyn Fn(&str, &str) -> bool| loop {
+        let (stream, line) = rx.recv_timeout(PATIENCE).unwrap_or_else(|_| panic!("{what} from get -w; saw {seen:#?}"));
+        seen.push(format!("{stream}: {line}"));
+        if check(stream, &line) {
+            break;
+        }
+    };
+    wait_for("the row", &|s, l| s == "out" && l.starts_with("a ") && l.contains(" Running "));
+    d.stop();
+    wait_for("the as-of line", &|s, l| s == "err" && l.starts_with("status as of "));
+    wait_for("the row marked", &|s, l| s == "out" && l.starts_with("a ") && l.contains(" Running? "));
+    d.start();
+    wait_for("live again", &|s, l| s == "err" && l.contains("the status is live again"));
+    wait_for("the row unmarked", &|s, l| s == "out" && l.starts_with("a ") && l.contains(" Running "));
+    let _ = watch.kill();
+    let _ = watch.wait();
+}
