@@ -39,6 +39,14 @@ pub struct NodeAgentArgs {
     /// Most processes running at once.
     #[arg(long, env = "AGENTPLANE_MAX_PROCESSES", default_value_t = 256)]
     max_processes: usize,
+    /// Most agent sessions live at once (ended ones do not count): each real agent
+    /// is a process of hundreds of MB.
+    #[arg(long, env = "AGENTPLANE_MAX_SESSIONS", default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..))]
+    max_sessions: u64,
+    /// Also serve Prometheus metrics (`/metrics`) on this address, without the token
+    /// (on the API's address they need it).
+    #[arg(long, env = "AGENTPLANE_METRICS_LISTEN", value_name = "ADDR")]
+    metrics_listen: Option<SocketAddr>,
     /// Exited processes remembered before the oldest are forgotten.
     #[arg(long, env = "AGENTPLANE_MAX_EXITED", default_value_t = 256)]
     max_exited: usize,
@@ -278,8 +286,16 @@ pub async fn run(args: NodeAgentArgs) -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
     // Before any process can start: see `watch_stop_signals`.
     watch_stop_signals(shutdown.clone())?;
-    let sessions = agentplane_node_agent::SessionOptions { agents_dir: args.agents_dir, ..Default::default() };
+    let sessions = agentplane_node_agent::SessionOptions {
+        agents_dir: args.agents_dir,
+        max_sessions: usize::try_from(args.max_sessions).unwrap_or(usize::MAX),
+        ..Default::default()
+    };
     let server = Server::bind_with(config.clone(), sessions, shutdown.clone()).await?;
+    if let Some(addr) = args.metrics_listen {
+        let bound = server.serve_metrics(addr).await?;
+        tracing::info!(metrics = %bound, "metrics served without the token");
+    }
     tracing::info!(
         listen = %server.local_addr(),
         data_dir = %config.data_dir.display(),

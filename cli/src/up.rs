@@ -44,6 +44,11 @@ pub struct UpArgs {
     /// is a process of hundreds of MB.
     #[arg(long, env = "AGENTPLANE_MAX_SESSIONS", default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..))]
     max_sessions: u64,
+    /// Also serve Prometheus metrics (`/metrics`: the node agent's and the
+    /// controller's) on this address, without the token (on the node agent's address
+    /// they need it).
+    #[arg(long, env = "AGENTPLANE_METRICS_LISTEN", value_name = "ADDR")]
+    metrics_listen: Option<SocketAddr>,
     /// Seconds between full rescans of the directory, besides the file events.
     #[arg(long, env = "AGENTPLANE_RESYNC_SECONDS", default_value_t = 30)]
     resync_seconds: u64,
@@ -85,6 +90,18 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         ..SessionOptions::default()
     };
     let server = Server::bind_with(config, sessions, shutdown.clone()).await?;
+    // One scrape for both halves of `up`: the controller's registry after the node agent's.
+    let controller_metrics = agentplane_controller::kube::Metrics::new();
+    // This process holds the folder's lock, as a controller replica holds the Lease.
+    controller_metrics.leader.set(1);
+    server.metrics().add_source(Arc::new(move |out: &mut String| {
+        out.push_str(agentplane_node_agent::metrics::without_eof(&controller_metrics.encode()?));
+        Ok(())
+    }));
+    let metrics_at = match args.metrics_listen {
+        Some(addr) => Some(server.serve_metrics(addr).await?),
+        None => None,
+    };
     let url = format!("http://{}", server.local_addr());
     let sandboxes = Arc::new(Sandboxes::new());
     sandboxes.insert(agentplane_crds::LOCAL_SANDBOX, Client::new(&url, token.clone())?);
@@ -100,6 +117,9 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     ]);
     eprintln!("agentplane up: watching {} (status in {})", dir.display(), state.root().display());
     eprintln!("  node agent (sandbox `local`): {url}");
+    if let Some(addr) = metrics_at {
+        eprintln!("  metrics: http://{addr}/metrics");
+    }
     eprintln!("  see:    agentplane get processes{flags}");
     eprintln!("  attach: agentplane attach process/NAME{flags}");
 

@@ -73,7 +73,8 @@ impl Metrics {
         self.ready.store(ready, Ordering::Relaxed);
     }
 
-    fn encode(&self) -> Result<String, std::fmt::Error> {
+    /// The OpenMetrics text of a scrape (`agentplane up` appends it to the node agent's).
+    pub fn encode(&self) -> Result<String, std::fmt::Error> {
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
         Ok(out)
