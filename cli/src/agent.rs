@@ -8,15 +8,12 @@ use agentplane_node_agent::model::*;
 use clap::{Args, Subcommand};
 
 use crate::printing::{Format, print_structured, print_table};
+use crate::workspace::NodeAgentTarget;
 
 #[derive(Args, Debug)]
 pub struct AgentArgs {
-    /// The node agent's URL.
-    #[arg(long, global = true, env = "AGENTPLANE_URL", default_value = "http://127.0.0.1:2468")]
-    url: String,
-    /// The node agent's bearer token.
-    #[arg(long, global = true, env = "AGENTPLANE_TOKEN", hide_env_values = true)]
-    token: Option<String>,
+    #[command(flatten)]
+    target: NodeAgentTarget,
     /// Output format.
     #[arg(short = 'o', long, global = true, value_enum, default_value_t = Format::Table)]
     output: Format,
@@ -44,7 +41,7 @@ enum AgentCommand {
 }
 
 pub async fn run(args: AgentArgs) -> anyhow::Result<i32> {
-    let client = Client::new(&args.url, args.token.clone())?;
+    let client = args.target.client()?;
     let format = args.output;
     match args.command {
         AgentCommand::Ls => {

@@ -14,6 +14,7 @@ use clap::{Args, Subcommand, ValueEnum};
 use futures_util::StreamExt;
 
 use crate::printing::{Format, age, print_structured, print_table};
+use crate::workspace::NodeAgentTarget;
 
 /// Consecutive failed (re)connections of `events -f` before it gives up; with the
 /// backoff below that is about a minute of a node agent that cannot be reached.
@@ -22,12 +23,8 @@ const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
 #[derive(Args, Debug)]
 pub struct SessionArgs {
-    /// The node agent's URL.
-    #[arg(long, global = true, env = "AGENTPLANE_URL", default_value = "http://127.0.0.1:2468")]
-    url: String,
-    /// The node agent's bearer token.
-    #[arg(long, global = true, env = "AGENTPLANE_TOKEN", hide_env_values = true)]
-    token: Option<String>,
+    #[command(flatten)]
+    target: NodeAgentTarget,
     /// Output format of create, ls, get, send, reply and end.
     #[arg(short = 'o', long, global = true, value_enum, default_value_t = Format::Table)]
     output: Format,
@@ -119,7 +116,7 @@ struct ReplyArgs {
 }
 
 pub async fn run(args: SessionArgs) -> anyhow::Result<i32> {
-    let client = Client::new(&args.url, args.token.clone())?;
+    let client = args.target.client()?;
     let format = args.output;
     let info = match args.command {
         SessionCommand::Create(create) => client.create_session(&create.id, &create.request()?).await?,

@@ -10,6 +10,7 @@ mod agent_session;
 mod apply;
 mod attach;
 mod cluster;
+mod completion;
 mod controller;
 mod convert;
 mod edit;
@@ -26,7 +27,7 @@ mod up;
 mod workspace;
 mod yaml_edit;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 #[derive(Parser)]
 #[command(
@@ -75,6 +76,10 @@ enum Command {
     /// Create, list, message, follow, answer and end agent sessions on a node agent.
     #[command(name = "session")]
     AgentSession(agent_session::SessionArgs),
+    /// Print a shell's completion script: `source <(agentplane completion bash)`, or
+    /// `agentplane completion zsh > "${fpath[1]}/_agentplane"`,
+    /// `agentplane completion fish > ~/.config/fish/completions/agentplane.fish`.
+    Completion(completion::CompletionArgs),
 }
 
 fn main() {
@@ -117,6 +122,7 @@ fn main() {
             Command::Send(args) => session::send(args).await,
             Command::Reply(args) => session::reply(args).await,
             Command::AgentSession(args) => agent_session::run(args).await,
+            Command::Completion(args) => completion::run(args, Cli::command()),
         };
         match result {
             Ok(code) => code,

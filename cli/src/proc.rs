@@ -10,15 +10,12 @@ use base64::Engine as _;
 use clap::{Args, Subcommand};
 
 use crate::printing::{Format, age, print_structured, print_table};
+use crate::workspace::NodeAgentTarget;
 
 #[derive(Args, Debug)]
 pub struct ProcArgs {
-    /// The node agent's URL.
-    #[arg(long, global = true, env = "AGENTPLANE_URL", default_value = "http://127.0.0.1:2468")]
-    url: String,
-    /// The node agent's bearer token.
-    #[arg(long, global = true, env = "AGENTPLANE_TOKEN", hide_env_values = true)]
-    token: Option<String>,
+    #[command(flatten)]
+    target: NodeAgentTarget,
     /// Output format.
     #[arg(short = 'o', long, global = true, value_enum, default_value_t = Format::Table)]
     output: Format,
@@ -145,7 +142,7 @@ struct RunArgs {
 }
 
 pub async fn run(args: ProcArgs) -> anyhow::Result<i32> {
-    let client = Client::new(&args.url, args.token.clone())?;
+    let client = args.target.client()?;
     let format = args.output;
     match args.command {
         ProcCommand::Run(run) => {

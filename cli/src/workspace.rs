@@ -32,6 +32,40 @@ pub struct DirArgs {
     pub state_dir: Option<PathBuf>,
 }
 
+/// The node agent that `proc`, `session` and `agent` drive: the one at `--url`, else
+/// the one a running `agentplane up` embeds on `--dir`, else the default address.
+#[derive(Args, Debug, Clone)]
+pub struct NodeAgentTarget {
+    /// The node agent's URL (default: the node agent of the `agentplane up` running on
+    /// --dir, else http://127.0.0.1:2468).
+    #[arg(long, global = true, env = "AGENTPLANE_URL")]
+    pub url: Option<String>,
+    /// The node agent's bearer token (not needed with --dir: `up` says it).
+    #[arg(long, global = true, env = "AGENTPLANE_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Reach the node agent of the `agentplane up` watching this directory.
+    #[arg(long, global = true, env = "AGENTPLANE_DIR")]
+    pub dir: Option<PathBuf>,
+    /// Where that `agentplane up` keeps status (default DIR/.agentplane).
+    #[arg(long, global = true, env = "AGENTPLANE_STATE_DIR")]
+    pub state_dir: Option<PathBuf>,
+}
+
+/// Where a node agent listens when nothing says otherwise.
+const DEFAULT_NODE_AGENT_URL: &str = "http://127.0.0.1:2468";
+
+impl NodeAgentTarget {
+    pub fn client(&self) -> anyhow::Result<Client> {
+        match (&self.url, &self.dir) {
+            (Some(url), _) => Ok(Client::new(url, self.token.clone())?),
+            (None, Some(dir)) => {
+                Workspace::new(&DirArgs { dir: dir.clone(), state_dir: self.state_dir.clone() }).node_agent()
+            }
+            (None, None) => Ok(Client::new(DEFAULT_NODE_AGENT_URL, self.token.clone())?),
+        }
+    }
+}
+
 pub struct Workspace {
     pub dir: PathBuf,
     pub state: StateDir,

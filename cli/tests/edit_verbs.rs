@@ -197,3 +197,58 @@ fn a_reply_to_a_request_that_is_not_pending_is_refused_in_the_cluster_store() {
     assert_eq!(ok(run(&args), &args), "session/demo: reply 1 (q-77c0) added\n");
     assert_eq!(spec(&runtime).replies.len(), 1);
 }
+
+#[test]
+fn completion_scripts_load_and_know_the_verbs() {
+    let out = agentplane().args(["completion", "bash"]).output().unwrap();
+    let script = ok(out, &["completion", "bash"]);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("agentplane.bash");
+    std::fs::write(&file, &script).unwrap();
+    let checked = Command::new("bash").arg("-n").arg(&file).output().unwrap();
+    assert!(checked.status.success(), "bash -n: {}", String::from_utf8_lossy(&checked.stderr));
+    // Loaded into a real bash, it completes the verbs.
+    let words = Command::new("bash")
+        .arg("-c")
+        .arg(r#"source "$1"; COMP_WORDS=(agentplane re); COMP_CWORD=1; COMP_LINE="agentplane re"; COMP_POINT=13; _agentplane agentplane re agentplane; printf '%s\n' "${COMPREPLY[@]}""#)
+        .arg("bash")
+        .arg(&file)
+        .output()
+        .unwrap();
+    let offered = String::from_utf8(words.stdout).unwrap();
+    assert!(offered.lines().any(|w| w == "reply"), "{offered}");
+    for verb in ["send", "reply", "session", "completion", "get", "describe", "delete"] {
+        assert!(script.contains(verb), "the bash script does not know {verb}");
+    }
+    for shell in ["zsh", "fish"] {
+        let script = ok(agentplane().args(["completion", shell]).output().unwrap(), &["completion", shell]);
+        assert!(script.contains("agentplane") && script.contains("reply"), "{shell}: {script}");
+    }
+    let out = common::into_closed_pipe(&["completion", "bash"], &[], None);
+    assert!(out.status.success(), "a closed pipe: {}", String::from_utf8_lossy(&out.stderr));
+    fails(agentplane().args(["completion", "tcsh"]).output().unwrap(), &["completion", "tcsh"]);
+}
+
+#[test]
+fn session_and_agent_verbs_find_the_node_agent_of_up_with_dir() {
+    let mut d = Dir::new();
+    std::fs::write(d.path("demo.yaml"), ASKING).unwrap();
+    let err = d.fails(&["session", "ls"]);
+    assert!(err.contains("no `agentplane up` is running on"), "{err}");
+    d.start();
+    d.wait_for("session", "demo", "a pending permission", |s| pending_permission(s).is_some());
+
+    let listed = d.ok(&["session", "ls"]);
+    assert!(listed.lines().count() >= 2 && listed.contains("mock"), "{listed}");
+    let agents = d.ok(&["agent", "ls"]);
+    assert!(agents.lines().any(|l| l.starts_with("mock")), "{agents}");
+    let processes = d.ok(&["proc", "ls"]);
+    assert!(processes.starts_with("ID"), "{processes}");
+    // Through the environment too, as `export AGENTPLANE_DIR=...` sets it.
+    let out = agentplane().args(["session", "ls", "-o", "json"]).env("AGENTPLANE_DIR", &d.dir).output().unwrap();
+    let listed: Value = serde_json::from_str(&ok(out, &["session", "ls", "-o", "json"])).unwrap();
+    assert_eq!(listed["sessions"][0]["agent"], "mock", "{listed}");
+    // --url still wins.
+    let out = agentplane().args(["session", "ls", "--url", "http://127.0.0.1:1"]).arg("--dir").arg(&d.dir).output();
+    fails(out.unwrap(), &["session", "ls", "--url", "(nowhere)"]);
+}
