@@ -214,3 +214,46 @@ fn a_folder_behind_a_link_made_again_stays_watched() {
     assert_eq!(source(&up.record(Kind::Process, "x").unwrap()), "link/x.yaml#1");
     change_and_see_it_taken(&up, &file, "x");
 }
+
+/// Names may have 253 characters; `<name>.json` past 250 does not fit a file name.
+#[test]
+fn a_name_of_253_characters_runs_and_is_listed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("d");
+    let long = format!("{}.{}.{}.{}", "a".repeat(63), "b".repeat(63), "c".repeat(63), "d".repeat(61));
+    assert_eq!(long.len(), 253);
+    let up = DirUp::start(&dir, &[]);
+    put(&dir.join("long.yaml"), &sleeper(&long, 1000));
+    put(&dir.join("short.yaml"), &sleeper("short", 1000));
+    let record = up.wait_status(Kind::Process, &long, "running", |r| phase(r) == "Running");
+    assert!(record["status"]["pid"].as_u64().is_some());
+    up.wait_status(Kind::Process, "short", "running", |r| phase(r) == "Running");
+    assert_eq!(listed_names(&up), [long.clone(), "short".to_string()]);
+    assert_eq!(up.file_errors(), vec![]);
+}
+
+/// A record that cannot be written is said where the CLI looks, and taken once it can be.
+#[test]
+fn a_resource_that_cannot_be_recorded_is_reported_then_taken() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("d");
+    // A file where the state directory needs the folder of Process records: even root
+    // cannot write there.
+    let blocker = dir.join(".agentplane/resources/processes");
+    fs::create_dir_all(blocker.parent().unwrap()).unwrap();
+    fs::write(&blocker, "").unwrap();
+    let up = DirUp::start(&dir, &[]);
+    put(&dir.join("web.yaml"), &sleeper("web", 1000));
+    let error =
+        up.wait("the failed record in the file errors", || up.file_errors().into_iter().find(|e| e.file == "web.yaml"));
+    assert!(
+        error
+            .message
+            .starts_with("Process/default/web: cannot be recorded in the state directory, so it is not started"),
+        "{error}"
+    );
+    fs::remove_file(&blocker).unwrap();
+    put(&dir.join("web.yaml"), &sleeper("web", 1001));
+    up.wait_status(Kind::Process, "web", "running", |r| phase(r) == "Running");
+    up.wait("the file errors to be clear", || up.file_errors().is_empty().then_some(()));
+}

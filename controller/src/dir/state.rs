@@ -81,8 +81,10 @@ impl StateDir {
         self.root.join("node-agent")
     }
 
+    /// Where a resource's record is kept. Every reader and writer of records goes
+    /// through here, so the name it picks for a long name is found again.
     pub fn record_path(&self, key: &Key) -> PathBuf {
-        self.root.join("resources").join(key.kind.plural()).join(&key.namespace).join(format!("{}.json", key.name))
+        self.root.join("resources").join(key.kind.plural()).join(&key.namespace).join(record_file_name(&key.name))
     }
 
     /// Every stored resource; a record that cannot be read is reported and skipped.
@@ -251,6 +253,25 @@ impl StateDir {
     }
 }
 
+/// The longest file name ext4, xfs, btrfs and tmpfs take, in bytes.
+const NAME_MAX: usize = 255;
+
+/// `<name>.json` while it fits with the `.<file>.tmp` it is written through; past that
+/// (names may have 253 characters) the name's start and its SHA-256. A valid name has
+/// no `_`, so the long form is never another name's short one.
+fn record_file_name(name: &str) -> String {
+    use sha2::Digest;
+    let plain = format!("{name}.json");
+    if plain.len() + ".".len() + ".tmp".len() <= NAME_MAX {
+        return plain;
+    }
+    let mut cut = name.len().min(100);
+    while !name.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}_{:x}.json", &name[..cut], sha2::Sha256::digest(name.as_bytes()))
+}
+
 fn read_record(path: &Path) -> std::result::Result<Object, String> {
     let bytes = fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let value = serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -273,4 +294,35 @@ fn write_atomically(path: &Path, body: &[u8], private: bool) -> Result<()> {
     file.write_all(body).map_err(|e| Error::io(context("writing"), e))?;
     drop(file);
     fs::rename(&aside, path).map_err(|e| Error::io(context("replacing"), e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_valid_name_has_a_record_file_that_fits() {
+        assert_eq!(record_file_name("web"), "web.json");
+        let longest_plain = "a".repeat(NAME_MAX - ".json".len() - ".".len() - ".tmp".len());
+        assert_eq!(record_file_name(&longest_plain), format!("{longest_plain}.json"));
+        let mut seen = std::collections::BTreeSet::new();
+        for len in longest_plain.len() + 1..=253 {
+            for last in ['a', 'b'] {
+                let name = format!("{}{last}", "a".repeat(len - 1));
+                let file = record_file_name(&name);
+                assert!(file.len() + ".".len() + ".tmp".len() <= NAME_MAX, "{len}: {file}");
+                assert!(seen.insert(file), "{name} shares its record file");
+            }
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let state = StateDir::new(dir.path());
+        let name = "x".repeat(253);
+        let text = format!(
+            "{{apiVersion: agentplane.dev/v1alpha1, kind: Process, metadata: {{name: {name}}}, spec: {{command: sleep}}}}"
+        );
+        let object = crate::dir::parse::parse_file("f.yaml", &text).unwrap().remove(0).object;
+        state.write(&object).unwrap();
+        assert_eq!(state.read(&object.key()).unwrap().unwrap(), object);
+        assert_eq!(state.load_all().len(), 1);
+    }
 }

@@ -146,6 +146,15 @@ struct Index {
     files: HashMap<String, FileEntry>,
     resources: BTreeMap<Key, Entry>,
     errors: BTreeMap<String, FileError>,
+    /// Resources whose record could not be written (a full disk, a file where the state
+    /// directory needs a folder): shown in the file errors the CLI lists, since a
+    /// resource that is not recorded has no status to carry it.
+    unrecorded: BTreeMap<Key, FileError>,
+}
+
+/// A failed write of a resource's record, as a file error of the file that declares it.
+fn unrecorded(key: &Key, file: &str, line: Option<usize>, what: &str, error: &crate::Error) -> FileError {
+    FileError { file: file.to_string(), line, column: None, message: format!("{key}: {what}: {error}") }
 }
 
 struct Inner {
@@ -602,8 +611,19 @@ impl Inner {
                     }
                     let requeue = dirty || entry.problem.is_some();
                     entry.problem = None;
-                    if dirty && let Err(e) = self.state.write(&entry.object) {
-                        warn!(resource = %key, error = %e, "cannot record the resource");
+                    if dirty {
+                        match self.state.write(&entry.object) {
+                            Ok(()) => {
+                                index.unrecorded.remove(key);
+                            }
+                            Err(e) => {
+                                warn!(resource = %key, error = %e, "cannot record the resource");
+                                let what = "its new spec cannot be recorded in the state directory";
+                                index
+                                    .unrecorded
+                                    .insert(key.clone(), unrecorded(key, file, Some(declared.line), what, &e));
+                            }
+                        }
                     }
                     if requeue {
                         changed.push(key.clone());
@@ -619,9 +639,13 @@ impl Inner {
                     // Recorded (with its uid) before anything is started for it, so a
                     // controller killed right after starting it adopts it after a restart.
                     if let Err(e) = self.state.write(&object) {
-                        warn!(resource = %key, error = %e, "cannot record the resource");
+                        // Tried again at the next rescan; said where the CLI looks meanwhile.
+                        warn!(resource = %key, error = %e, "cannot record the resource; it is not started");
+                        let what = "cannot be recorded in the state directory, so it is not started";
+                        index.unrecorded.insert(key.clone(), unrecorded(key, file, Some(declared.line), what, &e));
                         continue;
                     }
+                    index.unrecorded.remove(key);
                     index.resources.insert(key.clone(), Entry { object, problem: None, missing_since: None });
                     changed.push(key.clone());
                 }
@@ -662,11 +686,18 @@ impl Inner {
                 entry.object.meta_mut().deletion_timestamp = Some(now.clone());
                 if let Err(e) = self.state.write(&entry.object) {
                     warn!(resource = %key, error = %e, "cannot record the deletion");
+                    let what = "its deletion cannot be recorded in the state directory";
+                    let file = entry.source_file().unwrap_or_default();
+                    index.unrecorded.insert(key.clone(), unrecorded(key, file, None, what, &e));
                 }
                 changed.push(key.clone());
             }
         }
 
+        index.unrecorded.retain(|key, _| taken.contains_key(key) || index.resources.contains_key(key));
+        for error in index.unrecorded.values() {
+            errors.entry(error.file.clone()).or_insert_with(|| error.clone());
+        }
         if errors != index.errors {
             for error in errors.values().filter(|e| !index.errors.contains_key(&e.file)) {
                 warn!(error = %error, "file not taken");
@@ -844,10 +875,26 @@ impl Inner {
             if entry.object.meta().uid != uid {
                 return;
             }
-            if update(&mut entry.object)
-                && let Err(e) = this.state.write(&entry.object)
-            {
-                warn!(resource = %key, error = %e, "cannot write the status");
+            if !update(&mut entry.object) {
+                return;
+            }
+            match this.state.write(&entry.object) {
+                Ok(()) => {
+                    if index.unrecorded.remove(&key).is_some() {
+                        // The next rescan writes the file errors without it.
+                        let _ = this.wake.try_send(());
+                    }
+                }
+                Err(e) => {
+                    warn!(resource = %key, error = %e, "cannot write the status");
+                    let what = "its status cannot be written to the state directory";
+                    let error = unrecorded(&key, entry.source_file().unwrap_or_default(), None, what, &e);
+                    index.unrecorded.insert(key.clone(), error.clone());
+                    index.errors.entry(error.file.clone()).or_insert(error);
+                    if let Err(e) = this.state.write_errors(&index.errors) {
+                        warn!(error = %e, "cannot record the file errors");
+                    }
+                }
             }
         })
         .await;
