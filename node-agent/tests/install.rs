@@ -237,3 +237,24 @@ async fn refused_requests_never_reach_npm() {
     }
     server.stop().await;
 }
+
+#[tokio::test]
+async fn a_version_npm_refuses_leaves_no_lock_file_behind() {
+    let agents = tempfile::tempdir().unwrap();
+    let server = server_with_agents_in(agents.path()).await;
+    for version in ["0.0.0-doesnotexist", "0.0.0-doesnotexist.2"] {
+        let refused = install(&server, Some(version), false).await.unwrap_err();
+        assert_eq!(refused.problem_code(), Some("install_failed"), "{refused}");
+    }
+    let left: Vec<String> = std::fs::read_dir(agents.path().join("amp"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(left.is_empty(), "a failed install leaves nothing in the agent's directory: {left:?}");
+    let metrics = reqwest::get(&server.metrics_url).await.unwrap().text().await.unwrap();
+    assert!(
+        metrics.contains("agentplane_node_agent_installs_total{agent=\"amp\",outcome=\"failed\"} 2\n"),
+        "{metrics}"
+    );
+    server.stop().await;
+}

@@ -178,7 +178,26 @@ impl Installer {
         let _held = lock.lock().await;
         let dir = self.agent_dir(agent);
         tokio::fs::create_dir_all(&dir).await.map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
-        let _file_lock = lock_file(dir.join(format!(".{version}.lock"))).await?;
+        let lock_path = dir.join(format!(".{version}.lock"));
+        let file_lock = lock_file(lock_path.clone()).await?;
+        let outcome = self.install_locked(agent, &package, version, options, progress, &dir).await;
+        if outcome.is_err() {
+            // A version npm refuses would leave one lock file each, forever.
+            release_removing(file_lock, &lock_path).await;
+        }
+        outcome
+    }
+
+    /// The install itself, under both locks.
+    async fn install_locked(
+        &self,
+        agent: AgentId,
+        package: &Package,
+        version: &str,
+        options: &InstallOptions,
+        progress: Option<&mpsc::Sender<InstallProgress>>,
+        dir: &Path,
+    ) -> Result<InstallOutcome> {
         // Another node agent sharing the directory may have installed it while this one waited.
         if !options.reinstall
             && let Some(outcome) = self.already(agent, version).await
@@ -193,7 +212,7 @@ impl Installer {
         tokio::fs::create_dir_all(&scratch)
             .await
             .map_err(|e| Error::io(format!("creating {}", scratch.display()), e))?;
-        let result = self.install_into(&scratch, &package, version, &mut report).await;
+        let result = self.install_into(&scratch, package, version, &mut report).await;
         let integrity = match result {
             Ok(integrity) => integrity,
             Err(e) => {
@@ -210,7 +229,7 @@ impl Installer {
         report.phase(InstallPhase::Done).await;
         tracing::info!(agent = agent.as_str(), version, %integrity, "agent installed");
         Ok(InstallOutcome {
-            installed: Installed { version: version.to_string(), bin: bin_in(&target, &package) },
+            installed: Installed { version: version.to_string(), bin: bin_in(&target, package) },
             already_installed: false,
             integrity: Some(integrity),
         })
@@ -422,18 +441,43 @@ impl<'a> Reporter<'a> {
 /// Holds an exclusive `flock` on `path` (created if missing) until dropped. Waiting
 /// for it blocks a thread, so it is done on the blocking pool.
 async fn lock_file(path: PathBuf) -> Result<nix::fcntl::Flock<std::fs::File>> {
+    use std::os::unix::fs::MetadataExt;
     tokio::task::spawn_blocking(move || {
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
-        nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive)
-            .map_err(|(_, errno)| Error::io(format!("locking {}", path.display()), std::io::Error::from(errno)))
+        loop {
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(&path)
+                .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
+            let lock = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive)
+                .map_err(|(_, errno)| Error::io(format!("locking {}", path.display()), std::io::Error::from(errno)))?;
+            // The holder before may have removed the file (see `release_removing`): a
+            // lock on a file the path no longer names excludes nobody who opens the
+            // path now, so it counts only if the path still names this very file.
+            let held = lock.metadata().map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
+            match std::fs::metadata(&path) {
+                Ok(now) if (now.dev(), now.ino()) == (held.dev(), held.ino()) => return Ok(lock),
+                Ok(_) => continue,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(Error::io(format!("reading {}", path.display()), e)),
+            }
+        }
     })
     .await
     .map_err(|e| Error::io("locking the install", std::io::Error::other(e)))?
+}
+
+/// Gives up a lock and removes its file, in that order reversed: the file goes while
+/// still held, so that whoever waited on it finds, once it gets it, that the path no
+/// longer names it and starts over (see [`lock_file`]).
+async fn release_removing(lock: nix::fcntl::Flock<std::fs::File>, path: &Path) {
+    if let Err(error) = tokio::fs::remove_file(path).await
+        && error.kind() != std::io::ErrorKind::NotFound
+    {
+        tracing::warn!(path = %path.display(), %error, "could not remove an install lock");
+    }
+    drop(lock);
 }
 
 async fn remove_if_present(path: &Path) -> Result<()> {
@@ -600,5 +644,42 @@ mod tests {
         assert!(target.join("new").exists());
         assert!(!target.join("old").exists());
         assert!(!scratch.exists());
+    }
+
+    /// Whether some open file description holds a lock on `path`'s current file:
+    /// opens the path (creating it, as an installer does) and tries to lock it.
+    fn lockable_now(path: &std::path::Path) -> bool {
+        let file = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(path).unwrap();
+        nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock).is_ok()
+    }
+
+    /// Lines of /proc/locks for a waiter blocked on a lock.
+    fn blocked_waiters() -> usize {
+        std::fs::read_to_string("/proc/locks").unwrap_or_default().lines().filter(|l| l.contains("->")).count()
+    }
+
+    #[tokio::test]
+    async fn a_lock_file_removed_by_its_holder_never_admits_two_holders() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(".1.0.0.lock");
+        let first = lock_file(path.clone()).await.unwrap();
+        let waiters_before = blocked_waiters();
+        let waiter = tokio::spawn(lock_file(path.clone()));
+        // The waiter is blocked on the first holder's file before that file goes.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while blocked_waiters() <= waiters_before {
+            assert!(std::time::Instant::now() < deadline, "the second installer never waited");
+            tokio::task::yield_now().await;
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        assert!(!lockable_now(&path), "held by the first");
+        release_removing(first, &path).await;
+        let second = waiter.await.unwrap().unwrap();
+        // A newcomer opens the path as it is now: it must find it held by the waiter,
+        // not a fresh file beside a lock on one that no longer has a name.
+        assert!(!lockable_now(&path), "the waiter holds the file the path names");
+        release_removing(second, &path).await;
+        assert!(!path.exists());
+        assert!(lockable_now(&path), "free once released");
     }
 }
