@@ -329,7 +329,8 @@ fn print(out: &mut impl Write, event: &UniversalEvent, session: &str, json: bool
         serde_json::to_string(event)?
     } else {
         let answer = |id: &str, permission: bool| match permission {
-            true => format!("agentplane session reply {session} {id} --once|--always|--reject"),
+            // Pasted as it is, it runs: one decision, the others named after it.
+            true => format!("agentplane session reply {session} {id} --once, or --always, or --reject"),
             false => format!("agentplane session reply {session} {id} --answer ..."),
         };
         match event_lines(event, &answer) {
@@ -350,11 +351,11 @@ const CONTINUATION: &str = "               ";
 
 /// An event as a person reads it, the same in `session events` and `logs session/X`:
 /// one line (the sequence, the time, the type and what it says), and the rest of a
-/// text or a tool's output on continuation lines indented under the type. `None` for
-/// what says nothing new: text deltas (the completed item has the text), items started
-/// bare, and tool calls started (a call is shown when it ran, after its permission, as
-/// it happened: shown at its start, it would read as if it ran before being allowed).
-/// `answer` gives the command that answers a request (`id`, whether a permission).
+/// text or a tool's output on continuation lines indented under the type, in sequence
+/// order: a tool call is announced (`item.started`), then asked for and allowed, then
+/// `item.completed` when it ran. `None` for what says nothing new: text deltas (the
+/// completed item has the text) and items started bare. `answer` gives the command
+/// that answers a request (`id`, whether a permission).
 pub(crate) fn event_lines(event: &UniversalEvent, answer: &dyn Fn(&str, bool) -> String) -> Option<String> {
     let kind = event.kind().as_str();
     let what = match &event.data {
@@ -362,7 +363,6 @@ pub(crate) fn event_lines(event: &UniversalEvent, answer: &dyn Fn(&str, bool) ->
         EventData::ItemStarted { item } if item.text.is_none() && item.tool.is_none() && item.input.is_none() => {
             return None;
         }
-        EventData::ItemStarted { item } if item.tool.is_some() => return None,
         EventData::SessionStarted { agent, agent_session_id, resumed } => {
             let mut what = agent.clone();
             if let Some(native) = agent_session_id {
@@ -405,7 +405,7 @@ pub(crate) fn event_lines(event: &UniversalEvent, answer: &dyn Fn(&str, bool) ->
                 what.push_str(&format!(": {input}"));
             }
             if let Some(output) = &item.output {
-                what.push_str(":\n");
+                what.push('\n');
                 what.push_str(output);
             }
             what

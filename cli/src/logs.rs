@@ -430,8 +430,13 @@ fn print_event(event: &UniversalEvent, format: EventFormat, session: &str, flags
     }
     let session = shell_quote(&format!("session/{session}"));
     let answer = |id: &str, permission: bool| {
-        let how = if permission { "--decision once|always|reject" } else { "--answer ..." };
-        format!("agentplane reply {session} {} {how}{flags}", shell_quote(id))
+        // Pasted as it is, it runs: one decision, the others named after it.
+        match permission {
+            true => {
+                format!("agentplane reply {session} {} --decision once{flags}, or always, or reject", shell_quote(id))
+            }
+            false => format!("agentplane reply {session} {} --answer ...{flags}", shell_quote(id)),
+        }
     };
     if let Some(lines) = event_lines(event, &answer) {
         writeln!(out, "{lines}")?;

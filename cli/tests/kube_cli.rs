@@ -399,7 +399,7 @@ fn a_session_shows_its_events_and_takes_a_reply_to_what_it_asks() {
     );
 
     let events = f.ok(&["logs", "session/chat"]);
-    assert!(events.contains(&format!("permission requested {permission}: bash")), "{events}");
+    assert!(events.contains(&format!("permission.requested {permission}: bash")), "{events}");
     let first: Value =
         serde_json::from_str(f.ok(&["logs", "session/chat", "-o", "json"]).lines().next().unwrap()).unwrap();
     assert!(first["sequence"].is_u64() && first["type"].is_string(), "{first}");
@@ -426,7 +426,7 @@ fn a_session_shows_its_events_and_takes_a_reply_to_what_it_asks() {
     f.runtime.block_on(f.node.reply_permission(&id, &permission, PermissionReply::Once)).unwrap();
     let answer = format!("message assistant: mock reply #1 to: {message}");
     let seen = lines_until(&lines, |l| l.contains(&answer));
-    assert!(seen.iter().any(|l| l.contains("permission requested")), "logs -f printed what came before too: {seen:?}");
+    assert!(seen.iter().any(|l| l.contains("permission.requested")), "logs -f printed what came before too: {seen:?}");
     let _ = follow.kill();
     let _ = follow.wait();
 }

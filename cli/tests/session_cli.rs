@@ -180,7 +180,7 @@ fn a_session_from_create_to_end() {
         "{readable}"
     );
     assert!(
-        readable.contains(&format!("answer: agentplane session reply s1 {} --once|--always|--reject", request.id)),
+        readable.contains(&format!("answer: agentplane session reply s1 {} --once, or --always, or --reject", request.id)),
         "{readable}"
     );
 
@@ -216,7 +216,7 @@ fn following_from_an_offset_prints_readable_lines_and_stops_at_the_end() {
         .output()
         .unwrap();
     assert!(proc.status.success(), "{}", String::from_utf8_lossy(&proc.stderr));
-    let printed = follow.until("the process's output", |l| l == "      fed to the agent");
+    let printed = follow.until("the process's output", |l| l == "               fed to the agent");
     let first: u64 = printed[0].split_whitespace().next().unwrap().parse().unwrap();
     assert_eq!(first, before as u64 + 1, "starts after the offset: {printed:#?}");
     assert!(

@@ -139,8 +139,8 @@ fn a_session_reads_the_same_in_logs_and_session_events_a_tool_call_after_its_per
     // Each event's first line: the sequence, the time, the type.
     let first = lines[0].split_whitespace().collect::<Vec<_>>();
     assert!(first[0].parse::<u64>().is_ok() && first[1].len() == 8 && first[1].as_bytes()[2] == b':', "{logs}");
-    // The tool call shows when it ran: after its permission was asked and given.
-    assert!(!logs.contains("item.started tool_call"), "{logs}");
+    // In the order it happened: the call announced, asked for, allowed, then run.
+    assert!(at("item.started tool_call bash") < at("permission.requested"), "{logs}");
     assert!(at("permission.requested") < at("permission.resolved"), "{logs}");
     assert!(at("permission.resolved") < at("item.completed tool_call bash"), "{logs}");
     // A tool's output on a continuation line, indented under the type.
