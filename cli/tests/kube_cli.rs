@@ -231,7 +231,7 @@ fn a_process_is_listed_described_and_its_output_read() {
     let table = f.ok(&["get", "processes"]);
     assert_eq!(
         table.lines().next().unwrap().split_whitespace().collect::<Vec<_>>(),
-        ["NAME", "PHASE", "COMMAND", "RESTARTS", "EXIT", "AGE"]
+        ["NAME", "PHASE", "REASON", "COMMAND", "RESTARTS", "EXIT", "AGE"]
     );
     let hello = row(&table, "hello");
     assert!(hello.contains("Succeeded") && hello.contains(r#"sh -c "echo hello-$((6*7))""#), "{table}");
