@@ -257,3 +257,31 @@ fn a_resource_that_cannot_be_recorded_is_reported_then_taken() {
     up.wait_status(Kind::Process, "web", "running", |r| phase(r) == "Running");
     up.wait("the file errors to be clear", || up.file_errors().is_empty().then_some(()));
 }
+
+/// A resource waiting for its env file starts as soon as the file is written, not at
+/// its next retry (30 s) nor the next rescan (an hour here), in a hidden folder too.
+#[test]
+fn a_resource_waiting_for_its_env_file_starts_when_it_appears() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("d");
+    fs::create_dir_all(dir.join(".secrets")).unwrap();
+    let up = DirUp::start(&dir, &["--resync-seconds", "3600"]);
+    let (out, hidden_out) = (tmp.path().join("waits.out"), tmp.path().join("hidden.out"));
+    put(&dir.join("waits.yaml"), &print_env_yaml("waits", "GREETING", &out, "  envFrom: [{file: claude.env}]\n"));
+    let token = "  env: [{name: TOKEN, valueFrom: {fileKeyRef: {path: .secrets/token.env, key: TOKEN}}}]\n";
+    put(&dir.join("hidden.yaml"), &print_env_yaml("hidden", "TOKEN", &hidden_out, token));
+    for name in ["waits", "hidden"] {
+        let record = up.wait_status(Kind::Process, name, "waiting for its env file", |r| !ready(r).0.is_empty());
+        assert_eq!((ready(&record).0.as_str(), phase(&record)), ("EnvNotResolved", "Pending"), "{name}");
+    }
+    fs::write(dir.join("claude.env"), "GREETING=noticed at once\n").unwrap();
+    // Written aside and renamed into place, as editors do.
+    fs::write(dir.join(".secrets/.token.env.swp"), "TOKEN=t-42\n").unwrap();
+    fs::rename(dir.join(".secrets/.token.env.swp"), dir.join(".secrets/token.env")).unwrap();
+    for (name, out, expected) in [("waits", &out, "noticed at once"), ("hidden", &hidden_out, "t-42")] {
+        up.wait_for(Duration::from_secs(20), &format!("{name} to run once its env file is written"), || {
+            up.record(Kind::Process, name).filter(|r| phase(r) == "Running")
+        });
+        assert_eq!(wait_file(&up, out), expected);
+    }
+}

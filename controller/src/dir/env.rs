@@ -7,7 +7,7 @@
 //! the watched folder once every symlink and `..` is resolved (a process's environment
 //! must not carry `/etc/...` or another user's files because a YAML said so).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fs;
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -298,6 +298,22 @@ mod tests {
     }
 
     #[test]
+    fn env_watch_finds_the_readers_of_a_path_and_forgets() {
+        let mut watch = EnvWatch::default();
+        let (a, b) = (PathBuf::from("/d/a.env"), PathBuf::from("/d/.secrets/b.env"));
+        assert!(watch.set(&"one", vec![a.clone()]));
+        assert!(watch.set(&"two", vec![a.clone(), b.clone()]), "a new folder");
+        assert!(!watch.set(&"two", vec![a.clone(), b.clone()]));
+        assert_eq!(watch.readers([&a]), BTreeSet::from(["one", "two"]));
+        assert_eq!(watch.readers([&b, &PathBuf::from("/d/x")]), BTreeSet::from(["two"]));
+        assert!(!watch.set(&"two", vec![]));
+        assert_eq!(watch.readers([&a, &b]), BTreeSet::from(["one"]));
+        assert_eq!(watch.folders(), BTreeSet::from([PathBuf::from("/d")]));
+        assert_eq!(watch.readers_in(&[PathBuf::from("/d")]), BTreeSet::from(["one"]));
+        assert_eq!(watch.readers_in(&[PathBuf::from("/d/.secrets")]), BTreeSet::new());
+    }
+
+    #[test]
     fn watched_paths_name_the_file_and_its_target() {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().canonicalize().unwrap();
@@ -307,5 +323,61 @@ mod tests {
         let env = files(&root);
         assert_eq!(env.watched_paths("a.env"), vec![root.join("a.env"), root.join("real/a.env")]);
         assert_eq!(env.watched_paths("real/../later.env"), vec![root.join("later.env")]);
+    }
+}
+
+/// Which resources read which env files, so that a file appearing or changing brings
+/// them in at once rather than at their next retry. Paths are as `EnvFiles::watched_paths`
+/// gives them, the way file events name them.
+#[derive(Debug)]
+pub struct EnvWatch<K> {
+    by_path: HashMap<PathBuf, BTreeSet<K>>,
+    by_key: HashMap<K, Vec<PathBuf>>,
+}
+
+impl<K> Default for EnvWatch<K> {
+    fn default() -> Self {
+        EnvWatch { by_path: HashMap::new(), by_key: HashMap::new() }
+    }
+}
+
+impl<K: Clone + Ord + std::hash::Hash> EnvWatch<K> {
+    /// What `key` reads from now on (nothing: forgotten). Returns whether a folder not
+    /// watched for another resource's files is among them.
+    pub fn set(&mut self, key: &K, paths: Vec<PathBuf>) -> bool {
+        let old =
+            if paths.is_empty() { self.by_key.remove(key) } else { self.by_key.insert(key.clone(), paths.clone()) };
+        if old.as_ref() == Some(&paths) {
+            return false;
+        }
+        for path in old.iter().flatten() {
+            if let Some(keys) = self.by_path.get_mut(path) {
+                keys.remove(key);
+                if keys.is_empty() {
+                    self.by_path.remove(path);
+                }
+            }
+        }
+        let folders_before = self.folders();
+        for path in paths {
+            self.by_path.entry(path).or_default().insert(key.clone());
+        }
+        !self.folders().is_subset(&folders_before)
+    }
+
+    /// The resources that read one of `paths`.
+    pub fn readers<'a>(&self, paths: impl IntoIterator<Item = &'a PathBuf>) -> BTreeSet<K> {
+        paths.into_iter().filter_map(|p| self.by_path.get(p)).flatten().cloned().collect()
+    }
+
+    /// The resources that read a file in one of `folders`.
+    pub fn readers_in(&self, folders: &[PathBuf]) -> BTreeSet<K> {
+        let inside = |path: &PathBuf| path.parent().is_some_and(|p| folders.iter().any(|f| f == p));
+        self.by_path.iter().filter(|(path, _)| inside(path)).flat_map(|(_, keys)| keys.iter().cloned()).collect()
+    }
+
+    /// The folders the files read are in.
+    pub fn folders(&self) -> BTreeSet<PathBuf> {
+        self.by_path.keys().filter_map(|p| p.parent().map(Path::to_path_buf)).collect()
     }
 }

@@ -24,7 +24,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use super::env::{EnvFiles, resolve_env};
+use super::env::{EnvFiles, EnvWatch, referenced_files, resolve_env};
 use super::parse::{Declared, FileError, Key, Kind, Object, parse_file};
 use super::state::StateDir;
 use crate::conditions::{self, READY};
@@ -48,6 +48,9 @@ use crate::{Result, annotations};
 /// felt. Never longer than `SETTLE_MAX`.
 const SETTLE: Duration = Duration::from_millis(5);
 const SETTLE_MAX: Duration = Duration::from_millis(100);
+/// How long after an env file is created or changed the resources that read it are
+/// looked at, when no "closed after writing" event came first.
+const ENV_SETTLE: Duration = Duration::from_millis(100);
 /// How long a resource must stay undeclared before it is cleaned up. A file rewritten
 /// by replacing it (`git checkout`, many editors) or saved in place (truncated, then
 /// written) is briefly absent or empty; a rescan that lands in between must not stop
@@ -161,6 +164,10 @@ struct Inner {
     dir: PathBuf,
     /// `dir` with every symlink resolved: env files are read only under it.
     root: PathBuf,
+    /// The state directory, canonical: env files there are not watched.
+    real_state: PathBuf,
+    /// Which resources read which env files (see `EnvWatch`).
+    env_watch: Mutex<EnvWatch<Key>>,
     /// The symlinks the last walk skipped (see `report_skipped`).
     skipped: Mutex<BTreeSet<PathBuf>>,
     state: StateDir,
@@ -205,6 +212,8 @@ impl DirStore {
                 root: fs::canonicalize(&config.dir).unwrap_or_else(|_| config.dir.clone()),
                 dir: config.dir.clone(),
                 skipped: Mutex::new(BTreeSet::new()),
+                real_state: fs::canonicalize(&config.state_dir).unwrap_or_else(|_| config.state_dir.clone()),
+                env_watch: Mutex::new(EnvWatch::default()),
                 state,
                 index: Mutex::new(index),
                 queue: WorkQueue::new(),
@@ -227,7 +236,7 @@ impl DirStore {
     pub async fn run(&self, shutdown: CancellationToken) -> Result<()> {
         let inner = &self.inner;
         let mut wake_rx = inner.wake_rx.lock().unwrap_or_else(|e| e.into_inner()).take().expect("run is called once");
-        let mut watcher = super::watch::DirWatcher::new(inner.wake.clone())?;
+        let mut watcher = super::watch::DirWatcher::new(inner.wake.clone(), env_file_events(inner))?;
         // The top is watched before the first walk, so nothing changed during it is missed.
         if let Ok(meta) = fs::metadata(&inner.dir) {
             use std::os::unix::fs::MetadataExt;
@@ -236,7 +245,7 @@ impl DirStore {
         // Walk until every directory found is watched.
         loop {
             let (_, dirs) = inner.clone().scan().await;
-            if !watcher.sync(dirs)? {
+            if watcher.sync(dirs)?.is_empty() {
                 break;
             }
         }
@@ -257,9 +266,17 @@ impl DirStore {
         }
         let mut resync = tokio::time::interval(inner.config.resync);
         resync.reset();
+        // A restart asked for with `agentplane restart` is looked at at once (see `restart`;
+        // one slot, as for `wake`).
+        let (restart_wake, mut restart_rx) = mpsc::channel(1);
+        let _restarts = crate::restart::Requests::new(inner.state.root())
+            .watch(restart_wake)
+            .map_err(|e| warn!(error = %e, "restart requests are seen at the periodic rescan only"))
+            .ok();
         loop {
             let all = tokio::select! {
                 _ = shutdown.cancelled() => break,
+                Some(()) = restart_rx.recv() => true,
                 Some(()) = wake_rx.recv() => {
                     settle(&mut wake_rx).await;
                     false
@@ -272,8 +289,15 @@ impl DirStore {
                     inner.queue.add(key);
                 }
                 match watcher.sync(dirs) {
-                    Ok(true) => continue,
-                    Ok(false) => break,
+                    Ok(added) if added.is_empty() => break,
+                    Ok(added) => {
+                        // An env file written before its folder was watched raised no event.
+                        let readers = inner.env_watch.lock().unwrap_or_else(|e| e.into_inner()).readers_in(&added);
+                        for key in readers {
+                            inner.queue.add(key);
+                        }
+                        continue;
+                    }
                     Err(e) => {
                         warn!(error = %e, "a directory is not watched; the periodic rescan still covers it");
                         break;
@@ -288,6 +312,33 @@ impl DirStore {
         workers.abort_all();
         while workers.join_next().await.is_some() {}
         Ok(())
+    }
+}
+
+/// What brings in at once the resources that read an env file when it is written,
+/// created, renamed into place or removed: called on the file watcher's thread.
+fn env_file_events(inner: &Arc<Inner>) -> impl Fn(&notify::Event) + Send + 'static {
+    use notify::EventKind;
+    use notify::event::{AccessKind, AccessMode};
+    let inner = Arc::clone(inner);
+    let runtime = tokio::runtime::Handle::current();
+    move |event| {
+        let closed = matches!(event.kind, EventKind::Access(AccessKind::Close(AccessMode::Write)));
+        if !(closed || event.kind.is_create() || event.kind.is_modify() || event.kind.is_remove()) {
+            return;
+        }
+        let readers = inner.env_watch.lock().unwrap_or_else(|e| e.into_inner()).readers(&event.paths);
+        // A delayed add runs on a timer of the runtime.
+        let _runtime = runtime.enter();
+        for key in readers {
+            if closed {
+                inner.queue.add(key);
+            } else {
+                // A file being written raises several events: read it once it is closed
+                // (above), or a moment after the first event (a rename into place).
+                inner.queue.add_after(key, ENV_SETTLE);
+            }
+        }
     }
 }
 
@@ -497,7 +548,16 @@ impl Inner {
         let started = std::time::Instant::now();
         let walked = walk(&self.dir, self.state.root());
         self.report_skipped(&walked.skipped);
-        let dirs = walked.dirs.into_iter().map(|(id, (_, real))| (id, real)).collect();
+        let mut dirs: BTreeMap<FileId, PathBuf> = walked.dirs.into_iter().map(|(id, (_, real))| (id, real)).collect();
+        // The folders of env files are watched too, walked or not (`.secrets/`).
+        for folder in self.env_watch.lock().unwrap_or_else(|e| e.into_inner()).folders() {
+            use std::os::unix::fs::MetadataExt;
+            if let Ok(meta) = fs::metadata(&folder)
+                && meta.is_dir()
+            {
+                dirs.entry((meta.dev(), meta.ino())).or_insert(folder);
+            }
+        }
         let changed = self.take(walked.files);
         debug!(changed = changed.len(), elapsed_ms = started.elapsed().as_secs_f64() * 1000.0, "scanned");
         (changed, dirs)
@@ -850,6 +910,9 @@ impl Inner {
             };
             (entry.object.clone(), entry.problem.clone(), session)
         };
+        // A restart request is the store's, not the file's: overlaid (see `restart`).
+        let mut object = object;
+        crate::restart::Requests::new(self.state.root()).overlay(object.meta_mut());
         let base = source_file(object.meta()).map(|f| self.dir.join(f)).and_then(|f| f.parent().map(Path::to_path_buf));
         let files = EnvFiles { root: &self.root, base: base.as_deref().unwrap_or(&self.dir) };
         let env = match &object {
@@ -857,7 +920,28 @@ impl Inner {
             Object::Session(s) => resolve_env(&files, &s.spec.env, &s.spec.env_from),
             Object::Sandbox(_) => Ok(BTreeMap::new()),
         };
+        self.watch_env_files(key, &object, &files);
         Some((object, problem, env, session))
+    }
+
+    /// Remembers which files `object` reads, so that their events bring it in.
+    fn watch_env_files(&self, key: &Key, object: &Object, files: &EnvFiles<'_>) {
+        let references: Vec<&str> = match object {
+            _ if object.meta().deletion_timestamp.is_some() => Vec::new(),
+            Object::Process(p) => referenced_files(&p.spec.env, &p.spec.env_from).collect(),
+            Object::Session(s) => referenced_files(&s.spec.env, &s.spec.env_from).collect(),
+            Object::Sandbox(_) => Vec::new(),
+        };
+        // Files outside the folder are refused, and the state directory is not watched.
+        let paths = references
+            .into_iter()
+            .flat_map(|r| files.watched_paths(r))
+            .filter(|p| p.starts_with(&self.root) && !p.starts_with(&self.real_state))
+            .collect();
+        if self.env_watch.lock().unwrap_or_else(|e| e.into_inner()).set(key, paths) {
+            // A folder to watch that the walk does not: the rescan adds it.
+            let _ = self.wake.try_send(());
+        }
     }
 
     async fn write_status(
@@ -919,6 +1003,7 @@ impl Inner {
             let mut index = this.lock();
             if index.resources.get(&k).is_some_and(|e| e.object.meta().uid == uid) {
                 index.resources.remove(&k);
+                this.env_watch.lock().unwrap_or_else(|e| e.into_inner()).set(&k, Vec::new());
                 if let Err(e) = this.state.remove(&k) {
                     warn!(resource = %k, error = %e, "cannot remove the record");
                 }

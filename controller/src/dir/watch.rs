@@ -33,12 +33,16 @@ pub struct DirWatcher {
 
 impl DirWatcher {
     /// A watcher that wakes the store through `wake`. One slot is enough: a full
-    /// channel already means "rescan".
-    pub fn new(wake: mpsc::Sender<()>) -> Result<Self> {
+    /// channel already means "rescan". Every event is also shown to `seen` (on the
+    /// watcher's thread: it must not block), which looks for the files resources read.
+    pub fn new(wake: mpsc::Sender<()>, seen: impl Fn(&notify::Event) + Send + 'static) -> Result<Self> {
         let handler = move |event: notify::Result<notify::Event>| {
             // Overflow and the like are errors: they mean "rescan" too.
             if !matches!(&event, Ok(e) if e.kind.is_access()) {
                 let _ = wake.try_send(());
+            }
+            if let Ok(event) = &event {
+                seen(event);
             }
         };
         let watcher =
@@ -46,10 +50,11 @@ impl DirWatcher {
         Ok(DirWatcher { watcher, watched: BTreeMap::new() })
     }
 
-    /// Watches exactly `dirs` (canonical paths, by directory) from now on. Returns
-    /// whether a directory was added: what changed in it between the walk that found it
-    /// and now raised no event, so the caller walks again.
-    pub fn sync(&mut self, dirs: BTreeMap<FileId, PathBuf>) -> Result<bool> {
+    /// Watches exactly `dirs` (canonical paths, by directory) from now on. Returns the
+    /// directories added: what changed in them between the walk that found them and now
+    /// raised no event, so the caller walks again (and looks again at what reads files
+    /// there).
+    pub fn sync(&mut self, dirs: BTreeMap<FileId, PathBuf>) -> Result<Vec<PathBuf>> {
         // Gone, or moved (a renamed folder): unwatched before anything is watched, since
         // the old and the new path of one directory are one kernel watch.
         for (id, path) in &self.watched {
@@ -58,7 +63,7 @@ impl DirWatcher {
             }
         }
         let mut failed = None;
-        let mut added = false;
+        let mut added = Vec::new();
         let mut watched = BTreeMap::new();
         for (id, dir) in dirs {
             if self.watched.get(&id) == Some(&dir) {
@@ -67,8 +72,8 @@ impl DirWatcher {
             }
             match self.watcher.watch(&dir, RecursiveMode::NonRecursive) {
                 Ok(()) => {
+                    added.push(dir.clone());
                     watched.insert(id, dir);
-                    added = true;
                 }
                 // Removed since the walk: the next rescan drops it anyway.
                 Err(e) if dir.exists() => failed = Some(Error::Config(format!("watching {}: {e}", dir.display()))),
