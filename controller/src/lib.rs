@@ -16,6 +16,7 @@ pub mod kube;
 pub mod process;
 pub mod queue;
 pub mod register;
+pub mod restart;
 pub mod sandboxes;
 pub mod session;
 

@@ -4,9 +4,10 @@
 //! The node-agent process id derives from the resource's uid, so a reconcile first
 //! looks for what exists and adopts it. The process carries the digest of what it was
 //! started from (`agentplane.dev/spec-hash`): a spec whose digest differs means a new
-//! run. The status is computed from the spec, the last status and what the node agent
-//! reports; restart back-off is derived from the recorded exit time, never from when
-//! the reconcile happens to run.
+//! run, and so does a restart asked for with `agentplane restart` (see `restart`): both
+//! reset the restart back-off. The status is computed from the spec, the last status
+//! and what the node agent reports; restart back-off is derived from the recorded exit
+//! time, never from when the reconcile happens to run.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -98,6 +99,10 @@ struct Launch<'a> {
     stdin: bool,
     tag: &'a Option<String>,
     session_ref: &'a Option<String>,
+    /// A restart asked for (see `restart`): each new request is a new run. Left out
+    /// when there is none, so the digests of runs started before requests existed hold.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    restarted_at: Option<&'a str>,
 }
 
 pub fn spec_hash(process: &Process, env: &BTreeMap<String, String>) -> String {
@@ -111,6 +116,7 @@ pub fn spec_hash(process: &Process, env: &BTreeMap<String, String>) -> String {
         stdin: spec.stdin,
         tag: &spec.tag,
         session_ref: &spec.session_ref,
+        restarted_at: crate::restart::requested(&process.metadata),
     };
     let digest = Sha256::digest(serde_json::to_vec(&launch).expect("a launch serializes"));
     digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
@@ -502,5 +508,25 @@ mod tests {
         assert_ne!(spec_hash(&piped, &env), h);
         let env2 = BTreeMap::from([("A".to_string(), "1".to_string())]);
         assert_ne!(spec_hash(&base, &env2), h);
+    }
+
+    #[test]
+    fn each_restart_request_is_a_new_run_and_none_keeps_the_digest_of_before() {
+        let yaml = "apiVersion: agentplane.dev/v1alpha1\nkind: Process\nmetadata: {name: a}\nspec: {command: sleep, args: ['1']}\n";
+        let base: Process = serde_yaml_ng::from_str(yaml).unwrap();
+        let env = BTreeMap::new();
+        // The digest of this spec before restart requests existed: a controller
+        // upgraded under a running process must not restart it.
+        assert_eq!(spec_hash(&base, &env), "807a27eac196fe50");
+        let asked = |at: &str| {
+            let mut p = base.clone();
+            p.metadata.annotations = Some(BTreeMap::from([(crate::restart::RESTARTED_AT.to_string(), at.to_string())]));
+            spec_hash(&p, &env)
+        };
+        let first = asked("2026-11-25T02:00:00Z");
+        assert_ne!(first, spec_hash(&base, &env));
+        assert_eq!(asked("2026-11-25T02:00:00Z"), first, "the same request is honoured once");
+        assert_ne!(asked("2026-11-25T02:05:00Z"), first);
+        assert_eq!(asked(""), spec_hash(&base, &env), "an empty value asks nothing");
     }
 }

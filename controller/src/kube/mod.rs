@@ -2,8 +2,9 @@
 //! kube-runtime controllers on the shared reconcile core.
 //!
 //! - Each kind is watched once; a reflector keeps the cache, and only changes of
-//!   generation or finalizers trigger a reconcile, so the controller's own status
-//!   writes never come back as work. Sandboxes also pass on a heartbeat.
+//!   generation or finalizers (or a restart request, see `restart`) trigger a
+//!   reconcile, so the controller's own status writes never come back as work.
+//!   Sandboxes also pass on a heartbeat.
 //! - Status goes out by server-side apply under one field manager, and only when it
 //!   differs from what the API server holds.
 //! - Processes and Sessions carry a finalizer: deleting one stops what runs for it on
@@ -134,12 +135,18 @@ pub async fn run(
         .default_backoff()
         .reflect(process_writer)
         .applied_objects()
-        .predicate_filter(predicates::generation.combine(predicates::finalizers), Default::default());
+        .predicate_filter(
+            predicates::generation.combine(predicates::finalizers).combine(crate::restart::predicate),
+            Default::default(),
+        );
     let session_stream = watch_all::<Session>(&client, &config.namespaces, watch_config.clone())
         .default_backoff()
         .reflect(session_writer)
         .applied_objects()
-        .predicate_filter(predicates::generation.combine(predicates::finalizers), Default::default());
+        .predicate_filter(
+            predicates::generation.combine(predicates::finalizers).combine(crate::restart::predicate),
+            Default::default(),
+        );
     let sandbox_stream = watch_all::<Sandbox>(&client, &config.namespaces, watch_config)
         .default_backoff()
         .reflect(sandbox_writer)
