@@ -849,3 +849,28 @@ impl Describe {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use agentplane_controller::conditions::{self, READY, VALID};
+
+    use super::reason;
+
+    #[test]
+    fn the_reason_is_what_is_wrong_and_nothing_when_all_is_well() {
+        let mut c = Vec::new();
+        conditions::set(&mut c, READY, true, "Running", "running as pid 1", None);
+        conditions::set(&mut c, VALID, true, "Valid", "the spec is in force", None);
+        assert_eq!(reason(Some("Running"), &c), "");
+        conditions::set(&mut c, READY, false, "BackOff", "restarting in 2s", None);
+        assert_eq!(reason(Some("BackOff"), &c), "BackOff", "a phase that is a problem is its own reason");
+        conditions::set(&mut c, READY, false, "Succeeded", "exited with code 0", None);
+        assert_eq!(reason(Some("Succeeded"), &c), "", "nothing is wrong");
+        conditions::set(&mut c, READY, false, "EnvNotResolved", "no claude.env", None);
+        assert_eq!(reason(Some("Pending"), &c), "EnvNotResolved");
+        conditions::set(&mut c, "RepliesAccepted", false, "ReplyNotPending", "no such request", None);
+        assert_eq!(reason(Some("Pending"), &c), "ReplyNotPending", "another condition that is false comes first");
+        conditions::set_valid(&mut c, Some("bad field"), None);
+        assert_eq!(reason(Some("Pending"), &c), "InvalidSpec", "a spec not taken comes before all");
+    }
+}

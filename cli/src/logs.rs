@@ -443,3 +443,18 @@ fn print_event(event: &UniversalEvent, format: EventFormat, session: &str, flags
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::last_lines;
+
+    #[test]
+    fn the_last_lines_of_a_stream() {
+        assert_eq!(last_lines(b"a\nb\nc\n", 2), b"b\nc\n");
+        assert_eq!(last_lines(b"a\nb\nc", 2), b"b\nc", "a last line without its newline counts");
+        assert_eq!(last_lines(b"a\nb\n", 5), b"a\nb\n");
+        assert_eq!(last_lines(b"a\nb\n", 0), b"");
+        assert_eq!(last_lines(b"", 3), b"");
+        assert_eq!(last_lines(b"\n\n", 1), b"\n");
+    }
+}

@@ -154,3 +154,29 @@ pub fn clock(at: time::OffsetDateTime) -> String {
     let format = time::macros::format_description!("[year]-[month]-[day] [hour]:[minute]:[second] UTC");
     at.format(&format).unwrap_or_default()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_quoted_word_reads_back_the_same_in_a_real_shell() {
+        for word in
+            ["d", "my d", "it's", "a\"b", "$(id)", "`id`", "x;y", "*", "", "tab\there", "ünï", "--dir=x", "a\nb"]
+        {
+            let out = std::process::Command::new("sh")
+                .args(["-c", &format!("printf %s {}", shell_quote(word))])
+                .output()
+                .unwrap();
+            assert_eq!(String::from_utf8(out.stdout).unwrap(), word, "{}", shell_quote(word));
+        }
+        assert_eq!(shell_quote("/tmp/d"), "/tmp/d", "a plain path stays as it is");
+    }
+
+    #[test]
+    fn flags_carry_only_what_was_given() {
+        let dir = std::ffi::OsStr::new("my d");
+        assert_eq!(flags(&[("--dir", Some(dir)), ("--state-dir", None)]), " --dir 'my d'");
+        assert_eq!(flags(&[("--context", None)]), "");
+    }
+}

@@ -326,3 +326,31 @@ mod tests {
         assert_eq!(state.load_all().len(), 1);
     }
 }
+
+/// When `up` runs, as a reader tells it.
+#[cfg(test)]
+mod liveness_tests {
+    use super::*;
+
+    #[test]
+    fn liveness_follows_the_lock_and_the_last_run() {
+        let tmp = tempfile::tempdir().unwrap();
+        let state = StateDir::new(tmp.path().join(".agentplane"));
+        state.create().unwrap();
+        assert_eq!(state.liveness(), Liveness::NotRunning { last_run: None, last_write: None });
+
+        let lock = state.lock().unwrap();
+        let run = state.write_run_started().unwrap();
+        assert_eq!(state.liveness(), Liveness::Running, "a reader's probe sees the lock");
+        assert!(state.lock().is_err(), "a second up is refused, the probe notwithstanding");
+        state.write_run_stopped(&run).unwrap();
+        drop(lock);
+
+        let Liveness::NotRunning { last_run: Some(last), .. } = state.liveness() else { panic!("not running") };
+        assert_eq!((last.pid, last.started_at), (run.pid, run.started_at));
+        assert!(last.stopped_at.is_some_and(|stopped| stopped >= run.started_at));
+        // A reader never creates the lock file, and its probe does not keep `up` out.
+        let again = state.lock();
+        assert!(again.is_ok());
+    }
+}
