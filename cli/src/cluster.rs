@@ -5,6 +5,7 @@
 use std::path::Path;
 
 use agentplane_controller::dir::parse::{API_VERSION, Key, Kind, Object};
+use agentplane_controller::restart::RESTARTED_AT;
 use agentplane_crds::{Process, Sandbox, SecretKeySelector, Session};
 use agentplane_node_agent::client::Client;
 use anyhow::{Context, anyhow, bail};
@@ -202,6 +203,18 @@ impl Cluster {
             ref_name(key),
             item.list()
         )
+    }
+
+    /// Asks the controller to restart the resource: the annotation `restartedAt` set
+    /// to `at`, as `kubectl rollout restart` does (see `agentplane_controller::restart`).
+    pub async fn request_restart(&self, key: &Key, at: &str) -> anyhow::Result<Object> {
+        let patch = serde_json::json!({"metadata": {"annotations": {RESTARTED_AT: at}}});
+        let api = self.api(key.kind, Some(&key.namespace));
+        match api.patch(&key.name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+            Ok(object) => to_object(key.kind, object),
+            Err(kube::Error::Api(status)) if status.is_not_found() => Err(not_found(key)),
+            Err(error) => Err(self.error(error)),
+        }
     }
 
     fn error(&self, error: kube::Error) -> anyhow::Error {

@@ -21,6 +21,7 @@ mod node_agent;
 mod printing;
 mod proc;
 mod resources;
+mod restart;
 mod session;
 mod store;
 mod up;
@@ -73,6 +74,9 @@ enum Command {
     Send(session::SendArgs),
     /// Answer a Session's question or permission request: appends to spec.replies.
     Reply(session::ReplyArgs),
+    /// Run a Process (or a Session's agent) again now, with its restart back-off reset;
+    /// the resource's file is not touched.
+    Restart(restart::RestartArgs),
     /// Create, list, message, follow, answer and end agent sessions on a node agent.
     #[command(name = "session")]
     AgentSession(agent_session::SessionArgs),
@@ -121,6 +125,7 @@ fn main() {
             Command::Attach(args) => logs::attach(args).await,
             Command::Send(args) => session::send(args).await,
             Command::Reply(args) => session::reply(args).await,
+            Command::Restart(args) => restart::restart(args).await,
             Command::AgentSession(args) => agent_session::run(args).await,
             Command::Completion(args) => completion::run(args, Cli::command()),
         };

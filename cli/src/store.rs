@@ -149,6 +149,17 @@ impl Store {
     }
 }
 
+impl Store {
+    /// Asks the controller to restart a Process or Session once, with the back-off
+    /// reset; returns the resource as it was.
+    pub async fn request_restart(&self, key: &Key, at: &str) -> anyhow::Result<Object> {
+        match self {
+            Store::Dir(workspace) => workspace.request_restart(key, at),
+            Store::Kube(cluster) => cluster.request_restart(key, at).await,
+        }
+    }
+}
+
 fn dir_select(workspace: &Workspace, selection: &Selection) -> anyhow::Result<Vec<Object>> {
     match &selection.name {
         Some(name) => Ok(vec![workspace.require(&selection.key(name))?]),

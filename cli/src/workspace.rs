@@ -268,6 +268,34 @@ impl Workspace {
         item.check_answers(&session)
     }
 
+    /// The record of a resource `agentplane up` has taken; for one only declared so
+    /// far, an error that says so.
+    pub fn taken(&self, key: &Key) -> anyhow::Result<Object> {
+        if let Some(object) = self.record(key)? {
+            return Ok(object);
+        }
+        if self.declaration(key)?.is_some() {
+            bail!(
+                "{} has not been taken by `agentplane up` yet: it starts when `agentplane up --dir {}` runs",
+                ref_name(key),
+                self.dir.display()
+            );
+        }
+        Err(not_found(key))
+    }
+
+    /// Asks `agentplane up` to restart the resource, without touching the file that
+    /// declares it: a request beside its status, by uid, which the store overlays as the
+    /// `restartedAt` annotation (see `agentplane_controller::restart`).
+    pub fn request_restart(&self, key: &Key, at: &str) -> anyhow::Result<Object> {
+        let object = self.taken(key)?;
+        let uid = object.meta().uid.clone().with_context(|| format!("{} has no uid in its record", ref_name(key)))?;
+        agentplane_controller::restart::Requests::new(self.state.root())
+            .request(&uid, at)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        Ok(object)
+    }
+
     /// Waits until the store has forgotten `key` (its cleanup done), watching the state
     /// directory; false if `timeout` passed first.
     pub async fn wait_forgotten(&self, keys: &[(Key, Option<String>)], timeout: Duration) -> anyhow::Result<bool> {

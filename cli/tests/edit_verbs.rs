@@ -252,3 +252,53 @@ fn session_and_agent_verbs_find_the_node_agent_of_up_with_dir() {
     let out = agentplane().args(["session", "ls", "--url", "http://127.0.0.1:1"]).arg("--dir").arg(&d.dir).output();
     fails(out.unwrap(), &["session", "ls", "--url", "(nowhere)"]);
 }
+
+/// A Process that appends a line to `runs` each time it runs, and fails.
+fn failing(runs: &std::path::Path) -> String {
+    format!(
+        "apiVersion: agentplane.dev/v1alpha1\nkind: Process\nmetadata:\n  name: flaky\nspec:\n  command: sh\n  args: [\"-c\", \"echo run >> '{}'; exit 3\"]\n  restartPolicy: Always\n",
+        runs.display()
+    )
+}
+
+fn runs(path: &std::path::Path) -> usize {
+    std::fs::read_to_string(path).map(|t| t.lines().count()).unwrap_or(0)
+}
+
+#[test]
+fn restart_runs_a_backing_off_process_again_at_once_without_touching_its_file() {
+    let mut d = Dir::new();
+    let log = d._root.path().join("runs");
+    let declared = failing(&log);
+    std::fs::write(d.path("flaky.yaml"), &declared).unwrap();
+    let err = d.fails(&["restart", "process/flaky"]);
+    assert!(err.contains("process/flaky has not been taken by `agentplane up` yet"), "{err}");
+    d.start();
+    // The first restart is immediate; the second waits 10 s.
+    let backing_off = d.wait_for("process", "flaky", "backing off", |p| {
+        p["status"]["phase"] == "BackOff" && p["status"]["restarts"].as_u64() >= Some(1)
+    });
+    let before = runs(&log);
+    assert!(before >= 2, "{backing_off}");
+
+    let asked = Instant::now();
+    assert_eq!(d.ok(&["restart", "process/flaky"]), "process/flaky restart requested\n");
+    common::wait_until(Duration::from_secs(5), "a run after the restart request", || runs(&log) > before);
+    assert!(asked.elapsed() < Duration::from_secs(5), "at once, not after the 10 s back-off");
+    // The back-off starts over: a run at once after the restart's run too.
+    // Recorded as honoured: the run's digest counts the request.
+    let hash = backing_off["status"]["specHash"].clone();
+    assert!(hash.is_string(), "{backing_off}");
+    let restarted = d.wait_for("process", "flaky", "restarted with the back-off reset", |p| {
+        p["status"]["phase"] == "BackOff" && p["status"]["restarts"] == 1 && p["status"]["specHash"] != hash
+    });
+    assert_eq!(std::fs::read_to_string(d.path("flaky.yaml")).unwrap(), declared, "the file is untouched");
+
+    // Honoured once: nothing more runs until the back-off is over (10 s).
+    let after = runs(&log);
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(runs(&log), after, "{restarted}");
+
+    assert!(d.fails(&["restart", "process/nope"]).contains(r#"process "nope" not found"#));
+    assert!(d.fails(&["restart", "sandbox/local"]).contains("a sandbox is not restarted"));
+}
