@@ -618,7 +618,7 @@ fn the_examples_converge_as_the_readme_says() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(text.contains("message user: Hello! What can you do?"), "{text}");
-    assert!(text.contains("reasoning completed:"), "{text}");
+    assert!(text.contains("item.completed reasoning:"), "{text}");
     assert!(
         text.contains("message assistant: mock reply #2 to: Please think it over with some reasoning first."),
         "{text}"
