@@ -286,7 +286,11 @@ pub fn parse_file(file: &str, text: &str) -> Result<Vec<Declared>, FileError> {
     let mut declared = Vec::new();
     let mut seen = HashSet::new();
     let typed_docs = serde_yaml_ng::Deserializer::from_str(text);
-    for (index, (doc, typed)) in serde_yaml_ng::Deserializer::from_str(text).zip(typed_docs).enumerate() {
+    // Read again only to locate a wrong kind: the parser knows where each value is.
+    let kind_docs = serde_yaml_ng::Deserializer::from_str(text);
+    for (index, ((doc, typed), kind_doc)) in
+        serde_yaml_ng::Deserializer::from_str(text).zip(typed_docs).zip(kind_docs).enumerate()
+    {
         let number = index + 1;
         let line = starts.get(index).copied().unwrap_or(1);
         let value = serde_yaml_ng::Value::deserialize(doc).map_err(|e| located(&e))?;
@@ -315,7 +319,14 @@ pub fn parse_file(file: &str, text: &str) -> Result<Vec<Declared>, FileError> {
             "Sandbox" => typed_object::<SandboxSpec>(typed)
                 .map(|(m, s)| Object::Sandbox(Sandbox { metadata: m, spec: s, status: None })),
             other => {
-                return Err(error(Some(line), None, format!("kind {other:?} is not one of Session, Process, Sandbox")));
+                let location = KindOf::deserialize(kind_doc).err().and_then(|e| e.location());
+                let (at_line, column) = location.map_or((line, None), |l| (l.line(), Some(l.column())));
+                let hint = suggest_kind(other).map(|k| format!(" (did you mean {k}?)")).unwrap_or_default();
+                return Err(error(
+                    Some(at_line),
+                    column,
+                    format!("kind {other:?} is not one of Session, Process, Sandbox{hint}"),
+                ));
             }
         }
         .map_err(|e| located(&e))?;
@@ -334,6 +345,56 @@ pub fn parse_file(file: &str, text: &str) -> Result<Vec<Declared>, FileError> {
         declared.push(Declared { object, document: number, line });
     }
     Ok(declared)
+}
+
+/// Only a document's `kind`, to have the parser say where a wrong one is written.
+#[derive(Deserialize)]
+struct KindOf {
+    #[allow(dead_code)]
+    kind: KnownKind,
+}
+
+#[derive(Deserialize)]
+enum KnownKind {
+    Session,
+    Process,
+    Sandbox,
+}
+
+/// The kind a misspelt one most likely meant: the same but for case, or within two
+/// letters' edit.
+fn suggest_kind(written: &str) -> Option<&'static str> {
+    let kinds = Kind::ALL.map(Kind::as_str);
+    if let Some(kind) = kinds.iter().find(|k| k.eq_ignore_ascii_case(written)) {
+        return Some(kind);
+    }
+    // Longer than any kind by more than two letters: not a typo of one (and not worth
+    // comparing letter by letter).
+    if written.chars().count() > 9 {
+        return None;
+    }
+    kinds
+        .into_iter()
+        .map(|k| (edit_distance(&written.to_ascii_lowercase(), &k.to_ascii_lowercase()), k))
+        .filter(|(d, _)| *d <= 2)
+        .min()
+        .map(|(_, k)| k)
+}
+
+/// Levenshtein distance, by characters.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut previous = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let substitute = previous + usize::from(ca != *cb);
+            previous = row[j + 1];
+            row[j + 1] = substitute.min(row[j] + 1).min(previous + 1);
+        }
+    }
+    row[b.len()]
 }
 
 fn typed_object<S: DeserializeOwned>(
@@ -516,6 +577,21 @@ mod tests {
             "apiVersion: agentplane.dev/v1alpha1\nkind: Process\nmetadata: {name: a}\nspec: {command: x}\n---\napiVersion: agentplane.dev/v1alpha1\nkind: Process\nmetadata: {name: a}\nspec: {command: y}\n",
         );
         assert_eq!(twice.line, Some(6), "{twice}");
+    }
+
+    #[test]
+    fn a_wrong_kind_is_located_at_its_value() {
+        let text = "apiVersion: agentplane.dev/v1alpha1\nkind: Process\nmetadata: {name: a}\nspec: {command: x}\n---\n# the second\napiVersion: agentplane.dev/v1alpha1\nmetadata: {name: b}\nkind:   Proces\nspec: {command: x}\n";
+        let typo = err(text);
+        assert_eq!((typo.line, typo.column), (Some(9), Some(9)), "{typo}");
+        assert_eq!(typo.message, "kind \"Proces\" is not one of Session, Process, Sandbox (did you mean Process?)");
+        assert_eq!(typo.to_string(), format!("f.yaml:9:9: {}", typo.message));
+        let flow = err("{apiVersion: agentplane.dev/v1alpha1, kind: session, metadata: {name: a}}");
+        assert_eq!((flow.line, flow.column), (Some(1), Some(45)), "{flow}");
+        assert!(flow.message.ends_with("(did you mean Session?)"), "{flow}");
+        let far = err("apiVersion: agentplane.dev/v1alpha1\nkind: Deployment\n");
+        assert_eq!((far.line, far.column), (Some(2), Some(7)), "{far}");
+        assert_eq!(far.message, "kind \"Deployment\" is not one of Session, Process, Sandbox");
     }
 
     #[test]
