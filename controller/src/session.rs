@@ -237,6 +237,12 @@ impl SessionReconciler {
         };
         let client = &sandbox.client;
         let id = node_session_id(uid);
+        // What people read in logs: the resource's name; the node-agent id beside it.
+        let resource = format!(
+            "{}/{}",
+            session.metadata.namespace.as_deref().unwrap_or("default"),
+            session.metadata.name.as_deref().unwrap_or_default()
+        );
         step.status.events_url = Some(client.url(&["sessions", &id, "events", "sse"]).to_string());
         let observed = match client.get_session(&id).await {
             Ok(info) => Some(info),
@@ -364,18 +370,18 @@ impl SessionReconciler {
                         step.status.answered_replies.push(reply.id.clone());
                     }
                     Err(e) if matches!(e.problem_code(), Some("permission_not_found" | "question_not_found")) => {
-                        tracing::warn!(session = %id, reply = %reply.id, "reply names no request of this session: refused for good");
+                        tracing::warn!(%resource, session = %id, reply = %reply.id, "reply names no request of this session: refused for good");
                         step.status.refused_replies.push(reply.id.clone());
                     }
                     // Answered before, differently: settled, the request is gone.
                     Err(e) if e.problem_code() == Some("conflict") => {
-                        tracing::warn!(session = %id, reply = %reply.id, error = %e, "reply refused");
+                        tracing::warn!(%resource, session = %id, reply = %reply.id, error = %e, "reply refused");
                         step.status.answered_replies.push(reply.id.clone());
                     }
                     // Does not fit the request (an option it does not offer): left to be
                     // corrected in place, and tried again then.
                     Err(e) if e.problem_code() == Some("invalid_request") => {
-                        tracing::warn!(session = %id, reply = %reply.id, error = %e, "reply refused");
+                        tracing::warn!(%resource, session = %id, reply = %reply.id, error = %e, "reply refused");
                     }
                     Err(e) => return step.unreachable(&e),
                 }
