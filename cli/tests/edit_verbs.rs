@@ -302,3 +302,99 @@ fn restart_runs_a_backing_off_process_again_at_once_without_touching_its_file() 
     assert!(d.fails(&["restart", "process/nope"]).contains(r#"process "nope" not found"#));
     assert!(d.fails(&["restart", "sandbox/local"]).contains("a sandbox is not restarted"));
 }
+
+/// `agentplane controller` on one namespace of the shared API server; stopped when dropped.
+struct Controller(Child);
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        let _ =
+            nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.0.id() as i32), nix::sys::signal::Signal::SIGTERM);
+        common::wait_until(PATIENCE, "the controller to stop", || !matches!(self.0.try_wait(), Ok(None)));
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+#[test]
+fn restart_runs_a_backing_off_process_again_at_once_in_the_cluster_store() {
+    let server = ApiServer::shared();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let ns = runtime.block_on(async {
+        server.install_crds().await;
+        server.namespace("restart").await
+    });
+    let agent = common::NodeAgent::start();
+    let kubectl = |args: &[&str], stdin: Option<String>| {
+        let mut child = server
+            .kubectl()
+            .args(["-n", &ns])
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::io::Write::write_all(&mut child.stdin.take().unwrap(), stdin.unwrap_or_default().as_bytes()).unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "kubectl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("runs");
+    let manifest = format!(
+        "apiVersion: v1\nkind: Secret\nmetadata: {{name: box-token}}\nstringData: {{token: {}}}\n---\n\
+         apiVersion: agentplane.dev/v1alpha1\nkind: Sandbox\nmetadata: {{name: box}}\n\
+         spec: {{endpoint: '{}', tokenSecretRef: {{name: box-token, key: token}}}}\n---\n{}  sandbox: box\n",
+        common::TOKEN,
+        agent.url,
+        failing(&log)
+    );
+    kubectl(&["apply", "-f", "-"], Some(manifest));
+    let _controller = Controller(
+        agentplane()
+            .args(["controller", "--kubeconfig"])
+            .arg(&server.kubeconfig)
+            .args(["--namespace", &ns])
+            .args(["--metrics-listen", &format!("127.0.0.1:{}", free_port())])
+            .args(["--health-listen", &format!("127.0.0.1:{}", free_port())])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let get = || -> Value { serde_json::from_str(&kubectl(&["get", "process", "flaky", "-o", "json"], None)).unwrap() };
+    let wait = |what: &str, check: &dyn Fn(&Value) -> bool| -> Value {
+        let mut seen = Value::Null;
+        common::wait_until(PATIENCE, what, || {
+            seen = get();
+            check(&seen)
+        });
+        seen
+    };
+    let backing_off = wait("backing off", &|p| p["status"]["phase"] == "BackOff" && p["status"]["restarts"] == 1);
+    let before = runs(&log);
+    assert!(before >= 2, "{backing_off}");
+
+    let args = ["restart", "process/flaky"];
+    let run = |args: &[&str]| {
+        agentplane().args(args).arg("--kubeconfig").arg(&server.kubeconfig).args(["-n", &ns]).output().unwrap()
+    };
+    assert_eq!(ok(run(&args), &args), "process/flaky restart requested\n");
+    common::wait_until(Duration::from_secs(5), "a run after the restart request", || runs(&log) > before);
+    let hash = backing_off["status"]["specHash"].clone();
+    let restarted = wait("restarted with the back-off reset", &|p| {
+        p["status"]["phase"] == "BackOff" && p["status"]["restarts"] == 1 && p["status"]["specHash"] != hash
+    });
+    assert!(restarted["metadata"]["annotations"]["agentplane.dev/restartedAt"].is_string(), "{restarted}");
+    assert_eq!(restarted["metadata"]["generation"], backing_off["metadata"]["generation"], "the spec is untouched");
+    let after = runs(&log);
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(runs(&log), after, "honoured once");
+    let args = ["restart", "process/nope"];
+    assert!(fails(run(&args), &args).contains(r#"process "nope" not found"#));
+}
