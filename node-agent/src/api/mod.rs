@@ -1,0 +1,224 @@
+//! The HTTP API under `/v1`: REST lifecycle calls, output by offset, the terminal
+//! WebSocket, lifecycle events over SSE, agents and sessions (events by offset and
+//! over SSE), and the OpenAPI document generated from these handlers.
+//!
+//! One module per resource, each with its `routes()`: [`processes`], [`agents`],
+//! [`sessions`] and [`metrics`]; here what they share (the state, the extractors whose
+//! rejections are problem documents, authentication) and the OpenAPI document.
+
+mod agents;
+mod metrics;
+mod processes;
+mod sessions;
+
+pub use metrics::metrics_router;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{FromRequest, FromRequestParts, Request, State};
+use axum::http::{HeaderValue, header};
+use axum::middleware::{self, Next as MiddlewareNext};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use serde::Serialize;
+use tokio_util::sync::CancellationToken;
+use tower_http::cors::{AllowOrigin, CorsLayer};
+use utoipa::OpenApi;
+
+use crate::auth::Auth;
+use crate::error::{Error, Problem, Result};
+use crate::metrics::Metrics;
+use crate::model::*;
+use crate::process::ProcessManager;
+use crate::sessions::SessionManager;
+use crate::universal::*;
+
+/// Everything a handler needs. Cheap to clone.
+#[derive(Clone)]
+pub struct AppState {
+    pub processes: ProcessManager,
+    pub sessions: SessionManager,
+    pub auth: Arc<Auth>,
+    pub allowed_origins: Arc<Vec<HeaderValue>>,
+    /// Fired on shutdown: open streams and sockets end so the server can stop.
+    pub shutdown: CancellationToken,
+    /// What `/metrics` serves; the processes and sessions count into the same.
+    pub metrics: Metrics,
+}
+
+/// A JSON body whose rejection is a problem document.
+#[derive(FromRequest)]
+#[from_request(via(axum::Json), rejection(Error))]
+struct Json<T>(T);
+
+impl<T: Serialize> IntoResponse for Json<T> {
+    fn into_response(self) -> Response {
+        axum::Json(self.0).into_response()
+    }
+}
+
+/// A raw body whose rejection (too large) is a problem document.
+struct RawBody(bytes::Bytes);
+
+impl<S: Send + Sync> FromRequest<S> for RawBody {
+    type Rejection = Error;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self> {
+        Ok(RawBody(bytes::Bytes::from_request(request, state).await?))
+    }
+}
+
+#[derive(FromRequestParts)]
+#[from_request(via(axum::extract::Query), rejection(Error))]
+struct Query<T>(T);
+
+/// The `{id}` of a process route.
+struct PathId(String);
+
+impl<S: Send + Sync> FromRequestParts<S> for PathId {
+    type Rejection = Error;
+
+    async fn from_request_parts(parts: &mut axum::http::request::Parts, state: &S) -> Result<Self> {
+        let axum::extract::Path(id) = axum::extract::Path::<String>::from_request_parts(parts, state).await?;
+        Ok(PathId(id))
+    }
+}
+
+/// The `{id}` and the `{pid}` or `{qid}` of a session request route.
+struct PathIds(String, String);
+
+impl<S: Send + Sync> FromRequestParts<S> for PathIds {
+    type Rejection = Error;
+
+    async fn from_request_parts(parts: &mut axum::http::request::Parts, state: &S) -> Result<Self> {
+        let axum::extract::Path((id, request)) =
+            axum::extract::Path::<(String, String)>::from_request_parts(parts, state).await?;
+        Ok(PathIds(id, request))
+    }
+}
+
+pub fn router(state: AppState) -> Router {
+    let api = Router::new()
+        .route("/v1/health", get(health))
+        .route("/v1/openapi.json", get(openapi_json))
+        .merge(processes::routes())
+        .merge(agents::routes())
+        .merge(sessions::routes())
+        .merge(metrics::routes())
+        .fallback(|uri: axum::http::Uri| async move { Error::RouteNotFound(uri.path().to_string()) })
+        .method_not_allowed_fallback(|| async { Error::MethodNotAllowed })
+        .layer(middleware::from_fn_with_state(state.clone(), authenticate))
+        // Outside authentication, so that refused requests are counted too.
+        .layer(middleware::from_fn_with_state(state.clone(), metrics::count_request))
+        .layer(tower_http::trace::TraceLayer::new_for_http());
+    let api = if state.allowed_origins.is_empty() {
+        api
+    } else {
+        // Outside authentication, so that preflight requests (which carry no token) are answered.
+        api.layer(
+            CorsLayer::new()
+                .allow_origin(AllowOrigin::list(state.allowed_origins.iter().cloned()))
+                .allow_methods(tower_http::cors::Any)
+                .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE, "last-event-id".parse().expect("valid")]),
+        )
+    };
+    api.with_state(state)
+}
+
+async fn authenticate(State(state): State<AppState>, request: Request, next: MiddlewareNext) -> Response {
+    let path = request.uri().path();
+    if path == "/v1/health" || !state.auth.enabled() {
+        return next.run(request).await;
+    }
+    let header = request.headers().get(header::AUTHORIZATION).map(HeaderValue::as_bytes);
+    if state.auth.check_bearer(header) || ticket_grants(&state, &request) {
+        return next.run(request).await;
+    }
+    Error::Unauthorized.into_response()
+}
+
+/// A WebSocket request carrying a valid single-use ticket for this very process.
+fn ticket_grants(state: &AppState, request: &Request) -> bool {
+    let Some(id) = request.uri().path().strip_prefix("/v1/processes/").and_then(|rest| rest.strip_suffix("/connect"))
+    else {
+        return false;
+    };
+    let Some(ticket) = request.uri().query().and_then(|q| q.split('&').find_map(|pair| pair.strip_prefix("ticket=")))
+    else {
+        return false;
+    };
+    match state.processes.get(id) {
+        Ok(process) => state.auth.redeem_ticket(ticket, &process.id),
+        Err(_) => false,
+    }
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "agentplane node agent",
+        description = "Persistent processes, terminals and agent sessions in a sandbox. Every route but health needs `Authorization: Bearer TOKEN`. Errors are RFC 7807 problem documents with `urn:agentplane:error:*` types."
+    ),
+    paths(
+        health, openapi_json, metrics::metrics, processes::create_process, processes::list_processes,
+        processes::get_process, processes::delete_process, processes::signal_process, processes::resize_process,
+        processes::write_input, processes::read_output, processes::issue_ticket, processes::connect,
+        processes::lifecycle_events, agents::list_agents, agents::get_agent, agents::install_agent,
+        agents::agent_modes, agents::agent_models, sessions::create_session, sessions::list_sessions,
+        sessions::get_session, sessions::end_session, sessions::send_message, sessions::session_events,
+        sessions::session_events_sse, sessions::reply_permission, sessions::reply_question,
+        sessions::reject_question
+    ),
+    components(schemas(Problem, ControlMessage, LifecycleEvent, UniversalEvent, EventData, EventType, EventSource, Gap, InstallProgress)),
+    modifiers(&ApiConventions),
+    tags(
+        (name = "processes", description = "Processes and terminals"),
+        (name = "agents", description = "The agents this node agent can drive"),
+        (name = "sessions", description = "Conversations with agents, as universal events"),
+        (name = "system", description = "Health and the API document")
+    )
+)]
+pub struct ApiDoc;
+
+/// What holds for every route: the bearer token, and errors as problem documents
+/// (a `default` response, so every status an operation can fail with is described).
+struct ApiConventions;
+
+impl utoipa::Modify for ApiConventions {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme};
+        use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+        openapi.security = Some(vec![SecurityRequirement::new("bearer", Vec::<String>::new())]);
+        let problem = ResponseBuilder::new()
+            .description("An RFC 7807 problem document; `type` is `urn:agentplane:error:<code>`")
+            .content(
+                "application/problem+json",
+                ContentBuilder::new().schema(Some(Ref::from_schema_name("Problem"))).build(),
+            )
+            .build();
+        for item in openapi.paths.paths.values_mut() {
+            let operations = [&mut item.get, &mut item.post, &mut item.put, &mut item.delete, &mut item.patch];
+            for operation in operations.into_iter().flatten() {
+                operation.responses.responses.insert("default".to_string(), problem.clone().into());
+            }
+        }
+    }
+}
+
+/// Liveness; the only route that needs no token.
+#[utoipa::path(get, path = "/v1/health", tag = "system", security(()), responses((status = 200, body = Health)))]
+async fn health() -> Json<Health> {
+    Json(Health { status: "ok".into(), version: env!("CARGO_PKG_VERSION").into() })
+}
+
+/// This document.
+#[utoipa::path(get, path = "/v1/openapi.json", tag = "system", responses((status = 200, description = "OpenAPI 3.1 document")))]
+async fn openapi_json() -> Json<utoipa::openapi::OpenApi> {
+    Json(ApiDoc::openapi())
+}

@@ -1,0 +1,511 @@
+//! Processes and terminals: the REST lifecycle calls, output by offset, the
+//! terminal WebSocket, and lifecycle events over SSE.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::State;
+use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade, rejection::WebSocketUpgradeRejection};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::Response;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::routing::{get, post};
+use base64::Engine as _;
+use futures_util::{SinkExt, Stream, StreamExt};
+use tokio::sync::mpsc;
+
+use crate::error::{Error, Problem, Result};
+use crate::metrics::Metrics;
+use crate::model::*;
+use crate::output::{Next, OutputBuffer};
+use crate::process::{Process, RunState};
+use crate::signals::parse_signal;
+
+use super::{AppState, Json, PathId, Query};
+
+/// Largest binary frame sent to a terminal client: big enough that a fast producer
+/// costs few frames, small enough to keep latency and memory per client low.
+const MAX_FRAME: usize = 256 * 1024;
+/// Largest message a terminal client may send: keystrokes and pastes, not files. With
+/// the bounded input queue this caps what one client can make the node agent hold.
+const MAX_CLIENT_MESSAGE: usize = 1024 * 1024;
+/// Largest response of `GET .../output`.
+const MAX_OUTPUT_READ: usize = 1024 * 1024;
+
+pub(super) fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/v1/processes", get(list_processes).post(create_process))
+        .route("/v1/processes/{id}", get(get_process).delete(delete_process))
+        .route("/v1/processes/{id}/signal", post(signal_process))
+        .route("/v1/processes/{id}/resize", post(resize_process))
+        .route("/v1/processes/{id}/input", post(write_input))
+        .route("/v1/processes/{id}/output", get(read_output))
+        .route("/v1/processes/{id}/ticket", post(issue_ticket))
+        .route("/v1/processes/{id}/connect", get(connect))
+        .route("/v1/events/sse", get(lifecycle_events))
+}
+
+/// Starts a process, on a PTY when `pty` is given. With `sessionId` it feeds that
+/// session: a `tool_result` item there when it starts and when it exits (with its exit
+/// and the last 64 KiB of its output), that output prepended to the message of the
+/// session's next turn, and the process stopped when the session is ended.
+#[utoipa::path(post, path = "/v1/processes", tag = "processes", request_body = CreateProcessRequest,
+    responses(
+        (status = 201, body = ProcessInfo),
+        (status = 400, body = Problem, content_type = "application/problem+json", description = "invalid_request"),
+        (status = 404, body = Problem, content_type = "application/problem+json", description = "session_not_found"),
+        (status = 409, body = Problem, content_type = "application/problem+json", description = "process_already_exists; conflict: the session has ended"),
+        (status = 422, body = Problem, content_type = "application/problem+json", description = "spawn_failed"),
+        (status = 429, body = Problem, content_type = "application/problem+json", description = "limit_exceeded"),
+    ))]
+async fn create_process(
+    State(state): State<AppState>,
+    Json(request): Json<CreateProcessRequest>,
+) -> Result<(StatusCode, Json<ProcessInfo>)> {
+    let session = match &request.session_id {
+        Some(id) => {
+            let session = state.sessions.get(id)?;
+            if session.info().state.is_final() {
+                return Err(Error::Conflict(format!("session {id:?} has ended: no process can feed it")));
+            }
+            Some(session)
+        }
+        None => None,
+    };
+    let processes = state.processes.clone();
+    // Spawning forks and opens a PTY: blocking calls, kept off the async workers.
+    let process = tokio::task::spawn_blocking(move || processes.spawn(request))
+        .await
+        .map_err(|e| Error::io("spawning", std::io::Error::other(e)))??;
+    if let Some(session) = session {
+        if let Err(error) = session.process_started(&process).await {
+            // The session ended while the process started: it must not outlive it.
+            let signal =
+                if process.is_pty() { nix::sys::signal::Signal::SIGHUP } else { nix::sys::signal::Signal::SIGTERM };
+            state.processes.stop(&process, signal, state.processes.limits().stop_timeout).await?;
+            return Err(error);
+        }
+        crate::sessions::feed::follow(session, Arc::clone(&process));
+    }
+    Ok((StatusCode::CREATED, Json(process.info())))
+}
+
+/// Processes in the order they were created.
+#[utoipa::path(get, path = "/v1/processes", tag = "processes", params(ListProcessesQuery),
+    responses((status = 200, body = ProcessList)))]
+async fn list_processes(State(state): State<AppState>, Query(query): Query<ListProcessesQuery>) -> Json<ProcessList> {
+    let processes = state
+        .processes
+        .list_for(query.tag.as_deref(), query.pty, query.session.as_deref())
+        .iter()
+        .map(|p| p.info())
+        .collect();
+    Json(ProcessList { processes })
+}
+
+/// One process, by id or else by tag (the newest with it).
+#[utoipa::path(get, path = "/v1/processes/{id}", tag = "processes", params(("id" = String, Path, description = "Process id or tag")),
+    responses((status = 200, body = ProcessInfo), (status = 404, body = Problem, content_type = "application/problem+json")))]
+async fn get_process(State(state): State<AppState>, PathId(id): PathId) -> Result<Json<ProcessInfo>> {
+    Ok(Json(state.processes.get(&id)?.info()))
+}
+
+/// Stops a process: the stop signal to its whole group, SIGKILL after the timeout.
+/// Answers once it has exited. The record stays, as exited, unless `purge=true`.
+#[utoipa::path(delete, path = "/v1/processes/{id}", tag = "processes", params(("id" = String, Path, description = "Process id or tag"), DeleteProcessQuery),
+    responses((status = 200, body = ProcessInfo), (status = 404, body = Problem, content_type = "application/problem+json")))]
+async fn delete_process(
+    State(state): State<AppState>,
+    PathId(id): PathId,
+    Query(query): Query<DeleteProcessQuery>,
+) -> Result<Json<ProcessInfo>> {
+    let process = state.processes.get(&id)?;
+    // A terminal closing means SIGHUP to its programs (interactive shells ignore SIGTERM).
+    let default_signal = if process.is_pty() { "SIGHUP" } else { "SIGTERM" };
+    let signal = parse_signal(query.signal.as_deref().unwrap_or(default_signal)).map_err(Error::InvalidRequest)?;
+    let timeout = match query.timeout {
+        Some(t) if t.is_finite() && (0.0..=3600.0).contains(&t) => Duration::from_secs_f64(t),
+        Some(t) => return Err(Error::InvalidRequest(format!("timeout {t} must be between 0 and 3600 seconds"))),
+        None => state.processes.limits().stop_timeout,
+    };
+    let info = state.processes.stop(&process, signal, timeout).await?;
+    if query.purge {
+        state.processes.purge(&process)?;
+    }
+    Ok(Json(info))
+}
+
+/// Sends a signal to the process group (or the terminal's foreground group).
+#[utoipa::path(post, path = "/v1/processes/{id}/signal", tag = "processes", params(("id" = String, Path)), request_body = SignalRequest,
+    responses((status = 200, body = ProcessInfo), (status = 409, body = Problem, content_type = "application/problem+json")))]
+async fn signal_process(
+    State(state): State<AppState>,
+    PathId(id): PathId,
+    Json(request): Json<SignalRequest>,
+) -> Result<Json<ProcessInfo>> {
+    let process = state.processes.get(&id)?;
+    let signal = parse_signal(&request.signal).map_err(Error::InvalidRequest)?;
+    process.signal(signal, request.target)?;
+    Ok(Json(process.info()))
+}
+
+/// Resizes the terminal; the program gets SIGWINCH.
+#[utoipa::path(post, path = "/v1/processes/{id}/resize", tag = "processes", params(("id" = String, Path)), request_body = PtySize,
+    responses((status = 200, body = ProcessInfo), (status = 400, body = Problem, content_type = "application/problem+json")))]
+async fn resize_process(
+    State(state): State<AppState>,
+    PathId(id): PathId,
+    Json(size): Json<PtySize>,
+) -> Result<Json<ProcessInfo>> {
+    let process = state.processes.get(&id)?;
+    process.resize(size)?;
+    state.processes.publish_updated(&process);
+    Ok(Json(process.info()))
+}
+
+/// Writes to the program's input (text, or base64 bytes); `eof` closes it after.
+#[utoipa::path(post, path = "/v1/processes/{id}/input", tag = "processes", params(("id" = String, Path)), request_body = InputRequest,
+    responses((status = 200, body = ProcessInfo), (status = 409, body = Problem, content_type = "application/problem+json")))]
+async fn write_input(
+    State(state): State<AppState>,
+    PathId(id): PathId,
+    Json(request): Json<InputRequest>,
+) -> Result<Json<ProcessInfo>> {
+    let process = state.processes.get(&id)?;
+    let data = if request.base64 {
+        base64::engine::general_purpose::STANDARD
+            .decode(request.data.as_bytes())
+            .map_err(|e| Error::InvalidRequest(format!("`data` is not valid base64: {e}")))?
+    } else {
+        request.data.into_bytes()
+    };
+    process.write_input(data.into()).await?;
+    if request.eof {
+        process.close_input()?;
+        state.processes.publish_updated(&process);
+    }
+    Ok(Json(process.info()))
+}
+
+/// Retained output from a byte offset, for clients without WebSocket. With `wait`,
+/// waits for output past the offset (a long poll).
+#[utoipa::path(get, path = "/v1/processes/{id}/output", tag = "processes", params(("id" = String, Path), OutputQuery),
+    responses((status = 200, body = OutputChunk), (status = 400, body = Problem, content_type = "application/problem+json")))]
+async fn read_output(
+    State(state): State<AppState>,
+    PathId(id): PathId,
+    Query(query): Query<OutputQuery>,
+) -> Result<Json<OutputChunk>> {
+    let process = state.processes.get(&id)?;
+    let stream = query.stream.unwrap_or(if process.is_pty() { OutputStream::Pty } else { OutputStream::Stdout });
+    let buffer = Arc::clone(process.output(stream)?);
+    let offset = query.offset.unwrap_or(0);
+    let total = buffer.state().total;
+    if offset > total {
+        return Err(Error::InvalidRequest(format!("offset {offset} is past the end of the output ({total} bytes)")));
+    }
+    let limit = query.limit.unwrap_or(MAX_OUTPUT_READ).clamp(1, MAX_OUTPUT_READ);
+    if let Some(wait) = query.wait {
+        if !wait.is_finite() || !(0.0..=60.0).contains(&wait) {
+            return Err(Error::InvalidRequest(format!("wait {wait} must be between 0 and 60 seconds")));
+        }
+        let mut run_state = process.watch_state();
+        let _ = tokio::time::timeout(Duration::from_secs_f64(wait), async {
+            tokio::select! {
+                () = buffer.wait_past(offset) => {}
+                _ = run_state.wait_for(RunState::is_exited) => {}
+                () = state.shutdown.cancelled() => {}
+            }
+        })
+        .await;
+    }
+    let read = buffer.read(offset, limit);
+    let encoding = query.encoding.unwrap_or_default();
+    let next_offset = read.offset + read.data.len() as u64;
+    let data = match encoding {
+        OutputEncoding::Utf8 => String::from_utf8_lossy(&read.data).into_owned(),
+        OutputEncoding::Base64 => base64::engine::general_purpose::STANDARD.encode(&read.data),
+    };
+    Ok(Json(OutputChunk {
+        stream,
+        offset: read.offset,
+        next_offset,
+        gap: read.gap,
+        encoding,
+        data,
+        eof: read.closed && next_offset == read.total,
+        status: process.info().status,
+    }))
+}
+
+/// A short-lived single-use ticket to open the WebSocket without the token.
+#[utoipa::path(post, path = "/v1/processes/{id}/ticket", tag = "processes", params(("id" = String, Path)),
+    responses((status = 200, body = Ticket), (status = 404, body = Problem, content_type = "application/problem+json")))]
+async fn issue_ticket(State(state): State<AppState>, PathId(id): PathId) -> Result<Json<Ticket>> {
+    let process = state.processes.get(&id)?;
+    let (ticket, expires_at) = state.auth.issue_ticket(&process.id);
+    Ok(Json(Ticket { ticket, expires_at }))
+}
+
+/// The terminal WebSocket. Binary frames carry raw bytes both ways; text frames carry
+/// JSON [`ControlMessage`]s. Closing it never stops the process.
+#[utoipa::path(get, path = "/v1/processes/{id}/connect", tag = "processes", params(("id" = String, Path), ConnectQuery),
+    responses((status = 101, description = "Switching to the WebSocket protocol"), (status = 400, body = Problem, content_type = "application/problem+json")))]
+async fn connect(
+    State(state): State<AppState>,
+    PathId(id): PathId,
+    Query(query): Query<ConnectQuery>,
+    headers: HeaderMap,
+    upgrade: std::result::Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+) -> Result<Response> {
+    // Browsers send Origin; a page from an origin not allowed must not drive a terminal.
+    if let Some(origin) = headers.get(header::ORIGIN)
+        && !state.allowed_origins.iter().any(|allowed| allowed == origin)
+    {
+        return Err(Error::Forbidden(format!(
+            "origin {:?} is not allowed (--cors-origin)",
+            origin.to_str().unwrap_or("?")
+        )));
+    }
+    let process = state.processes.get(&id)?;
+    let stream = query.stream.unwrap_or(OutputStream::Stdout);
+    let buffer = Arc::clone(process.output(stream)?);
+    if let Some(offset) = query.offset {
+        let total = buffer.state().total;
+        if offset > total {
+            return Err(Error::InvalidRequest(format!(
+                "offset {offset} is past the end of the output ({total} bytes)"
+            )));
+        }
+    }
+    let upgrade = upgrade.map_err(|e| Error::InvalidRequest(format!("not a WebSocket request: {}", e.body_text())))?;
+    let upgrade = upgrade.max_message_size(MAX_CLIENT_MESSAGE).max_frame_size(MAX_CLIENT_MESSAGE);
+    Ok(upgrade.on_upgrade(move |socket| terminal_session(socket, state, process, buffer, query.offset)))
+}
+
+async fn terminal_session(
+    socket: WebSocket,
+    state: AppState,
+    process: Arc<Process>,
+    buffer: Arc<OutputBuffer>,
+    offset: Option<u64>,
+) {
+    let mut subscription = buffer.subscribe(offset);
+    let _attached = Attached::new(&state.metrics);
+    let (mut sink, mut source) = socket.split();
+    // Answers to the client's control messages: at most one per message received, and
+    // the receiver stops reading while this is full.
+    let (replies_tx, mut replies_rx) = mpsc::channel::<ControlMessage>(16);
+
+    let send = async {
+        let ready = ControlMessage::Ready { offset: subscription.position() };
+        sink.send(control_frame(&ready)).await?;
+        let mut run_state = process.watch_state();
+        loop {
+            match subscription.try_next(MAX_FRAME) {
+                Some(Next::Data { data, .. }) => {
+                    sink.send(Message::Binary(data.into())).await?;
+                    continue;
+                }
+                Some(Next::Gap(gap)) => {
+                    state.metrics.count_gap("terminal");
+                    sink.send(control_frame(&ControlMessage::Gap { from: gap.from, to: gap.to })).await?;
+                    continue;
+                }
+                Some(Next::Closed) | None => {
+                    // The exit is announced only after the readers drained the program's last output.
+                    let current = *run_state.borrow_and_update();
+                    if let RunState::Exited { code, signal, .. } = current {
+                        let exit =
+                            ControlMessage::Exit { exit_code: code, signal: signal.map(|s| s.as_str().to_string()) };
+                        sink.send(control_frame(&exit)).await?;
+                        sink.send(Message::Close(None)).await?;
+                        return Ok::<(), axum::Error>(());
+                    }
+                }
+            }
+            tokio::select! {
+                () = subscription.changed() => {}
+                _ = run_state.changed() => {}
+                Some(reply) = replies_rx.recv() => sink.send(control_frame(&reply)).await?,
+                () = state.shutdown.cancelled() => {
+                    let _ = sink.send(Message::Close(None)).await;
+                    return Ok(());
+                }
+            }
+        }
+    };
+
+    // Ends with the close frame to send when the client broke a rule of the socket.
+    let receive = async {
+        loop {
+            let message = match source.next().await {
+                Some(Ok(message)) => message,
+                Some(Err(error)) => return refusal(error),
+                None => return None,
+            };
+            let failure = match message {
+                Message::Binary(data) => process.write_input(data).await.err().map(|e| e.to_string()),
+                Message::Text(text) => apply_control(&state, &process, text.as_str()).err(),
+                Message::Close(_) => break,
+                Message::Ping(_) | Message::Pong(_) => None,
+            };
+            if let Some(message) = failure
+                && replies_tx.send(ControlMessage::Error { message }).await.is_err()
+            {
+                break;
+            }
+        }
+        None
+    };
+
+    let refused = tokio::select! {
+        result = send => {
+            if let Err(e) = result {
+                tracing::debug!(process = %process.id, error = %e, "terminal client went away");
+            }
+            None
+        }
+        refused = receive => refused,
+    };
+    if let Some(frame) = refused {
+        tracing::debug!(process = %process.id, code = frame.code, reason = %frame.reason, "closing a terminal socket");
+        // The send side is done with the sink: the close frame is the last thing sent.
+        if sink.send(Message::Close(Some(frame))).await.is_ok() {
+            // Read (and drop) what the client still sends until it answers the close, so
+            // that unread bytes do not make the kernel reset the connection before the
+            // client has read the reason; bounded in time, as a client may never answer.
+            let drained = async { while let Some(Ok(_)) = source.next().await {} };
+            let _ = tokio::time::timeout(CLOSE_GRACE, drained).await;
+        }
+    }
+}
+
+/// One terminal client counted in `attached_clients` while it lives.
+struct Attached(prometheus_client::metrics::gauge::Gauge);
+
+impl Attached {
+    fn new(metrics: &Metrics) -> Attached {
+        metrics.attached_clients.inc();
+        Attached(metrics.attached_clients.clone())
+    }
+}
+
+impl Drop for Attached {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+/// How long a refused client has to answer the close frame before the socket is dropped.
+const CLOSE_GRACE: Duration = Duration::from_secs(5);
+
+/// The close frame for a read that failed because the client broke a limit
+/// (1009: a message past [`MAX_CLIENT_MESSAGE`]); `None` when the client just went away.
+fn refusal(error: axum::Error) -> Option<axum::extract::ws::CloseFrame> {
+    use tokio_tungstenite::tungstenite::Error as WsError;
+    let error = error.into_inner();
+    match error.downcast_ref::<WsError>() {
+        Some(WsError::Capacity(_)) => Some(axum::extract::ws::CloseFrame {
+            code: axum::extract::ws::close_code::SIZE,
+            reason: format!("message too large: at most {MAX_CLIENT_MESSAGE} bytes").into(),
+        }),
+        _ => None,
+    }
+}
+
+fn apply_control(state: &AppState, process: &Process, text: &str) -> std::result::Result<(), String> {
+    match serde_json::from_str::<ControlMessage>(text) {
+        Ok(ControlMessage::Resize { rows, cols }) => {
+            process.resize(PtySize { rows, cols }).map_err(|e| e.to_string())?;
+            state.processes.publish_updated(process);
+            Ok(())
+        }
+        Ok(ControlMessage::Signal { signal }) => {
+            let signal = parse_signal(&signal)?;
+            // On a terminal a signal means what the keyboard means: the foreground job.
+            let target = if process.is_pty() { SignalTarget::Foreground } else { SignalTarget::Group };
+            process.signal(signal, target).map_err(|e| e.to_string())
+        }
+        Ok(other) => Err(format!("{other:?} is sent by the server, not the client")),
+        Err(e) => Err(format!("invalid control message: {e}")),
+    }
+}
+
+fn control_frame(message: &ControlMessage) -> Message {
+    Message::Text(serde_json::to_string(message).expect("control messages serialize").into())
+}
+
+/// Lifecycle events of all processes. Without `Last-Event-ID`, from now on;
+/// with it, everything after that id (or a `gap` event for what is no longer kept).
+/// An id from an earlier run of the node agent (past the newest) gets a `reset`
+/// event with id 0, then this run's events from the start.
+#[utoipa::path(get, path = "/v1/events/sse", tag = "processes",
+    params(("Last-Event-ID" = Option<u64>, Header, description = "Resume after this event")),
+    responses((status = 200, content_type = "text/event-stream", body = LifecycleEvent)))]
+async fn lifecycle_events(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Sse<impl Stream<Item = std::result::Result<Event, Infallible>>>> {
+    let after = match headers.get("last-event-id") {
+        Some(value) => value
+            .to_str()
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .ok_or_else(|| Error::InvalidRequest("Last-Event-ID must be an event sequence number".into()))?,
+        None => state.processes.events().latest(),
+    };
+    struct Cursor {
+        state: AppState,
+        after: u64,
+        latest: tokio::sync::watch::Receiver<u64>,
+        pending: std::collections::VecDeque<Event>,
+    }
+    let mut cursor = Cursor { latest: state.processes.events().subscribe(), state, after, pending: Default::default() };
+    // Sequences only grow within one run of the node agent, so an id past the newest
+    // was given by an earlier run (sequences restart at 1) or is bogus: without a word
+    // the client would wait for numbers it already saw. `reset` says "start over" and
+    // carries id 0, so a client that resumes by `Last-Event-ID` (an EventSource, our
+    // followers) replays this run's events from the start.
+    let latest = cursor.state.processes.events().latest();
+    if cursor.after > latest {
+        let data =
+            serde_json::json!({ "reason": "Last-Event-ID is not from this run of the node agent", "latest": latest });
+        cursor.pending.push_back(Event::default().id("0").event("reset").data(data.to_string()));
+        cursor.after = 0;
+    }
+    let stream = futures_util::stream::unfold(cursor, |mut cursor| async move {
+        loop {
+            if let Some(event) = cursor.pending.pop_front() {
+                return Some((Ok(event), cursor));
+            }
+            cursor.latest.borrow_and_update();
+            let (gap, events) = cursor.state.processes.events().since(cursor.after);
+            if let Some(gap) = gap {
+                // Past the gap once it is told: a cursor left before it sent the same
+                // gap on every pass, an endless stream.
+                cursor.after = cursor.after.max(gap.to.saturating_sub(1));
+                cursor.state.metrics.count_gap("lifecycle");
+                let data = serde_json::to_string(&gap).expect("gap serializes");
+                cursor.pending.push_back(Event::default().event("gap").data(data));
+            }
+            for event in events {
+                cursor.after = event.sequence;
+                let data = serde_json::to_string(&event).expect("events serialize");
+                cursor
+                    .pending
+                    .push_back(Event::default().id(event.sequence.to_string()).event(event.kind.as_str()).data(data));
+            }
+            if !cursor.pending.is_empty() {
+                continue;
+            }
+            tokio::select! {
+                changed = cursor.latest.changed() => if changed.is_err() { return None },
+                () = cursor.state.shutdown.cancelled() => return None,
+            }
+        }
+    });
+    Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
+}

@@ -1,0 +1,259 @@
+//! Sessions: creation, messages, replies to permission requests and questions, and
+//! their events by offset and over SSE.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::routing::{get, post};
+use futures_util::Stream;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::{Error, Problem, Result};
+use crate::metrics::Metrics;
+use crate::model::*;
+use crate::universal::*;
+
+use super::{AppState, Json, PathId, PathIds, Query};
+
+/// Session events per `GET .../events` by default, and at most.
+const DEFAULT_EVENTS_READ: usize = 1000;
+const MAX_EVENTS_READ: usize = 10_000;
+/// Session events an SSE stream reads from the log at a time: the stream pulls at
+/// the client's pace, so this bounds what it holds, not what it can catch up on.
+const SSE_EVENTS_READ: usize = 256;
+
+pub(super) fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/v1/sessions", get(list_sessions))
+        .route("/v1/sessions/{id}", get(get_session).post(create_session).delete(end_session))
+        .route("/v1/sessions/{id}/messages", post(send_message))
+        .route("/v1/sessions/{id}/events", get(session_events))
+        .route("/v1/sessions/{id}/events/sse", get(session_events_sse))
+        .route("/v1/sessions/{id}/permissions/{pid}/reply", post(reply_permission))
+        .route("/v1/sessions/{id}/questions/{qid}/reply", post(reply_question))
+        .route("/v1/sessions/{id}/questions/{qid}/reject", post(reject_question))
+}
+
+/// Starts a session with an agent. The id is the caller's (letters, digits, `.`, `_`,
+/// `-`; at most 63), so that a restarted controller finds the session it started.
+#[utoipa::path(post, path = "/v1/sessions/{id}", tag = "sessions", params(("id" = String, Path, description = "Session id")),
+    request_body = CreateSessionRequest,
+    responses(
+        (status = 201, body = SessionInfo),
+        (status = 400, body = Problem, content_type = "application/problem+json", description = "invalid_request, unsupported_agent, mode_not_supported"),
+        (status = 409, body = Problem, content_type = "application/problem+json", description = "session_already_exists"),
+    ))]
+async fn create_session(
+    State(state): State<AppState>,
+    PathId(id): PathId,
+    Json(request): Json<CreateSessionRequest>,
+) -> Result<(StatusCode, Json<SessionInfo>)> {
+    let session = state.sessions.create(&id, request).await?;
+    Ok((StatusCode::CREATED, Json(session.info())))
+}
+
+/// Sessions in the order they were created, ended ones too.
+#[utoipa::path(get, path = "/v1/sessions", tag = "sessions", responses((status = 200, body = SessionList)))]
+async fn list_sessions(State(state): State<AppState>) -> Json<SessionList> {
+    Json(SessionList { sessions: state.sessions.list().iter().map(|s| s.info()).collect() })
+}
+
+#[utoipa::path(get, path = "/v1/sessions/{id}", tag = "sessions", params(("id" = String, Path)),
+    responses((status = 200, body = SessionInfo), (status = 404, body = Problem, content_type = "application/problem+json", description = "session_not_found")))]
+async fn get_session(State(state): State<AppState>, PathId(id): PathId) -> Result<Json<SessionInfo>> {
+    Ok(Json(state.sessions.get(&id)?.info()))
+}
+
+/// Ends a session: `session.ended` is its last event. It stays listed, as ended;
+/// ending it again answers the same. Processes that feed it are stopped (their
+/// stop signal, then SIGKILL after the node agent's stop timeout) before the answer.
+#[utoipa::path(delete, path = "/v1/sessions/{id}", tag = "sessions", params(("id" = String, Path)),
+    responses((status = 200, body = SessionInfo), (status = 404, body = Problem, content_type = "application/problem+json", description = "session_not_found")))]
+async fn end_session(State(state): State<AppState>, PathId(id): PathId) -> Result<Json<SessionInfo>> {
+    let info = state.sessions.get(&id)?.end().await;
+    let feeding = state.processes.list_for(None, None, Some(&id));
+    let timeout = state.processes.limits().stop_timeout;
+    let stops = feeding.iter().filter(|p| !p.run_state().is_exited()).map(|p| {
+        let signal = if p.is_pty() { nix::sys::signal::Signal::SIGHUP } else { nix::sys::signal::Signal::SIGTERM };
+        state.processes.stop(p, signal, timeout)
+    });
+    for stopped in futures_util::future::join_all(stops).await {
+        if let Err(error) = stopped {
+            tracing::warn!(session = %id, %error, "could not stop a process of an ended session");
+        }
+    }
+    Ok(Json(info))
+}
+
+/// Sends a message: it runs as the next turn, after any before it. Output of
+/// processes that fed the session (`sessionId` on `POST /v1/processes`) and exited
+/// since the last turn started is delivered to the agent before the message, as
+/// ``Output of `CMD` (exit 0):`` and a fenced block each, then a blank line; the
+/// turn's user message item keeps the message as sent.
+#[utoipa::path(post, path = "/v1/sessions/{id}/messages", tag = "sessions", params(("id" = String, Path)), request_body = SendMessageRequest,
+    responses(
+        (status = 202, body = SessionInfo, description = "Accepted; `messagesReceived` counts it"),
+        (status = 409, body = Problem, content_type = "application/problem+json", description = "conflict: the session has ended"),
+        (status = 429, body = Problem, content_type = "application/problem+json", description = "limit_exceeded: too many messages waiting"),
+    ))]
+async fn send_message(
+    State(state): State<AppState>,
+    PathId(id): PathId,
+    Json(request): Json<SendMessageRequest>,
+) -> Result<(StatusCode, Json<SessionInfo>)> {
+    let session = state.sessions.get(&id)?;
+    if request.message.is_empty() {
+        return Err(Error::InvalidRequest("`message` must not be empty".into()));
+    }
+    Ok((StatusCode::ACCEPTED, Json(session.send_message(request.message).await?)))
+}
+
+/// Events after `offset` (exclusive), oldest first.
+#[utoipa::path(get, path = "/v1/sessions/{id}/events", tag = "sessions", params(("id" = String, Path), SessionEventsQuery),
+    responses((status = 200, body = SessionEvents), (status = 404, body = Problem, content_type = "application/problem+json")))]
+async fn session_events(
+    State(state): State<AppState>,
+    PathId(id): PathId,
+    Query(query): Query<SessionEventsQuery>,
+) -> Result<Json<SessionEvents>> {
+    let session = state.sessions.get(&id)?;
+    let after = query.offset.unwrap_or(0);
+    let limit = query.limit.unwrap_or(DEFAULT_EVENTS_READ).clamp(1, MAX_EVENTS_READ);
+    let (gap, events) = session.log().read(after, limit).await;
+    let reached = events.last().map(|e| e.sequence).or(gap.map(|g| g.to - 1)).unwrap_or(after);
+    let has_more = reached < session.log().latest();
+    Ok(Json(SessionEvents { events, has_more, gap }))
+}
+
+/// Events over SSE: `id:` is the sequence, `event:` the type, `data:` the envelope.
+/// Starts after `Last-Event-ID` or else `offset` (default 0: from the first event); a
+/// `gap` event (`{from, to}`, `to` exclusive) names sequences that are lost. Ends after
+/// `session.ended`.
+#[utoipa::path(get, path = "/v1/sessions/{id}/events/sse", tag = "sessions",
+    params(("id" = String, Path), SessionSseQuery, ("Last-Event-ID" = Option<u64>, Header, description = "Resume after this event")),
+    responses((status = 200, content_type = "text/event-stream", body = UniversalEvent), (status = 404, body = Problem, content_type = "application/problem+json")))]
+async fn session_events_sse(
+    State(state): State<AppState>,
+    PathId(id): PathId,
+    Query(query): Query<SessionSseQuery>,
+    headers: HeaderMap,
+) -> Result<Sse<impl Stream<Item = std::result::Result<Event, Infallible>>>> {
+    let session = state.sessions.get(&id)?;
+    let after = match headers.get("last-event-id") {
+        Some(value) => value
+            .to_str()
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .ok_or_else(|| Error::InvalidRequest("Last-Event-ID must be an event sequence number".into()))?,
+        None => query.offset.unwrap_or(0),
+    };
+    struct Cursor {
+        session: Arc<crate::sessions::Session>,
+        shutdown: CancellationToken,
+        metrics: Metrics,
+        after: u64,
+        latest: tokio::sync::watch::Receiver<u64>,
+        pending: std::collections::VecDeque<Event>,
+        done: bool,
+    }
+    let cursor = Cursor {
+        latest: session.log().subscribe(),
+        session,
+        shutdown: state.shutdown.clone(),
+        metrics: state.metrics.clone(),
+        after,
+        pending: Default::default(),
+        done: false,
+    };
+    let stream = futures_util::stream::unfold(cursor, |mut cursor| async move {
+        loop {
+            if let Some(event) = cursor.pending.pop_front() {
+                return Some((Ok(event), cursor));
+            }
+            if cursor.done {
+                return None;
+            }
+            cursor.latest.borrow_and_update();
+            // Seen before reading: once closed, this read reaches the last event.
+            let closed = cursor.session.log().is_closed();
+            let (gap, events) = cursor.session.log().read(cursor.after, SSE_EVENTS_READ).await;
+            if let Some(gap) = gap {
+                cursor.after = cursor.after.max(gap.to - 1);
+                cursor.metrics.count_gap("session");
+                let data = serde_json::to_string(&gap).expect("gap serializes");
+                cursor.pending.push_back(Event::default().event("gap").data(data));
+            }
+            for event in events {
+                cursor.after = event.sequence;
+                let data = serde_json::to_string(&event).expect("events serialize");
+                cursor
+                    .pending
+                    .push_back(Event::default().id(event.sequence.to_string()).event(event.kind().as_str()).data(data));
+            }
+            if !cursor.pending.is_empty() {
+                continue;
+            }
+            if closed {
+                cursor.done = true;
+                continue;
+            }
+            tokio::select! {
+                changed = cursor.latest.changed() => if changed.is_err() { return None },
+                () = cursor.shutdown.cancelled() => return None,
+            }
+        }
+    });
+    Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
+}
+
+/// Answers a permission request. The same reply again answers the same; a different
+/// reply to a request already resolved is a `conflict`.
+#[utoipa::path(post, path = "/v1/sessions/{id}/permissions/{pid}/reply", tag = "sessions",
+    params(("id" = String, Path), ("pid" = String, Path, description = "Permission request id")), request_body = PermissionReplyRequest,
+    responses(
+        (status = 200, body = SessionInfo),
+        (status = 404, body = Problem, content_type = "application/problem+json", description = "session_not_found, permission_not_found"),
+        (status = 409, body = Problem, content_type = "application/problem+json", description = "conflict"),
+    ))]
+async fn reply_permission(
+    State(state): State<AppState>,
+    PathIds(id, pid): PathIds,
+    Json(request): Json<PermissionReplyRequest>,
+) -> Result<Json<SessionInfo>> {
+    let session = state.sessions.get(&id)?;
+    Ok(Json(session.reply_permission(&pid, request.reply).await?))
+}
+
+/// Answers a question: one list of answers per question asked.
+#[utoipa::path(post, path = "/v1/sessions/{id}/questions/{qid}/reply", tag = "sessions",
+    params(("id" = String, Path), ("qid" = String, Path, description = "Question id")), request_body = QuestionReplyRequest,
+    responses(
+        (status = 200, body = SessionInfo),
+        (status = 404, body = Problem, content_type = "application/problem+json", description = "session_not_found, question_not_found"),
+        (status = 409, body = Problem, content_type = "application/problem+json", description = "conflict"),
+    ))]
+async fn reply_question(
+    State(state): State<AppState>,
+    PathIds(id, qid): PathIds,
+    Json(request): Json<QuestionReplyRequest>,
+) -> Result<Json<SessionInfo>> {
+    let session = state.sessions.get(&id)?;
+    Ok(Json(session.reply_question(&qid, Some(request.answers)).await?))
+}
+
+/// Declines to answer a question.
+#[utoipa::path(post, path = "/v1/sessions/{id}/questions/{qid}/reject", tag = "sessions",
+    params(("id" = String, Path), ("qid" = String, Path, description = "Question id")),
+    responses(
+        (status = 200, body = SessionInfo),
+        (status = 404, body = Problem, content_type = "application/problem+json", description = "session_not_found, question_not_found"),
+        (status = 409, body = Problem, content_type = "application/problem+json", description = "conflict"),
+    ))]
+async fn reject_question(State(state): State<AppState>, PathIds(id, qid): PathIds) -> Result<Json<SessionInfo>> {
+    let session = state.sessions.get(&id)?;
+    Ok(Json(session.reply_question(&qid, None).await?))
+}
