@@ -526,6 +526,29 @@ fn walk(dir: &Path, skip: &Path) -> Walked {
     walked
 }
 
+/// A resource file's text. The walk saw a regular file of a sensible size, but it may
+/// have been replaced since (by a FIFO, whose read would block a rescan for ever) or
+/// grown: opened without blocking, checked again, and read up to the limit only.
+fn read_resource_file(path: &Path) -> std::result::Result<String, String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let flags = nix::fcntl::OFlag::O_NONBLOCK | nix::fcntl::OFlag::O_NOCTTY;
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(flags.bits())
+        .open(path)
+        .map_err(|e| format!("cannot read it: {e}"))?;
+    if !file.metadata().is_ok_and(|m| m.is_file()) {
+        return Err("it is not a regular file: only regular files are read".to_string());
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes).map_err(|e| format!("cannot read it: {e}"))?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        return Err(format!("it holds more than a resource file may hold ({MAX_FILE_BYTES} bytes)"));
+    }
+    String::from_utf8(bytes).map_err(|_| "it is not UTF-8 text".to_string())
+}
+
 impl Inner {
     fn lock(&self) -> MutexGuard<'_, Index> {
         self.index.lock().unwrap_or_else(|e| e.into_inner())
@@ -595,14 +618,9 @@ impl Inner {
                     message: format!("{} bytes is more than a resource file may hold ({MAX_FILE_BYTES})", stamp.len),
                 })
             } else {
-                match fs::read_to_string(path) {
+                match read_resource_file(path) {
                     Ok(text) => parse_file(relative, &text),
-                    Err(e) => Err(FileError {
-                        file: relative.clone(),
-                        line: None,
-                        column: None,
-                        message: format!("cannot read it: {e}"),
-                    }),
+                    Err(message) => Err(FileError { file: relative.clone(), line: None, column: None, message }),
                 }
             };
             index.files.insert(relative.clone(), FileEntry { stamp: *stamp, parsed });
@@ -1092,6 +1110,25 @@ mod tests {
                 (&d.join("loop/b"), &d)
             ]
         );
+    }
+
+    /// What the walk took for a regular file may be something else by the time it is read.
+    #[test]
+    fn a_resource_file_is_read_without_blocking_and_up_to_its_limit() {
+        let tmp = tempfile::tempdir().unwrap();
+        let fifo = tmp.path().join("fifo.yaml");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(read_resource_file(&fifo));
+        });
+        let read = rx.recv_timeout(Duration::from_secs(10)).expect("reading a FIFO must not block");
+        assert_eq!(read.unwrap_err(), "it is not a regular file: only regular files are read");
+        let big = tmp.path().join("big.yaml");
+        fs::write(&big, vec![b'#'; MAX_FILE_BYTES as usize + 1]).unwrap();
+        assert!(read_resource_file(&big).unwrap_err().starts_with("it holds more than"));
+        fs::write(&big, "a: 1\n").unwrap();
+        assert_eq!(read_resource_file(&big).unwrap(), "a: 1\n");
     }
 
     #[test]
