@@ -270,7 +270,10 @@ fn a_resource_waiting_for_its_env_file_starts_when_it_appears() {
     put(&dir.join("waits.yaml"), &print_env_yaml("waits", "GREETING", &out, "  envFrom: [{file: claude.env}]\n"));
     let token = "  env: [{name: TOKEN, valueFrom: {fileKeyRef: {path: .secrets/token.env, key: TOKEN}}}]\n";
     put(&dir.join("hidden.yaml"), &print_env_yaml("hidden", "TOKEN", &hidden_out, token));
-    for name in ["waits", "hidden"] {
+    // In a folder that is not there yet.
+    let later_out = tmp.path().join("later.out");
+    put(&dir.join("later.yaml"), &print_env_yaml("later", "LATER", &later_out, "  envFrom: [{file: .later/x.env}]\n"));
+    for name in ["waits", "hidden", "later"] {
         let record = up.wait_status(Kind::Process, name, "waiting for its env file", |r| !ready(r).0.is_empty());
         assert_eq!((ready(&record).0.as_str(), phase(&record)), ("EnvNotResolved", "Pending"), "{name}");
     }
@@ -278,7 +281,11 @@ fn a_resource_waiting_for_its_env_file_starts_when_it_appears() {
     // Written aside and renamed into place, as editors do.
     fs::write(dir.join(".secrets/.token.env.swp"), "TOKEN=t-42\n").unwrap();
     fs::rename(dir.join(".secrets/.token.env.swp"), dir.join(".secrets/token.env")).unwrap();
-    for (name, out, expected) in [("waits", &out, "noticed at once"), ("hidden", &hidden_out, "t-42")] {
+    fs::create_dir(dir.join(".later")).unwrap();
+    fs::write(dir.join(".later/x.env"), "LATER=in a new folder\n").unwrap();
+    let cases =
+        [("waits", &out, "noticed at once"), ("hidden", &hidden_out, "t-42"), ("later", &later_out, "in a new folder")];
+    for (name, out, expected) in cases {
         up.wait_for(Duration::from_secs(20), &format!("{name} to run once its env file is written"), || {
             up.record(Kind::Process, name).filter(|r| phase(r) == "Running")
         });

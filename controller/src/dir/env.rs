@@ -65,16 +65,23 @@ impl EnvFiles<'_> {
     }
 
     /// The paths whose creation or change may change what `reference` reads: the path as
-    /// named, with its folder resolved (the file itself may not exist yet), and, when it is
-    /// a symlink, the file it leads to. File events name paths under canonical folders
-    /// (the watched ones), so these are what events are compared with.
+    /// named, with its folders resolved (the file, and folders on the way to it, may not
+    /// exist yet), and, when it is a symlink, the file it leads to. File events name paths
+    /// under canonical folders (the watched ones), so these are what events are compared
+    /// with.
     pub fn watched_paths(&self, reference: &str) -> Vec<PathBuf> {
         let path = self.path_of(reference);
         let mut out = Vec::new();
-        if let (Some(parent), Some(name)) = (path.parent(), path.file_name())
-            && let Ok(parent) = fs::canonicalize(parent)
-        {
-            out.push(parent.join(name));
+        // The nearest folder that exists, resolved, and the names below it.
+        let mut missing = Vec::new();
+        let mut at = path.as_path();
+        while let (Some(name), Some(parent)) = (at.file_name(), at.parent()) {
+            missing.push(name);
+            if let Ok(real) = fs::canonicalize(parent) {
+                out.push(missing.iter().rev().fold(real, |p, name| p.join(name)));
+                break;
+            }
+            at = parent;
         }
         if let Ok(target) = fs::canonicalize(&path)
             && !out.contains(&target)
@@ -323,6 +330,8 @@ mod tests {
         let env = files(&root);
         assert_eq!(env.watched_paths("a.env"), vec![root.join("a.env"), root.join("real/a.env")]);
         assert_eq!(env.watched_paths("real/../later.env"), vec![root.join("later.env")]);
+        assert_eq!(env.watched_paths("not/yet/b.env"), vec![root.join("not/yet/b.env")]);
+        assert_eq!(env.watched_paths("not/../b.env"), Vec::<PathBuf>::new(), "`..` under a folder that is not there");
     }
 }
 
