@@ -137,6 +137,11 @@ fn is_empty_value(rest: &str) -> bool {
 fn block_item<T: Serialize>(value: &T, dash: usize, eol: &str) -> Result<String, Unsupported> {
     let yaml =
         serde_yaml_ng::to_string(value).map_err(|e| Unsupported(format!("cannot write the item as YAML: {e}")))?;
+    if yaml.lines().any(placement_sensitive) {
+        // Re-indented or followed by blank lines, such text would change: JSON is YAML
+        // too, and says the same on one line wherever it goes.
+        return Ok(format!("{:dash$}- {}{eol}", "", flow_item(value)?));
+    }
     let mut out = String::new();
     for (i, line) in yaml.lines().enumerate() {
         if i == 0 {
@@ -150,6 +155,40 @@ fn block_item<T: Serialize>(value: &T, dash: usize, eol: &str) -> Result<String,
     Ok(out)
 }
 
+/// Where a new entry goes after the entries at `indent` columns in `lines[from..to]`:
+/// after the last line that is content or indented deeper (inside a block scalar, a
+/// line starting with `#` is text, not a comment), and after the blank lines that
+/// follow when the last entry's block scalar keeps them (`|+`). `None` without entries.
+fn entry_end(lines: &[&str], from: usize, to: usize, indent: usize) -> Option<usize> {
+    let last = (from..to).rev().find(|&i| {
+        let line = content(lines[i]);
+        is_content(line) || (!line.trim().is_empty() && self::indent(line) > indent)
+    })?;
+    let header = (from..=last).rev().find(|&i| is_content(lines[i]) && self::indent(content(lines[i])) == indent);
+    let keeps = header.is_some_and(|h| {
+        (h..=last).any(|i| {
+            let token = content(lines[i]).trim_end().rsplit(' ').next().unwrap_or_default();
+            token.len() <= 3 && token.starts_with(['|', '>']) && token.contains('+')
+        })
+    });
+    if !keeps {
+        return Some(last + 1);
+    }
+    Some((last + 1..to).find(|&i| !content(lines[i]).trim().is_empty()).unwrap_or(to))
+}
+
+/// Whether a line of YAML ends in a block scalar header whose text depends on where
+/// it is placed: an explicit indentation indicator (`|2-`) counts from where the YAML
+/// was written, and keep chomping (`|+`) takes the blank lines that follow it in the
+/// file. Text starting with a space or ending in blank lines gets one of them.
+fn placement_sensitive(line: &str) -> bool {
+    let token = line.trim_end().rsplit(' ').next().unwrap_or_default();
+    token.len() <= 3
+        && token.starts_with(['|', '>'])
+        && token[1..].bytes().all(|b| b.is_ascii_digit() || b == b'-' || b == b'+')
+        && token[1..].bytes().any(|b| b.is_ascii_digit() || b == b'+')
+}
+
 /// A value as a flow item: JSON is YAML's flow style.
 fn flow_item<T: Serialize>(value: &T) -> Result<String, Unsupported> {
     serde_json::to_string(value).map_err(|e| Unsupported(format!("cannot write the item: {e}")))
@@ -158,6 +197,13 @@ fn flow_item<T: Serialize>(value: &T) -> Result<String, Unsupported> {
 /// The offset of the `]` closing a flow list whose content starts at `from`, skipping
 /// nested lists and mappings and quoted strings.
 fn matching_bracket(line: &str, from: usize) -> Option<usize> {
+    matching_close(line, from, b']')
+}
+
+/// The offset of `close` (`]` or `}`) ending the flow collection whose content starts
+/// at `from`; `None` when the line ends first, or a comment starts (a bracket in the
+/// comment is not the end).
+fn matching_close(line: &str, from: usize, close: u8) -> Option<usize> {
     let bytes = line.as_bytes();
     let mut depth = 0usize;
     let mut i = from;
@@ -183,7 +229,7 @@ fn matching_bracket(line: &str, from: usize) -> Option<usize> {
                 }
             }
             b'[' | b'{' => depth += 1,
-            b']' if depth == 0 => return Some(i),
+            b if b == close && depth == 0 => return Some(i),
             b']' | b'}' => depth = depth.checked_sub(1)?,
             b'#' if bytes[i - 1] == b' ' => return None,
             _ => {}
@@ -227,18 +273,19 @@ pub fn append_to_spec_list<T: Serialize>(
 
     if !is_empty_value(spec_rest) {
         // `spec: {...}` on one line: the key is added before its closing brace.
-        let value = spec_rest.trim();
-        let Some(body) = value.strip_prefix('{') else {
+        let line = content(lines[spec_line]);
+        if !spec_rest.trim().starts_with('{') {
             return unsupported(format!("line {}: `spec:` is neither a block nor a one-line `{{...}}`", spec_line + 1));
+        }
+        // `spec_rest` is a slice of `line`: the brace's offset follows from its.
+        let open_at = line.len() - spec_rest.trim_start().len();
+        let Some(close_at) = matching_close(line, open_at + 1, b'}') else {
+            return unsupported(format!("line {}: `spec: {{` does not end on its line", spec_line + 1));
         };
-        let Some(close) = body.rfind('}') else {
-            return unsupported(format!("line {}: `spec: {{` spans several lines", spec_line + 1));
-        };
-        if !is_empty_value(&body[close + 1..]) {
+        if !is_empty_value(&line[close_at + 1..]) {
             return unsupported(format!("line {}: something follows `spec: {{...}}`", spec_line + 1));
         }
-        let inside = &body[..close];
-        let line = content(lines[spec_line]);
+        let inside = &line[open_at + 1..close_at];
         if inside.contains(key) {
             // `spec: {..., messages: [...]}`: the item goes before that list's bracket.
             let opening = format!("{key}: [");
@@ -268,8 +315,6 @@ pub fn append_to_spec_list<T: Serialize>(
             out.push_str(&lines[spec_line + 1..].concat());
             return Ok(out);
         }
-        // `spec_rest` and `body` are slices of `line`: the brace's offset follows from theirs.
-        let close_at = (line.len() - spec_rest.len()) + (spec_rest.len() - spec_rest.trim_start().len()) + 1 + close;
         let before = line[..close_at].trim_end();
         let separator = if before.ends_with('{') { "" } else { ", " };
         let edited = format!("{before}{separator}{key}: [{}]{}", flow_item(item)?, &line[close_at..]);
@@ -284,13 +329,12 @@ pub fn append_to_spec_list<T: Serialize>(
     // A block `spec:`: its lines run until the next content line at column 0.
     let block_end =
         (spec_line + 1..document.end).find(|&i| is_content(lines[i]) && indent(lines[i]) == 0).unwrap_or(document.end);
-    let last_content = |from: usize, to: usize| (from..to).rev().find(|&i| is_content(lines[i]));
     let child = (spec_line + 1..block_end).find(|&i| is_content(lines[i])).map(|i| indent(lines[i])).unwrap_or(2);
     let keys: Vec<usize> = (spec_line + 1..block_end).filter(|&i| key_rest(lines[i], key, child).is_some()).collect();
     let key_line = match keys.as_slice() {
         [] => {
             // Absent: a new key after the last line of the block.
-            let at = last_content(spec_line, block_end).map_or(spec_line + 1, |i| i + 1);
+            let at = entry_end(&lines, spec_line + 1, block_end, child).unwrap_or(spec_line + 1);
             let new = format!("{:child$}{key}:{eol}{}", "", block_item(item, child + 2, eol)?);
             return Ok(insert(at, &new));
         }
@@ -302,8 +346,10 @@ pub fn append_to_spec_list<T: Serialize>(
     if value.starts_with('[') {
         // A one-line flow list: the item goes before its closing bracket.
         let line = content(lines[key_line]);
-        let Some(close_at) = line.rfind(']') else {
-            return unsupported(format!("line {}: `{key}: [` spans several lines", key_line + 1));
+        // `rest` is a slice of `line`: the bracket's offset follows from its.
+        let open_at = line.len() - rest.trim_start().len();
+        let Some(close_at) = matching_bracket(line, open_at + 1) else {
+            return unsupported(format!("line {}: `{key}: [` does not end on its line", key_line + 1));
         };
         if !is_empty_value(&line[close_at + 1..]) {
             return unsupported(format!("line {}: something follows `{key}: [...]`", key_line + 1));
@@ -342,7 +388,7 @@ pub fn append_to_spec_list<T: Serialize>(
     if !content(lines[first])[dash..].starts_with('-') || !items_ok {
         return unsupported(format!("line {}: `{key}:` is not followed by a list of `- item` lines", key_line + 1));
     }
-    let at = last_content(first, list_end).map_or(first, |i| i + 1);
+    let at = entry_end(&lines, first, list_end, dash).unwrap_or(first);
     Ok(insert(at, &block_item(item, dash, eol)?))
 }
 
@@ -464,6 +510,30 @@ mod tests {
         );
     }
 
+    /// Found by the property test below: each gave a file that parsed to something else.
+    #[test]
+    fn brackets_in_comments_and_text_that_depends_on_its_place() {
+        let one = |text: &str, key: &str, item: &str| {
+            append_to_spec_list(text, &documents(text).unwrap()[0], key, &item).unwrap()
+        };
+        // A bracket in the comment is not the end of the list (the item went into the comment).
+        assert_eq!(one("spec:\n  messages: []  # ]\n", "messages", "a"), "spec:\n  messages: [\"a\"]  # ]\n");
+        assert_eq!(one("spec: {agent: mock}  # }\n", "messages", "a"), "spec: {agent: mock, messages: [\"a\"]}  # }\n");
+        // `|2-` re-indented gained two spaces: such text is written as JSON.
+        assert_eq!(one("spec:\n  messages:\n  - a\n", "messages", "\nA"), "spec:\n  messages:\n  - a\n  - \"\\nA\"\n");
+        // `|+` keeps the blank lines after it: the next item goes after them, and a new
+        // item ending in blank lines is JSON, so it takes none that follow it.
+        let kept = "spec:\n  messages:\n    - |+\n      a\n\n\n  model: m\n";
+        assert_eq!(one(kept, "messages", "b"), "spec:\n  messages:\n    - |+\n      a\n\n\n    - b\n  model: m\n");
+        assert_eq!(
+            one("spec:\n  agent: mock\n\n", "messages", "A\n\n"),
+            "spec:\n  agent: mock\n  messages:\n    - \"A\\n\\n\"\n\n"
+        );
+        // Inside a block scalar a line starting with `#` is text: the item goes after it.
+        let hashed = "spec:\n  messages:\n    - |-\n      a\n      # b\n";
+        assert_eq!(one(hashed, "messages", "c"), format!("{hashed}    - c\n"));
+    }
+
     #[test]
     fn unusual_shapes_are_refused() {
         let refuse =
@@ -476,5 +546,297 @@ mod tests {
         refuse("spec: {messages: &m [a]}\n");
         refuse("metadata: {name: a}\n");
         refuse("spec:\n  messages:\n    key: value\n");
+    }
+}
+
+/// Property tests: resource files of many shapes (comments, quoting, flow and block
+/// styles, indentation, line endings, other documents around), items appended one
+/// after another. Each edit must parse to the same resources with exactly the new item
+/// last, and change at most one line of what was there.
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use agentplane_controller::dir::parse::{Object, parse_file};
+    use agentplane_crds::{PermissionDecision, Reply};
+    use proptest::prelude::*;
+
+    fn word() -> impl Strategy<Value = String> {
+        "[a-z][a-z0-9]{0,6}"
+    }
+
+    /// A comment, at the end of a line or on its own; brackets, colons and quotes too.
+    fn comment() -> impl Strategy<Value = String> {
+        prop_oneof![Just(String::new()), "[a-z ,.:'\\]\\[{}\"-]{0,12}".prop_map(|c| format!("  # {c}"))]
+    }
+
+    /// An item already in a list, as a person might have written it.
+    fn scalar() -> impl Strategy<Value = String> {
+        prop_oneof![
+            word(),
+            word().prop_map(|w| format!("'{w} it'")),
+            word().prop_map(|w| format!("\"{w}: yes\"")),
+            word().prop_map(|w| format!("'{w}, ]'")),
+        ]
+    }
+
+    /// What `send` and `reply` append: any text, and replies of every kind.
+    #[derive(Debug, Clone)]
+    enum Item {
+        Message(String),
+        Reply(Reply),
+    }
+
+    fn item() -> impl Strategy<Value = Item> {
+        let reply = (
+            word(),
+            prop::option::of(prop_oneof![Just(PermissionDecision::Once), Just(PermissionDecision::Reject)]),
+            prop::collection::vec(prop::collection::vec("\\PC{0,8}", 1..3), 0..3),
+            any::<bool>(),
+        )
+            .prop_map(|(id, decision, answers, reject)| Item::Reply(Reply { id, decision, answers, reject }));
+        prop_oneof![
+            "\\PC{0,24}".prop_map(Item::Message),
+            "[ -~]{0,16}(\n[ -~]{0,16}){0,3}\n?".prop_map(Item::Message),
+            reply,
+        ]
+    }
+
+    /// How `spec.<list>` looks before the edit.
+    #[derive(Debug, Clone)]
+    enum List {
+        Absent,
+        /// `key:` with nothing under it.
+        Empty(String),
+        /// `key: [a, b]` on one line.
+        Flow(Vec<String>, String),
+        /// `- a` lines, `dash` columns deeper than the key, with comment and blank lines between.
+        Block {
+            dash: usize,
+            items: Vec<(String, String)>,
+            between: Vec<String>,
+        },
+    }
+
+    fn list() -> impl Strategy<Value = List> {
+        prop_oneof![
+            Just(List::Absent),
+            comment().prop_map(List::Empty),
+            (prop::collection::vec(scalar(), 0..4), comment()).prop_map(|(items, c)| List::Flow(items, c)),
+            (
+                prop_oneof![Just(0usize), Just(2usize)],
+                prop::collection::vec((scalar(), comment()), 1..4),
+                prop::collection::vec(
+                    prop_oneof![Just(String::new()), comment().prop_map(|c| c.trim().to_string())],
+                    0..3
+                ),
+            )
+                .prop_map(|(dash, items, between)| List::Block { dash, items, between }),
+        ]
+    }
+
+    #[derive(Debug, Clone)]
+    struct Shape {
+        lead: Vec<String>,
+        process_before: bool,
+        process_after: bool,
+        flow_metadata: bool,
+        quote_name: u8,
+        flow_spec: bool,
+        indent: usize,
+        spec_comment: String,
+        model_before: bool,
+        model_after: bool,
+        messages: List,
+        replies: List,
+        trailing: Vec<String>,
+        crlf: bool,
+    }
+
+    fn shape() -> impl Strategy<Value = Shape> {
+        (
+            (
+                prop::collection::vec(comment().prop_map(|c| c.trim().to_string()), 0..3),
+                any::<bool>(),
+                any::<bool>(),
+                any::<bool>(),
+                0u8..3,
+                prop::bool::weighted(0.2),
+                prop_oneof![Just(2usize), Just(4usize)],
+            ),
+            (
+                comment(),
+                any::<bool>(),
+                any::<bool>(),
+                list(),
+                list(),
+                prop::collection::vec(comment().prop_map(|c| c.trim().to_string()), 0..2),
+                prop::bool::weighted(0.2),
+            ),
+        )
+            .prop_map(
+                |(
+                    (lead, process_before, process_after, flow_metadata, quote_name, flow_spec, indent),
+                    (spec_comment, model_before, model_after, messages, replies, trailing, crlf),
+                )| Shape {
+                    lead,
+                    process_before,
+                    process_after,
+                    flow_metadata,
+                    quote_name,
+                    flow_spec,
+                    indent,
+                    spec_comment,
+                    model_before,
+                    model_after,
+                    messages,
+                    replies,
+                    trailing,
+                    crlf,
+                },
+            )
+    }
+
+    const PROCESS: &str = "apiVersion: agentplane.dev/v1alpha1\nkind: Process\nmetadata: {name: web}  # the server\nspec: {command: web}\n";
+
+    impl Shape {
+        fn text(&self) -> String {
+            let mut out = String::new();
+            for line in &self.lead {
+                out.push_str(&format!("{line}\n"));
+            }
+            if self.process_before {
+                out.push_str(PROCESS);
+                out.push_str("---\n");
+            }
+            let name = match self.quote_name {
+                0 => "chat".to_string(),
+                1 => "'chat'".to_string(),
+                _ => "\"chat\"".to_string(),
+            };
+            out.push_str("apiVersion: agentplane.dev/v1alpha1\nkind: Session\n");
+            if self.flow_metadata {
+                out.push_str(&format!("metadata: {{name: {name}}}\n"));
+            } else {
+                out.push_str(&format!("metadata:\n  name: {name}\n"));
+            }
+            if self.flow_spec {
+                // One line: only flow lists fit in it.
+                let mut keys = vec!["agent: mock".to_string()];
+                for (key, list) in [("messages", &self.messages), ("replies", &self.replies)] {
+                    if let List::Flow(items, _) = list
+                        && key == "messages"
+                    {
+                        keys.push(format!("{key}: [{}]", items.join(", ")));
+                    }
+                }
+                out.push_str(&format!("spec: {{{}}}{}\n", keys.join(", "), self.spec_comment));
+            } else {
+                let ci = " ".repeat(self.indent);
+                out.push_str(&format!("spec:{}\n", self.spec_comment));
+                out.push_str(&format!("{ci}agent: mock   # scripted\n"));
+                if self.model_before {
+                    out.push_str(&format!("{ci}model: m1\n"));
+                }
+                for (key, list) in [("messages", &self.messages), ("replies", &self.replies)] {
+                    match list {
+                        List::Absent => {}
+                        List::Empty(c) => out.push_str(&format!("{ci}{key}:{c}\n")),
+                        List::Flow(items, c) if key == "messages" => {
+                            out.push_str(&format!("{ci}{key}: [{}]{c}\n", items.join(", ")))
+                        }
+                        List::Flow(items, c) => {
+                            let items: Vec<String> =
+                                items.iter().map(|id| format!("{{id: {id}, reject: true}}")).collect();
+                            out.push_str(&format!("{ci}{key}: [{}]{c}\n", items.join(", ")))
+                        }
+                        List::Block { dash, items, between } => {
+                            out.push_str(&format!("{ci}{key}:\n"));
+                            let pad = " ".repeat(self.indent + dash);
+                            for (i, (item, c)) in items.iter().enumerate() {
+                                if key == "messages" {
+                                    out.push_str(&format!("{pad}- {item}{c}\n"));
+                                } else {
+                                    out.push_str(&format!("{pad}- id: {item}{c}\n{pad}  reject: true\n"));
+                                }
+                                if let Some(line) = between.get(i) {
+                                    out.push_str(&format!("{line}\n"));
+                                }
+                            }
+                        }
+                    }
+                }
+                if self.model_after {
+                    out.push_str(&format!("{ci}variant: v1\n"));
+                }
+            }
+            for line in &self.trailing {
+                out.push_str(&format!("{line}\n"));
+            }
+            if self.process_after {
+                out.push_str("---\n");
+                out.push_str(&PROCESS.replace("web", "worker"));
+            }
+            if self.crlf { out.replace('\n', "\r\n") } else { out }
+        }
+    }
+
+    fn objects(text: &str) -> Vec<Object> {
+        match parse_file("chat.yaml", text) {
+            Ok(declared) => declared.into_iter().map(|d| d.object).collect(),
+            Err(e) => panic!("{e}\n{text}"),
+        }
+    }
+
+    /// The Session's `spec.<key>` with `item` appended, and the rest as it was.
+    fn expected(before: &[Object], item: &Item) -> Vec<Object> {
+        let mut after = before.to_vec();
+        for object in &mut after {
+            if let Object::Session(session) = object {
+                match item {
+                    Item::Message(text) => session.spec.messages.push(text.clone()),
+                    Item::Reply(reply) => session.spec.replies.push(reply.clone()),
+                }
+            }
+        }
+        after
+    }
+
+    /// Appends `item` to the Session of `text`; the edit must be taken.
+    fn append(text: &str, item: &Item) -> String {
+        let docs = documents(text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        let declared = parse_file("chat.yaml", text).unwrap();
+        let session = declared.iter().find(|d| matches!(d.object, Object::Session(_))).unwrap();
+        let doc = docs.iter().find(|d| d.line() == session.line).expect("the session's document");
+        let edited = match item {
+            Item::Message(m) => append_to_spec_list(text, doc, "messages", m),
+            Item::Reply(r) => append_to_spec_list(text, doc, "replies", r),
+        };
+        edited.unwrap_or_else(|e| panic!("refused: {e}\n{text}"))
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 2000, max_shrink_iters: 2000, ..ProptestConfig::default() })]
+
+        #[test]
+        fn an_appended_item_parses_lands_last_and_keeps_every_other_byte(
+            shape in shape(),
+            items in prop::collection::vec(item(), 1..4),
+        ) {
+            let mut text = shape.text();
+            let mut before = objects(&text);
+            for item in &items {
+                let edited = append(&text, item);
+                let after = objects(&edited);
+                prop_assert_eq!(&after, &expected(&before, item), "{:?} appended to\n{}\ngave\n{}", item, text, edited);
+                // What changed is one place: an insertion of whole lines, or part of one line.
+                let prefix = text.bytes().zip(edited.bytes()).take_while(|(a, b)| a == b).count();
+                let room = text.len().min(edited.len()) - prefix;
+                let suffix = text.bytes().rev().zip(edited.bytes().rev()).take(room).take_while(|(a, b)| a == b).count();
+                let replaced = &text[prefix..text.len() - suffix];
+                prop_assert!(!replaced.contains('\n'), "more than one line changed: {:?}\n{}\n{}", replaced, text, edited);
+                text = edited;
+                before = after;
+            }
+        }
     }
 }
