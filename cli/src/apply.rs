@@ -15,7 +15,7 @@ use anyhow::{Context, bail};
 use clap::Args;
 
 use crate::edit::{self, EDIT_ATTEMPTS, Outcome, write_atomically};
-use crate::resources::{kind_word, not_found, parse_refs, ref_name};
+use crate::resources::{kind_word, parse_refs, ref_name};
 use crate::workspace::{Declaration, DirArgs, Workspace, parse_duration};
 use crate::yaml_edit;
 
@@ -200,7 +200,7 @@ pub async fn delete(args: DeleteArgs) -> anyhow::Result<i32> {
             // No file declares it, but the store still has it: its cleanup is under way.
             false if record.is_some() => println!("{} is already being deleted", ref_name(&key)),
             false => {
-                eprintln!("error: {}", not_found(&key));
+                eprintln!("error: {}", workspace.not_found(&key));
                 failed = true;
                 continue;
             }

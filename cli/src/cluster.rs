@@ -28,6 +28,8 @@ pub struct Cluster {
     namespace: String,
     /// The API server's URL, for errors.
     server: String,
+    /// Where it looks, for "not found": the kubeconfig and its context.
+    place: String,
 }
 
 impl Cluster {
@@ -38,7 +40,16 @@ impl Cluster {
         let server = config.cluster_url.to_string();
         let client = kube::Client::try_from(config)
             .with_context(|| format!("a client of the Kubernetes API server at {server}"))?;
-        Ok(Cluster { client, namespace, server })
+        let place = match context {
+            Some(context) => format!("in the cluster of {} (context {context})", kubeconfig.display()),
+            None => format!("in the cluster of {}", kubeconfig.display()),
+        };
+        Ok(Cluster { client, namespace, server, place })
+    }
+
+    /// "Not found", saying in which cluster it was looked for.
+    fn not_found(&self, key: &Key) -> anyhow::Error {
+        anyhow!("{}, {}", not_found(key), self.place)
     }
 
     pub fn default_namespace(&self) -> &str {
@@ -59,7 +70,7 @@ impl Cluster {
 
     pub async fn get(&self, key: &Key) -> anyhow::Result<Object> {
         let found = self.api(key.kind, Some(&key.namespace)).get_opt(&key.name).await.map_err(|e| self.error(e))?;
-        to_object(key.kind, found.ok_or_else(|| not_found(key))?)
+        to_object(key.kind, found.ok_or_else(|| self.not_found(key))?)
     }
 
     /// The resources of `kind` (in `namespace`, or all), sorted.
@@ -181,7 +192,7 @@ impl Cluster {
         let mut refused_at: Option<String> = None;
         for _ in 0..APPEND_ATTEMPTS {
             let session =
-                sessions.get_opt(&key.name).await.map_err(|e| self.error(e))?.ok_or_else(|| not_found(key))?;
+                sessions.get_opt(&key.name).await.map_err(|e| self.error(e))?.ok_or_else(|| self.not_found(key))?;
             item.check_answers(&session)?;
             let version = session.metadata.resource_version.clone().unwrap_or_default();
             let count = item.count(&session.spec);
@@ -212,7 +223,7 @@ impl Cluster {
         let api = self.api(key.kind, Some(&key.namespace));
         match api.patch(&key.name, &PatchParams::default(), &Patch::Merge(&patch)).await {
             Ok(object) => to_object(key.kind, object),
-            Err(kube::Error::Api(status)) if status.is_not_found() => Err(not_found(key)),
+            Err(kube::Error::Api(status)) if status.is_not_found() => Err(self.not_found(key)),
             Err(error) => Err(self.error(error)),
         }
     }

@@ -107,6 +107,12 @@ impl Workspace {
         Workspace { dir: args.dir.clone(), state: StateDir::new(state) }
     }
 
+    /// "Not found", saying in which folder it was looked for.
+    pub fn not_found(&self, key: &Key) -> anyhow::Error {
+        let dir = std::path::absolute(&self.dir).unwrap_or_else(|_| self.dir.clone());
+        anyhow::anyhow!("{}, in the folder {}", not_found(key), dir.display())
+    }
+
     /// A stored resource; an unreadable record is an error.
     pub fn record(&self, key: &Key) -> anyhow::Result<Option<Object>> {
         let record =
@@ -118,7 +124,7 @@ impl Workspace {
     }
 
     pub fn require(&self, key: &Key) -> anyhow::Result<Object> {
-        self.record(key)?.ok_or_else(|| not_found(key))
+        self.record(key)?.ok_or_else(|| self.not_found(key))
     }
 
     /// Every stored resource of `kind` (in `namespace`, or all), sorted; records that
@@ -182,7 +188,7 @@ impl Workspace {
             bail!(
                 "no `agentplane up` is running on {}: start one with `agentplane up --dir {}`",
                 self.dir.display(),
-                self.dir.display()
+                crate::printing::shell_quote(&self.dir.to_string_lossy())
             )
         };
         Ok(Client::new(&info.url, info.token)?)
@@ -238,7 +244,7 @@ impl Workspace {
     pub async fn append_to_session(&self, key: &Key, item: &SpecItem) -> anyhow::Result<(usize, String)> {
         let _lock = self.lock_edits().await?;
         for _ in 0..EDIT_ATTEMPTS {
-            let declaration = self.declaration(key)?.ok_or_else(|| not_found(key))?;
+            let declaration = self.declaration(key)?.ok_or_else(|| self.not_found(key))?;
             if let SpecItem::Reply(_) = item {
                 self.check_answers(&declaration, item)?;
             }
@@ -281,7 +287,7 @@ impl Workspace {
                 self.dir.display()
             );
         }
-        Err(not_found(key))
+        Err(self.not_found(key))
     }
 
     /// Asks `agentplane up` to restart the resource, without touching the file that

@@ -217,6 +217,17 @@ fn errors_name_the_folder_and_hints_carry_the_flags_to_paste() {
         let stderr = d.fails(verb);
         assert!(stderr.contains(&missing), "{verb:?}: {stderr}");
     }
+    // The verbs that edit files say where they looked too.
+    let nope = format!("session \"nope\" not found in namespace \"default\", in the folder {}", d.dir.display());
+    for verb in [
+        &["send", "session/nope", "hi"][..],
+        &["reply", "session/nope", "perm-1", "--decision", "once"],
+        &["delete", "session/nope"],
+        &["restart", "session/nope"],
+    ] {
+        let stderr = d.fails(verb);
+        assert!(stderr.contains(&nope), "{verb:?}: {stderr}");
+    }
     let stderr = d.fails(&["describe", "session", "nope"]);
     assert!(
         stderr.contains(&format!(
