@@ -227,7 +227,8 @@ async fn permissions_are_asked_and_answered_through_http() {
     assert!(setup.work.path().join("allowed.txt").exists(), "the allowed command ran");
     assert!(allowed.iter().any(|e| matches!(&e.data, EventData::PermissionResolved { id, reply: Some(PermissionReply::Once) } if *id == request.id)));
     let result = &items(&allowed, ItemKind::ToolResult)[0];
-    assert_eq!((result.call_id.as_deref(), result.status), (Some(request.id.as_str()), Some(ItemStatus::Completed)));
+    // The request names its tool call; its own id is the node agent's, not the call's.
+    assert_eq!((result.call_id.as_deref(), result.status), (request.item_id.as_deref(), Some(ItemStatus::Completed)));
     assert_eq!(assistant_text(&allowed), "tool said: (empty)");
 
     let after = allowed.last().unwrap().sequence;
@@ -240,7 +241,8 @@ async fn permissions_are_asked_and_answered_through_http() {
     assert_eq!(turn_status(&denied), TurnStatus::Completed, "{denied:#?}");
     assert!(!setup.work.path().join("denied.txt").exists(), "the denied command did not run");
     let result = &items(&denied, ItemKind::ToolResult)[0];
-    assert_eq!((result.call_id.as_deref(), result.status), (Some(request.id.as_str()), Some(ItemStatus::Denied)));
+    // The request names its tool call; its own id is the node agent's, not the call's.
+    assert_eq!((result.call_id.as_deref(), result.status), (request.item_id.as_deref(), Some(ItemStatus::Denied)));
     assert!(assistant_text(&denied).contains("canceled by the user"), "the model heard of the refusal: {denied:#?}");
 
     // `always`: this call runs, and the next one of the same command does without asking.
