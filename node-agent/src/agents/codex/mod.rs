@@ -73,11 +73,38 @@ pub fn start<'a>(config: &'a DriverConfig, saved: Option<Value>) -> BoxFuture<'a
                 .map_err(|e| Error::InvalidRequest(format!("codex's saved state is unreadable: {e}")))?,
             None => CodexState::default(),
         };
+        let bin = installed.bin;
+        let lookup = bin.clone();
+        let bwrap_dir = tokio::task::spawn_blocking(move || vendored_bwrap_dir(&lookup)).await.ok().flatten();
         let mut driver =
-            CodexDriver { config: config.clone(), bin: installed.bin, state, server: None, backlog: Vec::new() };
+            CodexDriver { config: config.clone(), bin, bwrap_dir, state, server: None, backlog: Vec::new() };
         driver.connect().await?;
         Ok(Box::new(driver) as Box<dyn AgentDriver>)
     })
+}
+
+/// Codex sandboxes its commands with the first `bwrap` on its PATH, else with the one
+/// it ships. A distro's bubblewrap older than 0.9 has no `--argv0`, and codex then
+/// re-executes itself as `codex-linux-sandbox` through a PATH alias it refuses to
+/// create when its home is under /tmp: every sandboxed command (all of plan mode)
+/// failed with `execvp codex-linux-sandbox` on a machine with Debian 12's bwrap
+/// installed. Its own bwrap, first on PATH, has `--argv0` and always works.
+fn vendored_bwrap_dir(bin: &std::path::Path) -> Option<PathBuf> {
+    let real = std::fs::canonicalize(bin).ok()?;
+    let node_modules = real.ancestors().find(|d| d.file_name().is_some_and(|n| n == "node_modules"))?;
+    let scope = node_modules.join("@openai");
+    for package in std::fs::read_dir(&scope).ok()?.flatten() {
+        if !package.file_name().to_string_lossy().starts_with("codex-linux-") {
+            continue;
+        }
+        for triple in std::fs::read_dir(package.path().join("vendor")).ok()?.flatten() {
+            let resources = triple.path().join("codex-resources");
+            if resources.join("bwrap").is_file() {
+                return Some(resources);
+            }
+        }
+    }
+    None
 }
 
 /// What a session keeps to resume its conversation.
@@ -108,6 +135,9 @@ struct AppServer {
 
 pub struct CodexDriver {
     config: DriverConfig,
+    /// The folder of the bubblewrap codex ships, put first on its PATH (see
+    /// [`vendored_bwrap_dir`]).
+    bwrap_dir: Option<PathBuf>,
     bin: PathBuf,
     state: CodexState,
     server: Option<AppServer>,
@@ -170,6 +200,10 @@ impl CodexDriver {
             command.arg("-c").arg(o);
         }
         command.envs(&self.config.env);
+        if let Some(dir) = &self.bwrap_dir {
+            let path = self.config.env.get("PATH").cloned().or_else(|| std::env::var("PATH").ok()).unwrap_or_default();
+            command.env("PATH", format!("{}:{path}", dir.display()));
+        }
         let cwd = self.working_dir();
         if let Some(dir) = &cwd {
             command.current_dir(dir);
