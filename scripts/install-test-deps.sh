@@ -14,6 +14,8 @@ command -v script >/dev/null || need+=(bsdutils)
 command -v cc >/dev/null || need+=(gcc)
 command -v git >/dev/null || need+=(git)
 command -v openssl >/dev/null || need+=(openssl)
+# bubblewrap: the codex tests run with a distro bwrap present, as users' machines have.
+command -v bwrap >/dev/null || need+=(bubblewrap)
 command -v node >/dev/null || need+=(nodejs)
 command -v npm >/dev/null || need+=(npm)
 check_node() {
