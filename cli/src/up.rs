@@ -94,6 +94,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     let controller_metrics = agentplane_controller::kube::Metrics::new();
     // This process holds the folder's lock, as a controller replica holds the Lease.
     controller_metrics.leader.set(1);
+    store_config.metrics = controller_metrics.clone();
     server.metrics().add_source(Arc::new(move |out: &mut String| {
         out.push_str(agentplane_node_agent::metrics::without_eof(&controller_metrics.encode()?));
         Ok(())

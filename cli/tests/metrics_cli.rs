@@ -84,4 +84,8 @@ fn up_serves_the_node_agents_and_the_controllers_metrics_in_one_scrape() {
     assert_eq!(page.matches("# EOF").count(), 1, "one page, one end: {page}");
     assert!(page.ends_with("# EOF\n"), "{page}");
     assert_eq!(sample(&page, "agentplane_leader"), 1.0, "the controller's registry is there: {page}");
+    // And the directory store counts into it: the Process was reconciled and its
+    // status written.
+    assert!(sample(&page, "agentplane_reconciles_total{kind=\"Process\"}") >= 1.0, "{page}");
+    assert!(sample(&page, "agentplane_status_writes_total{kind=\"Process\"}") >= 1.0, "{page}");
 }

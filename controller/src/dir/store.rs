@@ -76,6 +76,9 @@ pub struct DirStoreConfig {
     /// How often everything is looked at again without being asked.
     pub resync: Duration,
     pub backoff: Backoff,
+    /// Where reconciles and status writes are counted (`agentplane up` serves them
+    /// with the node agent's metrics).
+    pub metrics: crate::kube::Metrics,
 }
 
 impl DirStoreConfig {
@@ -87,6 +90,7 @@ impl DirStoreConfig {
             workers: 32,
             resync: Duration::from_secs(30),
             backoff: Backoff::default(),
+            metrics: crate::kube::Metrics::new(),
         }
     }
 }
@@ -803,6 +807,7 @@ impl Inner {
         let k = key.clone();
         let prepared = tokio::task::spawn_blocking(move || this.prepare(&k)).await.ok().flatten();
         let Some((object, problem, env, session)) = prepared else { return };
+        crate::kube::Metrics::count(&self.config.metrics.reconciles, key.kind.as_str());
         match object {
             Object::Process(process) => {
                 if process.metadata.deletion_timestamp.is_some() {
@@ -982,6 +987,7 @@ impl Inner {
             }
             match this.state.write(&entry.object) {
                 Ok(()) => {
+                    crate::kube::Metrics::count(&this.config.metrics.status_writes, key.kind.as_str());
                     if index.unrecorded.remove(&key).is_some() {
                         // The next rescan writes the file errors without it.
                         let _ = this.wake.try_send(());
