@@ -155,6 +155,15 @@ impl Client {
         self.send(self.request(Method::GET, &["processes", id, "output"]).query(query)).await
     }
 
+    /// stdout and stderr interleaved in the order the node agent received them.
+    pub async fn interleaved_output(
+        &self,
+        id: &str,
+        query: &InterleavedOutputQuery,
+    ) -> ClientResult<InterleavedOutput> {
+        self.send(self.request(Method::GET, &["processes", id, "output", "interleaved"]).query(query)).await
+    }
+
     pub async fn ticket(&self, id: &str) -> ClientResult<Ticket> {
         self.send(self.request(Method::POST, &["processes", id, "ticket"])).await
     }

@@ -249,6 +249,55 @@ pub struct OutputChunk {
     pub status: ProcessStatus,
 }
 
+/// Query of `GET /v1/processes/{id}/output/interleaved`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct InterleavedOutputQuery {
+    /// Sequence number of the first chunk to return (default 0: the oldest kept).
+    pub seq: Option<u64>,
+    /// Only chunks received at or after this time: RFC 3339, or a number of seconds before now.
+    pub since: Option<String>,
+    /// Most bytes of data to return (default and maximum 1 MiB); at least one chunk is returned whole.
+    pub limit: Option<usize>,
+    pub encoding: Option<OutputEncoding>,
+    /// Seconds to wait for a chunk at or past `seq` when there is none yet (at most 60).
+    pub wait: Option<f64>,
+}
+
+/// A chunk of stdout or stderr as the node agent received it.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OutputFrame {
+    /// Arrival order across both streams.
+    pub seq: u64,
+    pub stream: OutputStream,
+    /// The offset in `stream` of the first byte of `data`.
+    pub offset: u64,
+    /// When the node agent received it; never earlier than the frame before it.
+    #[serde(with = "time::serde::rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
+    pub time: OffsetDateTime,
+    /// Bytes of the chunk no longer kept (offsets in `stream`): `data` is what is left.
+    pub gap: Option<Gap>,
+    pub data: String,
+}
+
+/// stdout and stderr of a process without a terminal, chunk by chunk in the order they arrived.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InterleavedOutput {
+    pub frames: Vec<OutputFrame>,
+    /// The `seq` to ask for next.
+    pub next_seq: u64,
+    /// Chunks asked for whose order is no longer kept (sequence numbers, `to` exclusive).
+    pub gap: Option<Gap>,
+    pub encoding: OutputEncoding,
+    /// True when both streams are closed and `nextSeq` is past their last chunk.
+    pub eof: bool,
+    pub status: ProcessStatus,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Ticket {

@@ -7,16 +7,22 @@
 //! `stall_timeout`, so one stuck client cannot stall a program forever. Past that the
 //! bytes are overwritten and that subscriber is told so with a gap: never a silently
 //! shortened stream, never unbounded memory.
+//!
+//! A pipe process's two rings share a [`ChunkIndex`]: the order and time in which
+//! chunks of either stream arrived, so that stdout and stderr can be read back
+//! interleaved as they were printed, each chunk with the time the node agent got it.
 
+use std::collections::VecDeque;
 use std::sync::{
-    Arc, Condvar, Mutex, Weak,
+    Arc, Condvar, Mutex, OnceLock, Weak,
     atomic::{AtomicBool, AtomicU64, Ordering},
 };
 use std::time::{Duration, Instant};
 
+use time::OffsetDateTime;
 use tokio::sync::watch;
 
-use crate::model::Gap;
+use crate::model::{Gap, OutputStream};
 
 /// The writer-visible state that subscribers wait on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -111,6 +117,8 @@ pub struct OutputBuffer {
     progress: Condvar,
     state: watch::Sender<OutputState>,
     stall_timeout: Duration,
+    /// Where each appended chunk is recorded, with this buffer's stream (pipe processes).
+    index: OnceLock<(Arc<ChunkIndex>, OutputStream)>,
 }
 
 impl std::fmt::Debug for OutputBuffer {
@@ -128,7 +136,19 @@ impl OutputBuffer {
             progress: Condvar::new(),
             state: watch::Sender::new(OutputState { total: 0, closed: false }),
             stall_timeout,
+            index: OnceLock::new(),
         })
+    }
+
+    /// Records every chunk appended from now on in `index`, as `stream`. Call it before
+    /// the first append; a buffer keeps the first index it is given.
+    pub fn record_in(&self, index: &Arc<ChunkIndex>, stream: OutputStream) {
+        let _ = self.index.set((Arc::clone(index), stream));
+    }
+
+    /// The index this buffer's chunks are recorded in, if any.
+    pub fn index(&self) -> Option<&Arc<ChunkIndex>> {
+        self.index.get().map(|(index, _)| index)
     }
 
     pub fn state(&self) -> OutputState {
@@ -163,18 +183,28 @@ impl OutputBuffer {
             ring = self.progress.wait_timeout(ring, deadline - now).unwrap_or_else(|e| e.into_inner()).0;
         }
         self.writer_waiting.store(false, Ordering::SeqCst);
+        let offset = ring.total;
         ring.write(data);
         let state = OutputState { total: ring.total, closed: ring.closed };
         drop(ring);
+        // Recorded once the bytes are readable, so a reader of the index never finds
+        // a chunk whose bytes are not there yet. One reader thread appends to a ring,
+        // so its chunks reach the index in offset order.
+        if let Some((index, stream)) = self.index.get() {
+            index.record(*stream, offset, data.len() as u64, OffsetDateTime::now_utc());
+        }
         self.state.send_replace(state);
     }
 
     /// Marks the stream finished: nothing more will be appended.
     pub fn close(&self) {
         let mut ring = self.ring.lock().unwrap_or_else(|e| e.into_inner());
-        ring.closed = true;
+        let was_closed = std::mem::replace(&mut ring.closed, true);
         let state = OutputState { total: ring.total, closed: true };
         drop(ring);
+        if !was_closed && let Some((index, _)) = self.index.get() {
+            index.close_stream();
+        }
         self.state.send_replace(state);
     }
 
@@ -217,6 +247,157 @@ impl OutputBuffer {
             let _ring = self.ring.lock().unwrap_or_else(|e| e.into_inner());
             self.progress.notify_all();
         }
+    }
+}
+
+/// One chunk as a reader thread got it: which stream, which bytes, and when.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChunkEntry {
+    /// Arrival order across both streams, from 0.
+    pub seq: u64,
+    pub stream: OutputStream,
+    /// Absolute offset of the chunk's first byte in its stream.
+    pub offset: u64,
+    pub len: u64,
+    /// When the node agent appended it; never earlier than the chunk before it.
+    pub at: OffsetDateTime,
+}
+
+/// What the index holds now past a sequence number.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct IndexRead {
+    /// Sequence numbers asked for that the index no longer holds.
+    pub gap: Option<Gap>,
+    pub entries: Vec<ChunkEntry>,
+    /// One past the newest chunk recorded.
+    pub next_seq: u64,
+    /// Every stream recorded in the index has ended.
+    pub closed: bool,
+}
+
+/// The arrival order and time of the chunks of a pipe process's stdout and stderr.
+///
+/// Bounded by what the rings keep: an entry is dropped once the bytes it names have
+/// left its ring (they could not be read anyway), and there are never more than
+/// `max_entries`. A chunk holds at least one byte, so the rings alone bound the
+/// entries that name kept bytes by their capacity; that would still be 2 Mi entries
+/// of 40 bytes for two 1 MiB rings filled a byte at a time, so the count is capped at
+/// one entry per [`BYTES_PER_ENTRY`] bytes kept: memory at most two thirds of the
+/// rings'. A program writing lines gets its whole retained output indexed; one that
+/// writes a byte at a time loses the order (not the bytes) of its oldest output first.
+pub struct ChunkIndex {
+    inner: Mutex<IndexInner>,
+    /// `next_seq` and the streams still open, for long polls.
+    state: watch::Sender<(u64, usize)>,
+}
+
+/// Kept bytes per index entry at most: about a line of output.
+pub const BYTES_PER_ENTRY: usize = 64;
+
+struct IndexInner {
+    entries: VecDeque<ChunkEntry>,
+    next_seq: u64,
+    /// Bytes appended so far, by stream (what each ring's `total` is).
+    totals: [u64; 2],
+    capacity: u64,
+    max_entries: usize,
+    last_at: Option<OffsetDateTime>,
+    open: usize,
+}
+
+fn slot(stream: OutputStream) -> usize {
+    match stream {
+        OutputStream::Stderr => 1,
+        OutputStream::Stdout | OutputStream::Pty => 0,
+    }
+}
+
+impl std::fmt::Debug for ChunkIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChunkIndex").field("state", &*self.state.borrow()).finish()
+    }
+}
+
+impl ChunkIndex {
+    /// An index for `streams` rings of `ring_capacity` bytes each.
+    pub fn new(ring_capacity: usize, streams: usize) -> Arc<Self> {
+        let kept = ring_capacity.saturating_mul(streams);
+        Arc::new(ChunkIndex {
+            inner: Mutex::new(IndexInner {
+                entries: VecDeque::new(),
+                next_seq: 0,
+                totals: [0; 2],
+                capacity: ring_capacity as u64,
+                max_entries: (kept / BYTES_PER_ENTRY).max(1),
+                last_at: None,
+                open: streams,
+            }),
+            state: watch::Sender::new((0, streams)),
+        })
+    }
+
+    /// Records a chunk of `len` bytes at `offset` of `stream`, received at `at`.
+    pub fn record(&self, stream: OutputStream, offset: u64, len: u64, at: OffsetDateTime) {
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        // The wall clock may step back; times follow the arrival order regardless, so
+        // a reader can cut the sequence by time.
+        let at = inner.last_at.map_or(at, |last| last.max(at));
+        inner.last_at = Some(at);
+        let seq = inner.next_seq;
+        inner.next_seq += 1;
+        let end = offset.saturating_add(len);
+        inner.totals[slot(stream)] = end;
+        inner.entries.push_back(ChunkEntry { seq, stream, offset, len, at });
+        let capacity = inner.capacity;
+        while let Some(front) = inner.entries.front() {
+            let kept_from = inner.totals[slot(front.stream)].saturating_sub(capacity);
+            let gone = front.offset.saturating_add(front.len) <= kept_from;
+            if !gone && inner.entries.len() <= inner.max_entries {
+                break;
+            }
+            inner.entries.pop_front();
+        }
+        let state = (inner.next_seq, inner.open);
+        drop(inner);
+        self.state.send_replace(state);
+    }
+
+    fn close_stream(&self) {
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        inner.open = inner.open.saturating_sub(1);
+        let state = (inner.next_seq, inner.open);
+        drop(inner);
+        self.state.send_replace(state);
+    }
+
+    /// The chunks from `seq` on (at most `max`), leaving out those received before `since`.
+    pub fn read(&self, seq: u64, since: Option<OffsetDateTime>, max: usize) -> IndexRead {
+        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let first = inner.entries.front().map_or(inner.next_seq, |e| e.seq);
+        let seq = seq.min(inner.next_seq);
+        let gap = (seq < first).then_some(Gap { from: seq, to: first });
+        // Entries are consecutive from `first`, and their times never go down.
+        let mut from = (seq.max(first) - first) as usize;
+        if let Some(since) = since {
+            from = from.max(inner.entries.partition_point(|e| e.at < since));
+        }
+        let entries = inner.entries.range(from.min(inner.entries.len())..).take(max).copied().collect();
+        IndexRead { gap, entries, next_seq: inner.next_seq, closed: inner.open == 0 }
+    }
+
+    /// How many entries the index holds now.
+    pub fn len(&self) -> usize {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner()).entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Waits until a chunk at or past `seq` is recorded or every stream has ended.
+    pub async fn wait_past(&self, seq: u64) {
+        let mut rx = self.state.subscribe();
+        let _ = rx.wait_for(|&(next, open)| next > seq || open == 0).await;
     }
 }
 
@@ -390,5 +571,94 @@ mod tests {
         writer.join().unwrap();
         let expected: Vec<u8> = (0..10_000u32).flat_map(|i| i.to_le_bytes()).collect();
         assert_eq!(got, expected);
+    }
+
+    fn at(ms: i64) -> OffsetDateTime {
+        OffsetDateTime::UNIX_EPOCH + time::Duration::milliseconds(ms)
+    }
+
+    #[test]
+    fn the_index_keeps_the_arrival_order_across_streams_and_its_times_never_go_down() {
+        let index = ChunkIndex::new(1024, 2);
+        index.record(OutputStream::Stdout, 0, 3, at(10));
+        index.record(OutputStream::Stderr, 0, 3, at(20));
+        // The clock stepped back: the time is held at the one before.
+        index.record(OutputStream::Stdout, 3, 3, at(5));
+        let read = index.read(0, None, usize::MAX);
+        let got: Vec<_> = read.entries.iter().map(|e| (e.seq, e.stream, e.offset, e.at)).collect();
+        assert_eq!(
+            got,
+            [
+                (0, OutputStream::Stdout, 0, at(10)),
+                (1, OutputStream::Stderr, 0, at(20)),
+                (2, OutputStream::Stdout, 3, at(20))
+            ]
+        );
+        assert_eq!((read.gap, read.next_seq, read.closed), (None, 3, false));
+        assert_eq!(index.read(1, None, 1).entries.iter().map(|e| e.seq).collect::<Vec<_>>(), [1]);
+        // By time: chunks received at or after 15 ms.
+        assert_eq!(index.read(0, Some(at(15)), 10).entries.iter().map(|e| e.seq).collect::<Vec<_>>(), [1, 2]);
+        assert!(index.read(0, Some(at(21)), 10).entries.is_empty());
+        // A sequence number past the end is the end.
+        assert_eq!(index.read(u64::MAX, None, 10), IndexRead { next_seq: 3, ..Default::default() });
+    }
+
+    #[test]
+    fn the_index_drops_an_entry_once_its_bytes_left_the_ring() {
+        let index = ChunkIndex::new(BYTES_PER_ENTRY * 4, 2);
+        let cap = (BYTES_PER_ENTRY * 4) as u64;
+        index.record(OutputStream::Stderr, 0, 10, at(0));
+        index.record(OutputStream::Stdout, 0, cap, at(1));
+        // stdout's first chunk still fully kept, stderr's too.
+        assert_eq!(index.len(), 2);
+        index.record(OutputStream::Stdout, cap, 1, at(2));
+        // stdout's first byte left the ring, but not its whole chunk: kept.
+        assert_eq!(index.len(), 3);
+        index.record(OutputStream::Stderr, 10, cap, at(3));
+        // stderr's first chunk is gone from its ring, and with it from the index.
+        let read = index.read(0, None, usize::MAX);
+        assert_eq!(read.gap, Some(Gap { from: 0, to: 1 }));
+        assert_eq!(read.entries.iter().map(|e| e.seq).collect::<Vec<_>>(), [1, 2, 3]);
+        index.record(OutputStream::Stdout, cap + 1, cap, at(4));
+        // Both stdout chunks before it are now out of their ring.
+        assert_eq!(index.read(0, None, usize::MAX).entries.iter().map(|e| e.seq).collect::<Vec<_>>(), [3, 4]);
+    }
+
+    #[test]
+    fn the_index_never_holds_more_than_one_entry_per_bytes_per_entry_kept() {
+        let capacity = 4096;
+        let index = ChunkIndex::new(capacity, 2);
+        let max = 2 * capacity / BYTES_PER_ENTRY;
+        // A byte at a time, alternating: every chunk's byte is still in its ring.
+        for i in 0..10 * max as u64 {
+            let stream = if i % 2 == 0 { OutputStream::Stdout } else { OutputStream::Stderr };
+            index.record(stream, i / 2, 1, at(i as i64));
+            assert!(index.len() <= max, "{} entries after {i}", index.len());
+        }
+        assert_eq!(index.len(), max);
+        let read = index.read(0, None, usize::MAX);
+        let first = (10 * max - max) as u64;
+        assert_eq!(read.gap, Some(Gap { from: 0, to: first }));
+        assert_eq!(read.entries.first().map(|e| e.seq), Some(first));
+        assert_eq!(read.next_seq, 10 * max as u64);
+    }
+
+    #[test]
+    fn buffers_record_their_chunks_in_a_shared_index_and_close_it() {
+        let index = ChunkIndex::new(1024, 2);
+        let (out, err) = (buffer(1024), buffer(1024));
+        out.record_in(&index, OutputStream::Stdout);
+        err.record_in(&index, OutputStream::Stderr);
+        out.append(b"o1\n");
+        err.append(b"e1\n");
+        out.append(b"o2\n");
+        let read = index.read(0, None, usize::MAX);
+        let got: Vec<_> = read.entries.iter().map(|e| (e.stream, e.offset, e.len)).collect();
+        assert_eq!(got, [(OutputStream::Stdout, 0, 3), (OutputStream::Stderr, 0, 3), (OutputStream::Stdout, 3, 3)]);
+        out.close();
+        out.close();
+        assert!(!index.read(0, None, 0).closed, "stderr is still open");
+        err.close();
+        assert!(index.read(0, None, 0).closed);
     }
 }

@@ -29,7 +29,7 @@ use crate::metrics::Metrics;
 use crate::model::{
     CreateProcessRequest, LifecycleEventType, OutputStream, ProcessInfo, ProcessStatus, PtySize, SignalTarget,
 };
-use crate::output::OutputBuffer;
+use crate::output::{ChunkIndex, OutputBuffer};
 
 /// Threads here only copy bytes or wait: a small stack is plenty, and with many
 /// processes the default 2 MiB per thread would be address space wasted.
@@ -499,21 +499,17 @@ impl ProcessManager {
                 cmd.spawn().map_err(|source| Error::SpawnFailed { command: request.command.clone(), source })?;
             guard.arm(child.id());
             let stderr = new_buffer();
+            // The order and time of both streams' chunks, for reading them interleaved.
+            let index = ChunkIndex::new(limits.output_buffer_bytes, 2);
+            primary.record_in(&index, OutputStream::Stdout);
+            stderr.record_in(&index, OutputStream::Stderr);
             let out = child.stdout.take().expect("stdout is piped");
             let err = child.stderr.take().expect("stderr is piped");
-            readers.push(spawn_reader(
+            readers.push(spawn_pipe_reader(
                 &id,
-                "stdout",
-                out,
-                Arc::clone(&primary),
-                self.shared.metrics.count_output("stdout"),
-            )?);
-            readers.push(spawn_reader(
-                &id,
-                "stderr",
-                err,
-                Arc::clone(&stderr),
-                self.shared.metrics.count_output("stderr"),
+                [out.into(), err.into()],
+                [Arc::clone(&primary), Arc::clone(&stderr)],
+                [self.shared.metrics.count_output("stdout"), self.shared.metrics.count_output("stderr")],
             )?);
             let stdin = match child.stdin.take() {
                 Some(pipe) => {
@@ -854,6 +850,78 @@ fn spawn_reader(
                 }
             }
             buffer.close();
+            let _ = done_tx.send(());
+        })
+        .map_err(|e| Error::io("starting the output reader thread", e))?;
+    Ok(done_rx)
+}
+
+/// Reads a pipe process's stdout and stderr on one thread, so that their chunks reach
+/// the index in the order this thread saw them become readable. With a thread each,
+/// the order was whichever the scheduler ran first: a line printed later on stderr
+/// could be recorded before an earlier one on stdout. Streams found readable at the
+/// same wake-up have no known order between them; stdout's chunk is taken first, one
+/// chunk each, so neither stream can hold the other back.
+fn spawn_pipe_reader(
+    id: &str,
+    sources: [std::os::fd::OwnedFd; 2],
+    buffers: [Arc<OutputBuffer>; 2],
+    written: [prometheus_client::metrics::counter::Counter; 2],
+) -> Result<std::sync::mpsc::Receiver<()>> {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    use std::os::fd::AsFd;
+    let (done_tx, done_rx) = std::sync::mpsc::sync_channel(1);
+    std::thread::Builder::new()
+        .name(format!("read-pipes-{id}"))
+        .stack_size(IO_THREAD_STACK)
+        .spawn(move || {
+            let mut sources = sources.map(|fd| Some(std::fs::File::from(fd)));
+            let mut chunk = vec![0u8; READ_CHUNK];
+            loop {
+                let open: Vec<usize> = (0..2).filter(|&i| sources[i].is_some()).collect();
+                let ready: Vec<usize> = {
+                    let mut fds: Vec<PollFd> = open
+                        .iter()
+                        .filter_map(|&i| sources[i].as_ref())
+                        .map(|f| PollFd::new(f.as_fd(), PollFlags::POLLIN))
+                        .collect();
+                    if fds.is_empty() {
+                        break;
+                    }
+                    match poll(&mut fds, PollTimeout::NONE) {
+                        Ok(_) => {}
+                        Err(Errno::EINTR) => continue,
+                        Err(e) => {
+                            tracing::error!(error = %e, "polling a process's output pipes failed");
+                            break;
+                        }
+                    }
+                    // POLLHUP and POLLERR count as ready: the read sees the end.
+                    open.iter()
+                        .zip(&fds)
+                        .filter(|(_, fd)| fd.revents().is_some_and(|r| !r.is_empty()))
+                        .map(|(&i, _)| i)
+                        .collect()
+                };
+                for i in ready {
+                    let Some(source) = sources[i].as_mut() else { continue };
+                    match source.read(&mut chunk) {
+                        Ok(0) => sources[i] = None,
+                        Ok(n) => {
+                            buffers[i].append(&chunk[..n]);
+                            written[i].inc_by(n as u64);
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                        Err(_) => sources[i] = None,
+                    }
+                    if sources[i].is_none() {
+                        buffers[i].close();
+                    }
+                }
+            }
+            for buffer in &buffers {
+                buffer.close();
+            }
             let _ = done_tx.send(());
         })
         .map_err(|e| Error::io("starting the output reader thread", e))?;

@@ -163,7 +163,7 @@ fn ticket_grants(state: &AppState, request: &Request) -> bool {
     paths(
         health, openapi_json, metrics::metrics, processes::create_process, processes::list_processes,
         processes::get_process, processes::delete_process, processes::signal_process, processes::resize_process,
-        processes::write_input, processes::read_output, processes::issue_ticket, processes::connect,
+        processes::write_input, processes::read_output, processes::read_interleaved_output, processes::issue_ticket, processes::connect,
         processes::lifecycle_events, agents::list_agents, agents::get_agent, agents::install_agent,
         agents::agent_modes, agents::agent_models, sessions::create_session, sessions::list_sessions,
         sessions::get_session, sessions::end_session, sessions::send_message, sessions::session_events,

@@ -42,6 +42,7 @@ pub(super) fn routes() -> Router<AppState> {
         .route("/v1/processes/{id}/resize", post(resize_process))
         .route("/v1/processes/{id}/input", post(write_input))
         .route("/v1/processes/{id}/output", get(read_output))
+        .route("/v1/processes/{id}/output/interleaved", get(read_interleaved_output))
         .route("/v1/processes/{id}/ticket", post(issue_ticket))
         .route("/v1/processes/{id}/connect", get(connect))
         .route("/v1/events/sse", get(lifecycle_events))
@@ -238,6 +239,101 @@ async fn read_output(
         eof: read.closed && next_offset == read.total,
         status: process.info().status,
     }))
+}
+
+/// stdout and stderr of a process without a terminal, chunk by chunk in the order
+/// the node agent received them, each with its stream, offset and time: what
+/// `kubectl logs` shows. `seq` and `nextSeq` page through it; with `wait`, waits for
+/// a chunk at or past `seq` (a long poll). Bytes a ring dropped are a `gap` on their
+/// frame; chunks whose order is no longer kept are the response's `gap`.
+#[utoipa::path(get, path = "/v1/processes/{id}/output/interleaved", tag = "processes", params(("id" = String, Path), InterleavedOutputQuery),
+    responses((status = 200, body = InterleavedOutput), (status = 400, body = Problem, content_type = "application/problem+json", description = "invalid_request: a process on a PTY (one stream: use `/output`), or a bad parameter")))]
+async fn read_interleaved_output(
+    State(state): State<AppState>,
+    PathId(id): PathId,
+    Query(query): Query<InterleavedOutputQuery>,
+) -> Result<Json<InterleavedOutput>> {
+    let process = state.processes.get(&id)?;
+    let stdout = Arc::clone(process.output(OutputStream::Stdout)?);
+    let Some(index) = stdout.index().cloned() else {
+        return Err(Error::InvalidRequest(format!(
+            "process {id:?} runs on a PTY: its output is one stream, in order: read it from `/output`"
+        )));
+    };
+    let stderr = Arc::clone(process.output(OutputStream::Stderr)?);
+    let since = query.since.as_deref().map(parse_since).transpose()?;
+    let seq = query.seq.unwrap_or(0);
+    let limit = query.limit.unwrap_or(MAX_OUTPUT_READ).clamp(1, MAX_OUTPUT_READ);
+    if let Some(wait) = query.wait {
+        if !wait.is_finite() || !(0.0..=60.0).contains(&wait) {
+            return Err(Error::InvalidRequest(format!("wait {wait} must be between 0 and 60 seconds")));
+        }
+        let mut run_state = process.watch_state();
+        let _ = tokio::time::timeout(Duration::from_secs_f64(wait), async {
+            tokio::select! {
+                () = index.wait_past(seq) => {}
+                _ = run_state.wait_for(RunState::is_exited) => {}
+                () = state.shutdown.cancelled() => {}
+            }
+        })
+        .await;
+    }
+    // Read after the index: every chunk it names was in its ring before it was recorded.
+    let read = index.read(seq, since, usize::MAX);
+    let encoding = query.encoding.unwrap_or_default();
+    let mut frames = Vec::new();
+    let mut bytes = 0usize;
+    let mut next_seq = read.next_seq;
+    for entry in read.entries {
+        if !frames.is_empty() && bytes.saturating_add(entry.len as usize) > limit {
+            next_seq = entry.seq;
+            break;
+        }
+        let buffer = if entry.stream == OutputStream::Stderr { &stderr } else { &stdout };
+        let end = entry.offset.saturating_add(entry.len);
+        let mut got = buffer.read(entry.offset, entry.len as usize);
+        // Past a gap the ring reads on from its oldest byte: keep only this chunk's.
+        let kept = end.saturating_sub(got.offset) as usize;
+        got.data.truncate(kept);
+        let gap = got.gap.map(|gap| Gap { from: gap.from, to: gap.to.min(end) });
+        bytes = bytes.saturating_add(got.data.len());
+        let data = match encoding {
+            OutputEncoding::Utf8 => String::from_utf8_lossy(&got.data).into_owned(),
+            OutputEncoding::Base64 => base64::engine::general_purpose::STANDARD.encode(&got.data),
+        };
+        frames.push(OutputFrame {
+            seq: entry.seq,
+            stream: entry.stream,
+            offset: got.offset.min(end),
+            time: entry.at,
+            gap,
+            data,
+        });
+    }
+    if read.gap.is_some() {
+        state.metrics.count_gap("output");
+    }
+    Ok(Json(InterleavedOutput {
+        eof: read.closed && next_seq == read.next_seq,
+        frames,
+        next_seq,
+        gap: read.gap,
+        encoding,
+        status: process.info().status,
+    }))
+}
+
+/// `since=`: an RFC 3339 time, or a number of seconds before now.
+fn parse_since(text: &str) -> Result<time::OffsetDateTime> {
+    let now = time::OffsetDateTime::now_utc();
+    if let Ok(seconds) = text.trim().parse::<f64>() {
+        return match time::Duration::checked_seconds_f64(seconds) {
+            Some(ago) if seconds >= 0.0 => Ok(now.checked_sub(ago).unwrap_or(time::OffsetDateTime::UNIX_EPOCH)),
+            _ => Err(Error::InvalidRequest(format!("since {text:?} must be a number of seconds, 0 or more"))),
+        };
+    }
+    time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339)
+        .map_err(|e| Error::InvalidRequest(format!("since {text:?} is neither an RFC 3339 time nor seconds: {e}")))
 }
 
 /// A short-lived single-use ticket to open the WebSocket without the token.
