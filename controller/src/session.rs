@@ -1,7 +1,8 @@
 //! Reconciling a `Session`: the node agent's session created from the spec, each entry
 //! of `spec.messages` delivered once and in order, each entry of `spec.replies` given
 //! to the question or permission request it names, the session ended when
-//! `spec.ended` says so or the resource goes.
+//! `spec.ended` says so or the resource goes. A restart request (`agentplane restart`)
+//! starts a failed session again, once.
 //!
 //! Exactly once: the node agent persists how many messages a session has accepted
 //! (`messagesReceived`), and that count, not the controller's own memory, says which
@@ -327,6 +328,28 @@ impl SessionReconciler {
                 }
             }
         };
+
+        // A restart asked for with `agentplane restart session/NAME` (see `restart`),
+        // honoured once: a session that failed starts again where its conversation was
+        // (the node agent resumes the agent's own session), and the request is
+        // recorded as honoured whatever the state, so it never applies to a later failure.
+        if let Some(at) = crate::restart::requested(&session.metadata)
+            && step.status.restarted_at.as_deref() != Some(at)
+        {
+            if info.state == SessionState::Failed {
+                tracing::info!(%resource, session = %id, requested = %at, "restarting the failed session");
+                info = match client.restart_session(&id).await {
+                    Ok(info) => info,
+                    // Restarted meanwhile by another pass: what it is now is what counts.
+                    Err(e) if e.problem_code() == Some("conflict") => match client.get_session(&id).await {
+                        Ok(info) => info,
+                        Err(e) => return step.unreachable(&e),
+                    },
+                    Err(e) => return step.unreachable(&e),
+                };
+            }
+            step.status.restarted_at = Some(at.to_string());
+        }
 
         if !info.state.is_final() {
             // Messages not yet accepted, in order; the node agent queues them behind a turn.

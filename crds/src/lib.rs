@@ -413,6 +413,12 @@ pub struct SessionStatus {
     /// comes later: a reply approves only what its writer saw asked.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub refused_replies: Vec<String>,
+    /// The restart request (`agentplane.dev/restartedAt`, from `agentplane restart`)
+    /// last honoured: a failed session was started again for it, or it found the
+    /// session live and there was nothing to do. Each request is honoured once, never
+    /// applied to a later failure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restarted_at: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
 }

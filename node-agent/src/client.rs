@@ -307,6 +307,12 @@ impl Client {
         self.send(self.request(Method::DELETE, &["sessions", id])).await
     }
 
+    /// Starts a failed session again, resuming its conversation; `conflict` when it
+    /// is not failed (live, ended, or restarted meanwhile by another caller).
+    pub async fn restart_session(&self, id: &str) -> ClientResult<SessionInfo> {
+        self.send(self.request(Method::POST, &["sessions", id, "restart"])).await
+    }
+
     /// Queues a message; it runs as a turn after those before it.
     pub async fn send_message(&self, id: &str, message: &str) -> ClientResult<SessionInfo> {
         let body = SendMessageRequest { message: message.to_string() };

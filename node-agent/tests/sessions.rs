@@ -798,3 +798,105 @@ async fn live_sessions_are_limited_and_ended_ones_do_not_count() {
     let server = server.restart().await;
     assert_eq!(server.client.create_session("d", &mock()).await.unwrap_err().problem_code(), Some("limit_exceeded"));
 }
+
+/// The `error` event's message among `events`.
+fn error_message(events: &[UniversalEvent]) -> String {
+    events
+        .iter()
+        .find_map(|e| match &e.data {
+            EventData::Error { message, .. } => Some(message.clone()),
+            _ => None,
+        })
+        .expect("an error event")
+}
+
+#[tokio::test]
+async fn a_failed_session_restarts_into_the_same_conversation() {
+    let scratch = tempfile::tempdir().unwrap();
+    let (work, aside) = (scratch.path().join("work"), scratch.path().join("aside"));
+    std::fs::create_dir(&work).unwrap();
+    let server = TestServer::start().await;
+    let request = CreateSessionRequest { working_dir: Some(work.display().to_string()), ..mock() };
+    server.client.create_session("chat", &request).await.unwrap();
+    let live = server.client.restart_session("chat").await.unwrap_err();
+    assert_eq!(live.problem_code(), Some("conflict"), "a live session is not restarted: {live}");
+    assert_eq!(server.client.restart_session("nope").await.unwrap_err().problem_code(), Some("session_not_found"));
+    let mut events = Events::open(&server.client, "chat").await;
+    server.client.send_message("chat", "hello").await.unwrap();
+    assert_eq!(reply_text(&events.turn().await), "mock reply #1 to: hello");
+    server.client.send_message("chat", "permission to run make").await.unwrap();
+    let request = permission_request(&events.until_type(EventType::PermissionRequested).await);
+    server.client.send_message("chat", "queued behind it").await.unwrap();
+    let before = server.client.get_session("chat").await.unwrap();
+
+    // Its working directory goes while the node agent is down: resumed, it cannot start.
+    std::fs::rename(&work, &aside).unwrap();
+    let server = server.restart().await;
+    let client = &server.client;
+    let mut events = Events::open(client, "chat").await;
+    let failed = events.until_type(EventType::SessionEnded).await;
+    assert!(error_message(&failed).contains("does not exist"), "{failed:#?}");
+    assert!(events.next().await.is_none(), "the stream ends with the failure");
+    let first_end = events.seen.last().unwrap().sequence;
+    let info = client.get_session("chat").await.unwrap();
+    assert_eq!((info.state, info.messages_received), (SessionState::Failed, 3));
+    assert_eq!(client.send_message("chat", "hello?").await.unwrap_err().problem_code(), Some("conflict"));
+
+    // Restarted while the directory is still gone: it runs again, and fails again.
+    let again = client.restart_session("chat").await.unwrap();
+    assert!(matches!(again.state, SessionState::Starting | SessionState::Failed), "{again:?}");
+    let mut events = Events::open(client, "chat").await;
+    events.until("the second failure", |e| e.kind() == EventType::SessionEnded && e.sequence > first_end).await;
+    assert!(events.next().await.is_none());
+    assert_eq!(client.get_session("chat").await.unwrap().state, SessionState::Failed);
+
+    // Back, and restarted: the same conversation goes on where it was.
+    std::fs::rename(&aside, &work).unwrap();
+    let restarted = client.restart_session("chat").await.unwrap();
+    assert!(matches!(restarted.state, SessionState::Starting | SessionState::AwaitingInput), "{restarted:?}");
+    assert_eq!(restarted.messages_received, 3, "nothing accepted is counted twice");
+    let twice = client.restart_session("chat").await.unwrap_err();
+    assert_eq!(twice.problem_code(), Some("conflict"), "asked twice, restarted once: {twice}");
+    let mut events = Events::open(client, "chat").await;
+    let resumed =
+        events.until("the resumed start", |e| matches!(e.data, EventData::SessionStarted { resumed: true, .. })).await;
+    let started = resumed.last().unwrap();
+    assert!(started.sequence > first_end, "sequences continue across the failures");
+    assert_eq!(started.agent_session_id, before.agent_session_id, "the agent's own conversation");
+    // The request pending when it failed is offered again, and the turn goes on.
+    let waiting = client.get_session("chat").await.unwrap();
+    assert_eq!(waiting.pending_permissions, vec![request.clone()]);
+    client.reply_permission("chat", &request.id, PermissionReply::Once).await.unwrap();
+    assert_eq!(reply_text(&events.turn().await), "mock reply #2 to: permission to run make (ran `make`)");
+    assert_eq!(reply_text(&events.turn().await), "mock reply #3 to: queued behind it", "the queue was kept");
+    client.send_message("chat", "after the restart").await.unwrap();
+    assert_eq!(reply_text(&events.turn().await), "mock reply #4 to: after the restart");
+    let after = client.get_session("chat").await.unwrap();
+    assert_eq!(after.state, SessionState::Idle);
+    assert_eq!(
+        (after.agent_session_id, after.messages_received, after.turns_completed, after.error, after.ended_at),
+        (before.agent_session_id, 4, 4, None, None)
+    );
+
+    // Ended on purpose is not failed: no restart.
+    client.end_session("chat").await.unwrap();
+    assert_eq!(client.restart_session("chat").await.unwrap_err().problem_code(), Some("conflict"));
+}
+
+#[tokio::test]
+async fn restart_is_in_the_openapi_document() {
+    let server = TestServer::start().await;
+    let doc: serde_json::Value = reqwest::Client::new()
+        .get(format!("{}/v1/openapi.json", server.url))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let restart = &doc["paths"]["/v1/sessions/{id}/restart"]["post"];
+    for status in ["200", "404", "409", "429"] {
+        assert!(restart["responses"][status].is_object(), "restart answers {status}: {restart}");
+    }
+}

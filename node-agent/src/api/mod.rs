@@ -166,7 +166,7 @@ fn ticket_grants(state: &AppState, request: &Request) -> bool {
         processes::write_input, processes::read_output, processes::read_interleaved_output, processes::issue_ticket, processes::connect,
         processes::lifecycle_events, agents::list_agents, agents::get_agent, agents::install_agent,
         agents::agent_modes, agents::agent_models, sessions::create_session, sessions::list_sessions,
-        sessions::get_session, sessions::end_session, sessions::send_message, sessions::session_events,
+        sessions::get_session, sessions::end_session, sessions::send_message, sessions::restart_session, sessions::session_events,
         sessions::session_events_sse, sessions::reply_permission, sessions::reply_question,
         sessions::reject_question
     ),

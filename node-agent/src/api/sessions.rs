@@ -31,6 +31,7 @@ pub(super) fn routes() -> Router<AppState> {
         .route("/v1/sessions", get(list_sessions))
         .route("/v1/sessions/{id}", get(get_session).post(create_session).delete(end_session))
         .route("/v1/sessions/{id}/messages", post(send_message))
+        .route("/v1/sessions/{id}/restart", post(restart_session))
         .route("/v1/sessions/{id}/events", get(session_events))
         .route("/v1/sessions/{id}/events/sse", get(session_events_sse))
         .route("/v1/sessions/{id}/permissions/{pid}/reply", post(reply_permission))
@@ -87,6 +88,24 @@ async fn end_session(State(state): State<AppState>, PathId(id): PathId) -> Resul
         }
     }
     Ok(Json(info))
+}
+
+/// Starts a failed session again: a new run of the same conversation, resumed by the
+/// agent's own id as after a restart of the node agent. The log takes events again
+/// (`session.started` with `resumed` follows; sequences continue), the turn under way
+/// when it failed goes on, then the messages accepted before it failed; the state is
+/// `starting` (or `installing`) and `messagesReceived` is unchanged. Only a failed
+/// session: any other state (live, ended, restarted meanwhile) is a `conflict`, so that
+/// asking twice restarts once.
+#[utoipa::path(post, path = "/v1/sessions/{id}/restart", tag = "sessions", params(("id" = String, Path)),
+    responses(
+        (status = 200, body = SessionInfo, description = "Restarted: `starting` or `installing`"),
+        (status = 404, body = Problem, content_type = "application/problem+json", description = "session_not_found"),
+        (status = 409, body = Problem, content_type = "application/problem+json", description = "conflict: the session has not failed"),
+        (status = 429, body = Problem, content_type = "application/problem+json", description = "limit_exceeded: --max-sessions live sessions"),
+    ))]
+async fn restart_session(State(state): State<AppState>, PathId(id): PathId) -> Result<Json<SessionInfo>> {
+    Ok(Json(state.sessions.restart(&id).await?.info()))
 }
 
 /// Sends a message: it runs as the next turn, after any before it. Output of

@@ -235,6 +235,24 @@ impl EventLog {
         (result, true)
     }
 
+    /// Opens a closed log again (a failed session restarted), if `change` agrees: it
+    /// runs under the append lock, so no event is sequenced between the close and the
+    /// change it makes. Sequences continue after the last one; the newest `capacity`
+    /// events from now on are kept in memory again.
+    pub async fn reopen<T, E>(
+        &self,
+        capacity: usize,
+        change: impl FnOnce() -> std::result::Result<T, E>,
+    ) -> std::result::Result<T, E> {
+        let mut writer = self.writer.lock().await;
+        let result = change()?;
+        writer.closed = false;
+        let mut memory = self.memory();
+        memory.closed = false;
+        memory.capacity = capacity;
+        Ok(result)
+    }
+
     /// Writes and flushes; on failure the events stay in memory only (a later reader of
     /// the file is told of the gap), and a partial line is rolled back.
     async fn write(&self, writer: &mut Writer, lines: &[u8]) -> bool {

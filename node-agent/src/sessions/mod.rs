@@ -354,8 +354,12 @@ impl Session {
         let dir = self.dir.clone();
         match tokio::task::spawn_blocking(move || write_record(&dir, &bytes)).await {
             Ok(Ok(())) => *written = version,
-            Ok(Err(error)) => tracing::error!(session = %self.id, %error, "could not save the session"),
-            Err(error) => tracing::error!(session = %self.id, %error, "could not save the session"),
+            Ok(Err(error)) => {
+                tracing::error!(session = %self.id, %error, "could not save the session")
+            }
+            Err(error) => {
+                tracing::error!(session = %self.id, %error, "could not save the session")
+            }
         }
     }
 
@@ -517,6 +521,9 @@ impl Session {
             .await;
         // Its requests were cancelled, not answered: no wait to count.
         self.opened().clear();
+        if changed {
+            tracing::info!(session = %self.id, "session ended");
+        }
         self.settled(changed).await;
         self.info()
     }
@@ -533,17 +540,50 @@ impl Session {
                 rec.state = SessionState::Failed;
                 rec.error = Some(error.clone());
                 rec.ended_at = Some(OffsetDateTime::now_utc());
-                rec.queue.clear();
+                // The queue stays: those messages were accepted (`messagesReceived`
+                // counts them, so nobody sends them again) and run if the session is
+                // restarted (see `restart`).
                 batch.push(rec.draft(EventSource::Daemon, EventData::Error { message: error.clone(), code }));
                 batch.push(rec.draft(
                     EventSource::Daemon,
-                    EventData::SessionEnded { reason: EndReason::Failed, error: Some(error) },
+                    EventData::SessionEnded { reason: EndReason::Failed, error: Some(error.clone()) },
                 ));
                 batch.close();
                 true
             })
             .await;
+        if changed {
+            tracing::warn!(session = %self.id, %error, "session failed");
+        }
         self.settled(changed).await;
+    }
+
+    /// Starts a failed session again (see [`SessionManager::restart`]): the log takes
+    /// events again, the state is `Starting`, and what the conversation was (the
+    /// agent's id, the driver's saved state, the queue, `messagesReceived`, the turn
+    /// under way) stays. Any other state is a `conflict`: live, there is nothing to
+    /// restart; ended, the session was ended on purpose. True when the record holds a
+    /// conversation to resume.
+    async fn reopen(&self, capacity: usize) -> Result<bool> {
+        let resumable = self
+            .log
+            .reopen(capacity, || {
+                let mut rec = self.record();
+                if rec.state != SessionState::Failed {
+                    return Err(Error::Conflict(format!(
+                        "session {:?} is {:?}: only a failed session is restarted",
+                        self.id, rec.state
+                    )));
+                }
+                rec.state = SessionState::Starting;
+                rec.error = None;
+                rec.ended_at = None;
+                Ok(rec.agent_session_id.is_some() || rec.driver_state.is_some())
+            })
+            .await?;
+        tracing::info!(session = %self.id, "session restarted");
+        self.settled(true).await;
+        Ok(resumable)
     }
 
     /// Moves a session that has not started yet between `Installing` and `Starting`;
@@ -585,6 +625,9 @@ impl Session {
                 true
             })
             .await;
+        if started {
+            tracing::info!(session = %self.id, agent = %self.agent.as_str(), resumed, "session started");
+        }
         self.persist().await;
         started
     }
@@ -855,6 +898,16 @@ async fn run(session: Arc<Session>, host: Arc<AgentHost>, shutdown: Cancellation
         let rec = session.record();
         (rec.driver_config(session.dir.clone(), host), rec.driver_state.clone())
     };
+    // Checked at creation, but it may have gone since (before a restart of the node
+    // agent, say): the session fails saying so, the same for every agent, and a
+    // restart once it is back resumes the conversation.
+    if let Some(dir) = &config.working_dir
+        && !tokio::fs::metadata(dir).await.is_ok_and(|m| m.is_dir())
+    {
+        let error = Error::InvalidRequest(format!("working directory {dir:?} does not exist"));
+        session.fail(error.to_string(), Some(error.code().to_string())).await;
+        return;
+    }
     if session.agent.package().is_some() {
         // Installed first, so that a session says it is installing (and a failed
         // install says why) before its driver starts.
@@ -1108,6 +1161,37 @@ impl SessionManager {
         .await
         .map_err(|e| Error::io("creating the session", std::io::Error::other(e)))??;
         Ok(self.session(agent, dir, record, log))
+    }
+
+    /// Starts a failed session again: a new run of the same conversation, resumed by
+    /// the agent's own id as after a restart of the node agent (the turn under way
+    /// when it failed goes on, then the queued messages; nothing accepted is lost).
+    /// Only a failed session: any other state is a `conflict`, so a caller that asks
+    /// twice, or asks while another restart is under way, starts it once. Counts
+    /// against `--max-sessions` as a new session does.
+    pub async fn restart(&self, id: &str) -> Result<Arc<Session>> {
+        let session = self.get(id)?;
+        {
+            let mut sessions = self.sessions();
+            if sessions.reserved.contains(id) {
+                return Err(Error::Conflict(format!("session {id:?} is being restarted")));
+            }
+            let live =
+                sessions.by_id.values().filter(|s| !s.record().state.is_final()).count() + sessions.reserved.len();
+            let max = self.inner.options.max_sessions;
+            if session.record().state.is_final() && live >= max {
+                return Err(Error::LimitExceeded(format!(
+                    "{live} sessions are live, the limit is {max} (--max-sessions); end one first"
+                )));
+            }
+            // Counted as live (and not restarted twice) until its state says so.
+            sessions.reserved.insert(id.to_string());
+        }
+        let reopened = session.reopen(self.inner.options.events_in_memory).await;
+        self.sessions().reserved.remove(id);
+        let resumable = reopened?;
+        self.spawn_runner(Arc::clone(&session), resumable);
+        Ok(session)
     }
 
     /// What the sessions' agents share: installs, opencode's server.
