@@ -156,6 +156,7 @@ impl CreateArgs {
             variant: self.variant.clone(),
             working_dir: self.cwd.clone(),
             env,
+            label: None,
         })
     }
 }

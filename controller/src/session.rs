@@ -297,6 +297,8 @@ impl SessionReconciler {
                     variant: spec.variant.clone(),
                     working_dir: spec.working_dir.clone(),
                     env,
+                    // The node agent's log lines name the resource, not only its uid.
+                    label: Some(format!("Session/{resource}")),
                 };
                 match client.create_session(&id, &request).await {
                     Ok(info) => info,

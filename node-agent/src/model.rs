@@ -560,6 +560,12 @@ pub struct CreateSessionRequest {
     /// (readable by its user only) so that the session can resume; never echoed back.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, String>,
+    /// What people read in the node agent's log lines for this session, beside its id
+    /// (a controller sets `Session/<namespace>/<name>`). At most 512 bytes, no control
+    /// characters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 512)]
+    pub label: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -592,6 +598,9 @@ impl SessionState {
 #[serde(rename_all = "camelCase")]
 pub struct SessionInfo {
     pub id: String,
+    /// The label it was created with, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
     pub agent: String,
     pub agent_version: Option<String>,
     pub agent_mode: Option<String>,

@@ -563,7 +563,10 @@ impl ProcessManager {
         // The waiter thread owns the child now: it reaps it whatever happens next.
         guard.disarm();
 
-        tracing::info!(process = %id, pid, command = %process.command, pty = process.is_pty(), "process started");
+        // The label (a controller's `Process/ns/name`) is what people know it by;
+        // quoted, as it is not checked for line breaks.
+        let label = process.label.as_deref().unwrap_or_default();
+        tracing::info!(process = %id, ?label, pid, command = %process.command, pty = process.is_pty(), "process started");
         Ok(process)
     }
 
@@ -589,7 +592,8 @@ impl ProcessManager {
                     process.state.send_replace(exited);
                     Some(process.info())
                 });
-                tracing::info!(process = %process.id, exit_code = ?code, signal = ?signal, "process exited");
+                let label = process.label.as_deref().unwrap_or_default();
+                tracing::info!(process = %process.id, ?label, exit_code = ?code, signal = ?signal, "process exited");
                 manager.prune_exited();
             })
             .map_err(|e| Error::io("starting the wait thread", e))?;

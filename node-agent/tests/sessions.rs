@@ -816,8 +816,13 @@ async fn a_failed_session_restarts_into_the_same_conversation() {
     let (work, aside) = (scratch.path().join("work"), scratch.path().join("aside"));
     std::fs::create_dir(&work).unwrap();
     let server = TestServer::start().await;
-    let request = CreateSessionRequest { working_dir: Some(work.display().to_string()), ..mock() };
-    server.client.create_session("chat", &request).await.unwrap();
+    let request = CreateSessionRequest {
+        working_dir: Some(work.display().to_string()),
+        label: Some("Session/default/chat".into()),
+        ..mock()
+    };
+    let created = server.client.create_session("chat", &request).await.unwrap();
+    assert_eq!(created.label.as_deref(), Some("Session/default/chat"));
     let live = server.client.restart_session("chat").await.unwrap_err();
     assert_eq!(live.problem_code(), Some("conflict"), "a live session is not restarted: {live}");
     assert_eq!(server.client.restart_session("nope").await.unwrap_err().problem_code(), Some("session_not_found"));
@@ -877,6 +882,7 @@ async fn a_failed_session_restarts_into_the_same_conversation() {
         (after.agent_session_id, after.messages_received, after.turns_completed, after.error, after.ended_at),
         (before.agent_session_id, 4, 4, None, None)
     );
+    assert_eq!(after.label.as_deref(), Some("Session/default/chat"), "kept across restarts");
 
     // Ended on purpose is not failed: no restart.
     client.end_session("chat").await.unwrap();
@@ -884,7 +890,15 @@ async fn a_failed_session_restarts_into_the_same_conversation() {
 }
 
 #[tokio::test]
-async fn restart_is_in_the_openapi_document() {
+async fn a_label_with_a_line_break_is_refused() {
+    let server = TestServer::start().await;
+    let request = CreateSessionRequest { label: Some("Session/default/x\nforged log line".into()), ..mock() };
+    let refused = server.client.create_session("x", &request).await.unwrap_err();
+    assert_eq!(refused.problem_code(), Some("invalid_request"), "{refused}");
+}
+
+#[tokio::test]
+async fn restart_and_label_are_in_the_openapi_document() {
     let server = TestServer::start().await;
     let doc: serde_json::Value = reqwest::Client::new()
         .get(format!("{}/v1/openapi.json", server.url))
@@ -899,4 +913,7 @@ async fn restart_is_in_the_openapi_document() {
     for status in ["200", "404", "409", "429"] {
         assert!(restart["responses"][status].is_object(), "restart answers {status}: {restart}");
     }
+    let schemas = &doc["components"]["schemas"];
+    assert!(schemas["CreateSessionRequest"]["properties"]["label"].is_object());
+    assert!(schemas["SessionInfo"]["properties"]["label"].is_object());
 }

@@ -44,6 +44,8 @@ use log::{EventDraft, EventLog};
 /// same way: enough for any conversation a person follows; the oldest are forgotten
 /// past it (a reply to one of those is then `..._not_found`).
 const MAX_RESOLUTIONS: usize = 1024;
+/// Longest session label: a controller's `Session/<namespace>/<name>` is at most 325.
+const MAX_LABEL_BYTES: usize = 512;
 
 #[derive(Debug, Clone)]
 pub struct SessionOptions {
@@ -70,6 +72,9 @@ impl Default for SessionOptions {
 #[serde(rename_all = "camelCase")]
 pub struct SessionRecord {
     id: String,
+    /// What people read in logs for this session (a controller's `Session/ns/name`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    label: Option<String>,
     agent: String,
     agent_version: Option<String>,
     agent_mode: Option<String>,
@@ -264,6 +269,8 @@ impl SessionRecord {
 
 pub struct Session {
     pub id: String,
+    /// The record's label, for log lines ("" when none).
+    label: String,
     agent: AgentId,
     dir: PathBuf,
     record: Mutex<SessionRecord>,
@@ -300,10 +307,16 @@ impl Session {
         &self.log
     }
 
+    /// What log lines name this session by, beside its id: its label, if any.
+    pub fn label(&self) -> &str {
+        &self.label
+    }
+
     pub fn info(&self) -> SessionInfo {
         let rec = self.record();
         SessionInfo {
             id: rec.id.clone(),
+            label: rec.label.clone(),
             agent: rec.agent.clone(),
             agent_version: rec.agent_version.clone(),
             agent_mode: rec.agent_mode.clone(),
@@ -355,10 +368,10 @@ impl Session {
         match tokio::task::spawn_blocking(move || write_record(&dir, &bytes)).await {
             Ok(Ok(())) => *written = version,
             Ok(Err(error)) => {
-                tracing::error!(session = %self.id, %error, "could not save the session")
+                tracing::error!(session = %self.id, label = ?self.label, %error, "could not save the session")
             }
             Err(error) => {
-                tracing::error!(session = %self.id, %error, "could not save the session")
+                tracing::error!(session = %self.id, label = ?self.label, %error, "could not save the session")
             }
         }
     }
@@ -522,7 +535,7 @@ impl Session {
         // Its requests were cancelled, not answered: no wait to count.
         self.opened().clear();
         if changed {
-            tracing::info!(session = %self.id, "session ended");
+            tracing::info!(session = %self.id, label = ?self.label, "session ended");
         }
         self.settled(changed).await;
         self.info()
@@ -553,7 +566,7 @@ impl Session {
             })
             .await;
         if changed {
-            tracing::warn!(session = %self.id, %error, "session failed");
+            tracing::warn!(session = %self.id, label = ?self.label, %error, "session failed");
         }
         self.settled(changed).await;
     }
@@ -581,7 +594,7 @@ impl Session {
                 Ok(rec.agent_session_id.is_some() || rec.driver_state.is_some())
             })
             .await?;
-        tracing::info!(session = %self.id, "session restarted");
+        tracing::info!(session = %self.id, label = ?self.label, "session restarted");
         self.settled(true).await;
         Ok(resumable)
     }
@@ -626,7 +639,7 @@ impl Session {
             })
             .await;
         if started {
-            tracing::info!(session = %self.id, agent = %self.agent.as_str(), resumed, "session started");
+            tracing::info!(session = %self.id, label = ?self.label, agent = %self.agent.as_str(), resumed, "session started");
         }
         self.persist().await;
         started
@@ -917,7 +930,7 @@ async fn run(session: Arc<Session>, host: Arc<AgentHost>, shutdown: Cancellation
             () = shutdown.cancelled() => return,
         };
         if let Err(error) = installed {
-            tracing::warn!(session = %session.id, %error, "the agent could not be installed");
+            tracing::warn!(session = %session.id, label = ?session.label, %error, "the agent could not be installed");
             session.fail(error.to_string(), Some(error.code().to_string())).await;
             return;
         }
@@ -928,7 +941,7 @@ async fn run(session: Arc<Session>, host: Arc<AgentHost>, shutdown: Cancellation
     let mut driver = match session.agent.start(&config, saved).await {
         Ok(driver) => driver,
         Err(error) => {
-            tracing::warn!(session = %session.id, %error, "the agent did not start");
+            tracing::warn!(session = %session.id, label = ?session.label, %error, "the agent did not start");
             session.fail(error.to_string(), Some(error.code().to_string())).await;
             return;
         }
@@ -945,7 +958,7 @@ async fn run(session: Arc<Session>, host: Arc<AgentHost>, shutdown: Cancellation
 async fn drive(session: &Session, shutdown: &CancellationToken, ctx: &TurnContext, driver: &mut dyn AgentDriver) {
     let interrupted = session.record().current_turn.clone();
     if let Some(turn) = interrupted {
-        tracing::info!(session = %session.id, turn = turn.number, "resuming a turn");
+        tracing::info!(session = %session.id, label = ?session.label, turn = turn.number, "resuming a turn");
         let started = Instant::now();
         let outcome = driver.run_turn(ctx, &turn, true).await;
         session.count_turn(&outcome, started);
@@ -1012,7 +1025,7 @@ impl SessionManager {
             let session = manager.session(agent, dir, record, log);
             manager.sessions().by_id.insert(session.id.clone(), Arc::clone(&session));
             if live {
-                tracing::info!(session = %session.id, "resuming a session");
+                tracing::info!(session = %session.id, label = ?session.label, "resuming a session");
                 manager.spawn_runner(session, true);
             }
         }
@@ -1027,6 +1040,7 @@ impl SessionManager {
         log.count_into(self.inner.host.metrics.events.get_or_create(&AgentLabel { agent: agent.as_str() }).clone());
         Arc::new(Session {
             id: record.id.clone(),
+            label: record.label.clone().unwrap_or_default(),
             agent,
             dir,
             record: Mutex::new(record),
@@ -1065,6 +1079,13 @@ impl SessionManager {
         // be taken and fail only when the install runs.
         if let Some(version) = &request.agent_version {
             crate::agents::install::check_version(version)?;
+        }
+        if let Some(label) = &request.label
+            && (label.len() > MAX_LABEL_BYTES || label.chars().any(char::is_control))
+        {
+            return Err(Error::InvalidRequest(format!(
+                "label must be at most {MAX_LABEL_BYTES} bytes without control characters (it goes in log lines)"
+            )));
         }
         for key in request.env.keys() {
             if key.is_empty() || key.contains('=') || key.contains('\0') {
@@ -1106,6 +1127,7 @@ impl SessionManager {
     async fn create_reserved(&self, id: &str, agent: AgentId, request: CreateSessionRequest) -> Result<Arc<Session>> {
         let record = SessionRecord {
             id: id.to_string(),
+            label: request.label,
             agent: agent.as_str().to_string(),
             agent_version: match agent.package() {
                 Some(package) => Some(request.agent_version.unwrap_or_else(|| package.default_version.to_string())),
