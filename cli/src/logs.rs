@@ -7,7 +7,9 @@ use agentplane_controller::dir::parse::{Key, Kind, Object};
 use agentplane_controller::process::node_process_id;
 use agentplane_controller::session::node_session_id;
 use agentplane_node_agent::client::{Client, SessionStreamItem};
-use agentplane_node_agent::model::{OutputEncoding, OutputQuery, OutputStream, ProcessStatus, SessionEventsQuery};
+use agentplane_node_agent::model::{
+    InterleavedOutputQuery, OutputEncoding, OutputQuery, OutputStream, ProcessInfo, ProcessStatus, SessionEventsQuery,
+};
 use agentplane_node_agent::universal::UniversalEvent;
 use anyhow::bail;
 use base64::Engine as _;
@@ -35,17 +37,17 @@ pub struct LogsArgs {
     /// Only stdout or only stderr (processes without a terminal). Both by default.
     #[arg(long, value_enum)]
     stream: Option<StreamArg>,
-    /// Only the last N lines of each stream printed so far (then, with -f, all that follows).
+    /// Only the last N lines printed so far (then, with -f, all that follows).
     #[arg(long, value_name = "N")]
     tail: Option<usize>,
-    /// Only output printed in this last while (60s, 5m, 2h). The node agent keeps no time
-    /// for each line: output printed before this command started is shown whole when the
-    /// process started within that while, left out when it ended before it, and shown
-    /// with a note otherwise.
+    /// Only output printed in this last while (60s, 5m, 2h), by when the node agent
+    /// received it. (On a terminal, which keeps no time for each line: output printed
+    /// before now is shown whole when the process started within that while, left out
+    /// when it ended before it, and shown with a note otherwise.)
     #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
     since: Option<std::time::Duration>,
-    /// Each line prefixed with when it was printed (RFC 3339, UTC). For output printed
-    /// before this command started only a bound is known: `<=TIME`.
+    /// Each line prefixed with when the node agent received it (RFC 3339, UTC). (On a
+    /// terminal, output printed before this command started has only a bound: `<=TIME`.)
     #[arg(long)]
     timestamps: bool,
     /// The namespace of the resource (default: the kubeconfig context's, else `default`).
@@ -137,19 +139,159 @@ pub async fn logs(args: LogsArgs) -> anyhow::Result<i32> {
 
 /// A Process's output as `kubectl logs` shows a pod's: both streams (or the terminal),
 /// what was printed so far, then with `-f` the rest in the order it arrives.
-///
-/// The node agent keeps each stream apart, by byte offset, with no time and no order
-/// between them: what was printed before this command started is shown stream by
-/// stream (stdout, then stderr); what arrives while following is interleaved in the
-/// order it comes, a whole line at a time.
 async fn process_logs(client: &Client, id: &str, args: &LogsArgs) -> anyhow::Result<i32> {
     let info = client.get_process(id).await?;
-    let streams = match (info.pty, args.stream) {
-        (true, _) => vec![OutputStream::Pty],
-        (false, Some(StreamArg::Stdout)) => vec![OutputStream::Stdout],
-        (false, Some(StreamArg::Stderr)) => vec![OutputStream::Stderr],
-        (false, None) => vec![OutputStream::Stdout, OutputStream::Stderr],
+    if !info.pty {
+        return pipe_logs(client, id, args).await;
+    }
+    terminal_logs(client, id, args, &info).await
+}
+
+/// stdout and stderr interleaved as the node agent received them, a whole line at a
+/// time, each line stamped with when the chunk that ended it arrived.
+async fn pipe_logs(client: &Client, id: &str, args: &LogsArgs) -> anyhow::Result<i32> {
+    let wanted = |stream: OutputStream| match args.stream {
+        None => true,
+        Some(StreamArg::Stdout) => stream == OutputStream::Stdout,
+        Some(StreamArg::Stderr) => stream == OutputStream::Stderr,
     };
+    let since = match args.since {
+        Some(since) => {
+            let ago = time::Duration::try_from(since).unwrap_or(time::Duration::MAX);
+            let cutoff = time::OffsetDateTime::now_utc().checked_sub(ago).unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
+            Some(cutoff.format(&time::format_description::well_known::Rfc3339)?)
+        }
+        None => None,
+    };
+    let mut query =
+        InterleavedOutputQuery { seq: Some(0), since, limit: None, encoding: Some(OutputEncoding::Base64), wait: None };
+    let mut lines = MergedLines::default();
+    // What was printed before now: read whole, so that `--tail` counts the lines of both streams.
+    let mut backlog = Vec::new();
+    // Up to what was there at the first read: a busy program does not keep it from ending.
+    let mut end = None;
+    let eof = loop {
+        let page = client.interleaved_output(id, &query).await?;
+        let end = *end.get_or_insert(page.next_seq);
+        if let Some(gap) = page.gap {
+            eprintln!("agentplane: the order of {} chunks of output is no longer kept", gap.to - gap.from);
+        }
+        let empty = page.frames.is_empty();
+        for frame in page.frames.iter().filter(|f| wanted(f.stream)) {
+            lost(frame.stream, frame.gap);
+            let bytes = base64::engine::general_purpose::STANDARD.decode(&frame.data)?;
+            lines.push(frame.stream, &bytes, frame.time, &mut backlog);
+        }
+        query.seq = Some(page.next_seq);
+        // `since` applies to the backlog only: what follows is new anyway.
+        query.since = None;
+        if empty || page.eof || page.next_seq >= end {
+            break page.eof;
+        }
+    };
+    if !args.follow || eof {
+        lines.flush(&mut backlog);
+    }
+    let skip = args.tail.map_or(0, |n| backlog.len().saturating_sub(n));
+    let print = |batch: &[(time::OffsetDateTime, Vec<u8>)]| -> anyhow::Result<bool> {
+        printed(write_stamped(batch, args.timestamps))
+    };
+    if !print(&backlog[skip..])? || !args.follow || eof {
+        return Ok(0);
+    }
+    query.wait = Some(30.0);
+    loop {
+        let page = client.interleaved_output(id, &query).await?;
+        if let Some(gap) = page.gap {
+            eprintln!("agentplane: the order of {} chunks of output is no longer kept", gap.to - gap.from);
+        }
+        let mut batch = Vec::new();
+        let empty = page.frames.is_empty();
+        for frame in page.frames.iter().filter(|f| wanted(f.stream)) {
+            lost(frame.stream, frame.gap);
+            let bytes = base64::engine::general_purpose::STANDARD.decode(&frame.data)?;
+            lines.push(frame.stream, &bytes, frame.time, &mut batch);
+        }
+        query.seq = Some(page.next_seq);
+        // Output a background child keeps open ends with the process, as with the terminal.
+        let done = page.eof || (empty && page.status == ProcessStatus::Exited);
+        if done {
+            lines.flush(&mut batch);
+        }
+        if !print(&batch)? || done {
+            return Ok(0);
+        }
+    }
+}
+
+fn lost(stream: OutputStream, gap: Option<agentplane_node_agent::model::Gap>) {
+    if let Some(gap) = gap {
+        eprintln!("agentplane: {} bytes of {} were lost (no longer kept)", gap.to - gap.from, stream_word(stream));
+    }
+}
+
+/// Lines of two streams as they complete, each with the time of the chunk that ended it.
+#[derive(Default)]
+struct MergedLines {
+    /// Each stream's unfinished last line, and the time of its newest chunk.
+    partial: std::collections::BTreeMap<&'static str, (Vec<u8>, time::OffsetDateTime)>,
+}
+
+impl MergedLines {
+    fn push(
+        &mut self,
+        stream: OutputStream,
+        bytes: &[u8],
+        at: time::OffsetDateTime,
+        out: &mut Vec<(time::OffsetDateTime, Vec<u8>)>,
+    ) {
+        let (pending, time) = self.partial.entry(stream_word(stream)).or_insert_with(|| (Vec::new(), at));
+        *time = at;
+        for piece in bytes.split_inclusive(|&b| b == b'\n') {
+            pending.extend_from_slice(piece);
+            if piece.ends_with(b"\n") {
+                out.push((at, std::mem::take(pending)));
+            }
+        }
+    }
+
+    /// The unfinished last lines of streams that ended, with the newline they lack, in time order.
+    fn flush(&mut self, out: &mut Vec<(time::OffsetDateTime, Vec<u8>)>) {
+        let mut rest: Vec<_> = std::mem::take(&mut self.partial)
+            .into_values()
+            .filter(|(line, _)| !line.is_empty())
+            .map(|(mut line, at)| {
+                line.push(b'\n');
+                (at, line)
+            })
+            .collect();
+        rest.sort_by_key(|(at, _)| *at);
+        out.extend(rest);
+    }
+}
+
+/// Writes lines, each prefixed with its time when asked (RFC 3339 in UTC, as `kubectl logs --timestamps`).
+fn write_stamped(lines: &[(time::OffsetDateTime, Vec<u8>)], timestamps: bool) -> anyhow::Result<()> {
+    use std::io::Write;
+    if lines.is_empty() {
+        return Ok(());
+    }
+    let mut stdout = std::io::stdout().lock();
+    for (at, line) in lines {
+        if timestamps {
+            let at = at.to_offset(time::UtcOffset::UTC).format(&time::format_description::well_known::Rfc3339)?;
+            stdout.write_all(at.as_bytes())?;
+            stdout.write_all(b" ")?;
+        }
+        stdout.write_all(line)?;
+    }
+    stdout.flush()?;
+    Ok(())
+}
+
+/// A terminal's output: one stream, already in order, with no time for each line.
+async fn terminal_logs(client: &Client, id: &str, args: &LogsArgs, info: &ProcessInfo) -> anyhow::Result<i32> {
+    let streams = vec![OutputStream::Pty];
     let started = time::OffsetDateTime::now_utc();
     // What the backlog may hold, by when it was printed.
     let backlog_shown = match args.since {

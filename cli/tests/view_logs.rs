@@ -1,7 +1,7 @@
-//! `logs` as kubectl users expect it, against real processes: both streams by default,
-//! `--stream`, `--tail`, `--since`, `--timestamps`, `-f` interleaving the streams in
-//! the order they print; and a session's events one a line, laid out alike in
-//! `logs session/X` and `session events`.
+//! `logs` as kubectl users expect it, against real processes: both streams by default
+//! interleaved in the order they print, `--stream`, `--tail`, `--since`, `--timestamps`
+//! (when the node agent received each line), `-f`; and a session's events one a line,
+//! laid out alike in `logs session/X` and `session events`.
 
 mod common;
 mod view_common;
@@ -20,26 +20,50 @@ fn process(name: &str, args: &[&str]) -> String {
     )
 }
 
+fn stamped(line: &str) -> (time::OffsetDateTime, &str) {
+    let (stamp, text) = line.split_once(' ').unwrap_or_else(|| panic!("no timestamp in {line:?}"));
+    let at = time::OffsetDateTime::parse(stamp, &time::format_description::well_known::Rfc3339)
+        .unwrap_or_else(|e| panic!("{line}: {e}"));
+    (at, text)
+}
+
 #[test]
-fn logs_shows_both_streams_and_picks_one_with_tail_and_since() {
+fn logs_interleaves_both_streams_in_the_order_printed_with_tail_since_and_timestamps() {
     let mut d = Dir::new();
-    d.write("both.yaml", &process("both", &["-c", "echo out; echo err >&2; echo out2"]));
+    let before = time::OffsetDateTime::now_utc();
+    d.write("both.yaml", &process("both", &["-c", "echo o1; echo e1 >&2; sleep 0.2; echo o2; echo e2 >&2"]));
+    // The same with a pause long enough to cut between its halves by `--since` from here.
+    d.write("halves.yaml", &process("halves", &["-c", "echo o1; echo e1 >&2; sleep 3; echo o2; echo e2 >&2"]));
     d.start();
     d.wait_phase("both", "Succeeded");
+    let after = time::OffsetDateTime::now_utc();
 
-    let (all, _) = d.ok(&["logs", "process/both"]);
-    // No order between the streams is recorded: each stream whole and in order.
-    let lines: Vec<&str> = all.lines().collect();
-    assert_eq!(lines.len(), 3, "{all}");
-    assert!(all.contains("out\nout2\n") && lines.contains(&"err"), "{all}");
-    assert_eq!(d.ok(&["logs", "process/both", "--stream", "stderr"]).0, "err\n");
-    assert_eq!(d.ok(&["logs", "process/both", "--stream", "stdout"]).0, "out\nout2\n");
-    // The last line of each stream.
-    let (tail, _) = d.ok(&["logs", "process/both", "--tail", "1"]);
-    assert_eq!(tail.lines().collect::<Vec<_>>(), ["out2", "err"], "{tail}");
-    // It started within the last hour: all of it; it ended before "0s ago": none.
-    assert_eq!(d.ok(&["logs", "process/both", "--since", "1h"]).0, all);
+    assert_eq!(d.ok(&["logs", "process/both"]).0, "o1\ne1\no2\ne2\n");
+    assert_eq!(d.ok(&["logs", "process/both", "--stream", "stderr"]).0, "e1\ne2\n");
+    assert_eq!(d.ok(&["logs", "process/both", "--stream", "stdout"]).0, "o1\no2\n");
+    // The last lines of both streams together.
+    assert_eq!(d.ok(&["logs", "process/both", "--tail", "2"]).0, "o2\ne2\n");
+    assert_eq!(d.ok(&["logs", "process/both", "--tail", "1", "--stream", "stdout"]).0, "o2\n");
+
+    // Each line with when the node agent got it: in order, and the pause between the halves.
+    let (stamps, _) = d.ok(&["logs", "process/both", "--timestamps"]);
+    let lines: Vec<_> = stamps.lines().map(stamped).collect();
+    assert_eq!(lines.iter().map(|(_, t)| *t).collect::<Vec<_>>(), ["o1", "e1", "o2", "e2"], "{stamps}");
+    for pair in lines.windows(2) {
+        assert!(pair[0].0 <= pair[1].0, "{stamps}");
+    }
+    assert!(before <= lines[0].0 && lines[3].0 <= after, "{stamps} not in {before}..{after}");
+    assert!(lines[2].0 - lines[1].0 >= time::Duration::milliseconds(150), "{stamps}");
+    assert_eq!(d.ok(&["logs", "process/both", "--since", "1h"]).0, "o1\ne1\no2\ne2\n");
     assert_eq!(d.ok(&["logs", "process/both", "--since", "0s"]).0, "");
+
+    // A window that starts just after the first half was printed leaves it out.
+    d.wait_phase("halves", "Succeeded");
+    let (stamps, _) = d.ok(&["logs", "process/halves", "--timestamps"]);
+    let first_half_end = stamped(stamps.lines().nth(1).unwrap()).0;
+    let window = time::OffsetDateTime::now_utc() - first_half_end - time::Duration::milliseconds(500);
+    let window = format!("{}ms", window.whole_milliseconds());
+    assert_eq!(d.ok(&["logs", "process/halves", "--since", &window]).0, "o2\ne2\n", "--since {window}: {stamps}");
 }
 
 #[test]
@@ -76,8 +100,8 @@ fn logs_follow_interleaves_the_streams_as_they_print_with_timestamps() {
             }
         }
     });
-    // The first line may come from what was printed before `logs -f` asked (stamped
-    // `<=TIME`); once it is seen, `logs -f` follows, and the rest comes as printed.
+    // The first line may come from what was printed before `logs -f` asked; once it is
+    // seen, `logs -f` follows, and the rest comes as printed.
     let mut said = Vec::new();
     for (stream, text) in [("o", "one"), ("e", "two"), ("o", "three"), ("e", "four")] {
         writeln!(writer, "{stream} {text}").unwrap();
@@ -92,12 +116,12 @@ fn logs_follow_interleaves_the_streams_as_they_print_with_timestamps() {
     let after = time::OffsetDateTime::now_utc();
     let texts: Vec<&str> = said.iter().map(|l| l.split_once(' ').map_or(l.as_str(), |(_, t)| t)).collect();
     assert_eq!(texts, ["one", "two", "three", "four"], "{said:?}");
+    // Each with when the node agent got it, never going back.
+    let mut last = before;
     for line in &said {
-        let (stamp, _) = line.split_once(' ').unwrap();
-        let stamp = if line == &said[0] { stamp.trim_start_matches("<=") } else { stamp };
-        let at = time::OffsetDateTime::parse(stamp, &time::format_description::well_known::Rfc3339)
-            .unwrap_or_else(|e| panic!("{line}: {e}"));
-        assert!(before <= at && at <= after, "{line} not in {before}..{after}");
+        let (at, _) = stamped(line);
+        assert!(last <= at && at <= after, "{line} not in {last}..{after}");
+        last = at;
     }
 }
 
