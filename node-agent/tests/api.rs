@@ -353,6 +353,7 @@ async fn the_openapi_document_describes_every_route() {
         ("/v1/sessions/{id}", "get"),
         ("/v1/sessions/{id}", "delete"),
         ("/v1/sessions/{id}/messages", "post"),
+        ("/v1/sessions/{id}/restart", "post"),
         ("/v1/sessions/{id}/events", "get"),
         ("/v1/sessions/{id}/events/sse", "get"),
         ("/v1/sessions/{id}/permissions/{pid}/reply", "post"),
@@ -393,7 +394,7 @@ async fn the_openapi_document_describes_every_route() {
                 .count()
         })
         .sum();
-    assert_eq!(documented, 29, "operations documented: every method of every route in `api::router`");
+    assert_eq!(documented, 31, "operations documented: every method of every route in `api::router`");
     assert_eq!(doc["components"]["securitySchemes"]["bearer"]["scheme"], "bearer");
 }
 
