@@ -133,3 +133,32 @@ async fn a_terminal_has_one_stream_and_bad_parameters_are_refused() {
     let page = server.client.interleaved_output(&info.id, &query).await.unwrap();
     assert!(page.frames.is_empty() && page.gap.is_none(), "{page:?}");
 }
+
+#[tokio::test]
+async fn the_route_is_in_the_api_document_and_needs_the_token() {
+    let server = TestServer::start().await;
+    let http = reqwest::Client::new();
+    let doc: serde_json::Value = http
+        .get(format!("{}/v1/openapi.json", server.url))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let route = &doc["paths"]["/v1/processes/{id}/output/interleaved"]["get"];
+    let params: Vec<&str> =
+        route["parameters"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
+    for name in ["id", "seq", "since", "limit", "encoding", "wait"] {
+        assert!(params.contains(&name), "{name} in {params:?}");
+    }
+    assert!(doc["components"]["schemas"]["InterleavedOutput"].is_object());
+    assert!(doc["components"]["schemas"]["OutputFrame"].is_object());
+
+    let info = server.client.create_process(&sh("true")).await.unwrap();
+    let url = format!("{}/v1/processes/{}/output/interleaved", server.url, info.id);
+    assert_eq!(http.get(&url).send().await.unwrap().status(), reqwest::StatusCode::UNAUTHORIZED);
+    let unknown = http.get(format!("{url}?stream=all")).bearer_auth(TOKEN).send().await.unwrap();
+    assert_eq!(unknown.status(), reqwest::StatusCode::BAD_REQUEST, "unknown parameters are refused");
+}
