@@ -278,13 +278,14 @@ pub struct IndexRead {
 /// The arrival order and time of the chunks of a pipe process's stdout and stderr.
 ///
 /// Bounded by what the rings keep: an entry is dropped once the bytes it names have
-/// left its ring (they could not be read anyway), and there are never more than
-/// `max_entries`. A chunk holds at least one byte, so the rings alone bound the
-/// entries that name kept bytes by their capacity; that would still be 2 Mi entries
-/// of 40 bytes for two 1 MiB rings filled a byte at a time, so the count is capped at
-/// one entry per [`BYTES_PER_ENTRY`] bytes kept: memory at most two thirds of the
-/// rings'. A program writing lines gets its whole retained output indexed; one that
-/// writes a byte at a time loses the order (not the bytes) of its oldest output first.
+/// left its ring (they could not be read anyway; entries are dropped from the oldest,
+/// so one behind a still-kept older chunk of the other stream waits for it), and there
+/// are never more than `max_entries`. A chunk holds at least one byte, so the rings
+/// alone bound the entries that name kept bytes by their capacity; but that is 2 Mi
+/// entries of 48 bytes for two 1 MiB rings filled a byte at a time, so the count is
+/// also capped at one entry per [`BYTES_PER_ENTRY`] bytes kept: memory at most three
+/// quarters of the rings'. A program writing lines gets all it has kept indexed; one
+/// that writes a byte at a time loses the order (not the bytes) of its oldest output.
 pub struct ChunkIndex {
     inner: Mutex<IndexInner>,
     /// `next_seq` and the streams still open, for long polls.
@@ -636,6 +637,8 @@ mod tests {
             assert!(index.len() <= max, "{} entries after {i}", index.len());
         }
         assert_eq!(index.len(), max);
+        // What the bound in the type's comment counts on: an entry costs less than the bytes it stands for.
+        assert!(std::mem::size_of::<ChunkEntry>() <= BYTES_PER_ENTRY * 3 / 4, "{}", std::mem::size_of::<ChunkEntry>());
         let read = index.read(0, None, usize::MAX);
         let first = (10 * max - max) as u64;
         assert_eq!(read.gap, Some(Gap { from: 0, to: first }));
