@@ -582,7 +582,9 @@ pub enum SessionState {
     /// Ready for a message.
     Idle,
     Ended,
-    /// The agent could not start or went away; see `error`.
+    /// The agent could not be installed or started (or its driver broke); see
+    /// `error`. `POST /v1/sessions/{id}/restart` starts it again. A turn that fails
+    /// (the agent's process exiting in it, say) does not fail the session.
     Failed,
 }
 

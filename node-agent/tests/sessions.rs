@@ -917,3 +917,27 @@ async fn restart_and_label_are_in_the_openapi_document() {
     assert!(schemas["CreateSessionRequest"]["properties"]["label"].is_object());
     assert!(schemas["SessionInfo"]["properties"]["label"].is_object());
 }
+
+#[tokio::test]
+async fn a_restart_counts_against_the_session_limit() {
+    let scratch = tempfile::tempdir().unwrap();
+    let work = scratch.path().join("work");
+    std::fs::create_dir(&work).unwrap();
+    let server = TestServer::start_with_sessions(SessionOptions { max_sessions: 1, ..SessionOptions::default() }).await;
+    let request = CreateSessionRequest { working_dir: Some(work.display().to_string()), ..mock() };
+    server.client.create_session("a", &request).await.unwrap();
+    std::fs::remove_dir(&work).unwrap();
+    let server = server.restart().await;
+    let client = &server.client;
+    Events::open(client, "a").await.until_type(EventType::SessionEnded).await;
+    assert_eq!(client.get_session("a").await.unwrap().state, SessionState::Failed);
+    client.create_session("b", &mock()).await.unwrap();
+    std::fs::create_dir(&work).unwrap();
+    let refused = client.restart_session("a").await.unwrap_err();
+    assert_eq!(refused.problem_code(), Some("limit_exceeded"), "{refused}");
+    assert_eq!(client.get_session("a").await.unwrap().state, SessionState::Failed, "left as it was");
+    client.end_session("b").await.unwrap();
+    let restarted = client.restart_session("a").await.unwrap();
+    // Its runner may already have started it by the time the answer is made.
+    assert!(matches!(restarted.state, SessionState::Starting | SessionState::Idle), "{restarted:?}");
+}

@@ -307,11 +307,6 @@ impl Session {
         &self.log
     }
 
-    /// What log lines name this session by, beside its id: its label, if any.
-    pub fn label(&self) -> &str {
-        &self.label
-    }
-
     pub fn info(&self) -> SessionInfo {
         let rec = self.record();
         SessionInfo {
