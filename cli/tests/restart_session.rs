@@ -70,4 +70,14 @@ fn restart_starts_a_failed_session_again_in_the_same_conversation() {
     assert!(view.contains("mock reply #2 to: after the restart"), "turns are counted on: {view}");
     let declared_after = fs::read_to_string(dir.join("chat.yaml")).unwrap();
     assert!(declared_after.starts_with(&declared), "only `send` appended to the file: {declared_after}");
+    drop(up);
+
+    // A later failure is not restarted by the old request: honoured once. (Were it
+    // applied again, the pass that sees the failure would restart it and never
+    // write Failed.)
+    fs::rename(&work, &aside).unwrap();
+    let up = DirUp::start(&dir, &[]);
+    let later = up.wait_status(Kind::Session, "chat", "failed again", |s| phase(s) == "Failed");
+    assert_eq!(later["status"]["restartedAt"], restarted["status"]["restartedAt"], "{later}");
+    assert_eq!(later["status"]["deliveredMessages"], 2, "{later}");
 }
