@@ -74,8 +74,8 @@ enum Command {
     Send(session::SendArgs),
     /// Answer a Session's question or permission request: appends to spec.replies.
     Reply(session::ReplyArgs),
-    /// Run a Process (or a Session's agent) again now, with its restart back-off reset;
-    /// the resource's file is not touched.
+    /// Run a Process again now, with its restart back-off reset, or start a failed
+    /// Session again in the same conversation; the resource's file is not touched.
     Restart(restart::RestartArgs),
     /// Create, list, message, follow, answer and end agent sessions on a node agent.
     #[command(name = "session")]

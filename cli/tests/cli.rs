@@ -304,7 +304,9 @@ fn no_verb_panics_on_a_closed_stdout() {
         concat!(env!("CARGO_MANIFEST_DIR"), "/../node-agent/tests/data/agent-transcripts/claude-tool.jsonl");
     let folder = dir.path().to_str().unwrap();
     let node = [("AGENTPLANE_URL", agent.url.as_str()), ("AGENTPLANE_TOKEN", TOKEN)];
-    let cases: Vec<(Vec<&str>, &[(&str, &str)], Option<&std::path::Path>)> = vec![
+    // A verb's arguments, its environment, and a file for its stdin.
+    type Case<'a> = (Vec<&'a str>, &'a [(&'a str, &'a str)], Option<&'a std::path::Path>);
+    let cases: Vec<Case> = vec![
         (vec!["--help"], &[], None),
         (vec!["get", "--help"], &[], None),
         (vec!["get", "processes", "--dir", folder], &[], None),

@@ -15,6 +15,11 @@
 //! exactly as a changed command is. `status.specHash` then records that it was
 //! honoured, so a resync, a controller restart or the same request seen again starts
 //! nothing more.
+//!
+//! A Session honours it when its node-agent session has failed: the node agent starts
+//! it again in the same conversation (`POST /v1/sessions/{id}/restart`, resumed by the
+//! agent's own id, its queued messages kept). Either way the request is recorded in
+//! `status.restartedAt`, so it never applies to a failure that comes later.
 
 use std::fs;
 use std::io::Write;
