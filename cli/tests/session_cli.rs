@@ -180,7 +180,8 @@ fn a_session_from_create_to_end() {
         "{readable}"
     );
     assert!(
-        readable.contains(&format!("answer: agentplane session reply s1 {} --once, or --always, or --reject", request.id)),
+        readable
+            .contains(&format!("answer: agentplane session reply s1 {} --once, or --always, or --reject", request.id)),
         "{readable}"
     );
 
