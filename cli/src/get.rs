@@ -100,6 +100,7 @@ pub async fn get(args: GetArgs) -> anyhow::Result<i32> {
         wide: args.output == Some(GetFormat::Wide),
         namespaces: args.all_namespaces,
         stale: std::cell::Cell::new(stale.is_some()),
+        stopped_cleanly: std::cell::Cell::new(stopped_cleanly(&store)),
     };
     let mut shown_problems = BTreeSet::new();
     match args.output {
@@ -214,6 +215,31 @@ fn staleness(store: &Store, args: &StoreArgs) -> Option<String> {
     })
 }
 
+/// No `up` holds the directory, and the last one stopped cleanly: its node agent
+/// stopped every process on the way out.
+fn stopped_cleanly(store: &Store) -> bool {
+    let Store::Dir(workspace) = store else { return false };
+    matches!(
+        workspace.state.liveness(),
+        Liveness::NotRunning { last_run: Some(run), .. } if run.stopped_at.is_some()
+    )
+}
+
+/// What a Process's row shows of its phase and reason, and whether its pid is real:
+/// after a clean stop of `up`, one it left alive was stopped with it.
+fn process_phase(
+    recorded: Option<String>,
+    conditions: &[Condition],
+    stopped_cleanly: bool,
+) -> (Option<String>, String, bool) {
+    let alive = recorded.as_deref().is_some_and(|p| !FINAL_PHASES.contains(&p));
+    if stopped_cleanly && alive {
+        return (Some("Stopped".into()), "UpStopped".into(), false);
+    }
+    let reason = reason(recorded.as_deref(), conditions);
+    (recorded, reason, true)
+}
+
 fn selection_key(selection: &Selection, name: &str) -> Key {
     Key { kind: selection.kind, namespace: selection.namespace.clone(), name: name.to_string() }
 }
@@ -310,6 +336,7 @@ async fn watch(
                     None => eprintln!("agentplane up is running: the status is live again"),
                 }
                 columns.stale.set(stale.is_some());
+                columns.stopped_cleanly.set(stopped_cleanly(store));
                 Change::All(store.select(selection).await.unwrap_or_default())
             }
         };
@@ -359,6 +386,9 @@ struct Columns {
     namespaces: bool,
     /// No `up` keeps the records current: phases that claim life are marked.
     stale: std::cell::Cell<bool>,
+    /// The last `up` stopped cleanly, and stopped every process as it went: a Process
+    /// it left Running is Stopped, whatever its record says.
+    stopped_cleanly: std::cell::Cell<bool>,
 }
 
 impl Columns {
@@ -388,15 +418,19 @@ impl Columns {
         match object {
             Object::Process(p) => {
                 let status = p.status.clone().unwrap_or_default();
-                let phase = status.phase.map(|p| format!("{p:?}"));
+                let (phase, reason, pid_is_real) = process_phase(
+                    status.phase.map(|p| format!("{p:?}")),
+                    &status.conditions,
+                    self.stopped_cleanly.get(),
+                );
                 let exit = match (status.exit_code, &status.signal) {
                     (Some(code), _) => code.to_string(),
                     (None, Some(signal)) => signal.clone(),
                     (None, None) => String::new(),
                 };
                 row.extend([
-                    self.phase_cell(meta, phase.clone(), &status.conditions),
-                    reason(phase.as_deref(), &status.conditions),
+                    self.phase_cell(meta, phase, &status.conditions),
+                    reason,
                     command_line(&p.spec.command, &p.spec.args),
                     status.restarts.to_string(),
                     exit,
@@ -407,7 +441,7 @@ impl Columns {
                         conditions::get(&status.conditions, READY).map(|c| c.message.clone()).unwrap_or_default();
                     row.extend([
                         p.spec.sandbox.clone(),
-                        status.pid.map(|p| p.to_string()).unwrap_or_default(),
+                        status.pid.filter(|_| pid_is_real).map(|p| p.to_string()).unwrap_or_default(),
                         source,
                         ready,
                     ]);
@@ -587,9 +621,16 @@ pub async fn describe(args: DescribeArgs) -> anyhow::Result<i32> {
             out.optional(1, "Stop timeout", spec.stop_timeout_seconds.map(|s| format!("{s}s")));
             if let Some(status) = &p.status {
                 out.section("Status");
-                out.optional(1, "Phase", status.phase.map(|p| phase_word(format!("{p:?}"))));
+                let clean = stopped_cleanly(&store);
+                let (phase, _, pid_is_real) =
+                    process_phase(status.phase.map(|p| format!("{p:?}")), &status.conditions, clean);
+                let phase = match phase {
+                    Some(p) if !pid_is_real => Some(format!("{p} (agentplane up stopped it when it stopped)")),
+                    other => other.map(phase_word),
+                };
+                out.optional(1, "Phase", phase);
                 out.optional(1, "Observed generation", status.observed_generation.map(|g| g.to_string()));
-                out.optional(1, "PID", status.pid.map(|p| p.to_string()));
+                out.optional(1, "PID", status.pid.filter(|_| pid_is_real).map(|p| p.to_string()));
                 out.optional(1, "Exit code", status.exit_code.map(|c| c.to_string()));
                 out.optional(1, "Signal", status.signal.clone());
                 out.optional(1, "Started", status.started_at.as_ref().map(|t| format!("{} ({} ago)", t.0, age_of(t))));
