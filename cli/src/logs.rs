@@ -37,16 +37,18 @@ pub struct LogsArgs {
     /// Only stdout or only stderr (processes without a terminal). Both by default.
     #[arg(long, value_enum)]
     stream: Option<StreamArg>,
-    /// Only the last N lines printed so far (then, with -f, all that follows).
+    /// Only the last N lines printed so far (a session: its last N events), then, with
+    /// -f, all that follows.
     #[arg(long, value_name = "N")]
     tail: Option<usize>,
     /// Only output printed in this last while (60s, 5m, 2h), by when the node agent
-    /// received it. (On a terminal, which keeps no time for each line: output printed
+    /// received it (a session: events of that while). (On a terminal, which keeps no time for each line: output printed
     /// before now is shown whole when the process started within that while, left out
     /// when it ended before it, and shown with a note otherwise.)
     #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
     since: Option<std::time::Duration>,
-    /// Each line prefixed with when the node agent received it (RFC 3339, UTC). (On a
+    /// Each line prefixed with when the node agent received it (RFC 3339, UTC; a
+    /// session: each event with its time). (On a
     /// terminal, output printed before this command started has only a bound: `<=TIME`.)
     #[arg(long)]
     timestamps: bool,
@@ -501,6 +503,20 @@ async fn session_logs(args: &LogsArgs, name: &str) -> anyhow::Result<i32> {
         locate(&store, &args.store, args.namespace.as_deref(), Kind::Session, name).await?;
     let flags = hint_flags(&store, &args.store, &key);
     let id = node_session_id(&uid);
+    if args.stream.is_some() {
+        bail!("--stream picks a process's stdout or stderr: a session has one stream of events");
+    }
+    // `--since` and `--tail` pick from what happened so far, as for a process: by the
+    // events' own times, and counting the events this output shows (text leaves the
+    // deltas out).
+    let cutoff = args.since.map(|since| {
+        let ago = time::Duration::try_from(since).unwrap_or(time::Duration::MAX);
+        time::OffsetDateTime::now_utc().checked_sub(ago).unwrap_or(time::OffsetDateTime::UNIX_EPOCH)
+    });
+    let shown = |event: &UniversalEvent| {
+        args.output == EventFormat::Json || event_lines(event, &|_, _| String::new()).is_some()
+    };
+    let mut backlog = Vec::new();
     let mut last = 0;
     loop {
         let page = match client.session_events(&id, &SessionEventsQuery { offset: Some(last), limit: Some(1000) }).await
@@ -518,14 +534,20 @@ async fn session_logs(args: &LogsArgs, name: &str) -> anyhow::Result<i32> {
         if let Some(gap) = &page.gap {
             eprintln!("(events {} to {} are lost)", gap.from, gap.to.saturating_sub(1));
         }
-        for event in &page.events {
-            if !printed(print_event(event, args.output, name, &flags))? {
-                return Ok(0);
-            }
+        for event in page.events {
             last = event.sequence;
+            if cutoff.is_none_or(|cutoff| event.time >= cutoff) && shown(&event) {
+                backlog.push(event);
+            }
         }
         if !page.has_more {
             break;
+        }
+    }
+    let skip = args.tail.map_or(0, |n| backlog.len().saturating_sub(n));
+    for event in &backlog[skip..] {
+        if !printed(print_event(event, args.output, name, &flags, args.timestamps))? {
+            return Ok(0);
         }
     }
     if !args.follow {
@@ -535,7 +557,7 @@ async fn session_logs(args: &LogsArgs, name: &str) -> anyhow::Result<i32> {
     while let Some(item) = events.next().await {
         match item? {
             SessionStreamItem::Event(event) => {
-                if !printed(print_event(&event, args.output, name, &flags))? {
+                if !printed(print_event(&event, args.output, name, &flags, args.timestamps))? {
                     return Ok(0);
                 }
             }
@@ -562,7 +584,13 @@ fn printed(result: anyhow::Result<()>) -> anyhow::Result<bool> {
     }
 }
 
-fn print_event(event: &UniversalEvent, format: EventFormat, session: &str, flags: &str) -> anyhow::Result<()> {
+fn print_event(
+    event: &UniversalEvent,
+    format: EventFormat,
+    session: &str,
+    flags: &str,
+    timestamps: bool,
+) -> anyhow::Result<()> {
     use std::io::Write;
     let mut out = std::io::stdout().lock();
     if format == EventFormat::Json {
@@ -581,6 +609,12 @@ fn print_event(event: &UniversalEvent, format: EventFormat, session: &str, flags
         }
     };
     if let Some(lines) = event_lines(event, &answer) {
+        if timestamps {
+            // The event's full time first, as kubectl's --timestamps does.
+            let at =
+                event.time.to_offset(time::UtcOffset::UTC).format(&time::format_description::well_known::Rfc3339)?;
+            write!(out, "{at} ")?;
+        }
         writeln!(out, "{lines}")?;
     }
     Ok(())

@@ -171,6 +171,22 @@ fn a_session_reads_the_same_in_logs_and_session_events_a_tool_call_after_its_per
     let output = at("ran: touch x");
     assert!(lines[output].starts_with("               ran: touch x"), "{logs}");
     assert!(lines[output - 1].contains("item.completed tool_result"), "{logs}");
+
+    // `--tail`, `--since` and `--timestamps` as for a process, counting events.
+    let (tail, _) = d.ok(&["logs", "session/chat", "--tail", "2"]);
+    // An event's first line starts with its sequence, right-aligned in five columns.
+    let first_line = |l: &&str| l.get(..5).is_some_and(|n| n.trim().parse::<u64>().is_ok());
+    let events: Vec<&str> = logs.lines().filter(first_line).collect();
+    let last_two: Vec<&str> = tail.lines().filter(first_line).collect();
+    assert_eq!(last_two, events[events.len() - 2..], "the last two events:\n{tail}\nof\n{logs}");
+    let (none, _) = d.ok(&["logs", "session/chat", "--since", "0s"]);
+    assert_eq!(none, "", "nothing happened in the last 0 seconds");
+    let (all, _) = d.ok(&["logs", "session/chat", "--since", "1h"]);
+    assert_eq!(all, logs);
+    let (stamped_logs, _) = d.ok(&["logs", "session/chat", "--timestamps", "--tail", "1"]);
+    let (at, rest) = stamped(stamped_logs.lines().next().unwrap());
+    assert!(rest.ends_with(events[events.len() - 1].trim_start()), "{stamped_logs}");
+    assert!(time::OffsetDateTime::now_utc() - at < time::Duration::minutes(5), "{stamped_logs}");
 }
 
 #[test]
