@@ -190,6 +190,30 @@ async fn write_input(
     Ok(Json(process.info()))
 }
 
+/// The `wait` of an output read (a long poll): until `more` comes, the process exits,
+/// the node agent stops, or `wait` seconds pass; nothing without `wait`.
+async fn long_poll(
+    state: &AppState,
+    process: &Process,
+    wait: Option<f64>,
+    more: impl std::future::Future<Output = ()>,
+) -> Result<()> {
+    let Some(wait) = wait else { return Ok(()) };
+    if !wait.is_finite() || !(0.0..=60.0).contains(&wait) {
+        return Err(Error::InvalidRequest(format!("wait {wait} must be between 0 and 60 seconds")));
+    }
+    let mut run_state = process.watch_state();
+    let _ = tokio::time::timeout(Duration::from_secs_f64(wait), async {
+        tokio::select! {
+            () = more => {}
+            _ = run_state.wait_for(RunState::is_exited) => {}
+            () = state.shutdown.cancelled() => {}
+        }
+    })
+    .await;
+    Ok(())
+}
+
 /// Retained output from a byte offset, for clients without WebSocket. With `wait`,
 /// waits for output past the offset (a long poll).
 #[utoipa::path(get, path = "/v1/processes/{id}/output", tag = "processes", params(("id" = String, Path), OutputQuery),
@@ -208,20 +232,7 @@ async fn read_output(
         return Err(Error::InvalidRequest(format!("offset {offset} is past the end of the output ({total} bytes)")));
     }
     let limit = query.limit.unwrap_or(MAX_OUTPUT_READ).clamp(1, MAX_OUTPUT_READ);
-    if let Some(wait) = query.wait {
-        if !wait.is_finite() || !(0.0..=60.0).contains(&wait) {
-            return Err(Error::InvalidRequest(format!("wait {wait} must be between 0 and 60 seconds")));
-        }
-        let mut run_state = process.watch_state();
-        let _ = tokio::time::timeout(Duration::from_secs_f64(wait), async {
-            tokio::select! {
-                () = buffer.wait_past(offset) => {}
-                _ = run_state.wait_for(RunState::is_exited) => {}
-                () = state.shutdown.cancelled() => {}
-            }
-        })
-        .await;
-    }
+    long_poll(&state, &process, query.wait, buffer.wait_past(offset)).await?;
     let read = buffer.read(offset, limit);
     let encoding = query.encoding.unwrap_or_default();
     let next_offset = read.offset + read.data.len() as u64;
@@ -264,20 +275,7 @@ async fn read_interleaved_output(
     let since = query.since.as_deref().map(parse_since).transpose()?;
     let seq = query.seq.unwrap_or(0);
     let limit = query.limit.unwrap_or(MAX_OUTPUT_READ).clamp(1, MAX_OUTPUT_READ);
-    if let Some(wait) = query.wait {
-        if !wait.is_finite() || !(0.0..=60.0).contains(&wait) {
-            return Err(Error::InvalidRequest(format!("wait {wait} must be between 0 and 60 seconds")));
-        }
-        let mut run_state = process.watch_state();
-        let _ = tokio::time::timeout(Duration::from_secs_f64(wait), async {
-            tokio::select! {
-                () = index.wait_past(seq) => {}
-                _ = run_state.wait_for(RunState::is_exited) => {}
-                () = state.shutdown.cancelled() => {}
-            }
-        })
-        .await;
-    }
+    long_poll(&state, &process, query.wait, index.wait_past(seq)).await?;
     // Read after the index: every chunk it names was in its ring before it was recorded.
     let read = index.read(seq, since, usize::MAX);
     let encoding = query.encoding.unwrap_or_default();
