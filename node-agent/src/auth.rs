@@ -42,9 +42,7 @@ impl Auth {
 
     /// Mints a ticket that opens one WebSocket to `process_id`.
     pub fn issue_ticket(&self, process_id: &str) -> (String, OffsetDateTime) {
-        let mut raw = [0u8; 24];
-        getrandom::fill(&mut raw).expect("the OS random source works");
-        let ticket: String = raw.iter().map(|b| format!("{b:02x}")).collect();
+        let ticket = crate::random::hex(24);
         let now = Instant::now();
         let mut tickets = self.tickets.lock().unwrap_or_else(|e| e.into_inner());
         tickets.retain(|_, (_, expires)| *expires > now);

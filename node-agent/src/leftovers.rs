@@ -52,9 +52,7 @@ impl ChildRegistry {
         let id = match fs::read_to_string(&path) {
             Ok(id) if !id.trim().is_empty() => id.trim().to_string(),
             _ => {
-                let mut bytes = [0u8; 16];
-                getrandom::fill(&mut bytes).expect("the OS random source works");
-                let id: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+                let id = crate::random::hex(16);
                 let mut file = fs::File::create(&path).map_err(|e| io("writing the id", e))?;
                 file.write_all(id.as_bytes()).map_err(|e| io("writing the id", e))?;
                 id

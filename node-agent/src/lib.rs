@@ -15,6 +15,7 @@ pub mod model;
 pub mod model_server;
 pub mod output;
 pub mod process;
+pub mod random;
 pub mod server;
 pub mod sessions;
 pub mod signals;

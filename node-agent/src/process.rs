@@ -819,13 +819,7 @@ fn validate(request: &CreateProcessRequest) -> Result<()> {
 }
 
 fn new_id() -> String {
-    let mut bytes = [0u8; 6];
-    getrandom::fill(&mut bytes).expect("the OS random source works");
-    let mut id = String::from("p-");
-    for b in bytes {
-        id.push_str(&format!("{b:02x}"));
-    }
-    id
+    format!("p-{}", crate::random::hex(6))
 }
 
 fn spawn_reader(

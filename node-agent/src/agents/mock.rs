@@ -125,12 +125,7 @@ impl MockDriver {
         let state = match saved {
             Some(saved) => serde_json::from_value(saved)
                 .map_err(|e| Error::InvalidRequest(format!("the mock's saved state is unreadable: {e}")))?,
-            None => {
-                let mut bytes = [0u8; 6];
-                getrandom::fill(&mut bytes).expect("the OS random source works");
-                let id: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-                MockState { agent_session_id: format!("mock-{id}"), ..Default::default() }
-            }
+            None => MockState { agent_session_id: format!("mock-{}", crate::random::hex(6)), ..Default::default() },
         };
         Ok(MockDriver { state, permission_mode: config.permission_mode })
     }

@@ -160,15 +160,7 @@ impl Resolution {
 /// mock's `turn-N-permission` or a JSON-RPC counter, can be guessed). `kind` keeps it
 /// readable: `perm-...`, `q-...`.
 fn public_request_id(kind: &str) -> String {
-    let mut raw = [0u8; 16];
-    getrandom::fill(&mut raw).expect("the OS random source works");
-    let mut id = String::with_capacity(kind.len() + 1 + 32);
-    id.push_str(kind);
-    id.push('-');
-    for byte in raw {
-        id.push_str(&format!("{byte:02x}"));
-    }
-    id
+    format!("{kind}-{}", crate::random::hex(16))
 }
 
 impl SessionRecord {
