@@ -9,7 +9,6 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fs;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use agentplane_crds::{EnvFromSource, EnvVar};
@@ -149,16 +148,17 @@ pub fn referenced_files<'a>(env: &'a [EnvVar], env_from: &'a [EnvFromSource]) ->
 /// ever blocking: FIFOs and devices are opened non-blocking and refused by what `fstat`
 /// says, before any read.
 fn read_confined(root: &Path, path: &Path) -> Result<String, EnvFileError> {
-    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    use std::os::unix::fs::FileTypeExt;
+
+    use super::read::{self, Refused};
     let unreadable = |e: std::io::Error| EnvFileError::Unreadable { path: path.to_path_buf(), reason: e.to_string() };
     // Every symlink and `..` resolved: what is actually read must be under the folder.
     let real = fs::canonicalize(path).map_err(unreadable)?;
     if !real.starts_with(root) {
         return Err(EnvFileError::OutsideFolder { path: path.to_path_buf(), real, root: root.to_path_buf() });
     }
-    let flags = nix::fcntl::OFlag::O_NONBLOCK | nix::fcntl::OFlag::O_NOFOLLOW | nix::fcntl::OFlag::O_NOCTTY;
-    // O_NOFOLLOW: a symlink swapped in since the check is refused (ELOOP), not followed.
-    let file = fs::OpenOptions::new().read(true).custom_flags(flags.bits()).open(&real).map_err(unreadable)?;
+    // Not following a final symlink: one swapped in since the check is refused (ELOOP).
+    let file = read::open(&real, false).map_err(unreadable)?;
     // A folder on the way swapped for a symlink since the check: what was opened is
     // what the kernel says it is.
     if let Ok(opened) = fs::read_link(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&file)))
@@ -166,31 +166,24 @@ fn read_confined(root: &Path, path: &Path) -> Result<String, EnvFileError> {
     {
         return Err(EnvFileError::OutsideFolder { path: path.to_path_buf(), real: opened, root: root.to_path_buf() });
     }
-    let meta = file.metadata().map_err(unreadable)?;
-    let kind = meta.file_type();
-    if !kind.is_file() {
-        let what = if kind.is_fifo() {
-            "a FIFO"
-        } else if kind.is_char_device() || kind.is_block_device() {
-            "a device"
-        } else if kind.is_socket() {
-            "a socket"
-        } else if kind.is_dir() {
-            "a directory"
-        } else {
-            "not a file"
-        };
-        return Err(EnvFileError::NotRegular { path: path.to_path_buf(), what });
-    }
-    if meta.len() > MAX_ENV_FILE_BYTES {
-        return Err(EnvFileError::TooLarge { path: path.to_path_buf() });
-    }
-    // The size can grow between fstat and read: never read more than the limit allows.
-    let mut bytes = Vec::new();
-    file.take(MAX_ENV_FILE_BYTES + 1).read_to_end(&mut bytes).map_err(unreadable)?;
-    if bytes.len() as u64 > MAX_ENV_FILE_BYTES {
-        return Err(EnvFileError::TooLarge { path: path.to_path_buf() });
-    }
+    let bytes = read::regular_bytes(&file, MAX_ENV_FILE_BYTES).map_err(|refused| match refused {
+        Refused::Io(e) => unreadable(e),
+        Refused::TooLarge => EnvFileError::TooLarge { path: path.to_path_buf() },
+        Refused::NotRegular(kind) => {
+            let what = if kind.is_fifo() {
+                "a FIFO"
+            } else if kind.is_char_device() || kind.is_block_device() {
+                "a device"
+            } else if kind.is_socket() {
+                "a socket"
+            } else if kind.is_dir() {
+                "a directory"
+            } else {
+                "not a file"
+            };
+            EnvFileError::NotRegular { path: path.to_path_buf(), what }
+        }
+    })?;
     String::from_utf8(bytes)
         .map_err(|_| EnvFileError::Unreadable { path: path.to_path_buf(), reason: "it is not UTF-8 text".to_string() })
 }

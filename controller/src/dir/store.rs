@@ -534,22 +534,13 @@ fn walk(dir: &Path, skip: &Path) -> Walked {
 /// have been replaced since (by a FIFO, whose read would block a rescan for ever) or
 /// grown: opened without blocking, checked again, and read up to the limit only.
 fn read_resource_file(path: &Path) -> std::result::Result<String, String> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let flags = nix::fcntl::OFlag::O_NONBLOCK | nix::fcntl::OFlag::O_NOCTTY;
-    let file = fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(flags.bits())
-        .open(path)
-        .map_err(|e| format!("cannot read it: {e}"))?;
-    if !file.metadata().is_ok_and(|m| m.is_file()) {
-        return Err("it is not a regular file: only regular files are read".to_string());
-    }
-    let mut bytes = Vec::new();
-    file.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes).map_err(|e| format!("cannot read it: {e}"))?;
-    if bytes.len() as u64 > MAX_FILE_BYTES {
-        return Err(format!("it holds more than a resource file may hold ({MAX_FILE_BYTES} bytes)"));
-    }
+    use super::read::{self, Refused};
+    let file = read::open(path, true).map_err(|e| format!("cannot read it: {e}"))?;
+    let bytes = read::regular_bytes(&file, MAX_FILE_BYTES).map_err(|refused| match refused {
+        Refused::Io(e) => format!("cannot read it: {e}"),
+        Refused::NotRegular(_) => "it is not a regular file: only regular files are read".to_string(),
+        Refused::TooLarge => format!("it holds more than a resource file may hold ({MAX_FILE_BYTES} bytes)"),
+    })?;
     String::from_utf8(bytes).map_err(|_| "it is not UTF-8 text".to_string())
 }
 
