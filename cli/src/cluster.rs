@@ -159,10 +159,12 @@ impl Cluster {
                 key.namespace
             )
         };
-        let endpoint = sandbox.spec.endpoint.trim();
-        if endpoint.is_empty() {
-            bail!("{} has no endpoint (spec.endpoint): there is no node agent to ask", ref_name(&key));
-        }
+        let Some(endpoint) = sandbox.endpoint().map(str::trim).filter(|e| !e.is_empty()) else {
+            bail!(
+                "{} has no endpoint yet (spec.endpoint, or status.endpoint once the controller started it): there is no node agent to ask",
+                ref_name(&key)
+            );
+        };
         let token = match &sandbox.spec.token_secret_ref {
             Some(selector) => Some(self.token(&key, selector).await?),
             None => None,

@@ -468,7 +468,7 @@ impl Columns {
                 row.extend([
                     self.phase_cell(meta, ready, &status.conditions),
                     reason(None, &status.conditions),
-                    s.spec.endpoint.clone(),
+                    s.endpoint().unwrap_or_default().to_string(),
                     status.node_agent_version.clone().unwrap_or_default(),
                     age,
                 ]);
@@ -703,7 +703,7 @@ pub async fn describe(args: DescribeArgs) -> anyhow::Result<i32> {
         }
         Object::Sandbox(s) => {
             out.section("Spec");
-            out.field(1, "Endpoint", s.spec.endpoint.clone());
+            out.field(1, "Endpoint", s.endpoint().unwrap_or("(managed; not started yet)").to_string());
             out.optional(1, "Token secret", s.spec.token_secret_ref.as_ref().map(|r| format!("{}/{}", r.name, r.key)));
             for agent in &s.spec.agents {
                 out.field(

@@ -84,6 +84,33 @@ enum Command {
     /// `agentplane completion zsh > "${fpath[1]}/_agentplane"`,
     /// `agentplane completion fish > ~/.config/fish/completions/agentplane.fish`.
     Completion(completion::CompletionArgs),
+    /// Join cgroups, then exec a program: how `up` starts a managed sandbox, so that
+    /// nothing of it runs outside its limits.
+    #[command(hide = true)]
+    SandboxExec(SandboxExecArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct SandboxExecArgs {
+    /// A cgroup directory to join first (repeatable).
+    #[arg(long = "cgroup")]
+    cgroups: Vec<std::path::PathBuf>,
+    /// The program and its arguments.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+    command: Vec<std::ffi::OsString>,
+}
+
+/// `sandbox-exec`: returns only on failure.
+fn sandbox_exec(args: SandboxExecArgs) -> i32 {
+    use std::os::unix::process::CommandExt;
+    if let Err(e) = agentplane_controller::dir::managed::cgroup::join(&args.cgroups) {
+        eprintln!("agentplane sandbox-exec: cannot join the sandbox's cgroups: {e}");
+        return 1;
+    }
+    let (program, rest) = args.command.split_first().expect("clap requires a command");
+    let error = std::process::Command::new(program).args(rest).exec();
+    eprintln!("agentplane sandbox-exec: cannot run {}: {error}", program.to_string_lossy());
+    127
 }
 
 fn main() {
@@ -94,6 +121,10 @@ fn main() {
             let _ = error.print();
             std::process::exit(if error.use_stderr() { 1 } else { 0 });
         }
+    };
+    let cli = match cli.command {
+        Command::SandboxExec(args) => std::process::exit(sandbox_exec(args)),
+        command => Cli { command },
     };
     // One thread for all async work: every blocking read, write and wait of the node
     // agent has a thread of its own, so the async side only moves bytes between them
@@ -128,6 +159,7 @@ fn main() {
             Command::Restart(args) => restart::restart(args).await,
             Command::AgentSession(args) => agent_session::run(args).await,
             Command::Completion(args) => completion::run(args, Cli::command()),
+            Command::SandboxExec(args) => Ok(sandbox_exec(args)),
         };
         match result {
             Ok(code) => code,

@@ -21,9 +21,28 @@ pub struct NodeAgentArgs {
     /// Address to listen on.
     #[arg(long, env = "AGENTPLANE_LISTEN", default_value = "127.0.0.1:2468")]
     listen: SocketAddr,
+    /// Listen on this Unix socket instead of --listen.
+    #[arg(long, env = "AGENTPLANE_LISTEN_UNIX", value_name = "PATH", conflicts_with = "register")]
+    listen_unix: Option<PathBuf>,
     /// Bearer token every client must present (at least 8 characters).
-    #[arg(long, env = "AGENTPLANE_TOKEN", hide_env_values = true, conflicts_with = "no_token")]
+    #[arg(long, env = "AGENTPLANE_TOKEN", hide_env_values = true, conflicts_with_all = ["no_token", "token_stdin"])]
     token: Option<String>,
+    /// Read the token from the first line of standard input: it is then in no
+    /// environment and no command line for the programs it runs to find (how the
+    /// controller starts a managed sandbox).
+    #[arg(long, conflicts_with = "no_token")]
+    token_stdin: bool,
+    /// Print `ready` on standard output once serving (for a supervisor to wait on).
+    #[arg(long, hide = true)]
+    announce_ready: bool,
+    /// Inside a managed sandbox with `network: allowlist`: the controller's proxy,
+    /// a Unix socket bound in; it is served on 127.0.0.1:3128 for HTTP(S)_PROXY.
+    #[arg(long, value_name = "PATH", hide = true)]
+    proxy_socket: Option<PathBuf>,
+    /// With --proxy-socket: a loopback `HOST:PORT` the allowlist names, served on the
+    /// same port inside and tunnelled through the proxy (repeatable).
+    #[arg(long = "tunnel", value_name = "HOST:PORT", hide = true, requires = "proxy_socket")]
+    tunnels: Vec<String>,
     /// Serve without authentication: for local experiments only.
     #[arg(long, env = "AGENTPLANE_NO_TOKEN")]
     no_token: bool,
@@ -224,7 +243,8 @@ impl Registering {
         token: Option<String>,
         shutdown: &CancellationToken,
     ) -> anyhow::Result<Self> {
-        let node = agentplane_node_agent::client::Client::new(&local_url(server.local_addr()), token)
+        let addr = server.local_addr().context("registration needs a TCP listener")?;
+        let node = agentplane_node_agent::client::Client::new(&local_url(addr), token)
             .context("cannot build a client of this node agent")?;
         let stop = shutdown.child_token();
         let task = tokio::spawn(register::run(cluster, registration, node, stop.clone()));
@@ -254,10 +274,13 @@ fn local_url(addr: SocketAddr) -> String {
 
 pub async fn run(args: NodeAgentArgs) -> anyhow::Result<()> {
     init_logging();
-    let token = match (args.token, args.no_token) {
-        (Some(token), false) => Some(token),
-        (None, true) => None,
-        _ => bail!("give a token (--token or AGENTPLANE_TOKEN), or --no-token to serve without authentication"),
+    let token = match (args.token, args.no_token, args.token_stdin) {
+        (Some(token), false, false) => Some(token),
+        (None, false, true) => Some(read_token_line()?),
+        (None, true, false) => None,
+        _ => bail!(
+            "give a token (--token, AGENTPLANE_TOKEN or --token-stdin), or --no-token to serve without authentication"
+        ),
     };
     if args.output_buffer_bytes == 0 {
         bail!("--output-buffer-bytes must be positive");
@@ -272,6 +295,7 @@ pub async fn run(args: NodeAgentArgs) -> anyhow::Result<()> {
     };
     let config = Config {
         listen: args.listen,
+        listen_unix: args.listen_unix.clone(),
         token,
         data_dir,
         cors_origins: args.cors_origins,
@@ -292,16 +316,29 @@ pub async fn run(args: NodeAgentArgs) -> anyhow::Result<()> {
         ..Default::default()
     };
     let server = Server::bind_with(config.clone(), sessions, shutdown.clone()).await?;
+    if let Some(socket) = &args.proxy_socket {
+        serve_proxy_bridges(socket, &args.tunnels, &shutdown).await?;
+    }
     if let Some(addr) = args.metrics_listen {
         let bound = server.serve_metrics(addr).await?;
         tracing::info!(metrics = %bound, "metrics served without the token");
     }
+    let listen = match (server.local_addr(), &args.listen_unix) {
+        (Some(addr), _) => addr.to_string(),
+        (None, Some(path)) => format!("unix:{}", path.display()),
+        (None, None) => String::new(),
+    };
     tracing::info!(
-        listen = %server.local_addr(),
+        listen = %listen,
         data_dir = %config.data_dir.display(),
         auth = config.token.is_some(),
         "node agent ready"
     );
+    if args.announce_ready {
+        use std::io::Write;
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "ready").and_then(|()| out.flush()).context("announcing readiness on stdout")?;
+    }
     let registering = match cluster {
         Some((cluster, registration)) => {
             Some(Registering::start(cluster, registration, &server, config.token.clone(), &shutdown)?)
@@ -315,6 +352,45 @@ pub async fn run(args: NodeAgentArgs) -> anyhow::Result<()> {
     }
     served?;
     tracing::info!("node agent stopped");
+    Ok(())
+}
+
+/// The token from standard input's first line (see `--token-stdin`).
+fn read_token_line() -> anyhow::Result<String> {
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).context("reading the token from standard input")?;
+    let token = line.trim_end_matches(['\r', '\n']).to_string();
+    if token.is_empty() {
+        bail!("--token-stdin: standard input held no token");
+    }
+    Ok(token)
+}
+
+/// The controller's proxy on the sandbox's own loopback (see `--proxy-socket`), and a
+/// tunnel for each allowed loopback service.
+async fn serve_proxy_bridges(
+    socket: &std::path::Path,
+    tunnels: &[String],
+    shutdown: &CancellationToken,
+) -> anyhow::Result<()> {
+    use agentplane_controller::dir::managed::SANDBOX_PROXY_ADDR;
+    use agentplane_node_agent::netproxy;
+    let listener = tokio::net::TcpListener::bind(SANDBOX_PROXY_ADDR)
+        .await
+        .with_context(|| format!("serving the proxy on {SANDBOX_PROXY_ADDR}"))?;
+    tokio::spawn(netproxy::bridge_to_unix(listener, socket.to_path_buf(), shutdown.clone()));
+    for tunnel in tunnels {
+        let (host, port) = tunnel
+            .rsplit_once(':')
+            .and_then(|(h, p)| Some((h.trim_matches(['[', ']']).to_string(), p.parse::<u16>().ok()?)))
+            .with_context(|| format!("--tunnel {tunnel:?}: write HOST:PORT"))?;
+        let bind = if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") };
+        // `localhost` may name either loopback; the sandbox's own resolves to 127.0.0.1.
+        let bind = if host == "localhost" { format!("127.0.0.1:{port}") } else { bind };
+        let listener =
+            tokio::net::TcpListener::bind(&bind).await.with_context(|| format!("serving the tunnel on {bind}"))?;
+        tokio::spawn(netproxy::tunnel_port(listener, socket.to_path_buf(), host, port, shutdown.clone()));
+    }
     Ok(())
 }
 

@@ -101,8 +101,7 @@ impl Store {
     /// The node agent that runs a Process or Session.
     pub async fn node_agent(&self, object: &Object) -> anyhow::Result<Client> {
         match self {
-            // A running `up` embeds the only node agent the directory store drives.
-            Store::Dir(workspace) => workspace.node_agent(),
+            Store::Dir(workspace) => workspace.node_agent_for(object),
             Store::Kube(cluster) => cluster.node_agent(object).await,
         }
     }
@@ -110,7 +109,7 @@ impl Store {
     /// The node agent to show a Process's output from, or in a few words why there is none.
     pub async fn output_source(&self, object: &Object) -> Result<Client, String> {
         match self {
-            Store::Dir(workspace) => workspace.node_agent().map_err(|_| "agentplane up is not running".to_string()),
+            Store::Dir(workspace) => workspace.node_agent_for(object).map_err(|e| format!("{e:#}")),
             Store::Kube(cluster) => cluster.node_agent(object).await.map_err(|e| format!("{e:#}")),
         }
     }

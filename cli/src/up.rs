@@ -80,6 +80,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     crate::node_agent::watch_stop_signals(shutdown.clone())?;
     let config = Config {
         listen: args.listen,
+        listen_unix: None,
         token: token.clone(),
         data_dir: state.node_agent_dir(),
         cors_origins: Vec::new(),
@@ -103,7 +104,15 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         Some(addr) => Some(server.serve_metrics(addr).await?),
         None => None,
     };
-    let url = format!("http://{}", server.local_addr());
+    let url = format!("http://{}", server.local_addr().context("up's node agent listens on TCP")?);
+    // Managed Sandboxes: this binary runs their node agents, with the agent CLIs the
+    // embedded node agent installs, and the user's folder and this state hidden.
+    store_config.launch = Some(agentplane_controller::dir::managed::LaunchConfig {
+        binary: std::env::current_exe().context("finding this program, to start sandboxes with")?,
+        agents_dir: state.node_agent_dir().join("agents"),
+        root: state.sandboxes_dir(),
+        masked: vec![dir.clone(), state.root().canonicalize().unwrap_or_else(|_| state.root().to_path_buf())],
+    });
     let sandboxes = Arc::new(Sandboxes::new());
     sandboxes.insert(agentplane_crds::LOCAL_SANDBOX, Client::new(&url, token.clone())?);
     let store = DirStore::open(store_config, sandboxes)?;

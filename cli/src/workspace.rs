@@ -152,7 +152,7 @@ impl Workspace {
         let info = self.up()?;
         let mut sandbox = agentplane_crds::Sandbox::new(
             agentplane_crds::LOCAL_SANDBOX,
-            agentplane_crds::SandboxSpec { endpoint: info.url.clone(), token_secret_ref: None, agents: Vec::new() },
+            agentplane_crds::SandboxSpec { endpoint: Some(info.url.clone()), ..Default::default() },
         );
         sandbox.metadata.namespace = Some(namespace.to_string());
         sandbox.metadata.creation_timestamp =
@@ -192,6 +192,54 @@ impl Workspace {
             )
         };
         Ok(Client::new(&info.url, info.token)?)
+    }
+
+    /// The node agent a Process or Session runs on: the embedded one (`local`), an
+    /// external Sandbox's, or a managed Sandbox's (its endpoint from its status, its
+    /// token from its folder in the state directory).
+    pub fn node_agent_for(&self, object: &Object) -> anyhow::Result<Client> {
+        let sandbox = match object {
+            Object::Process(p) => {
+                p.status.as_ref().and_then(|s| s.sandbox.clone()).unwrap_or_else(|| p.spec.sandbox.clone())
+            }
+            Object::Session(s) => {
+                s.status.as_ref().and_then(|s| s.sandbox.clone()).unwrap_or_else(|| s.spec.sandbox.clone())
+            }
+            Object::Sandbox(s) => s.metadata.name.clone().unwrap_or_default(),
+        };
+        if sandbox == agentplane_crds::LOCAL_SANDBOX {
+            return self.node_agent();
+        }
+        let namespace = object.key().namespace;
+        let key = Key { kind: Kind::Sandbox, namespace, name: sandbox.clone() };
+        let Some(Object::Sandbox(record)) = self.record(&key)? else {
+            bail!(
+                "{} runs on sandbox {sandbox:?}, which this folder does not declare",
+                crate::resources::ref_name(&object.key())
+            )
+        };
+        if self.up().is_none() {
+            bail!(
+                "no `agentplane up` is running on {}, so sandbox {sandbox:?} is not either: start one with `agentplane up --dir {}`",
+                self.dir.display(),
+                crate::printing::shell_quote(&self.dir.to_string_lossy())
+            )
+        }
+        let Some(endpoint) = record.endpoint() else {
+            bail!("sandbox {sandbox:?} has not started yet: see `agentplane describe sandbox {sandbox}`")
+        };
+        let token = match (&record.spec.endpoint, &record.metadata.uid) {
+            (None, Some(uid)) => {
+                let dir = agentplane_controller::dir::managed::sandbox_dir(&self.state.sandboxes_dir(), &sandbox, uid);
+                let path = agentplane_controller::dir::managed::token_path(&dir);
+                Some(
+                    fs::read_to_string(&path)
+                        .with_context(|| format!("reading sandbox {sandbox:?}'s token from {}", path.display()))?,
+                )
+            }
+            _ => None,
+        };
+        Ok(Client::new(endpoint, token)?)
     }
 
     /// Every file the store reads, parsed.

@@ -190,7 +190,7 @@ async fn registers_keeps_a_heartbeat_and_leaves_the_users_spec_alone() {
     let agent = NodeAgent::start(data.path(), &args).await;
     let registered =
         wait_sandbox(&api, "box", "registered with a heartbeat", Some(&agent), |s| heartbeat(s).is_some()).await;
-    assert_eq!(registered.spec.endpoint, "http://box.sandboxes.test:2468");
+    assert_eq!(registered.spec.endpoint.as_deref(), Some("http://box.sandboxes.test:2468"));
     assert_eq!(
         registered.spec.token_secret_ref,
         Some(SecretKeySelector { name: "box-token".into(), key: "token".into() })
@@ -222,7 +222,7 @@ async fn registers_keeps_a_heartbeat_and_leaves_the_users_spec_alone() {
     args.extend(["--sandbox-namespace", &ns, "--token-secret", "box-token:bearer"]);
     let agent = NodeAgent::start(data.path(), &args).await;
     let resumed = wait_heartbeat_after(&api, "box", last, &agent).await;
-    assert_eq!(resumed.spec.endpoint, "https://box-2.sandboxes.test");
+    assert_eq!(resumed.spec.endpoint.as_deref(), Some("https://box-2.sandboxes.test"));
     assert_eq!(resumed.spec.token_secret_ref.as_ref().map(|r| r.key.as_str()), Some("bearer"));
     assert_eq!(resumed.spec.agents, agents);
 
@@ -291,7 +291,7 @@ async fn registers_with_exactly_the_node_agents_permissions() {
     grant_node_agent_rbac(server.client().await, &format!("agentplane-node-agent-{suffix}")).await;
     let api: Api<Sandbox> = Api::namespaced(server.client().await, NODE_AGENT_NAMESPACE);
     let registered = wait_sandbox(&api, &name, "registered", Some(&agent), |s| heartbeat(s).is_some()).await;
-    assert_eq!(registered.spec.endpoint, "http://rbac.test:2468");
+    assert_eq!(registered.spec.endpoint.as_deref(), Some("http://rbac.test:2468"));
     assert_eq!(
         registered.status.as_ref().and_then(|s| s.node_agent_version.as_deref()),
         Some(env!("CARGO_PKG_VERSION"))

@@ -16,6 +16,10 @@ use crate::{Error, Result};
 pub struct SandboxHandle {
     pub name: String,
     pub client: Client,
+    /// Where agent CLIs are installed for it, when not by its own node agent: a
+    /// managed sandbox sees the shared agents directory read-only, so the embedded
+    /// node agent installs into it from outside.
+    pub installer: Option<Client>,
 }
 
 #[derive(Debug)]
@@ -48,8 +52,18 @@ impl Sandboxes {
     }
 
     pub fn insert(&self, key: &str, client: Client) {
-        let handle = Arc::new(SandboxHandle { name: key.to_string(), client });
+        self.insert_with_installer(key, client, None);
+    }
+
+    /// A sandbox whose agent CLIs another node agent installs (see `SandboxHandle::installer`).
+    pub fn insert_with_installer(&self, key: &str, client: Client, installer: Option<Client>) {
+        let handle = Arc::new(SandboxHandle { name: key.to_string(), client, installer });
         self.write().insert(key.to_string(), Entry::Ready(handle));
+    }
+
+    /// The client of the implicit `local` sandbox, if there is one.
+    pub fn local_client(&self) -> Option<Client> {
+        self.get(agentplane_crds::LOCAL_SANDBOX).ok().map(|h| h.client.clone())
     }
 
     pub fn set_not_ready(&self, key: &str, why: impl Into<String>) {

@@ -281,11 +281,27 @@ impl SessionReconciler {
                         return step.done(Some(RETRY_LATER));
                     }
                 };
+                let agent = serde_json::to_value(spec.agent)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_string))
+                    .unwrap_or_default();
+                // A managed sandbox sees the agents directory read-only: the CLI is
+                // installed into it from outside first (a no-op when it is there).
+                if let Some(installer) = &sandbox.installer
+                    && spec.agent != agentplane_crds::AgentKind::Mock
+                {
+                    let request = agentplane_node_agent::model::InstallRequest {
+                        version: spec.agent_version.clone(),
+                        reinstall: false,
+                    };
+                    if let Err(e) = installer.install_agent(&agent, &request).await {
+                        step.status.phase = Some(SessionPhase::Pending);
+                        step.ready(false, "InstallFailed", format!("installing {agent} for the sandbox: {e}"));
+                        return step.done(Some(RETRY_LATER));
+                    }
+                }
                 let request = CreateSessionRequest {
-                    agent: serde_json::to_value(spec.agent)
-                        .ok()
-                        .and_then(|v| v.as_str().map(str::to_string))
-                        .unwrap_or_default(),
+                    agent,
                     agent_version: spec.agent_version.clone(),
                     agent_mode: spec.agent_mode.clone(),
                     permission_mode: Some(match spec.permission_mode {

@@ -22,6 +22,9 @@ use crate::sessions::{SessionManager, SessionOptions};
 #[derive(Debug, Clone)]
 pub struct Config {
     pub listen: SocketAddr,
+    /// Listen on this Unix socket instead of `listen` (a managed sandbox in a network
+    /// namespace of its own is reached only through a socket bound out of it).
+    pub listen_unix: Option<PathBuf>,
     /// `None` serves without authentication (`--no-token`).
     pub token: Option<String>,
     pub data_dir: PathBuf,
@@ -31,8 +34,13 @@ pub struct Config {
 }
 
 pub struct Server {
-    listener: tokio::net::TcpListener,
+    listener: Listener,
     state: AppState,
+}
+
+enum Listener {
+    Tcp(tokio::net::TcpListener),
+    Unix(tokio::net::UnixListener),
 }
 
 impl Server {
@@ -63,9 +71,26 @@ impl Server {
         tokio::fs::create_dir_all(&config.data_dir)
             .await
             .map_err(|e| Error::io(format!("creating the data directory {}", config.data_dir.display()), e))?;
-        let listener = tokio::net::TcpListener::bind(config.listen)
-            .await
-            .map_err(|e| Error::io(format!("listening on {}", config.listen), e))?;
+        let listener = match &config.listen_unix {
+            Some(path) => {
+                // A socket left by a node agent that died is in the way; a live one
+                // holds the data directory's lock, taken below, so two never serve.
+                match std::fs::remove_file(path) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(Error::io(format!("removing the old socket {}", path.display()), e)),
+                }
+                Listener::Unix(
+                    tokio::net::UnixListener::bind(path)
+                        .map_err(|e| Error::io(format!("listening on {}", path.display()), e))?,
+                )
+            }
+            None => Listener::Tcp(
+                tokio::net::TcpListener::bind(config.listen)
+                    .await
+                    .map_err(|e| Error::io(format!("listening on {}", config.listen), e))?,
+            ),
+        };
         let children = ChildRegistry::open(&config.data_dir).map_err(|e| match e {
             RegistryError::InUse(dir) => {
                 Error::InvalidRequest(format!("another node agent uses the data directory {dir}"))
@@ -95,8 +120,12 @@ impl Server {
         Ok(Server { listener, state })
     }
 
-    pub fn local_addr(&self) -> SocketAddr {
-        self.listener.local_addr().expect("a bound listener has an address")
+    /// The TCP address it serves on; `None` on a Unix socket.
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        match &self.listener {
+            Listener::Tcp(listener) => Some(listener.local_addr().expect("a bound listener has an address")),
+            Listener::Unix(_) => None,
+        }
     }
 
     pub fn processes(&self) -> ProcessManager {
@@ -135,12 +164,19 @@ impl Server {
         let processes = state.processes.clone();
         let sessions = state.sessions.clone();
         let stop_timeout = processes.limits().stop_timeout;
-        // Keystrokes and echoes are tiny writes: Nagle would hold them back.
-        let listener = listener.tap_io(|tcp| {
-            let _ = tcp.set_nodelay(true);
-        });
-        let served =
-            axum::serve(listener, router(state)).with_graceful_shutdown(shutdown.clone().cancelled_owned()).await;
+        let app = router(state);
+        let served = match listener {
+            Listener::Tcp(listener) => {
+                // Keystrokes and echoes are tiny writes: Nagle would hold them back.
+                let listener = listener.tap_io(|tcp| {
+                    let _ = tcp.set_nodelay(true);
+                });
+                axum::serve(listener, app).with_graceful_shutdown(shutdown.clone().cancelled_owned()).await
+            }
+            Listener::Unix(listener) => {
+                axum::serve(listener, app).with_graceful_shutdown(shutdown.clone().cancelled_owned()).await
+            }
+        };
         tokio::join!(processes.shutdown(stop_timeout), sessions.shutdown());
         served.map_err(|e| Error::io("serving HTTP", e))
     }

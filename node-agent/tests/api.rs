@@ -403,6 +403,7 @@ async fn a_data_directory_serves_one_node_agent_at_a_time() {
     let server = TestServer::start().await;
     let config = agentplane_node_agent::Config {
         listen: "127.0.0.1:0".parse().unwrap(),
+        listen_unix: None,
         token: Some(TOKEN.into()),
         data_dir: server.data_dir(),
         cors_origins: vec![],

@@ -1,4 +1,5 @@
 pub mod env;
+pub mod managed;
 pub mod parse;
 pub mod read;
 pub mod state;

@@ -77,6 +77,11 @@ impl StateDir {
             .map_err(|e| Error::io(format!("creating the state directory {}", self.root.display()), e))
     }
 
+    /// Where managed sandboxes keep their own folders (see `managed::sandbox_dir`).
+    pub fn sandboxes_dir(&self) -> PathBuf {
+        self.root.join("sandboxes")
+    }
+
     pub fn node_agent_dir(&self) -> PathBuf {
         self.root.join("node-agent")
     }

@@ -79,6 +79,8 @@ pub struct DirStoreConfig {
     /// Where reconciles and status writes are counted (`agentplane up` serves them
     /// with the node agent's metrics).
     pub metrics: crate::kube::Metrics,
+    /// How managed Sandboxes (no `endpoint`) are started; without it they are not.
+    pub launch: Option<super::managed::LaunchConfig>,
 }
 
 impl DirStoreConfig {
@@ -91,6 +93,7 @@ impl DirStoreConfig {
             resync: Duration::from_secs(30),
             backoff: Backoff::default(),
             metrics: crate::kube::Metrics::new(),
+            launch: None,
         }
     }
 }
@@ -182,6 +185,8 @@ struct Inner {
     /// The event stream followed for each live Session, by resource (and its uid).
     followers: Mutex<HashMap<Key, (Option<String>, tokio::task::AbortHandle)>>,
     sandboxes: Arc<Sandboxes>,
+    /// The managed Sandboxes' node agents (set once, right after the store is made).
+    managed: std::sync::OnceLock<super::managed::Managed>,
     config: DirStoreConfig,
     wake: mpsc::Sender<()>,
     wake_rx: Mutex<Option<mpsc::Receiver<()>>>,
@@ -211,8 +216,18 @@ impl DirStore {
         processes.backoff = config.backoff;
         // One slot: a pending wake-up already means "rescan".
         let (wake, wake_rx) = mpsc::channel(1);
-        Ok(DirStore {
-            inner: Arc::new(Inner {
+        let inner = Arc::new_cyclic(|weak: &std::sync::Weak<Inner>| {
+            let managed = std::sync::OnceLock::new();
+            if let Some(launch) = config.launch.clone() {
+                let weak = weak.clone();
+                let changed = Arc::new(move |name: &str| {
+                    if let Some(inner) = weak.upgrade() {
+                        inner.sandbox_changed(name);
+                    }
+                });
+                let _ = managed.set(super::managed::Managed::new(launch, Arc::clone(&sandboxes), changed));
+            }
+            Inner {
                 root: fs::canonicalize(&config.dir).unwrap_or_else(|_| config.dir.clone()),
                 dir: config.dir.clone(),
                 skipped: Mutex::new(BTreeSet::new()),
@@ -225,11 +240,13 @@ impl DirStore {
                 sessions: SessionReconciler::new(Arc::clone(&sandboxes)),
                 followers: Mutex::new(HashMap::new()),
                 sandboxes,
+                managed,
                 config,
                 wake,
                 wake_rx: Mutex::new(Some(wake_rx)),
-            }),
-        })
+            }
+        });
+        Ok(DirStore { inner })
     }
 
     pub fn state(&self) -> &StateDir {
@@ -315,6 +332,9 @@ impl DirStore {
         inner.queue.close();
         workers.abort_all();
         while workers.join_next().await.is_some() {}
+        if let Some(managed) = inner.managed.get() {
+            managed.shutdown().await;
+        }
         Ok(())
     }
 }
@@ -403,6 +423,100 @@ async fn follow_node_agent(inner: Arc<Inner>, client: Client, shutdown: Cancella
         }
         delay = (delay * 2).min(Duration::from_secs(5));
     }
+}
+
+/// Where a Process or Session runs: the sandbox its status says it was placed on (a
+/// claimed or a Session's sandbox), else the one its spec names.
+fn placement_of<'a>(spec: &'a str, status: Option<&'a str>) -> &'a str {
+    status.unwrap_or(spec)
+}
+
+/// Resolves a host path a Sandbox names (relative to its file's folder), refusing one
+/// that leads into the state directory, where every sandbox's token is kept.
+fn sandbox_host_path(base: &Path, state: &Path, written: &str, what: &str) -> std::result::Result<PathBuf, String> {
+    let path = base.join(written);
+    let real = fs::canonicalize(&path).map_err(|e| format!("{what} {written:?} ({}): {e}", path.display()))?;
+    if real.starts_with(state) || state.starts_with(&real) {
+        return Err(format!(
+            "{what} {written:?} leads to {}, which holds or is inside the state directory {}: never bound into a sandbox",
+            real.display(),
+            state.display()
+        ));
+    }
+    Ok(real)
+}
+
+/// The folders a managed Sandbox's host paths are resolved against.
+struct Folders {
+    /// The watched folder, as given.
+    dir: PathBuf,
+    /// The watched folder, canonical.
+    root: PathBuf,
+    /// The state directory, canonical.
+    state: PathBuf,
+}
+
+/// What a managed Sandbox's spec asks for, its host paths resolved and confined:
+/// the workspace inside the watched folder or a path the spec binds; nothing that
+/// leads into the state directory.
+fn desired_of(
+    folders: &Folders,
+    sandbox: &agentplane_crds::Sandbox,
+    env: BTreeMap<String, String>,
+) -> std::result::Result<super::managed::Desired, String> {
+    use agentplane_crds::{Isolation, NetworkMode};
+    let spec = &sandbox.spec;
+    let isolation = spec.isolation.unwrap_or(Isolation::Bubblewrap);
+    if isolation == Isolation::None && spec.network != NetworkMode::Host {
+        return Err("network: none and allowlist need isolation: bubblewrap (a network namespace)".into());
+    }
+    if !spec.allow.is_empty() && spec.network != NetworkMode::Allowlist {
+        return Err("allow is only used with network: allowlist".into());
+    }
+    if spec.network == NetworkMode::Allowlist {
+        agentplane_node_agent::netproxy::Allowlist::parse(&spec.allow).map_err(|e| e.to_string())?;
+    }
+    super::managed::cgroup::Wanted::from_spec(spec.limits.as_ref())?;
+    if spec.pod_template.is_some() {
+        return Err("podTemplate is for a cluster; in a folder the sandbox is a bubblewrap process".into());
+    }
+    let base = source_file(&sandbox.metadata)
+        .map(|f| folders.dir.join(f))
+        .and_then(|f| f.parent().map(Path::to_path_buf))
+        .unwrap_or_else(|| folders.dir.clone());
+    let mut binds = Vec::new();
+    for bind in &spec.binds {
+        let host = sandbox_host_path(&base, &folders.state, &bind.host_path, "binds.hostPath")?;
+        let inside = match &bind.path {
+            Some(path) if Path::new(path).is_absolute() => PathBuf::from(path),
+            Some(path) => return Err(format!("binds.path {path:?}: write an absolute path")),
+            None => host.clone(),
+        };
+        binds.push((host, inside, bind.writable));
+    }
+    let workspace = match &spec.workspace {
+        Some(written) => {
+            let real = sandbox_host_path(&base, &folders.state, written, "workspace")?;
+            if !real.starts_with(&folders.root) && !binds.iter().any(|(host, _, _)| real.starts_with(host)) {
+                return Err(format!(
+                    "workspace {written:?} leads to {}, outside the watched folder {}: name it in binds to grant it",
+                    real.display(),
+                    folders.root.display()
+                ));
+            }
+            Some(real)
+        }
+        None => None,
+    };
+    Ok(super::managed::Desired {
+        isolation,
+        network: spec.network,
+        allow: spec.allow.clone(),
+        limits: spec.limits.clone(),
+        workspace,
+        binds,
+        env,
+    })
 }
 
 fn parse_resource(value: &str) -> Option<Key> {
@@ -809,9 +923,16 @@ impl Inner {
                     .processes
                     .reconcile(ProcessInput { process: &process, env, spec_problem: problem, session })
                     .await;
-                let status = reconciled.status;
+                let mut status = reconciled.status;
+                // Placed elsewhere than its spec says (see `prepare`): said in its status.
+                let placed = Some(process.spec.sandbox.clone());
                 self.write_status(key, process.metadata.uid.clone(), move |object| match object {
-                    Object::Process(p) if p.status.as_ref() != Some(&status) => {
+                    Object::Process(p)
+                        if {
+                            status.sandbox = placed.filter(|s| *s != p.spec.sandbox);
+                            p.status.as_ref() != Some(&status)
+                        } =>
+                    {
                         p.status = Some(status);
                         true
                     }
@@ -824,11 +945,19 @@ impl Inner {
             }
             Object::Sandbox(sandbox) => {
                 if sandbox.metadata.deletion_timestamp.is_some() {
-                    self.sandboxes.remove(&key.name);
+                    match (self.managed.get(), sandbox.spec.is_managed()) {
+                        (Some(managed), true) => {
+                            managed.remove(&key.name).await;
+                            if let Some(uid) = &sandbox.metadata.uid {
+                                managed.remove_leftover(&key.name, uid);
+                            }
+                        }
+                        _ => self.sandboxes.remove(&key.name),
+                    }
                     self.forget(key, sandbox.metadata.uid.clone()).await;
                     return;
                 }
-                let status = self.reconcile_sandbox(&sandbox, problem).await;
+                let status = self.reconcile_sandbox(&sandbox, problem, env).await;
                 self.write_status(key, sandbox.metadata.uid.clone(), move |object| match object {
                     Object::Sandbox(s) if s.status.as_ref() != Some(&status) => {
                         s.status = Some(status);
@@ -902,6 +1031,7 @@ impl Inner {
     /// A snapshot of the resource, its problem, and (for a Process) its environment.
     #[allow(clippy::type_complexity)]
     fn prepare(&self, key: &Key) -> Option<Prepared> {
+        let mut session_sandbox = None;
         let (object, problem, session) = {
             let index = self.lock();
             let entry = index.resources.get(key)?;
@@ -910,6 +1040,13 @@ impl Inner {
                 Object::Process(p) => match &p.spec.session_ref {
                     Some(name) => {
                         let named = Key { kind: Kind::Session, namespace: key.namespace.clone(), name: name.clone() };
+                        session_sandbox = index.resources.get(&named).and_then(|e| match &e.object {
+                            Object::Session(s) => Some(
+                                placement_of(&s.spec.sandbox, s.status.as_ref().and_then(|s| s.sandbox.as_deref()))
+                                    .to_string(),
+                            ),
+                            _ => None,
+                        });
                         let uid = index.resources.get(&named).and_then(|e| e.object.meta().uid.clone());
                         uid.map(|uid| Some(crate::session::node_session_id(&uid))).ok_or_else(|| {
                             format!(
@@ -926,13 +1063,20 @@ impl Inner {
         };
         // A restart request is the store's, not the file's: overlaid (see `restart`).
         let mut object = object;
+        // A Process that feeds a Session and names no sandbox of its own runs where the
+        // Session runs: the node agent that has that session.
+        if let (Object::Process(p), Some(sandbox)) = (&mut object, session_sandbox)
+            && p.spec.sandbox == agentplane_crds::LOCAL_SANDBOX
+        {
+            p.spec.sandbox = sandbox;
+        }
         crate::restart::Requests::new(self.state.root()).overlay(object.meta_mut());
         let base = source_file(object.meta()).map(|f| self.dir.join(f)).and_then(|f| f.parent().map(Path::to_path_buf));
         let files = EnvFiles { root: &self.root, base: base.as_deref().unwrap_or(&self.dir) };
         let env = match &object {
             Object::Process(p) => resolve_env(&files, &p.spec.env, &p.spec.env_from),
             Object::Session(s) => resolve_env(&files, &s.spec.env, &s.spec.env_from),
-            Object::Sandbox(_) => Ok(BTreeMap::new()),
+            Object::Sandbox(s) => resolve_env(&files, &s.spec.env, &[]),
         };
         self.watch_env_files(key, &object, &files);
         Some((object, problem, env, session))
@@ -944,7 +1088,7 @@ impl Inner {
             _ if object.meta().deletion_timestamp.is_some() => Vec::new(),
             Object::Process(p) => referenced_files(&p.spec.env, &p.spec.env_from).collect(),
             Object::Session(s) => referenced_files(&s.spec.env, &s.spec.env_from).collect(),
-            Object::Sandbox(_) => Vec::new(),
+            Object::Sandbox(s) => referenced_files(&s.spec.env, &[]).collect(),
         };
         // Files outside the folder are refused, and the state directory is not watched.
         let paths = references
@@ -1029,7 +1173,89 @@ impl Inner {
         let _ = self.wake.try_send(());
     }
 
-    async fn reconcile_sandbox(&self, sandbox: &agentplane_crds::Sandbox, problem: Option<String>) -> SandboxStatus {
+    /// A managed sandbox changed (started, died, refused a connection): it and what
+    /// runs on it are looked at again.
+    fn sandbox_changed(&self, name: &str) {
+        let keys: Vec<Key> = self
+            .lock()
+            .resources
+            .iter()
+            .filter(|(key, entry)| match &entry.object {
+                Object::Sandbox(_) => key.name == name,
+                Object::Process(p) => {
+                    placement_of(&p.spec.sandbox, p.status.as_ref().and_then(|s| s.sandbox.as_deref())) == name
+                }
+                Object::Session(s) => {
+                    placement_of(&s.spec.sandbox, s.status.as_ref().and_then(|s| s.sandbox.as_deref())) == name
+                }
+            })
+            .map(|(key, _)| key.clone())
+            .collect();
+        for key in keys {
+            self.queue.add(key);
+        }
+    }
+
+    async fn reconcile_managed(
+        &self,
+        sandbox: &agentplane_crds::Sandbox,
+        mut status: SandboxStatus,
+        env: std::result::Result<BTreeMap<String, String>, String>,
+    ) -> SandboxStatus {
+        let generation = sandbox.metadata.generation;
+        let name = sandbox.metadata.name.as_deref().unwrap_or_default();
+        let Some(managed) = self.managed.get() else {
+            status.phase = Some(agentplane_crds::SandboxPhase::Pending);
+            let why = "this controller does not start sandboxes: give the Sandbox an endpoint";
+            conditions::set(&mut status.conditions, READY, false, "NotManagedHere", why, generation);
+            return status;
+        };
+        let uid = sandbox.metadata.uid.clone().unwrap_or_default();
+        let desired = match env {
+            Ok(env) => {
+                let folders =
+                    Folders { dir: self.dir.clone(), root: self.root.clone(), state: self.real_state.clone() };
+                let sandbox = sandbox.clone();
+                // Paths are resolved on the file system: off the async threads.
+                tokio::task::spawn_blocking(move || desired_of(&folders, &sandbox, env))
+                    .await
+                    .unwrap_or_else(|e| Err(format!("resolving the sandbox's paths: {e}")))
+            }
+            Err(problem) => Err(problem),
+        };
+        let desired = match desired {
+            Ok(desired) => desired,
+            Err(problem) => {
+                // The last good spec keeps running; a sandbox never started stays pending.
+                if managed.observed(name).is_none() {
+                    status.phase = Some(agentplane_crds::SandboxPhase::Pending);
+                }
+                conditions::set(&mut status.conditions, READY, false, "InvalidSpec", problem, generation);
+                return status;
+            }
+        };
+        let observed = managed.ensure(name, &uid, desired).await;
+        status.phase = Some(observed.phase);
+        status.endpoint = observed.endpoint;
+        status.isolation = Some(observed.isolation.to_string());
+        status.runs_on = observed.pid.map(|pid| format!("pid {pid} on this machine"));
+        status.started_at = observed.started_at;
+        status.restarts = observed.restarts;
+        status.applied_limits = observed.applied_limits;
+        status.denied_connections = observed.denied;
+        status.last_denied = observed.last_denied;
+        status.node_agent_version = Some(env!("CARGO_PKG_VERSION").to_string());
+        let ready = observed.phase == agentplane_crds::SandboxPhase::Ready;
+        conditions::set(&mut status.conditions, READY, ready, observed.reason, observed.message, generation);
+        status
+    }
+
+    async fn reconcile_sandbox(
+        &self,
+        sandbox: &agentplane_crds::Sandbox,
+        problem: Option<String>,
+        env: std::result::Result<BTreeMap<String, String>, String>,
+    ) -> SandboxStatus {
         let mut status = sandbox.status.clone().unwrap_or_default();
         let generation = sandbox.metadata.generation;
         status.observed_generation = generation;
@@ -1046,7 +1272,10 @@ impl Inner {
             );
             return status;
         }
-        let client = match Client::new(&sandbox.spec.endpoint, None) {
+        let Some(endpoint) = sandbox.spec.endpoint.as_deref() else {
+            return self.reconcile_managed(sandbox, status, env).await;
+        };
+        let client = match Client::new(endpoint, None) {
             Ok(client) => client,
             Err(e) => {
                 conditions::set(&mut status.conditions, READY, false, "InvalidEndpoint", e.to_string(), generation);

@@ -598,7 +598,8 @@ impl Context {
             Some(selector) => Some(env::secret_key(&self.client, namespace, &selector.name, &selector.key).await?),
             None => None,
         };
-        Client::new(&sandbox.spec.endpoint, token).map_err(|e| format!("endpoint {:?}: {e}", sandbox.spec.endpoint))
+        let endpoint = sandbox.endpoint().ok_or_else(|| "it has no endpoint yet".to_string())?;
+        Client::new(endpoint, token).map_err(|e| format!("endpoint {endpoint:?}: {e}"))
     }
 
     /// Queues every Process and Session of `namespace` placed on sandbox `name`.

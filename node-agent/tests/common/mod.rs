@@ -85,6 +85,7 @@ impl TestServer {
         let shutdown = CancellationToken::new();
         let config = Config {
             listen: "127.0.0.1:0".parse().unwrap(),
+            listen_unix: None,
             token: Some(TOKEN.into()),
             data_dir: data.path().join("data"),
             cors_origins: vec!["https://app.example".into()],
@@ -92,7 +93,7 @@ impl TestServer {
         };
         let options = sessions.clone();
         let server = Server::bind_with(config, sessions, shutdown.clone()).await.unwrap();
-        let url = format!("http://{}", server.local_addr());
+        let url = format!("http://{}", server.local_addr().expect("a TCP listener"));
         let metrics_addr = server.serve_metrics("127.0.0.1:0".parse().unwrap()).await.unwrap();
         let metrics_url = format!("http://{metrics_addr}/metrics");
         let processes = server.processes();

@@ -1,0 +1,648 @@
+//! Managed sandboxes in the directory store: one node agent process per Sandbox that
+//! names no `endpoint`, started under bubblewrap (see `bwrap`) with its limits (see
+//! `cgroup`), watched, started again when it dies, and removed with everything it
+//! made when the Sandbox goes.
+//!
+//! The node agent inside listens on a Unix socket in a folder bound out of the sandbox
+//! (a network namespace of its own has no route to the host); a TCP forwarder on the
+//! host's loopback makes it an ordinary `http://127.0.0.1:PORT` endpoint for the
+//! controller, the CLI and browsers. With `network: allowlist` the only way out is the
+//! allowlisting proxy served here, outside, on a second socket bound in.
+//!
+//! The token is generated per start of `up`, handed to the node agent on its standard
+//! input (in no environment and no command line inside), and kept for the CLI in the
+//! state directory (mode 0600), which every sandbox has masked.
+
+pub mod bwrap;
+pub mod cgroup;
+
+use std::collections::{BTreeMap, HashMap};
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agentplane_crds::{Isolation, NetworkMode, SandboxLimits, SandboxPhase};
+use agentplane_node_agent::client::Client;
+use agentplane_node_agent::netproxy::{self, Allowlist, Proxy};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::sandboxes::Sandboxes;
+
+/// Where HTTP(S)_PROXY points inside a sandbox with `network: allowlist`: the node
+/// agent serves the proxy's socket there (`--proxy-socket`).
+pub const SANDBOX_PROXY_ADDR: &str = "127.0.0.1:3128";
+/// Where the node agent's binary appears inside a sandbox (the root is a tmpfs, so the
+/// mount point can be made there).
+const BINARY_INSIDE: &str = "/.agentplane/bin/agentplane";
+/// A node agent that has not said `ready` by then is killed and started again.
+const READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long the node agent gets to stop its processes before SIGKILL.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+/// Restarts back off from this, doubling, to `RESTART_MAX`; a node agent that ran
+/// for `RESTART_RESET` starts from the bottom again.
+const RESTART_MIN: Duration = Duration::from_millis(100);
+const RESTART_MAX: Duration = Duration::from_secs(10);
+const RESTART_RESET: Duration = Duration::from_secs(60);
+/// The environment variables the proxy variables are set under (curl reads the
+/// lowercase ones, most other tools either).
+const PROXY_VARIABLES: &[&str] = &["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy"];
+
+/// What every managed sandbox of one `up` shares.
+#[derive(Debug, Clone)]
+pub struct LaunchConfig {
+    /// The `agentplane` binary: runs `sandbox-exec` and the node agent inside.
+    pub binary: PathBuf,
+    /// The shared agent CLIs (installed outside by the embedded node agent), bound
+    /// read-only.
+    pub agents_dir: PathBuf,
+    /// Where each sandbox's own folders are made (`STATE/sandboxes`).
+    pub root: PathBuf,
+    /// Host paths hidden inside every sandbox: the watched folder, the state directory.
+    pub masked: Vec<PathBuf>,
+}
+
+/// What the store asks for, from the Sandbox's spec (paths resolved and confined).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Desired {
+    pub isolation: Isolation,
+    pub network: NetworkMode,
+    pub allow: Vec<String>,
+    pub limits: Option<SandboxLimits>,
+    /// A host workspace the spec names; `None`: a folder of the sandbox's own.
+    pub workspace: Option<PathBuf>,
+    pub binds: Vec<(PathBuf, PathBuf, bool)>,
+    pub env: BTreeMap<String, String>,
+}
+
+/// What is known of a managed sandbox now, for its status.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Observed {
+    pub phase: SandboxPhase,
+    /// Why it is in that phase (for the `Ready` condition).
+    pub reason: &'static str,
+    pub message: String,
+    pub endpoint: Option<String>,
+    pub pid: Option<u32>,
+    pub started_at: Option<Time>,
+    pub restarts: u32,
+    pub applied_limits: Vec<String>,
+    pub denied: u64,
+    pub last_denied: Vec<String>,
+    pub isolation: &'static str,
+}
+
+impl Observed {
+    fn new(isolation: Isolation) -> Observed {
+        Observed {
+            phase: SandboxPhase::Starting,
+            reason: "Starting",
+            message: "the node agent is starting".into(),
+            endpoint: None,
+            pid: None,
+            started_at: None,
+            restarts: 0,
+            applied_limits: Vec::new(),
+            denied: 0,
+            last_denied: Vec::new(),
+            isolation: match isolation {
+                Isolation::Bubblewrap => "bubblewrap",
+                Isolation::None => "none",
+            },
+        }
+    }
+}
+
+struct Running {
+    uid: String,
+    desired: Desired,
+    observed: watch::Receiver<Observed>,
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+    dir: PathBuf,
+}
+
+/// The managed sandboxes of one directory store.
+pub struct Managed {
+    config: LaunchConfig,
+    sandboxes: Arc<Sandboxes>,
+    running: Mutex<HashMap<String, Running>>,
+    /// Told the sandbox's name whenever what is observed changes (the store requeues it
+    /// and what runs on it).
+    changed: Arc<dyn Fn(&str) + Send + Sync>,
+}
+
+impl Managed {
+    pub fn new(config: LaunchConfig, sandboxes: Arc<Sandboxes>, changed: Arc<dyn Fn(&str) + Send + Sync>) -> Managed {
+        Managed { config, sandboxes, running: Mutex::new(HashMap::new()), changed }
+    }
+
+    pub fn dir_of(&self, name: &str, uid: &str) -> PathBuf {
+        sandbox_dir(&self.config.root, name, uid)
+    }
+
+    /// Keeps sandbox `name` running as `desired`: started when new, started anew when
+    /// its spec changed (or it was replaced by another of the same name). Answers what
+    /// is observed now.
+    pub async fn ensure(&self, name: &str, uid: &str, desired: Desired) -> Observed {
+        let replaced = {
+            let mut running = self.lock();
+            match running.get(name) {
+                Some(r) if r.uid == uid && r.desired == desired && !r.task.is_finished() => {
+                    return r.observed.borrow().clone();
+                }
+                Some(_) => running.remove(name),
+                None => None,
+            }
+        };
+        if let Some(old) = replaced {
+            let same = old.uid == uid;
+            info!(sandbox = name, "the sandbox's spec changed: starting it anew");
+            stop(old, !same).await;
+        }
+        let dir = self.dir_of(name, uid);
+        let (tx, rx) = watch::channel(Observed::new(desired.isolation));
+        let stop = CancellationToken::new();
+        let supervisor = Supervisor {
+            name: name.to_string(),
+            dir: dir.clone(),
+            desired: desired.clone(),
+            config: self.config.clone(),
+            sandboxes: Arc::clone(&self.sandboxes),
+            changed: Arc::clone(&self.changed),
+            observed: tx,
+            stop: stop.clone(),
+        };
+        let task = tokio::spawn(supervisor.run());
+        let observed = rx.borrow().clone();
+        self.lock().insert(name.to_string(), Running { uid: uid.to_string(), desired, observed: rx, stop, task, dir });
+        observed
+    }
+
+    /// Stops sandbox `name` and removes what it made (its own folders, its groups).
+    pub async fn remove(&self, name: &str) {
+        let running = self.lock().remove(name);
+        self.sandboxes.remove(name);
+        if let Some(running) = running {
+            stop(running, true).await;
+        }
+    }
+
+    /// Removes the folder of a sandbox no longer running here (deleted while `up` was
+    /// not running).
+    pub fn remove_leftover(&self, name: &str, uid: &str) {
+        let dir = self.dir_of(name, uid);
+        if dir.exists() {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+    }
+
+    /// Stops every sandbox, keeping their folders (the next `up` starts them again).
+    pub async fn shutdown(&self) {
+        let all: Vec<Running> = self.lock().drain().map(|(_, r)| r).collect();
+        for running in all {
+            stop(running, false).await;
+        }
+    }
+
+    /// What is observed of sandbox `name`, if it is managed here.
+    pub fn observed(&self, name: &str) -> Option<Observed> {
+        self.lock().get(name).map(|r| r.observed.borrow().clone())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Running>> {
+        self.running.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+async fn stop(running: Running, remove_dir: bool) {
+    running.stop.cancel();
+    let _ = running.task.await;
+    if remove_dir {
+        let dir = running.dir.clone();
+        let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(dir)).await;
+    }
+}
+
+/// The folder of sandbox `name` (with uid `uid`) under `root` (`STATE/sandboxes`): its
+/// workspace, HOME, data, sockets and token.
+pub fn sandbox_dir(root: &Path, name: &str, uid: &str) -> PathBuf {
+    root.join(format!("{name}-{}", uid.get(..8).unwrap_or(uid)))
+}
+
+/// The path of the token file of a managed sandbox's folder (read by the CLI).
+pub fn token_path(dir: &Path) -> PathBuf {
+    dir.join("token")
+}
+
+struct Supervisor {
+    name: String,
+    dir: PathBuf,
+    desired: Desired,
+    config: LaunchConfig,
+    sandboxes: Arc<Sandboxes>,
+    changed: Arc<dyn Fn(&str) + Send + Sync>,
+    observed: watch::Sender<Observed>,
+    stop: CancellationToken,
+}
+
+/// The sandbox's own folders on the host.
+struct Dirs {
+    workspace: PathBuf,
+    home: PathBuf,
+    data: PathBuf,
+    run: PathBuf,
+}
+
+impl Supervisor {
+    fn update(&self, change: impl FnOnce(&mut Observed)) {
+        let mut changed = false;
+        self.observed.send_if_modified(|o| {
+            let before = o.clone();
+            change(o);
+            changed = *o != before;
+            changed
+        });
+        if changed {
+            (self.changed)(&self.name);
+        }
+    }
+
+    fn fail(&self, reason: &'static str, message: String) {
+        warn!(sandbox = %self.name, reason, "{message}");
+        self.sandboxes.set_not_ready(&self.name, message.clone());
+        self.update(|o| {
+            o.phase = SandboxPhase::Failed;
+            o.reason = reason;
+            o.message = message;
+            o.pid = None;
+        });
+    }
+
+    async fn run(self) {
+        let bwrap = match self.desired.isolation {
+            Isolation::Bubblewrap => match bwrap::find_bwrap() {
+                Some(bwrap) => Some(bwrap),
+                None => {
+                    self.sandboxes.set_not_ready(&self.name, "bubblewrap is not installed");
+                    self.update(|o| {
+                        o.phase = SandboxPhase::Pending;
+                        o.reason = "BubblewrapMissing";
+                        o.message = "isolation: bubblewrap needs `bwrap` on PATH (Debian and Ubuntu: apt-get install \
+                                     bubblewrap); write `isolation: none` to run it unisolated"
+                            .into();
+                    });
+                    return self.stop.cancelled().await;
+                }
+            },
+            Isolation::None => None,
+        };
+        let dirs = match self.prepare() {
+            Ok(dirs) => dirs,
+            Err(e) => return self.fail("CannotPrepare", e),
+        };
+        let token = agentplane_node_agent::random::hex(24);
+        if let Err(e) = write_private(&token_path(&self.dir), &token) {
+            return self.fail("CannotPrepare", format!("cannot keep the token: {e}"));
+        }
+        let wanted = match cgroup::Wanted::from_spec(self.desired.limits.as_ref()) {
+            Ok(wanted) => wanted,
+            Err(e) => return self.fail("InvalidLimits", e),
+        };
+        let group_name =
+            self.dir.file_name().map(|n| format!("agentplane-{}", n.to_string_lossy())).unwrap_or_default();
+        let limits = self.desired.limits.clone();
+        let groups = tokio::task::spawn_blocking(move || cgroup::create(&group_name, &wanted, limits.as_ref()))
+            .await
+            .unwrap_or_default();
+        self.update(|o| o.applied_limits = groups.applied.clone());
+
+        // The proxy, outside, for the whole life of the supervisor.
+        let mut proxy_socket = None;
+        if self.desired.network == NetworkMode::Allowlist {
+            let allow = match Allowlist::parse(&self.desired.allow) {
+                Ok(allow) => allow,
+                Err(e) => return self.fail("InvalidAllowlist", e.to_string()),
+            };
+            let path = dirs.run.join("proxy.sock");
+            let _ = std::fs::remove_file(&path);
+            let listener = match tokio::net::UnixListener::bind(&path) {
+                Ok(listener) => listener,
+                Err(e) => return self.fail("CannotPrepare", format!("cannot serve the proxy: {e}")),
+            };
+            let proxy = Arc::new(Proxy::new(allow.clone()));
+            tokio::spawn(Arc::clone(&proxy).serve(listener, self.stop.clone()));
+            let mut denials = proxy.subscribe();
+            let (sender, name, changed, stop) =
+                (self.observed.clone(), self.name.clone(), Arc::clone(&self.changed), self.stop.clone());
+            tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        _ = stop.cancelled() => break,
+                        r = denials.changed() => if r.is_err() { break },
+                    }
+                    let denied = *denials.borrow_and_update();
+                    let last = proxy.last_denied();
+                    sender.send_modify(|o| {
+                        o.denied = denied;
+                        o.last_denied = last;
+                    });
+                    changed(&name);
+                }
+            });
+            proxy_socket = Some((path, netproxy::loopback_tunnels(&allow)));
+        }
+
+        // The host's end of the node agent's socket.
+        let api_socket = dirs.run.join("api.sock");
+        let forwarder = match tokio::net::TcpListener::bind("127.0.0.1:0").await {
+            Ok(listener) => listener,
+            Err(e) => return self.fail("CannotPrepare", format!("cannot listen on the loopback: {e}")),
+        };
+        let endpoint = match forwarder.local_addr() {
+            Ok(addr) => format!("http://{addr}"),
+            Err(e) => return self.fail("CannotPrepare", format!("cannot listen on the loopback: {e}")),
+        };
+        tokio::spawn(netproxy::bridge_to_unix(forwarder, api_socket.clone(), self.stop.clone()));
+        let client = match Client::new(&endpoint, Some(token.clone())) {
+            Ok(client) => client,
+            Err(e) => return self.fail("CannotPrepare", e.to_string()),
+        };
+        self.update(|o| o.endpoint = Some(endpoint.clone()));
+
+        let mut delay = RESTART_MIN;
+        loop {
+            if self.stop.is_cancelled() {
+                break;
+            }
+            let command = self.command(bwrap.as_deref(), &dirs, &groups.dirs, proxy_socket.as_ref());
+            let started = std::time::Instant::now();
+            match self.start(command, &token).await {
+                Ok(mut child) => {
+                    let pid = child.id();
+                    let installer = self.sandboxes.local_client();
+                    self.sandboxes.insert_with_installer(&self.name, client.clone(), installer);
+                    info!(sandbox = %self.name, pid, endpoint = %endpoint, "sandbox ready");
+                    self.update(|o| {
+                        o.phase = SandboxPhase::Ready;
+                        o.reason = "NodeAgentReady";
+                        o.message = "the node agent answers".into();
+                        o.pid = pid;
+                        o.started_at = Some(crate::conditions::now());
+                    });
+                    let status = tokio::select! {
+                        status = child.wait() => Some(status),
+                        _ = self.stop.cancelled() => None,
+                    };
+                    let Some(status) = status else {
+                        terminate(&mut child).await;
+                        break;
+                    };
+                    let how = status.map(|s| s.to_string()).unwrap_or_else(|e| e.to_string());
+                    warn!(sandbox = %self.name, %how, "the sandbox's node agent exited; starting it again");
+                    self.sandboxes
+                        .set_not_ready(&self.name, format!("its node agent exited ({how}); starting it again"));
+                    self.update(|o| {
+                        o.phase = SandboxPhase::Restarting;
+                        o.reason = "NodeAgentExited";
+                        o.message = format!("the node agent exited ({how}); starting it again");
+                        o.pid = None;
+                        o.restarts += 1;
+                    });
+                }
+                Err(e) => {
+                    warn!(sandbox = %self.name, error = %e, "the sandbox did not start");
+                    self.sandboxes.set_not_ready(&self.name, e.clone());
+                    self.update(|o| {
+                        o.phase = SandboxPhase::Restarting;
+                        o.reason = "StartFailed";
+                        o.message = e;
+                        o.pid = None;
+                        o.restarts += 1;
+                    });
+                }
+            }
+            if started.elapsed() >= RESTART_RESET {
+                delay = RESTART_MIN;
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(delay) => {}
+                _ = self.stop.cancelled() => break,
+            }
+            delay = (delay * 2).min(RESTART_MAX);
+        }
+        let groups_left = groups.clone();
+        let _ = tokio::task::spawn_blocking(move || cgroup::remove(&groups_left)).await;
+        let _ = std::fs::remove_file(&api_socket);
+    }
+
+    /// Makes the sandbox's own folders.
+    fn prepare(&self) -> Result<Dirs, String> {
+        let make = |path: &Path| {
+            std::fs::create_dir_all(path)
+                .map_err(|e| format!("cannot create {}: {e}", path.display()))
+                .map(|()| path.to_path_buf())
+        };
+        make(&self.dir)?;
+        // Bound in read-only: it must exist before the embedded node agent installs anything.
+        make(&self.config.agents_dir)?;
+        {
+            use std::os::unix::fs::PermissionsExt;
+            // Its token is in there: the folder is the controller's user's alone.
+            let _ = std::fs::set_permissions(&self.dir, std::fs::Permissions::from_mode(0o700));
+        }
+        let workspace = match &self.desired.workspace {
+            Some(path) => path.clone(),
+            None => make(&self.dir.join("workspace"))?,
+        };
+        Ok(Dirs {
+            workspace,
+            home: make(&self.dir.join("home"))?,
+            data: make(&self.dir.join("data"))?,
+            run: make(&self.dir.join("run"))?,
+        })
+    }
+
+    /// The environment inside: the spec's, over the few variables every sandbox has.
+    fn environment(&self, home: &Path, tmp: &Path, proxied: bool) -> BTreeMap<String, String> {
+        let mut env = BTreeMap::from([
+            ("PATH".to_string(), "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_string()),
+            ("HOME".to_string(), home.display().to_string()),
+            ("TMPDIR".to_string(), tmp.display().to_string()),
+            ("LANG".to_string(), "C.UTF-8".to_string()),
+            ("USER".to_string(), "agent".to_string()),
+        ]);
+        if self.desired.isolation == Isolation::Bubblewrap {
+            // What Claude Code asks for before it runs as root with `bypassPermissions`:
+            // this is the sandbox it means.
+            env.insert("IS_SANDBOX".into(), "1".into());
+        }
+        if let Ok(filter) = std::env::var("RUST_LOG") {
+            env.insert("RUST_LOG".into(), filter);
+        }
+        if proxied {
+            let proxy = format!("http://{}", SANDBOX_PROXY_ADDR);
+            for name in PROXY_VARIABLES {
+                env.insert((*name).to_string(), proxy.clone());
+            }
+            // Loopback services on the allowlist are tunnelled at their own address.
+            for name in ["NO_PROXY", "no_proxy"] {
+                env.insert(name.into(), "localhost,127.0.0.1,::1".into());
+            }
+        }
+        env.extend(self.desired.env.clone());
+        env
+    }
+
+    fn command(
+        &self,
+        bwrap: Option<&Path>,
+        dirs: &Dirs,
+        groups: &[PathBuf],
+        proxy: Option<&(PathBuf, Vec<(String, u16)>)>,
+    ) -> tokio::process::Command {
+        let mut exec: Vec<OsString> = vec!["sandbox-exec".into()];
+        for group in groups {
+            exec.push("--cgroup".into());
+            exec.push(group.into());
+        }
+        exec.push("--".into());
+        let (binary, data, run): (PathBuf, PathBuf, PathBuf) = match bwrap {
+            Some(_) => (BINARY_INSIDE.into(), bwrap::DATA.into(), bwrap::RUN.into()),
+            None => (self.config.binary.clone(), dirs.data.clone(), dirs.run.clone()),
+        };
+        let mut node_agent: Vec<OsString> = vec![
+            binary.into(),
+            "node-agent".into(),
+            "--listen-unix".into(),
+            run.join("api.sock").into(),
+            "--token-stdin".into(),
+            "--announce-ready".into(),
+            "--data-dir".into(),
+            data.into(),
+            "--agents-dir".into(),
+            self.config.agents_dir.clone().into(),
+        ];
+        if let Some((_, tunnels)) = proxy {
+            node_agent.push("--proxy-socket".into());
+            node_agent.push(run.join("proxy.sock").into());
+            for (host, port) in tunnels {
+                node_agent.push("--tunnel".into());
+                node_agent.push(
+                    if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") }.into(),
+                );
+            }
+        }
+        let mut command = tokio::process::Command::new(&self.config.binary);
+        command.args(&exec);
+        match bwrap {
+            Some(bwrap) => {
+                let env = self.environment(Path::new(bwrap::HOME), Path::new("/tmp"), proxy.is_some());
+                let plan = bwrap::Plan {
+                    hostname: self.name.clone(),
+                    network: self.desired.network,
+                    workspace: dirs.workspace.clone(),
+                    home: dirs.home.clone(),
+                    data: dirs.data.clone(),
+                    run: dirs.run.clone(),
+                    agents_dir: self.config.agents_dir.clone(),
+                    masked: self.masked(),
+                    binds: self
+                        .desired
+                        .binds
+                        .iter()
+                        .cloned()
+                        .chain(std::iter::once((self.config.binary.clone(), PathBuf::from(BINARY_INSIDE), false)))
+                        .collect(),
+                    env,
+                };
+                let top = bwrap::host_top().unwrap_or_default();
+                command.arg(bwrap).args(bwrap::args(&plan, &top, &node_agent));
+                command.env_clear();
+            }
+            None => {
+                let env = self.environment(&dirs.home, &std::env::temp_dir(), false);
+                command.args(&node_agent).env_clear().envs(env).current_dir(&dirs.workspace);
+            }
+        }
+        command
+    }
+
+    /// Every HOME of the host besides `/home` and `/root` (which are never bound), and
+    /// the folders that hold the user's resources and the controller's state.
+    fn masked(&self) -> Vec<PathBuf> {
+        let mut masked = self.config.masked.clone();
+        if let Some(home) = std::env::var_os("HOME").map(PathBuf::from)
+            && home.is_absolute()
+            && !home.starts_with("/home")
+            && !home.starts_with("/root")
+            && home != Path::new("/")
+        {
+            masked.push(home);
+        }
+        masked
+    }
+
+    /// Starts the node agent and waits until it says it serves.
+    async fn start(&self, mut command: tokio::process::Command, token: &str) -> Result<tokio::process::Child, String> {
+        let log_path = self.dir.join("node-agent.log");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .map_err(|e| format!("cannot open {}: {e}", log_path.display()))?;
+        command.stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).stderr(log).kill_on_drop(true);
+        let mut child = command.spawn().map_err(|e| format!("cannot start {}: {e}", self.config.binary.display()))?;
+        if let Some(mut stdin) = child.stdin.take() {
+            let _ = stdin.write_all(format!("{token}\n").as_bytes()).await;
+            let _ = stdin.shutdown().await;
+        }
+        let stdout = child.stdout.take().ok_or("the node agent's stdout is not piped")?;
+        let mut lines = tokio::io::BufReader::new(stdout).lines();
+        let ready = tokio::select! {
+            line = tokio::time::timeout(READY_TIMEOUT, lines.next_line()) => line,
+            _ = self.stop.cancelled() => {
+                terminate(&mut child).await;
+                return Err("stopped while starting".into());
+            }
+        };
+        match ready {
+            Ok(Ok(Some(line))) if line.trim() == "ready" => {
+                // Nothing more is printed there; drained so that a stray write never blocks.
+                tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+                Ok(child)
+            }
+            Ok(_) => {
+                let status = child.wait().await.map(|s| s.to_string()).unwrap_or_default();
+                Err(format!("the node agent exited before serving ({status}): see {}", log_path.display()))
+            }
+            Err(_) => {
+                terminate(&mut child).await;
+                Err(format!("the node agent did not serve within {READY_TIMEOUT:?}: see {}", log_path.display()))
+            }
+        }
+    }
+}
+
+/// SIGTERM, then SIGKILL after a grace: under bubblewrap the sandbox's whole PID
+/// namespace goes with it.
+async fn terminate(child: &mut tokio::process::Child) {
+    if let Some(pid) = child.id().and_then(|p| i32::try_from(p).ok()) {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGTERM);
+        if tokio::time::timeout(STOP_GRACE, child.wait()).await.is_ok() {
+            return;
+        }
+    }
+    let _ = child.kill().await;
+}
+
+fn write_private(path: &Path, contents: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)?;
+    file.write_all(contents.as_bytes())
+}
