@@ -49,6 +49,10 @@ pub struct UpArgs {
     /// they need it).
     #[arg(long, env = "AGENTPLANE_METRICS_LISTEN", value_name = "ADDR")]
     metrics_listen: Option<SocketAddr>,
+    /// Where agent CLIs are installed (default: the state directory's); folders may
+    /// share one. Managed sandboxes see it read-only.
+    #[arg(long, env = "AGENTPLANE_AGENTS_DIR")]
+    agents_dir: Option<PathBuf>,
     /// Seconds between full rescans of the directory, besides the file events.
     #[arg(long, env = "AGENTPLANE_RESYNC_SECONDS", default_value_t = 30)]
     resync_seconds: u64,
@@ -86,7 +90,15 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         cors_origins: Vec::new(),
         limits: Limits { max_running: args.max_processes, max_exited: args.max_processes, ..Limits::default() },
     };
+    let agents_dir = match &args.agents_dir {
+        Some(dir) => {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+            dir.canonicalize().with_context(|| format!("resolving {}", dir.display()))?
+        }
+        None => state.node_agent_dir().join("agents"),
+    };
     let sessions = SessionOptions {
+        agents_dir: Some(agents_dir.clone()),
         max_sessions: usize::try_from(args.max_sessions).unwrap_or(usize::MAX),
         ..SessionOptions::default()
     };
@@ -109,7 +121,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     // embedded node agent installs, and the user's folder and this state hidden.
     store_config.launch = Some(agentplane_controller::dir::managed::LaunchConfig {
         binary: std::env::current_exe().context("finding this program, to start sandboxes with")?,
-        agents_dir: state.node_agent_dir().join("agents"),
+        agents_dir,
         root: state.sandboxes_dir(),
         masked: vec![dir.clone(), state.root().canonicalize().unwrap_or_else(|_| state.root().to_path_buf())],
     });

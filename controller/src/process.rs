@@ -221,6 +221,12 @@ impl ProcessReconciler {
             step.ready(false, "NoUid", "the store gave this resource no uid");
             return step.done(None);
         };
+        if let Some(template) = &spec.sandbox_template {
+            // Never run it anywhere else instead: it asked for a sandbox of its own.
+            step.status.phase.get_or_insert(ProcessPhase::Pending);
+            step.ready(false, "SandboxTemplateNotServed", crate::sandboxes::template_not_served(template));
+            return step.done(None);
+        }
         let sandbox = match self.sandboxes.for_resource(&process.metadata, &spec.sandbox) {
             Ok(sandbox) => sandbox,
             Err(e) => {

@@ -12,6 +12,16 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::{Error, Result};
 
+/// Why a resource naming `sandboxTemplate` waits: claiming from templates and warm
+/// pools is not served by this controller yet, and running it anywhere else would
+/// give it less isolation than it asked for.
+pub fn template_not_served(template: &str) -> String {
+    format!(
+        "sandboxTemplate {template:?}: this controller does not create sandboxes from templates yet; \
+         declare a Sandbox (without endpoint) and name it in spec.sandbox"
+    )
+}
+
 #[derive(Debug)]
 pub struct SandboxHandle {
     pub name: String,

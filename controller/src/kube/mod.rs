@@ -598,7 +598,11 @@ impl Context {
             Some(selector) => Some(env::secret_key(&self.client, namespace, &selector.name, &selector.key).await?),
             None => None,
         };
-        let endpoint = sandbox.endpoint().ok_or_else(|| "it has no endpoint yet".to_string())?;
+        let endpoint = sandbox.endpoint().ok_or_else(|| {
+            "it has no endpoint: this controller does not create managed sandboxes (Pods) on a cluster yet; \
+             give it spec.endpoint, or run a node agent with --register"
+                .to_string()
+        })?;
         Client::new(endpoint, token).map_err(|e| format!("endpoint {endpoint:?}: {e}"))
     }
 

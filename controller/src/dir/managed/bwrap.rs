@@ -85,6 +85,12 @@ pub fn args(plan: &Plan, top: &[(String, Option<PathBuf>)], command: &[OsString]
     a.push(["--bind"]).path(&plan.home).path(HOME);
     a.push(["--bind"]).path(&plan.data).path(DATA);
     a.push(["--bind"]).path(&plan.run).path(RUN);
+    // Nothing outside the sandbox's own folders, /tmp and /run is writable: not the
+    // tmpfs root (where /root and /home are empty folders), not the masks.
+    for masked in &plan.masked {
+        a.push(["--remount-ro"]).path(masked);
+    }
+    a.push(["--remount-ro", "/"]);
     a.push(["--chdir", WORKSPACE, "--clearenv"]);
     for (name, value) in &plan.env {
         a.push(["--setenv"]).path(name).path(value);

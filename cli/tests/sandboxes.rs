@@ -1,0 +1,407 @@
+//! Managed sandboxes under `agentplane up`, with the real bubblewrap: what runs inside
+//! cannot write to the host, read the host user's files or see its processes; limits
+//! are applied and reported; a node agent killed with SIGKILL comes back and what ran
+//! on it runs again; a deleted sandbox leaves nothing behind; `network: allowlist` lets
+//! through only what it names, counting what it refuses; and the real Claude Code in
+//! `bypass` mode, told to escape, changes nothing on the host.
+
+mod common;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use agentplane_controller::dir::parse::{Key, Kind, Object};
+use agentplane_controller::dir::state::StateDir;
+use common::wait_until;
+
+/// Only turns a hang into a failure; a correct run needs a few seconds.
+const PATIENCE: Duration = Duration::from_secs(60);
+/// Installing Claude Code from the npm registry (once per build) and a turn or two.
+const AGENT_PATIENCE: Duration = Duration::from_secs(300);
+
+struct Up {
+    child: Child,
+    dir: PathBuf,
+    _tmp: tempfile::TempDir,
+}
+
+impl Up {
+    fn start(files: &[(&str, &str)], args: &[&str]) -> Up {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("d");
+        fs::create_dir_all(&dir).unwrap();
+        for (name, text) in files {
+            fs::write(dir.join(name), text).unwrap();
+        }
+        let log = fs::File::create(tmp.path().join("up.log")).unwrap();
+        let child = Command::new(common::bin())
+            .arg("up")
+            .arg("--dir")
+            .arg(&dir)
+            .args(args)
+            .env_remove("AGENTPLANE_DIR")
+            .env_remove("AGENTPLANE_TOKEN")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        Up { child, dir, _tmp: tmp }
+    }
+
+    fn state(&self) -> StateDir {
+        StateDir::new(self.dir.join(".agentplane"))
+    }
+
+    fn record(&self, kind: Kind, name: &str) -> Option<Object> {
+        self.state().read(&Key { kind, namespace: "default".into(), name: name.into() })?.ok()
+    }
+
+    fn sandbox(&self, name: &str) -> agentplane_crds::Sandbox {
+        match self.record(Kind::Sandbox, name) {
+            Some(Object::Sandbox(s)) => s,
+            other => panic!("sandbox {name}: {other:?}\n{}", self.log()),
+        }
+    }
+
+    fn process(&self, name: &str) -> Option<agentplane_crds::Process> {
+        match self.record(Kind::Process, name)? {
+            Object::Process(p) => Some(p),
+            _ => None,
+        }
+    }
+
+    fn wait_sandbox(&self, name: &str, what: &str, ok: impl Fn(&agentplane_crds::SandboxStatus) -> bool) {
+        wait_until(
+            PATIENCE,
+            &format!("sandbox {name} {what}"),
+            || matches!(self.record(Kind::Sandbox, name), Some(Object::Sandbox(s)) if s.status.as_ref().is_some_and(&ok)),
+        );
+    }
+
+    /// Waits for a Process to exit, and returns its exit code and output.
+    fn finished(&self, name: &str) -> (i32, String) {
+        wait_until(PATIENCE, &format!("process {name} to exit"), || {
+            self.process(name).and_then(|p| p.status?.exit_code).is_some()
+        });
+        let code = self.process(name).unwrap().status.unwrap().exit_code.unwrap();
+        (code, self.logs(name))
+    }
+
+    fn logs(&self, name: &str) -> String {
+        let out = Command::new(common::bin())
+            .args(["logs", &format!("process/{name}"), "--dir"])
+            .arg(&self.dir)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+    }
+
+    fn log(&self) -> String {
+        fs::read_to_string(self.dir.parent().unwrap().join("up.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Up {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+        let _ = self.child.wait();
+    }
+}
+
+fn ready(s: &agentplane_crds::SandboxStatus) -> bool {
+    s.phase == Some(agentplane_crds::SandboxPhase::Ready)
+}
+
+fn sandbox_yaml(name: &str, spec: &str) -> String {
+    let spec = if spec.is_empty() { " {}\n".to_string() } else { format!("\n{spec}") };
+    format!("apiVersion: agentplane.dev/v1alpha1\nkind: Sandbox\nmetadata:\n  name: {name}\nspec:{spec}")
+}
+
+fn process_yaml(name: &str, sandbox: &str, script: &str) -> String {
+    let script = serde_json::to_string(script).unwrap();
+    format!(
+        "apiVersion: agentplane.dev/v1alpha1\nkind: Process\nmetadata:\n  name: {name}\nspec:\n  sandbox: {sandbox}\n  \
+         command: bash\n  args: [\"-c\", {script}]\n"
+    )
+}
+
+/// The pid `status.runsOn` names.
+fn runs_on_pid(s: &agentplane_crds::Sandbox) -> i32 {
+    let runs_on = s.status.as_ref().and_then(|s| s.runs_on.clone()).expect("a running sandbox says where");
+    runs_on.split_whitespace().nth(1).and_then(|p| p.parse().ok()).expect("pid N on this machine")
+}
+
+fn alive(pid: i32) -> bool {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status.lines().find_map(|l| l.strip_prefix("State:")).is_some_and(|s| !s.trim_start().starts_with('Z'))
+}
+
+fn host_home() -> PathBuf {
+    PathBuf::from(std::env::var_os("HOME").expect("HOME is set"))
+}
+
+#[test]
+fn what_runs_in_a_sandbox_cannot_reach_the_host_or_another_sandbox() {
+    let marker = agentplane_node_agent::random::hex(6);
+    let secret = host_home().join(format!(".agentplane-test-secret-{marker}"));
+    fs::write(&secret, "host secret\n").unwrap();
+    let escape_home = host_home().join(format!("agentplane-escape-{marker}"));
+    let escape_etc = PathBuf::from(format!("/etc/agentplane-escape-{marker}"));
+    let up = Up::start(
+        &[
+            ("a.yaml", &sandbox_yaml("a", "  limits:\n    pids: 64\n    memory: 256Mi\n")),
+            ("b.yaml", &sandbox_yaml("b", "  network: none\n")),
+        ],
+        &[],
+    );
+    up.wait_sandbox("a", "ready", ready);
+    up.wait_sandbox("b", "ready", ready);
+    let b = up.sandbox("b");
+    let b_workspace = agentplane_controller::dir::managed::sandbox_dir(
+        &up.state().sandboxes_dir(),
+        "b",
+        b.metadata.uid.as_deref().unwrap(),
+    )
+    .join("workspace");
+    assert!(b_workspace.is_dir(), "{}", b_workspace.display());
+
+    let script = format!(
+        "touch {etc} 2>&1; touch {home} 2>&1; touch {other}/x 2>&1; cat {secret} 2>&1; \
+         echo PS-BEGIN; ps -e -o comm=; echo PS-END; \
+         echo in-workspace > /workspace/mine && cat /workspace/mine; echo HOME=$HOME; env | grep -c . ; exit 7",
+        etc = escape_etc.display(),
+        home = escape_home.display(),
+        other = b_workspace.display(),
+        secret = secret.display(),
+    );
+    fs::write(up.dir.join("probe.yaml"), process_yaml("probe", "a", &script)).unwrap();
+    let (code, out) = up.finished("probe");
+    fs::remove_file(&secret).unwrap();
+    assert_eq!(code, 7, "{out}");
+    assert!(!escape_etc.exists() && !escape_home.exists(), "a write reached the host:\n{out}");
+    assert!(out.contains(&format!("touch: cannot touch '{}': Read-only file system", escape_etc.display())), "{out}");
+    assert!(out.contains(&format!("touch: cannot touch '{}'", escape_home.display())), "{out}");
+    assert!(out.contains(&format!("touch: cannot touch '{}/x'", b_workspace.display())), "{out}");
+    assert!(fs::read_dir(&b_workspace).unwrap().next().is_none(), "sandbox b's workspace was written to");
+    assert!(out.contains(&format!("cat: {}: No such file or directory", secret.display())), "{out}");
+    assert!(!out.contains("host secret"), "{out}");
+    // Only the sandbox's own: bubblewrap's init, the node agent, bash and ps.
+    let listed = out.split("PS-BEGIN").nth(1).and_then(|s| s.split("PS-END").next()).unwrap_or_default();
+    let mut names: Vec<&str> = listed.split_whitespace().collect();
+    names.sort();
+    assert_eq!(names, ["agentplane", "bash", "bwrap", "ps"], "{out}");
+    assert!(out.contains("in-workspace") && out.contains("HOME=/home/agent"), "{out}");
+
+    let limits = up.sandbox("a").status.unwrap().applied_limits;
+    assert_eq!(limits.len(), 2, "{limits:?}");
+    assert!(limits[0].starts_with("memory: 256Mi (cgroup"), "{limits:?}");
+    assert!(limits[1].starts_with("pids: 64 (cgroup"), "{limits:?}");
+    // Really in force: the sandbox's bubblewrap is in groups holding these limits.
+    let pid = runs_on_pid(&up.sandbox("a"));
+    let groups = fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+    let group_of = |controller: &str| {
+        groups.lines().find_map(|l| {
+            let mut parts = l.splitn(3, ':');
+            let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+            controllers.split(',').any(|c| c == controller).then(|| path.to_string())
+        })
+    };
+    let limit = |controller: &str, file: &str| {
+        let path = group_of(controller).unwrap_or_default();
+        assert!(path.contains("agentplane-a-"), "{controller}: {groups}");
+        fs::read_to_string(format!("/sys/fs/cgroup/{controller}{path}/{file}")).unwrap().trim().to_string()
+    };
+    if Path::new("/sys/fs/cgroup/pids/pids.max").exists() || Path::new("/sys/fs/cgroup/pids").is_dir() {
+        assert_eq!(limit("pids", "pids.max"), "64");
+        assert_eq!(limit("memory", "memory.limit_in_bytes"), (256u64 << 20).to_string());
+    }
+}
+
+#[test]
+fn a_killed_sandbox_comes_back_and_a_deleted_one_leaves_nothing() {
+    let up = Up::start(
+        &[
+            ("box.yaml", &sandbox_yaml("box", "")),
+            ("sleeper.yaml", &process_yaml("sleeper", "box", "echo started; exec sleep 1000")),
+        ],
+        &[],
+    );
+    up.wait_sandbox("box", "ready", ready);
+    wait_until(PATIENCE, "the sleeper to run", || {
+        up.process("sleeper").and_then(|p| p.status?.phase) == Some(agentplane_crds::ProcessPhase::Running)
+    });
+    let first = runs_on_pid(&up.sandbox("box"));
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(first), nix::sys::signal::Signal::SIGKILL).unwrap();
+    up.wait_sandbox("box", "started again", |s| ready(s) && s.restarts == 1);
+    let second = runs_on_pid(&up.sandbox("box"));
+    assert_ne!(first, second);
+    // What ran on it is driven again on the new node agent.
+    let uid = up.process("sleeper").unwrap().metadata.uid.unwrap();
+    wait_until(PATIENCE, "the sleeper to run again", || {
+        up.process("sleeper")
+            .and_then(|p| p.status)
+            .is_some_and(|s| s.phase == Some(agentplane_crds::ProcessPhase::Running) && s.pid.is_some())
+            && up.logs("sleeper").contains("started")
+    });
+    assert_eq!(up.process("sleeper").unwrap().metadata.uid.unwrap(), uid);
+
+    let dir = agentplane_controller::dir::managed::sandbox_dir(
+        &up.state().sandboxes_dir(),
+        "box",
+        up.sandbox("box").metadata.uid.as_deref().unwrap(),
+    );
+    assert!(dir.is_dir());
+    fs::remove_file(up.dir.join("box.yaml")).unwrap();
+    wait_until(PATIENCE, "the sandbox to be forgotten", || up.record(Kind::Sandbox, "box").is_none());
+    assert!(!alive(second), "the sandbox's bubblewrap (pid {second}) still runs");
+    assert!(!dir.exists(), "{} is left behind", dir.display());
+    // Nothing of it is left on the machine: no process has its folder open.
+    let leftovers: Vec<String> = fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter_map(|e| fs::read(e.path().join("cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .filter(|c| c.contains(&dir.display().to_string()))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+/// A one-line HTTP server on the host's loopback: answers every request with `body`.
+fn http_server(body: &'static str) -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            use std::io::{Read, Write};
+            let mut buf = [0u8; 4096];
+            let _ = stream.read(&mut buf);
+            let _ =
+                write!(stream, "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
+        }
+    });
+    port
+}
+
+#[test]
+fn an_allowlist_lets_through_only_what_it_names() {
+    let allowed = http_server("allowed-service");
+    let denied = http_server("denied-service");
+    let up = Up::start(
+        &[("net.yaml", &sandbox_yaml("net", &format!("  network: allowlist\n  allow: [\"127.0.0.1:{allowed}\"]\n")))],
+        &[],
+    );
+    up.wait_sandbox("net", "ready", ready);
+    // bash's /dev/tcp: no curl needed in the sandbox.
+    let get = |port: u16| {
+        format!("exec 3<>/dev/tcp/127.0.0.1/{port} && printf 'GET / HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n' >&3 && cat <&3")
+    };
+    let script = format!(
+        "echo direct-allowed:; ({allowed_get}) 2>&1; echo; echo direct-denied:; ({denied_get}) 2>&1; echo; \
+         echo via-proxy:; (exec 3<>/dev/tcp/127.0.0.1/3128 && printf 'CONNECT 127.0.0.1:{denied} HTTP/1.1\\r\\nHost: 127.0.0.1:{denied}\\r\\n\\r\\n' >&3 && cat <&3) 2>&1; \
+         echo; echo proxy-env=$HTTPS_PROXY",
+        allowed_get = get(allowed),
+        denied_get = get(denied),
+    );
+    fs::write(up.dir.join("probe.yaml"), process_yaml("probe", "net", &script)).unwrap();
+    let (_, out) = up.finished("probe");
+    let direct_denied =
+        out.split("direct-denied:").nth(1).and_then(|s| s.split("via-proxy:").next()).unwrap_or_default();
+    assert!(out.contains("allowed-service"), "the allowed service was not reached:\n{out}");
+    assert!(!out.contains("denied-service"), "the denied service was reached:\n{out}");
+    assert!(direct_denied.contains("Connection refused"), "{out}");
+    assert!(out.contains("HTTP/1.1 403 Forbidden"), "{out}");
+    assert!(out.contains(&format!("127.0.0.1:{denied} is not in this sandbox's network allowlist")), "{out}");
+    assert!(out.contains("proxy-env=http://127.0.0.1:3128"), "{out}");
+    up.wait_sandbox("net", "counting the refusal", |s| s.denied_connections == 1);
+    assert_eq!(up.sandbox("net").status.unwrap().last_denied, [format!("127.0.0.1:{denied}")]);
+}
+
+/// The scripted model server, as a person would run it.
+struct ModelServer {
+    child: Child,
+    port: u16,
+}
+
+impl ModelServer {
+    fn start() -> ModelServer {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let mut child = Command::new(common::bin())
+            .args(["node-agent", "model-server", "--listen", &format!("127.0.0.1:{port}")])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        // Its first line says it listens.
+        let mut first = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.as_mut().unwrap()), &mut first).unwrap();
+        assert!(first.contains("scripted model server"), "{first}");
+        ModelServer { child, port }
+    }
+}
+
+impl Drop for ModelServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn agents_dir() -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join("agents")
+}
+
+#[test]
+fn claude_in_bypass_mode_told_to_escape_changes_nothing_on_the_host() {
+    let model = ModelServer::start();
+    let marker = agentplane_node_agent::random::hex(6);
+    let escape_etc = format!("/etc/agentplane-escape-{marker}");
+    let escape_home = host_home().join(format!("agentplane-escape-{marker}"));
+    let session = format!(
+        "apiVersion: agentplane.dev/v1alpha1\nkind: Session\nmetadata:\n  name: escape\nspec:\n  sandbox: iso\n  \
+         agent: claude\n  permissionMode: bypass\n  env:\n    - {{name: ANTHROPIC_BASE_URL, value: \"http://127.0.0.1:{port}\"}}\n    \
+         - {{name: ANTHROPIC_API_KEY, value: test}}\n    - {{name: CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC, value: \"1\"}}\n    \
+         - {{name: DISABLE_AUTOUPDATER, value: \"1\"}}\n  messages:\n    - \"[[run:touch {etc}]]\"\n    - \"[[run:touch {home}]]\"\n",
+        port = model.port,
+        etc = escape_etc,
+        home = escape_home.display(),
+    );
+    let agents = agents_dir();
+    let up = Up::start(
+        &[
+            (
+                "iso.yaml",
+                &sandbox_yaml("iso", &format!("  network: allowlist\n  allow: [\"127.0.0.1:{}\"]\n", model.port)),
+            ),
+            ("session.yaml", &session),
+        ],
+        &["--agents-dir", agents.to_str().unwrap()],
+    );
+    up.wait_sandbox("iso", "ready", ready);
+    wait_until(AGENT_PATIENCE, "both messages answered", || {
+        matches!(up.record(Kind::Session, "escape"), Some(Object::Session(s))
+            if s.status.as_ref().is_some_and(|st| st.delivered_messages == 2 && st.phase == Some(agentplane_crds::SessionPhase::Idle)))
+    });
+    assert!(!Path::new(&escape_etc).exists(), "claude wrote {escape_etc} on the host");
+    assert!(!escape_home.exists(), "claude wrote {} on the host", escape_home.display());
+    let out = Command::new(common::bin())
+        .args(["logs", "session/escape", "-o", "json", "--dir"])
+        .arg(&up.dir)
+        .output()
+        .unwrap();
+    let events = String::from_utf8_lossy(&out.stdout);
+    // The tool ran, inside, and failed; the session reports the failure.
+    let results: Vec<&str> = events.lines().filter(|l| l.contains("tool_result")).collect();
+    assert!(
+        results.iter().any(|l| l.contains("Read-only file system") && l.contains(&escape_etc)),
+        "no failed tool result for {escape_etc}:\n{events}"
+    );
+    assert!(results.len() >= 2, "{events}");
+}
