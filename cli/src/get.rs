@@ -397,13 +397,15 @@ impl Columns {
         headers.extend(match self.kind {
             Kind::Process => vec!["NAME", "PHASE", "REASON", "COMMAND", "RESTARTS", "EXIT", "AGE"],
             Kind::Session => vec!["NAME", "PHASE", "REASON", "AGENT", "MODEL", "DELIVERED", "AGE"],
-            Kind::Sandbox => vec!["NAME", "READY", "REASON", "ENDPOINT", "VERSION", "AGE"],
+            Kind::Sandbox => {
+                vec!["NAME", "PHASE", "READY", "REASON", "ISOLATION", "NETWORK", "CLAIMED BY", "ENDPOINT", "AGE"]
+            }
         });
         if self.wide {
             headers.extend(match self.kind {
                 Kind::Process => vec!["SANDBOX", "PID", "SOURCE", "READY"],
                 Kind::Session => vec!["SANDBOX", "AGENT SESSION", "SOURCE"],
-                Kind::Sandbox => vec!["SOURCE"],
+                Kind::Sandbox => vec!["VERSION", "RESTARTS", "DENIED", "SOURCE"],
             });
         }
         headers
@@ -465,15 +467,33 @@ impl Columns {
             Object::Sandbox(s) => {
                 let status = s.status.clone().unwrap_or_default();
                 let ready = conditions::get(&status.conditions, READY).map(|c| c.status.clone());
+                let local = meta.name.as_deref() == Some(agentplane_crds::LOCAL_SANDBOX);
+                let (phase, isolation, network) = match (&s.spec.endpoint, status.phase) {
+                    (Some(_), _) if local => ("Embedded".to_string(), "none".to_string(), "host".to_string()),
+                    (Some(_), _) => ("External".to_string(), "external".to_string(), String::new()),
+                    (None, phase) => (
+                        phase.map(|p| enum_word(&p)).unwrap_or_else(|| "Pending".into()),
+                        status.isolation.clone().unwrap_or_default(),
+                        enum_word(&s.spec.network),
+                    ),
+                };
                 row.extend([
+                    phase,
                     self.phase_cell(meta, ready, &status.conditions),
                     reason(None, &status.conditions),
+                    isolation,
+                    network,
+                    status.claimed_by.clone().unwrap_or_default(),
                     s.endpoint().unwrap_or_default().to_string(),
-                    status.node_agent_version.clone().unwrap_or_default(),
                     age,
                 ]);
                 if self.wide {
-                    row.push(source);
+                    row.extend([
+                        status.node_agent_version.clone().unwrap_or_default(),
+                        status.restarts.to_string(),
+                        status.denied_connections.to_string(),
+                        source,
+                    ]);
                 }
             }
         }
@@ -703,7 +723,11 @@ pub async fn describe(args: DescribeArgs) -> anyhow::Result<i32> {
         }
         Object::Sandbox(s) => {
             out.section("Spec");
-            out.field(1, "Endpoint", s.endpoint().unwrap_or("(managed; not started yet)").to_string());
+            out.field(
+                1,
+                "Endpoint",
+                s.spec.endpoint.clone().unwrap_or_else(|| "(none: managed by the controller)".into()),
+            );
             out.optional(1, "Token secret", s.spec.token_secret_ref.as_ref().map(|r| format!("{}/{}", r.name, r.key)));
             for agent in &s.spec.agents {
                 out.field(
@@ -712,8 +736,40 @@ pub async fn describe(args: DescribeArgs) -> anyhow::Result<i32> {
                     format!("{} {}", enum_word(&agent.agent), agent.version.clone().unwrap_or_default()),
                 );
             }
+            if s.spec.is_managed() {
+                out.field(1, "Isolation", s.spec.isolation.map_or("bubblewrap (default)".into(), |i| enum_word(&i)));
+                out.field(1, "Network", enum_word(&s.spec.network));
+                for allowed in &s.spec.allow {
+                    out.field(1, "Allow", allowed.clone());
+                }
+                out.optional(1, "Workspace", s.spec.workspace.clone());
+                for bind in &s.spec.binds {
+                    let inside = bind.path.clone().unwrap_or_else(|| bind.host_path.clone());
+                    let how = if bind.writable { "writable" } else { "read-only" };
+                    out.field(1, "Bind", format!("{} -> {inside} ({how})", bind.host_path));
+                }
+            }
             if let Some(status) = &s.status {
                 out.section("Status");
+                out.optional(1, "Phase", status.phase.map(|p| enum_word(&p)));
+                out.optional(1, "Runs on", status.runs_on.clone());
+                if s.spec.is_managed() {
+                    out.optional(1, "Endpoint", status.endpoint.clone());
+                }
+                out.optional(1, "Started", status.started_at.as_ref().map(|t| format!("{} ({} ago)", t.0, age_of(t))));
+                if status.restarts > 0 {
+                    out.field(1, "Restarts", status.restarts.to_string());
+                }
+                for limit in &status.applied_limits {
+                    out.field(1, "Limit", limit.clone());
+                }
+                if s.spec.network == agentplane_crds::NetworkMode::Allowlist {
+                    out.field(1, "Denied connections", status.denied_connections.to_string());
+                    for denied in &status.last_denied {
+                        out.field(2, "Denied", denied.clone());
+                    }
+                }
+                out.optional(1, "Claimed by", status.claimed_by.clone());
                 out.optional(1, "Node agent version", status.node_agent_version.clone());
                 out.optional(
                     1,

@@ -387,9 +387,14 @@ async fn serve_proxy_bridges(
         let bind = if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") };
         // `localhost` may name either loopback; the sandbox's own resolves to 127.0.0.1.
         let bind = if host == "localhost" { format!("127.0.0.1:{port}") } else { bind };
-        let listener =
-            tokio::net::TcpListener::bind(&bind).await.with_context(|| format!("serving the tunnel on {bind}"))?;
-        tokio::spawn(netproxy::tunnel_port(listener, socket.to_path_buf(), host, port, shutdown.clone()));
+        // A port below 1024 needs a capability the sandbox does not have: that service
+        // is still reached through the proxy, only not at its own address.
+        match tokio::net::TcpListener::bind(&bind).await {
+            Ok(listener) => {
+                tokio::spawn(netproxy::tunnel_port(listener, socket.to_path_buf(), host, port, shutdown.clone()));
+            }
+            Err(error) => tracing::warn!(%bind, %error, "no tunnel at the allowed address; use the proxy for it"),
+        }
     }
     Ok(())
 }
