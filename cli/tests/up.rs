@@ -587,6 +587,7 @@ fn the_examples_converge_as_the_readme_says() {
     let up = Up::start(&dir);
     let expect = [
         ("processes", "default", "shell", "Running"),
+        ("processes", "default", "sandboxed-shell", "Running"),
         ("processes", "default", "heartbeat", "Running"),
         ("processes", "default", "wait-for-ready", "BackOff"),
         ("processes", "team-a", "ticker", "Running"),
