@@ -61,6 +61,8 @@ impl Cluster {
             Kind::Process => ApiResource::erase::<Process>(&()),
             Kind::Session => ApiResource::erase::<Session>(&()),
             Kind::Sandbox => ApiResource::erase::<Sandbox>(&()),
+            Kind::SandboxTemplate => ApiResource::erase::<agentplane_crds::SandboxTemplate>(&()),
+            Kind::SandboxWarmPool => ApiResource::erase::<agentplane_crds::SandboxWarmPool>(&()),
         };
         match namespace {
             Some(namespace) => Api::namespaced_with(self.client.clone(), namespace, &resource),
@@ -261,6 +263,8 @@ fn sandbox_name(object: &Object) -> &str {
         Object::Process(process) => &process.spec.sandbox,
         Object::Session(session) => &session.spec.sandbox,
         Object::Sandbox(sandbox) => sandbox.metadata.name.as_deref().unwrap_or_default(),
+        // Not run anywhere: the caller asks only of what runs.
+        Object::SandboxTemplate(_) | Object::SandboxWarmPool(_) => "",
     }
 }
 

@@ -400,12 +400,16 @@ impl Columns {
             Kind::Sandbox => {
                 vec!["NAME", "PHASE", "READY", "REASON", "ISOLATION", "NETWORK", "CLAIMED BY", "ENDPOINT", "AGE"]
             }
+            Kind::SandboxTemplate => vec!["NAME", "ISOLATION", "NETWORK", "TTL", "AGE"],
+            Kind::SandboxWarmPool => vec!["NAME", "TEMPLATE", "REPLICAS", "READY", "AGE"],
         });
         if self.wide {
             headers.extend(match self.kind {
                 Kind::Process => vec!["SANDBOX", "PID", "SOURCE", "READY"],
                 Kind::Session => vec!["SANDBOX", "AGENT SESSION", "SOURCE"],
                 Kind::Sandbox => vec!["VERSION", "RESTARTS", "DENIED", "SOURCE"],
+                Kind::SandboxTemplate => vec!["SOURCE"],
+                Kind::SandboxWarmPool => vec!["SANDBOXES", "SOURCE"],
             });
         }
         headers
@@ -442,7 +446,7 @@ impl Columns {
                     let ready =
                         conditions::get(&status.conditions, READY).map(|c| c.message.clone()).unwrap_or_default();
                     row.extend([
-                        p.spec.sandbox.clone(),
+                        status.sandbox.clone().unwrap_or_else(|| p.spec.sandbox.clone()),
                         status.pid.filter(|_| pid_is_real).map(|p| p.to_string()).unwrap_or_default(),
                         source,
                         ready,
@@ -461,7 +465,35 @@ impl Columns {
                     age,
                 ]);
                 if self.wide {
-                    row.extend([s.spec.sandbox.clone(), status.agent_session_id.clone().unwrap_or_default(), source]);
+                    row.extend([
+                        status.sandbox.clone().unwrap_or_else(|| s.spec.sandbox.clone()),
+                        status.agent_session_id.clone().unwrap_or_default(),
+                        source,
+                    ]);
+                }
+            }
+            Object::SandboxTemplate(t) => {
+                let sandbox = &t.spec.sandbox;
+                row.extend([
+                    sandbox.isolation.map_or_else(|| "bubblewrap".to_string(), |i| enum_word(&i)),
+                    enum_word(&sandbox.network),
+                    format!("{}s", t.spec.ttl_seconds_after_finished),
+                    age,
+                ]);
+                if self.wide {
+                    row.push(source);
+                }
+            }
+            Object::SandboxWarmPool(p) => {
+                let status = p.status.clone().unwrap_or_default();
+                row.extend([
+                    p.spec.template.clone(),
+                    format!("{}/{}", status.replicas, p.spec.replicas),
+                    status.ready_replicas.to_string(),
+                    age,
+                ]);
+                if self.wide {
+                    row.extend([status.sandboxes.join(","), source]);
                 }
             }
             Object::Sandbox(s) => {
@@ -607,11 +639,34 @@ pub async fn describe(args: DescribeArgs) -> anyhow::Result<i32> {
     out.map(0, "Annotations", annotations.as_ref());
     let mut conditions = Vec::new();
     match &object {
+        Object::SandboxTemplate(t) => {
+            out.section("Spec");
+            out.field(1, "TTL after finished", format!("{}s", t.spec.ttl_seconds_after_finished));
+            out.field(1, "Sandbox", serde_json::to_string(&t.spec.sandbox).unwrap_or_default());
+        }
+        Object::SandboxWarmPool(p) => {
+            out.section("Spec");
+            out.field(1, "Template", p.spec.template.clone());
+            out.field(1, "Replicas", p.spec.replicas.to_string());
+            if let Some(status) = &p.status {
+                out.section("Status");
+                out.field(1, "Unclaimed", status.replicas.to_string());
+                out.field(1, "Ready", status.ready_replicas.to_string());
+                for name in &status.sandboxes {
+                    out.field(2, "Sandbox", name.clone());
+                }
+                conditions = status.conditions.clone();
+            }
+        }
         Object::Process(p) => {
             let spec = &p.spec;
             out.section("Spec");
             out.field(1, "Command", command_line(&spec.command, &spec.args));
-            out.field(1, "Sandbox", spec.sandbox.clone());
+            out.field(
+                1,
+                "Sandbox",
+                spec.sandbox_template.as_ref().map_or_else(|| spec.sandbox.clone(), |t| format!("from template {t}")),
+            );
             out.optional(1, "Working dir", spec.cwd.clone());
             out.field(
                 1,
@@ -669,7 +724,11 @@ pub async fn describe(args: DescribeArgs) -> anyhow::Result<i32> {
             out.field(1, "Permission mode", enum_word(&spec.permission_mode));
             out.optional(1, "Model", spec.model.clone());
             out.optional(1, "Variant", spec.variant.clone());
-            out.field(1, "Sandbox", spec.sandbox.clone());
+            out.field(
+                1,
+                "Sandbox",
+                spec.sandbox_template.as_ref().map_or_else(|| spec.sandbox.clone(), |t| format!("from template {t}")),
+            );
             out.optional(1, "Working dir", spec.working_dir.clone());
             let env: Vec<&str> = spec.env.iter().map(|e| e.name.as_str()).collect();
             if !env.is_empty() {

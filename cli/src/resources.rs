@@ -27,7 +27,7 @@ pub fn not_found(key: &Key) -> anyhow::Error {
 
 pub fn parse_kind(word: &str) -> anyhow::Result<Kind> {
     Kind::from_user(word)
-        .with_context(|| format!("unknown kind {word:?}: use processes (proc), sessions (sess) or sandboxes (sbx)"))
+        .with_context(|| format!("unknown kind {word:?}: use processes (proc), sessions (sess), sandboxes (sbx), sandboxtemplates (sbxt) or sandboxwarmpools (sbxpool)"))
 }
 
 /// `KIND/NAME ...`, `KIND NAME ...`, or (for verbs about one kind) `NAME`.
@@ -50,7 +50,9 @@ pub fn parse_refs(words: &[String], default_kind: Option<Kind>) -> anyhow::Resul
     match default_kind {
         Some(kind) => Ok(words.iter().map(|name| (kind, name.clone())).collect()),
         None if words.len() == 1 => bail!("{first:?}: expected KIND/NAME or KIND NAME"),
-        None => bail!("unknown kind {first:?}: use processes (proc), sessions (sess) or sandboxes (sbx)"),
+        None => bail!(
+            "unknown kind {first:?}: use processes (proc), sessions (sess), sandboxes (sbx), sandboxtemplates (sbxt) or sandboxwarmpools (sbxpool)"
+        ),
     }
 }
 

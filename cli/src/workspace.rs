@@ -206,6 +206,9 @@ impl Workspace {
                 s.status.as_ref().and_then(|s| s.sandbox.clone()).unwrap_or_else(|| s.spec.sandbox.clone())
             }
             Object::Sandbox(s) => s.metadata.name.clone().unwrap_or_default(),
+            Object::SandboxTemplate(_) | Object::SandboxWarmPool(_) => {
+                bail!("{} runs nothing of its own", crate::resources::ref_name(&object.key()))
+            }
         };
         if sandbox == agentplane_crds::LOCAL_SANDBOX {
             return self.node_agent();

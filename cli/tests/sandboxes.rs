@@ -405,3 +405,86 @@ fn claude_in_bypass_mode_told_to_escape_changes_nothing_on_the_host() {
     );
     assert!(results.len() >= 2, "{events}");
 }
+
+fn session_record(up: &Up, name: &str) -> Option<agentplane_crds::Session> {
+    match up.record(Kind::Session, name)? {
+        Object::Session(s) => Some(s),
+        _ => None,
+    }
+}
+
+fn mock_session_yaml(name: &str, messages: &[&str]) -> String {
+    let messages: Vec<String> = messages.iter().map(|m| format!("    - {m:?}\n")).collect();
+    format!(
+        "apiVersion: agentplane.dev/v1alpha1\nkind: Session\nmetadata:\n  name: {name}\nspec:\n  sandboxTemplate: iso\n  \
+         agent: mock\n  messages:\n{}",
+        messages.concat()
+    )
+}
+
+#[test]
+fn a_warm_pool_gives_each_session_a_sandbox_of_its_own_and_refills() {
+    let pool = "apiVersion: agentplane.dev/v1alpha1\nkind: SandboxTemplate\nmetadata:\n  name: iso\nspec:\n  \
+                ttlSecondsAfterFinished: 1\n  sandbox:\n    network: none\n---\napiVersion: agentplane.dev/v1alpha1\n\
+                kind: SandboxWarmPool\nmetadata:\n  name: warm\nspec:\n  template: iso\n  replicas: 3\n";
+    let up = Up::start(&[("pool.yaml", pool)], &[]);
+    let pool_status = || match up.record(Kind::SandboxWarmPool, "warm") {
+        Some(Object::SandboxWarmPool(p)) => p.status.unwrap_or_default(),
+        _ => Default::default(),
+    };
+    wait_until(PATIENCE, "3 ready in the pool", || pool_status().ready_replicas == 3);
+    let pooled: Vec<String> = pool_status().sandboxes;
+
+    // Ten at once, in one save.
+    let names: Vec<String> = (0..10).map(|i| format!("chat-{i}")).collect();
+    let all: Vec<String> = names.iter().map(|n| mock_session_yaml(n, &["hello"])).collect();
+    fs::write(up.dir.join("sessions.yaml"), all.join("---\n")).unwrap();
+    wait_until(PATIENCE, "ten sessions idle", || {
+        names.iter().all(|n| {
+            session_record(&up, n)
+                .and_then(|s| s.status)
+                .is_some_and(|s| s.delivered_messages == 1 && s.phase == Some(agentplane_crds::SessionPhase::Idle))
+        })
+    });
+    let mut placed: Vec<String> =
+        names.iter().map(|n| session_record(&up, n).unwrap().status.unwrap().sandbox.expect("placed")).collect();
+    for (session, sandbox) in names.iter().zip(&placed) {
+        let claimed = up.sandbox(sandbox).metadata.annotations.unwrap_or_default();
+        assert_eq!(
+            claimed.get("agentplane.dev/claimed-by").map(String::as_str),
+            Some(format!("Session/default/{session}").as_str())
+        );
+    }
+    let from_pool = placed.iter().filter(|s| pooled.contains(s)).count();
+    assert_eq!(from_pool, 3, "the three ready ones were claimed first: {placed:?} {pooled:?}");
+    placed.sort();
+    placed.dedup();
+    assert_eq!(placed.len(), 10, "a sandbox was shared: {placed:?}");
+    wait_until(PATIENCE, "the pool back at 3 ready", || {
+        let status = pool_status();
+        status.ready_replicas == 3 && status.sandboxes.iter().all(|s| !placed.contains(s))
+    });
+
+    // A sandbox's node agent killed: it comes back and its session goes on.
+    let victim = session_record(&up, "chat-0").unwrap().status.unwrap().sandbox.unwrap();
+    let pid = runs_on_pid(&up.sandbox(&victim));
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).unwrap();
+    up.wait_sandbox(&victim, "back after SIGKILL", |s| ready(s) && s.restarts == 1);
+    let again: Vec<String> = names.iter().map(|n| mock_session_yaml(n, &["hello", "again"])).collect();
+    fs::write(up.dir.join("sessions.yaml"), again.join("---\n")).unwrap();
+    wait_until(PATIENCE, "chat-0 answering its second message", || {
+        session_record(&up, "chat-0")
+            .and_then(|s| s.status)
+            .is_some_and(|s| s.delivered_messages == 2 && s.phase == Some(agentplane_crds::SessionPhase::Idle))
+    });
+    assert_eq!(session_record(&up, "chat-0").unwrap().status.unwrap().sandbox.as_deref(), Some(victim.as_str()));
+
+    // The sessions deleted: their sandboxes go after the TTL, and nothing of them runs.
+    let pids: Vec<i32> = placed.iter().map(|s| runs_on_pid(&up.sandbox(s))).collect();
+    fs::remove_file(up.dir.join("sessions.yaml")).unwrap();
+    wait_until(PATIENCE, "the claimed sandboxes deleted", || {
+        placed.iter().all(|s| up.record(Kind::Sandbox, s).is_none())
+    });
+    assert!(pids.iter().all(|p| !alive(*p)), "a claimed sandbox still runs");
+    assert_eq!(pool_status().ready_replicas, 3);
+}

@@ -6,7 +6,10 @@ use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 use std::sync::OnceLock;
 
-use agentplane_crds::{Process, ProcessSpec, Sandbox, SandboxSpec, Session, SessionSpec};
+use agentplane_crds::{
+    Process, ProcessSpec, Sandbox, SandboxSpec, SandboxTemplate, SandboxTemplateSpec, SandboxWarmPool,
+    SandboxWarmPoolSpec, Session, SessionSpec,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::CustomResourceExt;
 use serde::de::{DeserializeOwned, IgnoredAny};
@@ -19,16 +22,21 @@ pub enum Kind {
     Sandbox,
     Session,
     Process,
+    SandboxTemplate,
+    SandboxWarmPool,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 3] = [Kind::Sandbox, Kind::Session, Kind::Process];
+    pub const ALL: [Kind; 5] =
+        [Kind::Sandbox, Kind::Session, Kind::Process, Kind::SandboxTemplate, Kind::SandboxWarmPool];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Kind::Sandbox => "Sandbox",
             Kind::Session => "Session",
             Kind::Process => "Process",
+            Kind::SandboxTemplate => "SandboxTemplate",
+            Kind::SandboxWarmPool => "SandboxWarmPool",
         }
     }
 
@@ -37,6 +45,8 @@ impl Kind {
             Kind::Sandbox => "sandboxes",
             Kind::Session => "sessions",
             Kind::Process => "processes",
+            Kind::SandboxTemplate => "sandboxtemplates",
+            Kind::SandboxWarmPool => "sandboxwarmpools",
         }
     }
 
@@ -46,6 +56,8 @@ impl Kind {
             "sandbox" | "sandboxes" | "sbx" => Some(Kind::Sandbox),
             "session" | "sessions" | "sess" => Some(Kind::Session),
             "process" | "processes" | "proc" | "procs" => Some(Kind::Process),
+            "sandboxtemplate" | "sandboxtemplates" | "sbxt" => Some(Kind::SandboxTemplate),
+            "sandboxwarmpool" | "sandboxwarmpools" | "sbxpool" | "sbxpools" => Some(Kind::SandboxWarmPool),
             _ => None,
         }
     }
@@ -77,6 +89,8 @@ pub enum Object {
     Sandbox(Sandbox),
     Session(Session),
     Process(Process),
+    SandboxTemplate(SandboxTemplate),
+    SandboxWarmPool(SandboxWarmPool),
 }
 
 impl Object {
@@ -85,6 +99,8 @@ impl Object {
             Object::Sandbox(_) => Kind::Sandbox,
             Object::Session(_) => Kind::Session,
             Object::Process(_) => Kind::Process,
+            Object::SandboxTemplate(_) => Kind::SandboxTemplate,
+            Object::SandboxWarmPool(_) => Kind::SandboxWarmPool,
         }
     }
 
@@ -93,6 +109,8 @@ impl Object {
             Object::Sandbox(o) => &o.metadata,
             Object::Session(o) => &o.metadata,
             Object::Process(o) => &o.metadata,
+            Object::SandboxTemplate(o) => &o.metadata,
+            Object::SandboxWarmPool(o) => &o.metadata,
         }
     }
 
@@ -101,6 +119,8 @@ impl Object {
             Object::Sandbox(o) => &mut o.metadata,
             Object::Session(o) => &mut o.metadata,
             Object::Process(o) => &mut o.metadata,
+            Object::SandboxTemplate(o) => &mut o.metadata,
+            Object::SandboxWarmPool(o) => &mut o.metadata,
         }
     }
 
@@ -119,6 +139,8 @@ impl Object {
             (Object::Sandbox(a), Object::Sandbox(b)) => a.spec == b.spec,
             (Object::Session(a), Object::Session(b)) => a.spec == b.spec,
             (Object::Process(a), Object::Process(b)) => a.spec == b.spec,
+            (Object::SandboxTemplate(a), Object::SandboxTemplate(b)) => a.spec == b.spec,
+            (Object::SandboxWarmPool(a), Object::SandboxWarmPool(b)) => a.spec == b.spec,
             _ => false,
         }
     }
@@ -129,6 +151,8 @@ impl Object {
             (Object::Sandbox(a), Object::Sandbox(b)) => a.spec = b.spec.clone(),
             (Object::Session(a), Object::Session(b)) => a.spec = b.spec.clone(),
             (Object::Process(a), Object::Process(b)) => a.spec = b.spec.clone(),
+            (Object::SandboxTemplate(a), Object::SandboxTemplate(b)) => a.spec = b.spec.clone(),
+            (Object::SandboxWarmPool(a), Object::SandboxWarmPool(b)) => a.spec = b.spec.clone(),
             _ => {}
         }
     }
@@ -138,6 +162,8 @@ impl Object {
             Object::Sandbox(o) => serde_json::to_value(o),
             Object::Session(o) => serde_json::to_value(o),
             Object::Process(o) => serde_json::to_value(o),
+            Object::SandboxTemplate(o) => serde_json::to_value(o),
+            Object::SandboxWarmPool(o) => serde_json::to_value(o),
         };
         value.expect("resources serialize to JSON")
     }
@@ -148,6 +174,8 @@ impl Object {
             "Sandbox" => serde_json::from_value(value).map(Object::Sandbox),
             "Session" => serde_json::from_value(value).map(Object::Session),
             "Process" => serde_json::from_value(value).map(Object::Process),
+            "SandboxTemplate" => serde_json::from_value(value).map(Object::SandboxTemplate),
+            "SandboxWarmPool" => serde_json::from_value(value).map(Object::SandboxWarmPool),
             other => return Err(format!("unknown kind {other:?}")),
         };
         object.map_err(|e| e.to_string())
@@ -318,6 +346,10 @@ pub fn parse_file(file: &str, text: &str) -> Result<Vec<Declared>, FileError> {
                 .map(|(m, s)| Object::Session(Session { metadata: m, spec: s, status: None })),
             "Sandbox" => typed_object::<SandboxSpec>(typed)
                 .map(|(m, s)| Object::Sandbox(Sandbox { metadata: m, spec: s, status: None })),
+            "SandboxTemplate" => typed_object::<SandboxTemplateSpec>(typed)
+                .map(|(m, s)| Object::SandboxTemplate(SandboxTemplate { metadata: m, spec: s })),
+            "SandboxWarmPool" => typed_object::<SandboxWarmPoolSpec>(typed)
+                .map(|(m, s)| Object::SandboxWarmPool(SandboxWarmPool { metadata: m, spec: s, status: None })),
             other => {
                 let location = KindOf::deserialize(kind_doc).err().and_then(|e| e.location());
                 let (at_line, column) = location.map_or((line, None), |l| (l.line(), Some(l.column())));
@@ -325,7 +357,7 @@ pub fn parse_file(file: &str, text: &str) -> Result<Vec<Declared>, FileError> {
                 return Err(error(
                     Some(at_line),
                     column,
-                    format!("kind {other:?} is not one of Session, Process, Sandbox{hint}"),
+                    format!("kind {other:?} is not one of {}{hint}", KINDS_IN_WORDS),
                 ));
             }
         }
@@ -347,6 +379,9 @@ pub fn parse_file(file: &str, text: &str) -> Result<Vec<Declared>, FileError> {
     Ok(declared)
 }
 
+/// The kinds a folder may hold, as errors list them.
+const KINDS_IN_WORDS: &str = "Session, Process, Sandbox, SandboxTemplate, SandboxWarmPool";
+
 /// Only a document's `kind`, to have the parser say where a wrong one is written.
 #[derive(Deserialize)]
 struct KindOf {
@@ -359,6 +394,8 @@ enum KnownKind {
     Session,
     Process,
     Sandbox,
+    SandboxTemplate,
+    SandboxWarmPool,
 }
 
 /// The kind a misspelt one most likely meant: the same but for case, or within two
@@ -370,7 +407,7 @@ fn suggest_kind(written: &str) -> Option<&'static str> {
     }
     // Longer than any kind by more than two letters: not a typo of one (and not worth
     // comparing letter by letter).
-    if written.chars().count() > 9 {
+    if written.chars().count() > 17 {
         return None;
     }
     kinds
@@ -441,7 +478,13 @@ fn check_name(what: &str, name: &str, max: usize, dots: bool) -> Result<(), Stri
 fn validators() -> &'static BTreeMap<Kind, jsonschema::Validator> {
     static VALIDATORS: OnceLock<BTreeMap<Kind, jsonschema::Validator>> = OnceLock::new();
     VALIDATORS.get_or_init(|| {
-        let crds = [(Kind::Process, Process::crd()), (Kind::Session, Session::crd()), (Kind::Sandbox, Sandbox::crd())];
+        let crds = [
+            (Kind::Process, Process::crd()),
+            (Kind::Session, Session::crd()),
+            (Kind::Sandbox, Sandbox::crd()),
+            (Kind::SandboxTemplate, SandboxTemplate::crd()),
+            (Kind::SandboxWarmPool, SandboxWarmPool::crd()),
+        ];
         crds.into_iter()
             .map(|(kind, crd)| {
                 let schema = crd.spec.versions[0]
@@ -584,14 +627,20 @@ mod tests {
         let text = "apiVersion: agentplane.dev/v1alpha1\nkind: Process\nmetadata: {name: a}\nspec: {command: x}\n---\n# the second\napiVersion: agentplane.dev/v1alpha1\nmetadata: {name: b}\nkind:   Proces\nspec: {command: x}\n";
         let typo = err(text);
         assert_eq!((typo.line, typo.column), (Some(9), Some(9)), "{typo}");
-        assert_eq!(typo.message, "kind \"Proces\" is not one of Session, Process, Sandbox (did you mean Process?)");
+        assert_eq!(
+            typo.message,
+            "kind \"Proces\" is not one of Session, Process, Sandbox, SandboxTemplate, SandboxWarmPool (did you mean Process?)"
+        );
         assert_eq!(typo.to_string(), format!("f.yaml:9:9: {}", typo.message));
         let flow = err("{apiVersion: agentplane.dev/v1alpha1, kind: session, metadata: {name: a}}");
         assert_eq!((flow.line, flow.column), (Some(1), Some(45)), "{flow}");
         assert!(flow.message.ends_with("(did you mean Session?)"), "{flow}");
         let far = err("apiVersion: agentplane.dev/v1alpha1\nkind: Deployment\n");
         assert_eq!((far.line, far.column), (Some(2), Some(7)), "{far}");
-        assert_eq!(far.message, "kind \"Deployment\" is not one of Session, Process, Sandbox");
+        assert_eq!(
+            far.message,
+            "kind \"Deployment\" is not one of Session, Process, Sandbox, SandboxTemplate, SandboxWarmPool"
+        );
     }
 
     #[test]

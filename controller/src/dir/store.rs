@@ -663,6 +663,196 @@ impl Inner {
         self.index.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    fn enqueue_kind(&self, kind: Kind) {
+        let keys: Vec<Key> = self.lock().resources.keys().filter(|k| k.kind == kind).cloned().collect();
+        for key in keys {
+            self.queue.add(key);
+        }
+    }
+
+    /// Records a new object the store made (a sandbox of a template) and looks at it.
+    fn add_made(&self, index: &mut Index, object: Object) -> std::result::Result<Key, String> {
+        let key = object.key();
+        self.state.write(&object).map_err(|e| format!("cannot record {key}: {e}"))?;
+        index.resources.insert(key.clone(), Entry { object, problem: None, missing_since: None });
+        self.queue.add(key.clone());
+        Ok(key)
+    }
+
+    /// The sandbox the resource `key` runs on for its `sandboxTemplate`: the one it
+    /// holds, else a ready one from a warm pool of that template (which then refills),
+    /// else a new one. Under the index lock: two claimers never take the same one.
+    fn claim(&self, index: &mut Index, key: &Key, template: &str) -> std::result::Result<String, String> {
+        use super::pools::{self, Found};
+        let Some(uid) = index.resources.get(key).and_then(|e| e.object.meta().uid.clone()) else {
+            return Err("it has no uid yet".into());
+        };
+        match pools::find(index.resources.iter().map(|(k, e)| (k, &e.object)), &key.namespace, template, &uid) {
+            Found::Held(name) => return Ok(name),
+            Found::FromPool(member) => {
+                let ttl =
+                    self.template(index, &key.namespace, template).map_or(60, |t| t.spec.ttl_seconds_after_finished);
+                let entry = index.resources.get_mut(&member).expect("found in the index");
+                let mut object = entry.object.clone();
+                object
+                    .meta_mut()
+                    .annotations
+                    .get_or_insert_with(BTreeMap::new)
+                    .extend(pools::claim_annotations(key, &uid, ttl));
+                self.state.write(&object).map_err(|e| format!("cannot record the claim of {member}: {e}"))?;
+                entry.object = object;
+                info!(resource = %key, sandbox = %member.name, "claimed a ready sandbox from its warm pool");
+                self.queue.add(member.clone());
+                // The pool refills (the index is locked here: its keys are taken from it).
+                for pool in index.resources.keys().filter(|k| k.kind == Kind::SandboxWarmPool) {
+                    self.queue.add(pool.clone());
+                }
+                return Ok(member.name);
+            }
+            Found::Nothing => {}
+        }
+        let Some(found) = self.template(index, &key.namespace, template) else {
+            return Err(format!(
+                "sandboxTemplate {template:?}: no SandboxTemplate of that name in namespace {:?}",
+                key.namespace
+            ));
+        };
+        let name = pools::fresh_name(|k| index.resources.contains_key(k), &key.namespace, template);
+        let annotations = BTreeMap::from(pools::claim_annotations(key, &uid, found.spec.ttl_seconds_after_finished));
+        let object = pools::sandbox_of(&found, &name, &key.namespace, annotations, &conditions::now());
+        self.add_made(index, object)?;
+        info!(resource = %key, sandbox = %name, "made a sandbox of its own from its template");
+        Ok(name)
+    }
+
+    fn template(&self, index: &Index, namespace: &str, name: &str) -> Option<agentplane_crds::SandboxTemplate> {
+        let key = Key { kind: Kind::SandboxTemplate, namespace: namespace.to_string(), name: name.to_string() };
+        match &index.resources.get(&key)?.object {
+            Object::SandboxTemplate(t) if t.metadata.deletion_timestamp.is_none() => Some(t.clone()),
+            _ => None,
+        }
+    }
+
+    /// Marks the sandboxes claimed by `uid` finished: each is deleted after its TTL.
+    async fn finish_claims(self: &Arc<Self>, uid: Option<String>) {
+        let Some(uid) = uid else { return };
+        let this = Arc::clone(self);
+        let _ = tokio::task::spawn_blocking(move || {
+            let mut index = this.lock();
+            let now = conditions::now().0.to_string();
+            for (key, entry) in index.resources.iter_mut() {
+                let meta = entry.object.meta();
+                if key.kind != Kind::Sandbox
+                    || super::pools::claimed_uid(meta) != Some(uid.as_str())
+                    || super::pools::ttl_left(meta, &conditions::now()).is_some()
+                {
+                    continue;
+                }
+                let mut object = entry.object.clone();
+                object
+                    .meta_mut()
+                    .annotations
+                    .get_or_insert_with(BTreeMap::new)
+                    .insert(super::pools::FINISHED_AT.into(), now.clone());
+                match this.state.write(&object) {
+                    Ok(()) => {
+                        entry.object = object;
+                        this.queue.add(key.clone());
+                    }
+                    Err(e) => warn!(resource = %key, error = %e, "cannot record that its claimer finished"),
+                }
+            }
+        })
+        .await;
+    }
+
+    /// Marks a store-made sandbox deleted (recorded first); answers it as marked.
+    fn mark_deleted(&self, key: &Key) -> Option<agentplane_crds::Sandbox> {
+        let mut index = self.lock();
+        let entry = index.resources.get_mut(key)?;
+        let mut object = entry.object.clone();
+        object.meta_mut().deletion_timestamp = Some(conditions::now());
+        if let Err(e) = self.state.write(&object) {
+            warn!(resource = %key, error = %e, "cannot record the deletion");
+            return None;
+        }
+        entry.object = object.clone();
+        match object {
+            Object::Sandbox(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// Keeps `replicas` unclaimed sandboxes of the pool's template: makes what is
+    /// missing, deletes what is over (those not ready first).
+    fn reconcile_pool(
+        &self,
+        key: &Key,
+        pool: &agentplane_crds::SandboxWarmPool,
+        problem: Option<String>,
+    ) -> agentplane_crds::SandboxWarmPoolStatus {
+        use super::pools;
+        let generation = pool.metadata.generation;
+        let mut status = pool.status.clone().unwrap_or_default();
+        status.observed_generation = generation;
+        conditions::set_valid(&mut status.conditions, problem.as_deref(), generation);
+        let mut index = self.lock();
+        let mut members =
+            pools::members(index.resources.iter().map(|(k, e)| (k, &e.object)), &key.namespace, &key.name);
+        let wanted = pool.spec.replicas as usize;
+        match self.template(&index, &key.namespace, &pool.spec.template) {
+            None => {
+                let why = format!("no SandboxTemplate {:?} in namespace {:?}", pool.spec.template, key.namespace);
+                conditions::set(&mut status.conditions, READY, false, "TemplateNotFound", why, generation);
+            }
+            Some(template) => {
+                while members.len() < wanted {
+                    let name = pools::fresh_name(|k| index.resources.contains_key(k), &key.namespace, &key.name);
+                    let annotations = BTreeMap::from([(pools::POOL.to_string(), key.name.clone())]);
+                    let object = pools::sandbox_of(&template, &name, &key.namespace, annotations, &conditions::now());
+                    match self.add_made(&mut index, object) {
+                        Ok(made) => members.push((made, false)),
+                        Err(e) => {
+                            warn!(pool = %key, error = %e, "cannot make a sandbox for the pool");
+                            break;
+                        }
+                    }
+                }
+                // Over: not-ready ones go first.
+                members.sort_by_key(|(_, ready)| !ready);
+                while members.len() > wanted {
+                    let (extra, _) = members.pop().expect("more than wanted");
+                    drop(index);
+                    self.mark_deleted(&extra);
+                    self.queue.add(extra);
+                    index = self.lock();
+                }
+                let ready = members.iter().filter(|(_, r)| *r).count();
+                let message = format!("{ready} of {wanted} ready");
+                conditions::set(&mut status.conditions, READY, ready >= wanted, "Replicas", message, generation);
+            }
+        }
+        status.replicas = members.len() as u32;
+        status.ready_replicas = members.iter().filter(|(_, r)| *r).count() as u32;
+        status.sandboxes = {
+            let mut names: Vec<String> = members.iter().map(|(k, _)| k.name.clone()).collect();
+            names.sort();
+            names
+        };
+        status
+    }
+
+    /// A deleted pool takes its unclaimed sandboxes with it; claimed ones stay with
+    /// their claimers.
+    fn drain_pool(&self, key: &Key) {
+        let members =
+            super::pools::members(self.lock().resources.iter().map(|(k, e)| (k, &e.object)), &key.namespace, &key.name);
+        for (member, _) in members {
+            self.mark_deleted(&member);
+            self.queue.add(member);
+        }
+    }
+
     fn enqueue_all(&self) {
         let keys: Vec<Key> = self.lock().resources.keys().cloned().collect();
         for key in keys {
@@ -845,7 +1035,9 @@ impl Inner {
         let held_files: BTreeSet<&str> =
             index.files.iter().filter(|(_, f)| f.parsed.is_err()).map(|(p, _)| p.as_str()).collect();
         for (key, entry) in index.resources.iter_mut() {
-            if taken.contains_key(key) {
+            // What the store made itself (from a template) no file declares: pools and
+            // claims decide when it goes.
+            if taken.contains_key(key) || super::pools::is_store_owned(entry.object.meta()) {
                 continue;
             }
             let problem = match problems.get(key) {
@@ -917,6 +1109,9 @@ impl Inner {
             Object::Process(process) => {
                 if process.metadata.deletion_timestamp.is_some() {
                     let cleaned = self.processes.cleanup(&process).await;
+                    if cleaned.is_ok() {
+                        self.finish_claims(process.metadata.uid.clone()).await;
+                    }
                     return self.forget_once_clean(key, process.metadata.uid.clone(), cleaned).await;
                 }
                 let reconciled = self
@@ -943,7 +1138,47 @@ impl Inner {
                     self.queue.add_after(key.clone(), after);
                 }
             }
-            Object::Sandbox(sandbox) => {
+            Object::SandboxTemplate(template) => {
+                // Nothing runs from a template itself; the pools that wait for it go on.
+                if template.metadata.deletion_timestamp.is_some() {
+                    self.forget(key, template.metadata.uid.clone()).await;
+                }
+                self.enqueue_kind(Kind::SandboxWarmPool);
+            }
+            Object::SandboxWarmPool(pool) => {
+                if pool.metadata.deletion_timestamp.is_some() {
+                    let (this, k) = (Arc::clone(self), key.clone());
+                    let _ = tokio::task::spawn_blocking(move || this.drain_pool(&k)).await;
+                    self.forget(key, pool.metadata.uid.clone()).await;
+                    return;
+                }
+                let (this, k, uid) = (Arc::clone(self), key.clone(), pool.metadata.uid.clone());
+                let status = tokio::task::spawn_blocking(move || this.reconcile_pool(&k, &pool, problem))
+                    .await
+                    .unwrap_or_default();
+                self.write_status(key, uid, move |object| match object {
+                    Object::SandboxWarmPool(p) if p.status.as_ref() != Some(&status) => {
+                        p.status = Some(status);
+                        true
+                    }
+                    _ => false,
+                })
+                .await;
+            }
+            Object::Sandbox(mut sandbox) => {
+                // A claim that finished is kept for its TTL, then deleted like any other.
+                if sandbox.metadata.deletion_timestamp.is_none()
+                    && let Some(left) = super::pools::ttl_left(&sandbox.metadata, &conditions::now())
+                {
+                    if !left.is_zero() {
+                        self.queue.add_after(key.clone(), left);
+                    } else {
+                        let (this, k) = (Arc::clone(self), key.clone());
+                        if let Ok(Some(marked)) = tokio::task::spawn_blocking(move || this.mark_deleted(&k)).await {
+                            sandbox = marked;
+                        }
+                    }
+                }
                 if sandbox.metadata.deletion_timestamp.is_some() {
                     match (self.managed.get(), sandbox.spec.is_managed()) {
                         (Some(managed), true) => {
@@ -972,6 +1207,9 @@ impl Inner {
                 if session.metadata.deletion_timestamp.is_some() {
                     self.stop_following(key);
                     let cleaned = self.sessions.cleanup(&session).await;
+                    if cleaned.is_ok() {
+                        self.finish_claims(session.metadata.uid.clone()).await;
+                    }
                     return self.forget_once_clean(key, session.metadata.uid.clone(), cleaned).await;
                 }
                 let reconciled =
@@ -981,9 +1219,18 @@ impl Inner {
                     Some(SessionPhase::Ended | SessionPhase::Failed | SessionPhase::Pending) | None
                 );
                 let last = reconciled.status.last_event_sequence;
-                let status = reconciled.status;
+                if reconciled.status.phase == Some(SessionPhase::Ended) {
+                    self.finish_claims(session.metadata.uid.clone()).await;
+                }
+                let mut status = reconciled.status;
+                let placed = Some(session.spec.sandbox.clone());
                 self.write_status(key, session.metadata.uid.clone(), move |object| match object {
-                    Object::Session(s) if s.status.as_ref() != Some(&status) => {
+                    Object::Session(s)
+                        if {
+                            status.sandbox = placed.filter(|p| *p != s.spec.sandbox);
+                            s.status.as_ref() != Some(&status)
+                        } =>
+                    {
                         s.status = Some(status);
                         true
                     }
@@ -1032,8 +1279,17 @@ impl Inner {
     #[allow(clippy::type_complexity)]
     fn prepare(&self, key: &Key) -> Option<Prepared> {
         let mut session_sandbox = None;
+        let mut claimed = None;
         let (object, problem, session) = {
-            let index = self.lock();
+            let mut index = self.lock();
+            let template = match &index.resources.get(key)?.object {
+                Object::Process(p) if p.metadata.deletion_timestamp.is_none() => p.spec.sandbox_template.clone(),
+                Object::Session(s) if s.metadata.deletion_timestamp.is_none() => s.spec.sandbox_template.clone(),
+                _ => None,
+            };
+            if let Some(template) = template {
+                claimed = Some(self.claim(&mut index, key, &template));
+            }
             let entry = index.resources.get(key)?;
             // The node-agent id of the Session a Process's sessionRef names.
             let session = match &entry.object {
@@ -1070,6 +1326,23 @@ impl Inner {
         {
             p.spec.sandbox = sandbox;
         }
+        // A resource naming a template runs on the sandbox it claimed; until it has one,
+        // it waits saying why (the reconcilers never run it elsewhere).
+        let mut problem = problem;
+        if let Some(claimed) = claimed {
+            let (sandbox, template) = match &mut object {
+                Object::Process(p) => (&mut p.spec.sandbox, &mut p.spec.sandbox_template),
+                Object::Session(s) => (&mut s.spec.sandbox, &mut s.spec.sandbox_template),
+                _ => unreachable!("only Processes and Sessions claim"),
+            };
+            match claimed {
+                Ok(name) => {
+                    *sandbox = name;
+                    *template = None;
+                }
+                Err(why) => problem = Some(why),
+            }
+        }
         crate::restart::Requests::new(self.state.root()).overlay(object.meta_mut());
         let base = source_file(object.meta()).map(|f| self.dir.join(f)).and_then(|f| f.parent().map(Path::to_path_buf));
         let files = EnvFiles { root: &self.root, base: base.as_deref().unwrap_or(&self.dir) };
@@ -1077,6 +1350,7 @@ impl Inner {
             Object::Process(p) => resolve_env(&files, &p.spec.env, &p.spec.env_from),
             Object::Session(s) => resolve_env(&files, &s.spec.env, &s.spec.env_from),
             Object::Sandbox(s) => resolve_env(&files, &s.spec.env, &[]),
+            Object::SandboxTemplate(_) | Object::SandboxWarmPool(_) => Ok(BTreeMap::new()),
         };
         self.watch_env_files(key, &object, &files);
         Some((object, problem, env, session))
@@ -1089,6 +1363,7 @@ impl Inner {
             Object::Process(p) => referenced_files(&p.spec.env, &p.spec.env_from).collect(),
             Object::Session(s) => referenced_files(&s.spec.env, &s.spec.env_from).collect(),
             Object::Sandbox(s) => referenced_files(&s.spec.env, &[]).collect(),
+            Object::SandboxTemplate(_) | Object::SandboxWarmPool(_) => Vec::new(),
         };
         // Files outside the folder are refused, and the state directory is not watched.
         let paths = references
@@ -1181,7 +1456,10 @@ impl Inner {
             .resources
             .iter()
             .filter(|(key, entry)| match &entry.object {
-                Object::Sandbox(_) => key.name == name,
+                Object::Sandbox(_) | Object::SandboxWarmPool(_) => {
+                    key.kind == Kind::SandboxWarmPool || key.name == name
+                }
+                Object::SandboxTemplate(_) => false,
                 Object::Process(p) => {
                     placement_of(&p.spec.sandbox, p.status.as_ref().and_then(|s| s.sandbox.as_deref())) == name
                 }
@@ -1245,6 +1523,8 @@ impl Inner {
         status.denied_connections = observed.denied;
         status.last_denied = observed.last_denied;
         status.node_agent_version = Some(env!("CARGO_PKG_VERSION").to_string());
+        status.template = super::pools::template_of(&sandbox.metadata).map(str::to_string);
+        status.claimed_by = super::pools::claimed_by(&sandbox.metadata).map(str::to_string);
         let ready = observed.phase == agentplane_crds::SandboxPhase::Ready;
         conditions::set(&mut status.conditions, READY, ready, observed.reason, observed.message, generation);
         status
