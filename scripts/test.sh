@@ -15,8 +15,9 @@
 #   5. the cluster store on a real etcd and kube-apiserver (provisioned below, once
 #      per machine): the controller, registration, manifests/ and the CLI verbs;
 #   6. a short run of the PTY throughput benchmark, for its zero-loss check
-#      (its speed figures need the full run: see the README), and the `up`
-#      benchmark, which fails if a process is missing or runs twice.
+#      (its speed figures need the full run: see the README), the `up`
+#      benchmark, which fails if a process is missing or runs twice, and the
+#      managed-sandbox benchmark (cold start, warm-pool claim, idle RSS).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -43,5 +44,6 @@ echo "disk before the build: $(df -h --output=avail . | tail -1 | tr -d ' ') fre
 AGENTPLANE_BENCH_MIB=16 cargo bench --locked -p agentplane --bench pty_throughput
 cargo bench --locked -p agentplane --bench up_converge
 cargo bench --locked -p agentplane --bench kube_converge
+cargo bench --locked -p agentplane --bench sandboxes
 cargo test --locked --workspace
 echo "disk after the run: $(du -sh "$target_dir" | cut -f1) in $target_dir, $(df -h --output=avail . | tail -1 | tr -d ' ') free"
