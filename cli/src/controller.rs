@@ -49,6 +49,12 @@ pub struct ControllerArgs {
     /// Seconds after which a Sandbox whose node agent stopped reporting is not ready.
     #[arg(long, default_value_t = 30)]
     heartbeat_grace: u64,
+    /// The image of a managed Sandbox's Pod (one without spec.endpoint) when its
+    /// podTemplate names none; it must hold `agentplane`, and node and npm for agent
+    /// installs (the repository's Dockerfile builds one) [default: this version's
+    /// ghcr.io/agentplane/agentplane].
+    #[arg(long, env = "AGENTPLANE_SANDBOX_IMAGE", value_name = "IMAGE")]
+    sandbox_image: Option<String>,
 }
 
 /// A client for the cluster, with the namespace it defaults to.
@@ -75,6 +81,7 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
         concurrency: args.concurrency,
         heartbeat_grace: Duration::from_secs(args.heartbeat_grace.max(1)),
         instance: identity.clone(),
+        sandbox_image: args.sandbox_image.clone().unwrap_or_else(agentplane_controller::kube::default_sandbox_image),
     };
     let election = args.leader_election.then(|| Election {
         namespace: args.leader_election_namespace.clone().unwrap_or(default_namespace),

@@ -12,12 +12,17 @@
 //! - What happens on a node agent (an exit, a session event) comes back as a
 //!   reconcile of the resource concerned, through bounded channels, without waiting
 //!   for a resync.
-//! - A Sandbox is ready while the heartbeat its node agent writes is recent (or, for a
-//!   Sandbox nobody registers, while its endpoint answers). A Sandbox turning ready
-//!   or not ready re-drives every resource placed on it.
+//! - An external Sandbox (with `spec.endpoint`) is ready while the heartbeat its node
+//!   agent writes is recent (or, for one nobody registers, while its endpoint
+//!   answers). A managed one (without) is a Pod, a token Secret and a NetworkPolicy
+//!   the controller makes and removes (`managed`, `pods`), ready while its node agent
+//!   answers; the Pod watch brings its changes. A Sandbox turning ready or not ready
+//!   re-drives every resource placed on it.
 
 mod env;
+mod managed;
 pub mod metrics;
+pub mod pods;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -27,6 +32,7 @@ use agentplane_crds::{Process, ProcessPhase, Sandbox, SandboxStatus, Session, Se
 use agentplane_node_agent::client::Client;
 use agentplane_node_agent::model::LifecycleEventType;
 use futures_util::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
@@ -48,6 +54,7 @@ use crate::sandboxes::Sandboxes;
 use crate::session::{SessionInput, SessionReconciler};
 use crate::{Error, Result, annotations};
 
+pub use managed::SANDBOX_FINALIZER;
 pub use metrics::Metrics;
 
 /// The field manager of every status the controller writes.
@@ -67,6 +74,13 @@ pub struct KubeStoreConfig {
     pub heartbeat_grace: Duration,
     /// This replica's name in Events.
     pub instance: String,
+    /// The image of a managed Sandbox's Pod when its podTemplate names none.
+    pub sandbox_image: String,
+}
+
+/// The image managed sandboxes run by default: the one this controller was built as.
+pub fn default_sandbox_image() -> String {
+    format!("ghcr.io/agentplane/agentplane:{}", env!("CARGO_PKG_VERSION"))
 }
 
 impl Default for KubeStoreConfig {
@@ -76,6 +90,7 @@ impl Default for KubeStoreConfig {
             concurrency: 32,
             heartbeat_grace: Duration::from_secs(30),
             instance: "agentplane-controller".into(),
+            sandbox_image: default_sandbox_image(),
         }
     }
 }
@@ -147,11 +162,20 @@ pub async fn run(
             predicates::generation.combine(predicates::finalizers).combine(crate::restart::predicate),
             Default::default(),
         );
-    let sandbox_stream = watch_all::<Sandbox>(&client, &config.namespaces, watch_config)
+    let sandbox_stream = watch_all::<Sandbox>(&client, &config.namespaces, watch_config.clone())
         .default_backoff()
         .reflect(sandbox_writer)
         .applied_objects()
-        .predicate_filter(predicates::generation.combine(heartbeat), Default::default());
+        .predicate_filter(
+            predicates::generation.combine(predicates::finalizers).combine(heartbeat),
+            Default::default(),
+        );
+    // The Pods of managed Sandboxes: any change of one (scheduled, running, gone) is a
+    // reconcile of the Sandbox that owns it.
+    let pod_selector = format!("{}={}", pods::APP_LABEL.0, pods::APP_LABEL.1);
+    let pod_stream = watch_all::<Pod>(&client, &config.namespaces, watch_config.labels(&pod_selector))
+        .default_backoff()
+        .touched_objects();
 
     let recorder = Recorder::new(
         client.clone(),
@@ -178,6 +202,7 @@ pub async fn run(
     let controller_config = ControllerConfig::default().concurrency(config.concurrency);
     let stop = shutdown.clone();
     let sandbox_controller = Controller::for_stream(sandbox_stream, sandbox_store.clone())
+        .owns_stream(pod_stream)
         .with_config(controller_config.clone())
         .graceful_shutdown_on(async move { stop.cancelled().await })
         .run(reconcile_sandbox, error_policy, Arc::clone(&ctx))
@@ -193,7 +218,7 @@ pub async fn run(
     }
     for sandbox in sandbox_store.state() {
         debug!(sandbox = %sandbox.name_any(), "first look");
-        if let Err(e) = look_at_sandbox(&sandbox, &ctx).await {
+        if let Err(e) = look(Arc::clone(&sandbox), &ctx).await {
             warn!(sandbox = %sandbox.name_any(), error = %e, "cannot look at the sandbox yet");
         }
     }
@@ -501,7 +526,36 @@ impl Context {
 
 async fn reconcile_sandbox(sandbox: Arc<Sandbox>, ctx: Arc<Context>) -> std::result::Result<Action, ReconcileError> {
     Metrics::count(&ctx.metrics.reconciles, "Sandbox");
-    Ok(look_at_sandbox(&sandbox, &ctx).await?)
+    look(sandbox, &ctx).await
+}
+
+/// An external Sandbox is looked at; a managed one (or one that was, and still has
+/// things made for it) is made and removed under its finalizer.
+async fn look(sandbox: Arc<Sandbox>, ctx: &Context) -> std::result::Result<Action, ReconcileError> {
+    let finalized = sandbox.finalizers().iter().any(|f| f == SANDBOX_FINALIZER);
+    if !sandbox.spec.is_managed() && !finalized {
+        return Ok(look_at_sandbox(&sandbox, ctx).await?);
+    }
+    let namespace = sandbox.namespace().unwrap_or_else(|| "default".into());
+    let api: Api<Sandbox> = Api::namespaced(ctx.client.clone(), &namespace);
+    let result = finalizer(&api, SANDBOX_FINALIZER, sandbox, |event| async {
+        match event {
+            Finalizer::Apply(sandbox) if sandbox.spec.is_managed() => ctx.apply_managed(&sandbox).await,
+            // Given an endpoint since: what was made for it goes, then it is external.
+            Finalizer::Apply(sandbox) => {
+                ctx.delete_made(&sandbox).await?;
+                let kept: Vec<&String> = sandbox.finalizers().iter().filter(|f| *f != SANDBOX_FINALIZER).collect();
+                let patch = serde_json::json!({
+                    "metadata": {"finalizers": kept, "resourceVersion": sandbox.resource_version()}
+                });
+                api.patch(&sandbox.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await?;
+                look_at_sandbox(&sandbox, ctx).await
+            }
+            Finalizer::Cleanup(sandbox) => ctx.cleanup_managed(&sandbox).await,
+        }
+    })
+    .await;
+    result.map_err(|e| ReconcileError::Finalizer(Box::new(e)))
 }
 
 /// Decides whether a Sandbox is ready, tells the reconcile core, writes the status,
@@ -555,11 +609,7 @@ async fn look_at_sandbox(sandbox: &Sandbox, ctx: &Context) -> Result<Action> {
     conditions::set(&mut status.conditions, READY, ready, reason, message.clone(), generation);
     let was_ready = conditions::get(&before.conditions, READY).map(|c| c.status == "True");
     if was_ready != Some(ready) {
-        let (kind, why) = if ready { (KubeEventType::Normal, "Ready") } else { (KubeEventType::Warning, "NotReady") };
-        ctx.event(sandbox, kind, why, "Heartbeat", &message).await;
-        // Everything placed here learns of it: re-driven when it comes back, told why
-        // not when it goes.
-        ctx.redrive(&namespace, &name).await;
+        ctx.readiness_changed(sandbox, &namespace, &name, ready, "Heartbeat", &message).await;
     }
     // Only the fields the controller owns; the node agent's go untouched.
     let owned = SandboxStatus {
@@ -598,12 +648,24 @@ impl Context {
             Some(selector) => Some(env::secret_key(&self.client, namespace, &selector.name, &selector.key).await?),
             None => None,
         };
-        let endpoint = sandbox.endpoint().ok_or_else(|| {
-            "it has no endpoint: this controller does not create managed sandboxes (Pods) on a cluster yet; \
-             give it spec.endpoint, or run a node agent with --register"
-                .to_string()
-        })?;
+        let endpoint = sandbox.endpoint().ok_or_else(|| "it has no endpoint".to_string())?;
         Client::new(endpoint, token).map_err(|e| format!("endpoint {endpoint:?}: {e}"))
+    }
+
+    /// A Sandbox turned ready or not: an event, and everything placed on it learns of
+    /// it (re-driven when it comes back, told why not when it goes).
+    async fn readiness_changed(
+        &self,
+        sandbox: &Sandbox,
+        namespace: &str,
+        name: &str,
+        ready: bool,
+        action: &str,
+        message: &str,
+    ) {
+        let (kind, why) = if ready { (KubeEventType::Normal, "Ready") } else { (KubeEventType::Warning, "NotReady") };
+        self.event(sandbox, kind, why, action, message).await;
+        self.redrive(namespace, name).await;
     }
 
     /// Queues every Process and Session of `namespace` placed on sandbox `name`.

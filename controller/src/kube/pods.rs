@@ -1,0 +1,671 @@
+//! What a managed Sandbox is made of on a cluster, computed from its spec alone: the
+//! Pod that runs its node agent (hardened whatever the template says), the name of
+//! the Secret that holds its token, and, with `network: none | allowlist`, the
+//! NetworkPolicy around it. No API calls here: `managed` finds what exists, compares,
+//! and writes.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use agentplane_crds::{NetworkMode, Sandbox};
+use k8s_openapi::api::core::v1::{
+    Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource, HTTPGetAction, Pod,
+    PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile, SecretKeySelector,
+    SecurityContext, Volume, VolumeMount,
+};
+use k8s_openapi::api::networking::v1::{
+    IPBlock, NetworkPolicy, NetworkPolicyEgressRule, NetworkPolicyIngressRule, NetworkPolicyPeer, NetworkPolicyPort,
+    NetworkPolicySpec,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::{Resource, ResourceExt};
+use sha2::{Digest, Sha256};
+
+/// The container that runs the node agent; a template's container of this name gives
+/// its image, resources and mounts.
+pub const CONTAINER: &str = "node-agent";
+/// Where the node agent listens in the Pod.
+pub const PORT: i32 = 2468;
+/// The key of the token in the Secret.
+pub const TOKEN_KEY: &str = "token";
+/// The user, group and fsGroup the sandbox runs as unless the template names others
+/// (the distroless `nonroot`: no account of the image's, no home of its own).
+pub const SANDBOX_USER: i64 = 65532;
+/// Labels on everything made for a Sandbox; the Pod watch selects on the first.
+pub const APP_LABEL: (&str, &str) = ("app.kubernetes.io/name", "agentplane-sandbox");
+pub const SANDBOX_LABEL: &str = "agentplane.dev/sandbox";
+/// On the Pod: a digest of what it was made from, to tell an outdated Pod.
+pub const SPEC_HASH_ANNOTATION: &str = "agentplane.dev/pod-spec-hash";
+/// On the Pod: how many Pods of this Sandbox were replaced before it.
+pub const RESTARTS_ANNOTATION: &str = "agentplane.dev/restarts";
+/// On the NetworkPolicy: a digest of its spec, to write it only when it changes.
+pub const POLICY_HASH_ANNOTATION: &str = "agentplane.dev/policy-hash";
+
+/// The emptyDirs the node agent needs on a read-only root filesystem: name, path. A
+/// template volume of the same name replaces one (e.g. a PersistentVolumeClaim named
+/// `data`, so that sessions survive the Pod).
+const VOLUMES: [(&str, &str); 4] =
+    [("data", "/data"), ("workspace", "/workspace"), ("home", "/home/agent"), ("tmp", "/tmp")];
+const HOME: &str = "/home/agent";
+const WORKSPACE: &str = "/workspace";
+
+/// The name of a Sandbox's token Secret.
+pub fn secret_name(sandbox: &str) -> String {
+    format!("{sandbox}-token")
+}
+
+/// What a managed Sandbox's spec asks of the cluster.
+#[derive(Debug, Clone)]
+pub struct Made {
+    /// The Pod to create when there is none (name, namespace and owner set).
+    pub pod: Pod,
+    /// Its digest (also in its `SPEC_HASH_ANNOTATION`).
+    pub hash: String,
+    /// `None` with `network: host`: no policy, and any left from before is removed.
+    pub network_policy: Option<NetworkPolicy>,
+    /// Each limit and network restriction, as enforced or why not (`status.appliedLimits`).
+    pub applied: Vec<String>,
+    /// `allow` entries a NetworkPolicy cannot express (host names): not reachable.
+    pub not_enforced: Vec<String>,
+    /// `pod`, or `pod (runtimeClassName X)`.
+    pub isolation: String,
+}
+
+/// Builds what `sandbox` asks for; an error says what in the spec cannot be made.
+pub fn make(sandbox: &Sandbox, default_image: &str) -> Result<Made, String> {
+    let name = sandbox.name_any();
+    let namespace = sandbox.namespace().unwrap_or_else(|| "default".into());
+    let owner = sandbox.controller_owner_ref(&()).ok_or("the Sandbox has no uid yet")?;
+    let template = template(sandbox.spec.pod_template.as_ref())?;
+    let mut applied = Vec::new();
+
+    let labels = |extra: &BTreeMap<String, String>| {
+        let mut labels = extra.clone();
+        labels.insert(APP_LABEL.0.into(), APP_LABEL.1.into());
+        labels.insert(SANDBOX_LABEL.into(), name.clone());
+        labels
+    };
+    let template_meta = template.metadata.unwrap_or_default();
+    for (key, value) in template_meta.annotations.iter().flatten() {
+        let profile = key.starts_with("container.apparmor.security.beta.kubernetes.io/")
+            || key.starts_with("seccomp.security.alpha.kubernetes.io/")
+            || key.starts_with("container.seccomp.security.alpha.kubernetes.io/");
+        if profile && value == "unconfined" {
+            return Err(format!("podTemplate annotation {key}: unconfined: a sandbox is never unconfined"));
+        }
+    }
+    let mut spec = template.spec.unwrap_or_default();
+    harden_pod(&mut spec)?;
+
+    let mut container = spec
+        .containers
+        .iter()
+        .position(|c| c.name == CONTAINER)
+        .map(|i| spec.containers.remove(i))
+        .unwrap_or_else(|| Container { name: CONTAINER.into(), ..Default::default() });
+    configure_node_agent(&mut container, sandbox, default_image)?;
+    applied.extend(limits(&mut container, sandbox));
+    spec.containers.insert(0, container);
+    for other in spec.containers.iter_mut().skip(1).chain(spec.init_containers.iter_mut().flatten()) {
+        harden_other(other)?;
+    }
+    let mut volumes = spec.volumes.take().unwrap_or_default();
+    for (volume, _) in VOLUMES {
+        if !volumes.iter().any(|v| v.name == volume) {
+            volumes.push(Volume {
+                name: volume.into(),
+                empty_dir: Some(EmptyDirVolumeSource::default()),
+                ..Default::default()
+            });
+        }
+    }
+    spec.volumes = Some(volumes);
+
+    let isolation = match &spec.runtime_class_name {
+        Some(class) => format!("pod (runtimeClassName {class})"),
+        None => "pod".to_string(),
+    };
+    let mut annotations = template_meta.annotations.unwrap_or_default();
+    annotations.retain(|k, _| k != SPEC_HASH_ANNOTATION && k != RESTARTS_ANNOTATION);
+    let mut pod = Pod {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            namespace: Some(namespace.clone()),
+            labels: Some(labels(&template_meta.labels.unwrap_or_default())),
+            annotations: Some(annotations),
+            owner_references: Some(vec![owner.clone()]),
+            ..Default::default()
+        },
+        spec: Some(spec),
+        status: None,
+    };
+    let hash = digest(&(&pod.metadata.labels, &pod.metadata.annotations, &pod.spec));
+    pod.annotations_mut().insert(SPEC_HASH_ANNOTATION.into(), hash.clone());
+
+    let (network_policy, not_enforced) = match sandbox.spec.network {
+        NetworkMode::Host => {
+            applied.push("network: host (no NetworkPolicy: the Pod network as any Pod's)".into());
+            (None, Vec::new())
+        }
+        mode => {
+            let (egress, names) = egress(mode, &sandbox.spec.allow);
+            applied.push(match mode {
+                NetworkMode::None => format!("network: none (NetworkPolicy {name}: no egress, not even DNS)"),
+                _ if egress.is_empty() => {
+                    format!("network: allowlist (NetworkPolicy {name}: no egress: no entry is an IP address)")
+                }
+                _ => format!("network: allowlist (NetworkPolicy {name}: egress to {})", shown(&egress)),
+            });
+            for entry in &names {
+                applied.push(format!(
+                    "allow {entry}: not applied: a NetworkPolicy names IP blocks, not hosts, so it is not reachable"
+                ));
+            }
+            let mut policy = NetworkPolicy {
+                metadata: ObjectMeta {
+                    name: Some(name.clone()),
+                    namespace: Some(namespace),
+                    labels: Some(labels(&BTreeMap::new())),
+                    owner_references: Some(vec![owner]),
+                    ..Default::default()
+                },
+                spec: Some(NetworkPolicySpec {
+                    pod_selector: Some(LabelSelector {
+                        match_labels: Some(BTreeMap::from([(SANDBOX_LABEL.to_string(), name.clone())])),
+                        ..Default::default()
+                    }),
+                    policy_types: Some(vec!["Ingress".into(), "Egress".into()]),
+                    // The controller (and whoever else the cluster lets reach Pods)
+                    // talks to the node agent; nothing else of the sandbox is served.
+                    ingress: Some(vec![NetworkPolicyIngressRule {
+                        ports: Some(vec![tcp(PORT)]),
+                        ..Default::default()
+                    }]),
+                    egress: Some(egress),
+                }),
+            };
+            let hash = digest(&policy.spec);
+            policy.annotations_mut().insert(POLICY_HASH_ANNOTATION.into(), hash);
+            (Some(policy), names)
+        }
+    };
+    Ok(Made { pod, hash, network_policy, applied, not_enforced, isolation })
+}
+
+/// `spec.podTemplate` as a Pod template: `metadata` (labels, annotations) and `spec`.
+fn template(value: Option<&serde_json::Value>) -> Result<PodTemplateSpec, String> {
+    let Some(value) = value else { return Ok(PodTemplateSpec::default()) };
+    let object = value.as_object().ok_or("podTemplate must be an object with `metadata` and `spec`")?;
+    let misplaced: Vec<&str> =
+        object.keys().map(String::as_str).filter(|k| !matches!(*k, "metadata" | "spec")).collect();
+    if !misplaced.is_empty() {
+        return Err(format!(
+            "podTemplate is a Pod template (`metadata`, `spec`); {} belong under its `spec`",
+            misplaced.join(", ")
+        ));
+    }
+    serde_json::from_value(value.clone()).map_err(|e| format!("podTemplate: {e}"))
+}
+
+/// The Pod-wide defenses; what the template says is kept where it is no weaker.
+fn harden_pod(spec: &mut PodSpec) -> Result<(), String> {
+    for (asked, what) in [(spec.host_network, "hostNetwork"), (spec.host_pid, "hostPID"), (spec.host_ipc, "hostIPC")] {
+        if asked == Some(true) {
+            return Err(format!("podTemplate asks for {what}: a sandbox never shares the node's namespaces"));
+        }
+    }
+    if let Some(volume) = spec.volumes.iter().flatten().find(|v| v.host_path.is_some()) {
+        return Err(format!(
+            "podTemplate volume {:?} is a hostPath: the node's files are never part of a sandbox",
+            volume.name
+        ));
+    }
+    // The node agent needs no API access: no token in the sandbox for an agent to use.
+    spec.automount_service_account_token = Some(false);
+    // A node agent that dies is started again in place, its emptyDirs kept.
+    spec.restart_policy = Some("Always".into());
+    let security = spec.security_context.get_or_insert_with(PodSecurityContext::default);
+    if security.run_as_user == Some(0) {
+        return Err("podTemplate runs as user 0: a sandbox never runs as root".into());
+    }
+    if security.app_armor_profile.as_ref().is_some_and(|p| p.type_ == "Unconfined") {
+        return Err("podTemplate asks for an Unconfined AppArmor profile: a sandbox never is".into());
+    }
+    security.run_as_non_root = Some(true);
+    security.run_as_user.get_or_insert(SANDBOX_USER);
+    security.run_as_group.get_or_insert(SANDBOX_USER);
+    security.fs_group.get_or_insert(SANDBOX_USER);
+    // A profile of the node's own (Localhost) is kept; nothing runs unconfined.
+    if security.seccomp_profile.as_ref().is_none_or(|p| p.type_ != "Localhost") {
+        security.seccomp_profile = Some(SeccompProfile { type_: "RuntimeDefault".into(), ..Default::default() });
+    }
+    Ok(())
+}
+
+/// The node agent's container: the template's image, resources and mounts, and
+/// everything else ours.
+fn configure_node_agent(container: &mut Container, sandbox: &Sandbox, default_image: &str) -> Result<(), String> {
+    if container.image.as_deref().is_none_or(str::is_empty) {
+        container.image = Some(default_image.to_string());
+    }
+    container.command = Some(vec!["agentplane".into()]);
+    container.args = Some(
+        ["node-agent", "--listen", &format!("0.0.0.0:{PORT}"), "--data-dir", "/data", "--agents-dir", "/data/agents"]
+            .map(String::from)
+            .to_vec(),
+    );
+    container.working_dir = Some(WORKSPACE.into());
+    container.ports = Some(vec![ContainerPort {
+        name: Some("api".into()),
+        container_port: PORT,
+        protocol: Some("TCP".into()),
+        ..Default::default()
+    }]);
+
+    // The spec's variables, then ours, which nothing overrides.
+    let ours = ["AGENTPLANE_TOKEN", "HOME"];
+    let mut env: Vec<EnvVar> = Vec::new();
+    for var in &sandbox.spec.env {
+        if ours.contains(&var.name.as_str()) {
+            return Err(format!("env {}: set by the controller for every sandbox", var.name));
+        }
+        let value_from = match var.value_from.as_ref() {
+            None => None,
+            Some(from) => match (&from.secret_key_ref, &from.file_key_ref) {
+                (Some(secret), _) => Some(EnvVarSource {
+                    secret_key_ref: Some(SecretKeySelector {
+                        name: secret.name.clone(),
+                        key: secret.key.clone(),
+                        optional: None,
+                    }),
+                    ..Default::default()
+                }),
+                (None, Some(_)) => {
+                    return Err(format!(
+                        "env {}: fileKeyRef reads a file beside the resource's YAML: it works only in the \
+                         directory store; use valueFrom.secretKeyRef",
+                        var.name
+                    ));
+                }
+                (None, None) => None,
+            },
+        };
+        env.push(EnvVar { name: var.name.clone(), value: var.value.clone(), value_from });
+    }
+    env.push(EnvVar {
+        name: "AGENTPLANE_TOKEN".into(),
+        value_from: Some(EnvVarSource {
+            secret_key_ref: Some(SecretKeySelector {
+                name: secret_name(&sandbox.name_any()),
+                key: TOKEN_KEY.into(),
+                optional: None,
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    env.push(EnvVar { name: "HOME".into(), value: Some(HOME.into()), ..Default::default() });
+    container.env = Some(env);
+    container.env_from = None;
+
+    let mut mounts: Vec<VolumeMount> = container.volume_mounts.take().unwrap_or_default();
+    mounts.retain(|m| !VOLUMES.iter().any(|(_, path)| m.mount_path == *path));
+    mounts.extend(VOLUMES.iter().map(|(name, path)| VolumeMount {
+        name: (*name).into(),
+        mount_path: (*path).into(),
+        ..Default::default()
+    }));
+    container.volume_mounts = Some(mounts);
+
+    if container.liveness_probe.is_none() {
+        container.liveness_probe = Some(Probe {
+            http_get: Some(HTTPGetAction {
+                path: Some("/v1/health".into()),
+                port: IntOrString::Int(PORT),
+                ..Default::default()
+            }),
+            period_seconds: Some(10),
+            failure_threshold: Some(6),
+            ..Default::default()
+        });
+    }
+    let given = container.security_context.take();
+    refuse_weakened(given.as_ref(), CONTAINER)?;
+    container.security_context = Some(hardened(given));
+    Ok(())
+}
+
+/// What a container's own securityContext may not ask of a sandbox at all.
+fn refuse_weakened(security: Option<&SecurityContext>, container: &str) -> Result<(), String> {
+    let Some(security) = security else { return Ok(()) };
+    let refused = if security.privileged == Some(true) {
+        Some("is privileged")
+    } else if security.run_as_user == Some(0) {
+        Some("runs as user 0")
+    } else if security.proc_mount.as_deref() == Some("Unmasked") {
+        Some("asks for an unmasked /proc")
+    } else if security.app_armor_profile.as_ref().is_some_and(|p| p.type_ == "Unconfined")
+        || security.seccomp_profile.as_ref().is_some_and(|p| p.type_ == "Unconfined")
+    {
+        Some("asks to run unconfined")
+    } else {
+        None
+    };
+    match refused {
+        Some(what) => Err(format!("podTemplate container {container:?} {what}: a sandbox never does")),
+        None => Ok(()),
+    }
+}
+
+/// A container's own defenses: no privilege, no capability, a read-only root.
+fn hardened(given: Option<SecurityContext>) -> SecurityContext {
+    SecurityContext {
+        allow_privilege_escalation: Some(false),
+        privileged: Some(false),
+        read_only_root_filesystem: Some(true),
+        run_as_non_root: Some(true),
+        capabilities: Some(Capabilities { drop: Some(vec!["ALL".into()]), add: None }),
+        ..given.unwrap_or_default()
+    }
+}
+
+/// Another container of the template (a sidecar, an init container): the same
+/// defenses by default; it may loosen what it writes, never to privileged or root.
+fn harden_other(container: &mut Container) -> Result<(), String> {
+    refuse_weakened(container.security_context.as_ref(), &container.name)?;
+    let security = container.security_context.get_or_insert_with(SecurityContext::default);
+    security.allow_privilege_escalation.get_or_insert(false);
+    security.read_only_root_filesystem.get_or_insert(true);
+    security.capabilities.get_or_insert_with(|| Capabilities { drop: Some(vec!["ALL".into()]), add: None });
+    Ok(())
+}
+
+/// `spec.limits` into the node agent's `resources.limits` (the template's own win),
+/// and each as applied or why not.
+fn limits(container: &mut Container, sandbox: &Sandbox) -> Vec<String> {
+    let Some(wanted) = &sandbox.spec.limits else { return Vec::new() };
+    let mut applied = Vec::new();
+    let resources = container.resources.get_or_insert_with(ResourceRequirements::default);
+    let limits = resources.limits.get_or_insert_with(BTreeMap::new);
+    for (what, value) in [("memory", &wanted.memory), ("cpu", &wanted.cpu)] {
+        let Some(value) = value else { continue };
+        match limits.get(what) {
+            Some(Quantity(set)) if set != value => {
+                applied.push(format!("{what}: {value} not applied: the podTemplate's resources.limits says {set}"))
+            }
+            _ => {
+                limits.insert(what.into(), Quantity(value.clone()));
+                applied.push(format!("{what}: {value} (Pod resources.limits)"));
+            }
+        }
+    }
+    if let Some(pids) = wanted.pids {
+        applied.push(format!("pids: {pids} not applied: set by the node's kubelet (podPidsLimit)"));
+    }
+    if limits.is_empty() {
+        resources.limits = None;
+    }
+    applied
+}
+
+/// One `allow` entry, as a NetworkPolicy can or cannot say it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Allow {
+    /// An address or CIDR, with a TCP port when the entry names one.
+    Block { cidr: String, port: Option<u16> },
+    /// A host name (or anything else that is no address): not expressible.
+    Name,
+}
+
+fn parse_allow(entry: &str) -> Allow {
+    let entry = entry.trim();
+    // `[v6]`, `[v6/len]`, either with `:port`.
+    let (host, port) = if let Some(rest) = entry.strip_prefix('[') {
+        let Some((host, after)) = rest.split_once(']') else { return Allow::Name };
+        match after {
+            "" => (host, None),
+            _ => match after.strip_prefix(':').and_then(|p| p.parse::<u16>().ok()) {
+                Some(port) if port > 0 => (host, Some(port)),
+                _ => return Allow::Name,
+            },
+        }
+    } else if entry.parse::<IpAddr>().is_ok() || (entry.matches(':').count() > 1) {
+        // A bare address, or an IPv6 one (its colons are not a port).
+        (entry, None)
+    } else {
+        match entry.rsplit_once(':') {
+            Some((host, port)) => match port.parse::<u16>() {
+                Ok(port) if port > 0 => (host, Some(port)),
+                _ => return Allow::Name,
+            },
+            None => (entry, None),
+        }
+    };
+    let (address, prefix) = match host.split_once('/') {
+        Some((address, prefix)) => (address, Some(prefix)),
+        None => (host, None),
+    };
+    let Ok(address) = address.parse::<IpAddr>() else { return Allow::Name };
+    let most = if address.is_ipv4() { 32 } else { 128 };
+    let prefix = match prefix.map(str::parse::<u8>) {
+        None => most,
+        Some(Ok(p)) if p <= most => p,
+        Some(_) => return Allow::Name,
+    };
+    Allow::Block { cidr: format!("{address}/{prefix}"), port }
+}
+
+/// The egress rules for `mode`, and the `allow` entries they cannot say.
+fn egress(mode: NetworkMode, allow: &[String]) -> (Vec<NetworkPolicyEgressRule>, Vec<String>) {
+    if mode != NetworkMode::Allowlist {
+        return (Vec::new(), Vec::new());
+    }
+    let mut rules = Vec::new();
+    let mut names = Vec::new();
+    for entry in allow {
+        match parse_allow(entry) {
+            Allow::Block { cidr, port } => rules.push(NetworkPolicyEgressRule {
+                to: Some(vec![NetworkPolicyPeer {
+                    ip_block: Some(IPBlock { cidr, except: None }),
+                    ..Default::default()
+                }]),
+                ports: port.map(|p| vec![tcp(i32::from(p))]),
+            }),
+            Allow::Name => names.push(entry.clone()),
+        }
+    }
+    (rules, names)
+}
+
+fn tcp(port: i32) -> NetworkPolicyPort {
+    NetworkPolicyPort { port: Some(IntOrString::Int(port)), protocol: Some("TCP".into()), end_port: None }
+}
+
+/// `10.0.0.1/32:443, 192.168.0.0/16` for a status line.
+fn shown(rules: &[NetworkPolicyEgressRule]) -> String {
+    let one = |rule: &NetworkPolicyEgressRule| {
+        let cidr =
+            rule.to.iter().flatten().filter_map(|p| p.ip_block.as_ref()).map(|b| b.cidr.as_str()).collect::<String>();
+        match rule.ports.iter().flatten().find_map(|p| p.port.as_ref()) {
+            Some(IntOrString::Int(port)) => format!("{cidr}:{port}"),
+            _ => cidr,
+        }
+    };
+    rules.iter().map(one).collect::<Vec<_>>().join(", ")
+}
+
+/// A short, stable digest of what serializes the same.
+fn digest(value: &impl serde::Serialize) -> String {
+    let bytes = serde_json::to_vec(value).unwrap_or_default();
+    Sha256::digest(&bytes).iter().take(8).map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agentplane_crds::SandboxSpec;
+    use serde_json::json;
+
+    fn sandbox(spec: serde_json::Value) -> Sandbox {
+        let mut sandbox = Sandbox::new("box", serde_json::from_value::<SandboxSpec>(spec).unwrap());
+        sandbox.metadata.namespace = Some("team".into());
+        sandbox.metadata.uid = Some("uid-1".into());
+        sandbox
+    }
+
+    fn node_agent(made: &Made) -> &Container {
+        made.pod.spec.as_ref().unwrap().containers.iter().find(|c| c.name == CONTAINER).unwrap()
+    }
+
+    #[test]
+    fn a_bare_sandbox_gets_a_hardened_pod_with_its_token_from_the_secret() {
+        let made = make(&sandbox(json!({})), "agentplane:test").unwrap();
+        let spec = made.pod.spec.as_ref().unwrap();
+        assert_eq!(spec.automount_service_account_token, Some(false));
+        let pod_security = spec.security_context.as_ref().unwrap();
+        assert_eq!(pod_security.run_as_non_root, Some(true));
+        assert_eq!(pod_security.run_as_user, Some(SANDBOX_USER));
+        assert_eq!(pod_security.fs_group, Some(SANDBOX_USER));
+        assert_eq!(pod_security.seccomp_profile.as_ref().unwrap().type_, "RuntimeDefault");
+        let c = node_agent(&made);
+        assert_eq!(c.image.as_deref(), Some("agentplane:test"));
+        let security = c.security_context.as_ref().unwrap();
+        assert_eq!(security.allow_privilege_escalation, Some(false));
+        assert_eq!(security.read_only_root_filesystem, Some(true));
+        assert_eq!(security.capabilities.as_ref().unwrap().drop, Some(vec!["ALL".to_string()]));
+        let token = c.env.as_ref().unwrap().iter().find(|e| e.name == "AGENTPLANE_TOKEN").unwrap();
+        assert_eq!(token.value, None);
+        let selector = token.value_from.as_ref().unwrap().secret_key_ref.as_ref().unwrap();
+        assert_eq!((selector.name.as_str(), selector.key.as_str()), ("box-token", TOKEN_KEY));
+        let mounts: Vec<&str> = c.volume_mounts.as_ref().unwrap().iter().map(|m| m.mount_path.as_str()).collect();
+        assert_eq!(mounts, ["/data", "/workspace", "/home/agent", "/tmp"]);
+        assert!(made.network_policy.is_none(), "network host has no policy");
+        assert_eq!(made.isolation, "pod");
+        let owner = &made.pod.metadata.owner_references.as_ref().unwrap()[0];
+        assert_eq!((owner.kind.as_str(), owner.uid.as_str(), owner.controller), ("Sandbox", "uid-1", Some(true)));
+    }
+
+    #[test]
+    fn the_template_gives_image_resources_and_placement_but_cannot_loosen_the_node_agent() {
+        let made = make(
+            &sandbox(json!({
+                "limits": {"memory": "512Mi", "cpu": "2", "pids": 100},
+                "env": [{"name": "A", "value": "1"}, {"name": "KEY", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}],
+                "podTemplate": {
+                    "metadata": {"labels": {"team": "x", "agentplane.dev/sandbox": "other"}},
+                    "spec": {
+                        "runtimeClassName": "gvisor",
+                        "nodeSelector": {"pool": "sandboxes"},
+                        "tolerations": [{"key": "sandbox", "operator": "Exists"}],
+                        "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "box-data"}}],
+                        "containers": [{
+                            "name": "node-agent", "image": "mine:1",
+                            "resources": {"limits": {"cpu": "1"}},
+                            "securityContext": {"privileged": false, "readOnlyRootFilesystem": false, "capabilities": {"add": ["NET_ADMIN"]}}
+                        }]
+                    }
+                }
+            })),
+            "agentplane:test",
+        )
+        .unwrap();
+        let spec = made.pod.spec.as_ref().unwrap();
+        assert_eq!(spec.runtime_class_name.as_deref(), Some("gvisor"));
+        assert_eq!(spec.node_selector.as_ref().unwrap()["pool"], "sandboxes");
+        assert_eq!(spec.tolerations.as_ref().unwrap().len(), 1);
+        assert_eq!(made.isolation, "pod (runtimeClassName gvisor)");
+        let labels = made.pod.metadata.labels.as_ref().unwrap();
+        assert_eq!((labels["team"].as_str(), labels[SANDBOX_LABEL].as_str()), ("x", "box"));
+        let data: Vec<&Volume> = spec.volumes.as_ref().unwrap().iter().filter(|v| v.name == "data").collect();
+        assert_eq!(data.len(), 1);
+        assert!(data[0].persistent_volume_claim.is_some(), "the template's volume replaces the emptyDir");
+        let c = node_agent(&made);
+        assert_eq!(c.image.as_deref(), Some("mine:1"));
+        let security = c.security_context.as_ref().unwrap();
+        assert_eq!(security.privileged, Some(false));
+        assert_eq!(security.read_only_root_filesystem, Some(true));
+        assert_eq!(security.capabilities.as_ref().unwrap().add, None);
+        let limits = c.resources.as_ref().unwrap().limits.as_ref().unwrap();
+        assert_eq!(limits["memory"], Quantity("512Mi".into()));
+        assert_eq!(limits["cpu"], Quantity("1".into()), "the template's own limit wins");
+        assert_eq!(
+            made.applied[..3],
+            [
+                "memory: 512Mi (Pod resources.limits)".to_string(),
+                "cpu: 2 not applied: the podTemplate's resources.limits says 1".into(),
+                "pids: 100 not applied: set by the node's kubelet (podPidsLimit)".into(),
+            ]
+        );
+        let env = c.env.as_ref().unwrap();
+        assert_eq!(env[0].value.as_deref(), Some("1"));
+        assert_eq!(env[1].value_from.as_ref().unwrap().secret_key_ref.as_ref().unwrap().name, "s");
+    }
+
+    #[test]
+    fn what_would_weaken_the_sandbox_is_refused_with_a_reason() {
+        for (spec, says) in [
+            (json!({"podTemplate": {"spec": {"hostNetwork": true}}}), "hostNetwork"),
+            (json!({"podTemplate": {"spec": {"securityContext": {"runAsUser": 0}}}}), "user 0"),
+            (
+                json!({"podTemplate": {"spec": {"containers": [{"name": "node-agent", "securityContext": {"privileged": true}}]}}}),
+                "privileged",
+            ),
+            (
+                json!({"podTemplate": {"spec": {"containers": [{"name": "node-agent", "securityContext": {"procMount": "Unmasked"}}]}}}),
+                "unmasked /proc",
+            ),
+            (json!({"podTemplate": {"spec": {"volumes": [{"name": "n", "hostPath": {"path": "/"}}]}}}), "hostPath"),
+            (
+                json!({"podTemplate": {"metadata": {"annotations": {"container.apparmor.security.beta.kubernetes.io/node-agent": "unconfined"}}}}),
+                "never unconfined",
+            ),
+            (
+                json!({"podTemplate": {"spec": {"containers": [{"name": "side", "securityContext": {"privileged": true}}]}}}),
+                "privileged",
+            ),
+            (json!({"podTemplate": {"runtimeClassName": "gvisor"}}), "under its `spec`"),
+            (json!({"env": [{"name": "AGENTPLANE_TOKEN", "value": "x"}]}), "set by the controller"),
+            (
+                json!({"env": [{"name": "K", "valueFrom": {"fileKeyRef": {"path": "f", "key": "k"}}}]}),
+                "directory store",
+            ),
+        ] {
+            let err = make(&sandbox(spec.clone()), "i").unwrap_err();
+            assert!(err.contains(says), "{spec}: {err}");
+        }
+    }
+
+    #[test]
+    fn allow_entries_that_are_addresses_become_ip_blocks_and_names_are_reported() {
+        assert_eq!(parse_allow("10.1.2.3"), Allow::Block { cidr: "10.1.2.3/32".into(), port: None });
+        assert_eq!(parse_allow("10.1.2.3:443"), Allow::Block { cidr: "10.1.2.3/32".into(), port: Some(443) });
+        assert_eq!(parse_allow("10.0.0.0/8:5432"), Allow::Block { cidr: "10.0.0.0/8".into(), port: Some(5432) });
+        assert_eq!(parse_allow("fd00::/8"), Allow::Block { cidr: "fd00::/8".into(), port: None });
+        assert_eq!(parse_allow("[::1]:8080"), Allow::Block { cidr: "::1/128".into(), port: Some(8080) });
+        for name in ["api.example.com", "api.example.com:443", "*.npmjs.org", "10.0.0.0/40", "10.0.0.1:http"] {
+            assert_eq!(parse_allow(name), Allow::Name, "{name}");
+        }
+        let made =
+            make(&sandbox(json!({"network": "allowlist", "allow": ["10.1.2.3:443", "api.example.com"]})), "i").unwrap();
+        let policy = made.network_policy.unwrap().spec.unwrap();
+        let egress = policy.egress.unwrap();
+        assert_eq!(egress.len(), 1);
+        assert_eq!(made.not_enforced, ["api.example.com"]);
+        assert!(made.applied.iter().any(|a| a.contains("egress to 10.1.2.3/32:443")), "{:?}", made.applied);
+        assert!(made.applied.iter().any(|a| a.starts_with("allow api.example.com: not applied")), "{:?}", made.applied);
+        let none = make(&sandbox(json!({"network": "none"})), "i").unwrap().network_policy.unwrap().spec.unwrap();
+        assert_eq!(none.egress, Some(vec![]));
+        assert_eq!(none.ingress.unwrap()[0].ports.as_ref().unwrap()[0].port, Some(IntOrString::Int(PORT)));
+    }
+
+    #[test]
+    fn the_hash_changes_with_the_pod_and_not_with_the_network() {
+        let a = make(&sandbox(json!({})), "i").unwrap();
+        let b = make(&sandbox(json!({"network": "none"})), "i").unwrap();
+        let c = make(&sandbox(json!({"limits": {"memory": "1Gi"}})), "i").unwrap();
+        assert_eq!(a.hash, b.hash);
+        assert_ne!(a.hash, c.hash);
+    }
+}
