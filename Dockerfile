@@ -14,10 +14,13 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
 
 FROM debian:bookworm-slim
 # bash and git: agents and terminals run in the node agent's container and expect them.
+# node and npm: the node agent installs the agent CLIs with npm (into its data
+# directory), and they run on node; a managed Sandbox's Pod runs this image.
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends bash ca-certificates git \
+    && apt-get install -y --no-install-recommends bash ca-certificates git nodejs npm \
     && rm -rf /var/lib/apt/lists/*
-# A fixed numeric user, the one manifests/ names in runAsUser.
+# A fixed numeric user, the one manifests/ names in runAsUser (a managed Sandbox's Pod
+# runs as 65532 instead, with HOME on an emptyDir: nothing there needs this account).
 RUN groupadd --gid 10001 agentplane \
     && useradd --uid 10001 --gid 10001 --create-home --shell /bin/bash agentplane \
     && install -d -o 10001 -g 10001 /var/lib/agentplane
