@@ -29,6 +29,14 @@ struct Up {
 
 impl Up {
     fn start(files: &[(&str, &str)], args: &[&str]) -> Up {
+        Self::start_in(files, args, &[])
+    }
+
+    fn start_with_env(files: &[(&str, &str)], env: &[(&str, &str)]) -> Up {
+        Self::start_in(files, &[], env)
+    }
+
+    fn start_in(files: &[(&str, &str)], args: &[&str], env: &[(&str, &str)]) -> Up {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("d");
         fs::create_dir_all(&dir).unwrap();
@@ -43,6 +51,7 @@ impl Up {
             .args(args)
             .env_remove("AGENTPLANE_DIR")
             .env_remove("AGENTPLANE_TOKEN")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
@@ -487,4 +496,106 @@ fn a_warm_pool_gives_each_session_a_sandbox_of_its_own_and_refills() {
     });
     assert!(pids.iter().all(|p| !alive(*p)), "a claimed sandbox still runs");
     assert_eq!(pool_status().ready_replicas, 3);
+}
+
+fn condition(s: &agentplane_crds::SandboxStatus, type_: &str) -> (String, String) {
+    let c = s.conditions.iter().find(|c| c.type_ == type_).expect("the condition is set");
+    (c.reason.clone(), c.message.clone())
+}
+
+#[test]
+fn nothing_of_the_host_is_bound_in_by_reference() {
+    let outside = tempfile::tempdir().unwrap();
+    let up = Up::start(
+        &[
+            ("up-and-out.yaml", &sandbox_yaml("up-and-out", "  workspace: ../../../../../../etc\n")),
+            ("root.yaml", &sandbox_yaml("root", "  workspace: ../../..\n")),
+            ("state.yaml", &sandbox_yaml("state", "  binds:\n    - {hostPath: ./.agentplane, path: /s}\n")),
+            (
+                "granted.yaml",
+                &sandbox_yaml(
+                    "granted",
+                    &format!(
+                        "  workspace: {}\n  binds:\n    - {{hostPath: {}, writable: true}}\n",
+                        outside.path().display(),
+                        outside.path().display()
+                    ),
+                ),
+            ),
+        ],
+        &[],
+    );
+    // A link that leads out, in place before the Sandbox naming it is saved.
+    std::os::unix::fs::symlink(outside.path(), up.dir.join("ws-link")).unwrap();
+    fs::write(up.dir.join("link.yaml"), sandbox_yaml("link", "  workspace: ./ws-link\n")).unwrap();
+    let refused = |name: &str, why: &str| {
+        up.wait_sandbox(name, "refused", |s| {
+            s.conditions.iter().any(|c| c.type_ == "Ready" && c.reason == "InvalidSpec")
+        });
+        let status = up.sandbox(name).status.unwrap();
+        let (_, message) = condition(&status, "Ready");
+        assert!(message.contains(why), "{name}: {message}");
+        assert_eq!(status.phase, Some(agentplane_crds::SandboxPhase::Pending), "{name} never started");
+        assert!(status.runs_on.is_none());
+    };
+    refused("up-and-out", "leads to /etc, outside the watched folder");
+    refused("root", "holds or is inside the state directory");
+    refused("link", "outside the watched folder");
+    refused("state", "never bound into a sandbox");
+    // What the spec grants explicitly is granted.
+    up.wait_sandbox("granted", "ready", ready);
+    fs::write(up.dir.join("probe.yaml"), process_yaml("probe", "granted", "echo inside > /workspace/written; exit 0"))
+        .unwrap();
+    assert_eq!(up.finished("probe").0, 0);
+    assert_eq!(fs::read_to_string(outside.path().join("written")).unwrap(), "inside\n");
+}
+
+#[test]
+fn without_bubblewrap_a_sandbox_that_asks_for_it_waits_and_says_why() {
+    let tmp = tempfile::tempdir().unwrap();
+    // A PATH with a shell but no bwrap.
+    let bin = tmp.path().join("bin");
+    fs::create_dir_all(&bin).unwrap();
+    for tool in ["sh", "bash"] {
+        std::os::unix::fs::symlink(format!("/bin/{tool}"), bin.join(tool)).unwrap();
+    }
+    let path = bin.display().to_string();
+    let up = Up::start_with_env(
+        &[
+            ("wants.yaml", &sandbox_yaml("wants", "")),
+            ("plain.yaml", &sandbox_yaml("plain", "  isolation: none\n")),
+            ("nonet.yaml", &sandbox_yaml("nonet", "  isolation: none\n  network: none\n")),
+        ],
+        &[("PATH", path.as_str())],
+    );
+    up.wait_sandbox("wants", "waiting for bubblewrap", |s| {
+        s.conditions.iter().any(|c| c.reason == "BubblewrapMissing")
+    });
+    let status = up.sandbox("wants").status.unwrap();
+    assert_eq!(status.phase, Some(agentplane_crds::SandboxPhase::Pending));
+    assert!(condition(&status, "Ready").1.contains("apt-get install bubblewrap"), "{status:?}");
+    // `isolation: none`, written, runs unisolated; it cannot have a network of its own.
+    up.wait_sandbox("plain", "ready", ready);
+    assert_eq!(up.sandbox("plain").status.unwrap().isolation.as_deref(), Some("none"));
+    up.wait_sandbox("nonet", "refused", |s| s.conditions.iter().any(|c| c.reason == "InvalidSpec"));
+    assert!(condition(&up.sandbox("nonet").status.unwrap(), "Ready").1.contains("need isolation: bubblewrap"));
+}
+
+#[test]
+fn a_process_feeding_a_session_runs_in_the_sessions_sandbox() {
+    let template = "apiVersion: agentplane.dev/v1alpha1\nkind: SandboxTemplate\nmetadata:\n  name: iso\nspec:\n  \
+                    ttlSecondsAfterFinished: 0\n  sandbox: {}\n";
+    let feeder = "apiVersion: agentplane.dev/v1alpha1\nkind: Process\nmetadata:\n  name: feeder\nspec:\n  \
+                  sessionRef: chat\n  command: bash\n  args: [\"-c\", \"hostname; exit 0\"]\n";
+    let up =
+        Up::start(&[("t.yaml", template), ("s.yaml", &mock_session_yaml("chat", &["hello"])), ("p.yaml", feeder)], &[]);
+    wait_until(PATIENCE, "the session placed", || {
+        session_record(&up, "chat").and_then(|s| s.status?.sandbox).is_some()
+    });
+    let sandbox = session_record(&up, "chat").unwrap().status.unwrap().sandbox.unwrap();
+    let (code, out) = up.finished("feeder");
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(up.process("feeder").unwrap().status.unwrap().sandbox.as_deref(), Some(sandbox.as_str()));
+    // Its hostname is the sandbox's name: it ran inside.
+    assert!(out.lines().any(|l| l.trim() == sandbox), "{out}");
 }

@@ -193,7 +193,7 @@ mod tests {
         let claimer = Key { kind: Kind::Session, namespace: "default".into(), name: "s".into() };
         let theirs =
             sandbox_of(&t, "t-theirs", "default", BTreeMap::from(claim_annotations(&claimer, "uid-1", 5)), &now());
-        let objects = vec![(key("t-pool1"), ready), (key("t-pool2"), starting), (key("t-theirs"), theirs)];
+        let objects = [(key("t-pool1"), ready), (key("t-pool2"), starting), (key("t-theirs"), theirs)];
         let iter = || objects.iter().map(|(k, o)| (k, o));
         assert!(matches!(find(iter(), "default", "t", "uid-1"), Found::Held(n) if n == "t-theirs"));
         assert!(matches!(find(iter(), "default", "t", "uid-2"), Found::FromPool(k) if k.name == "t-pool1"));

@@ -187,6 +187,9 @@ struct Inner {
     sandboxes: Arc<Sandboxes>,
     /// The managed Sandboxes' node agents (set once, right after the store is made).
     managed: std::sync::OnceLock<super::managed::Managed>,
+    /// The lifecycle events followed on each managed sandbox's node agent, as on the
+    /// embedded one's: an exit there is seen at once, not at the next resync.
+    sandbox_followers: Mutex<HashMap<String, tokio::task::AbortHandle>>,
     config: DirStoreConfig,
     wake: mpsc::Sender<()>,
     wake_rx: Mutex<Option<mpsc::Receiver<()>>>,
@@ -241,6 +244,7 @@ impl DirStore {
                 followers: Mutex::new(HashMap::new()),
                 sandboxes,
                 managed,
+                sandbox_followers: Mutex::new(HashMap::new()),
                 config,
                 wake,
                 wake_rx: Mutex::new(Some(wake_rx)),
@@ -1182,6 +1186,11 @@ impl Inner {
                 if sandbox.metadata.deletion_timestamp.is_some() {
                     match (self.managed.get(), sandbox.spec.is_managed()) {
                         (Some(managed), true) => {
+                            if let Some(follower) =
+                                self.sandbox_followers.lock().unwrap_or_else(|e| e.into_inner()).remove(&key.name)
+                            {
+                                follower.abort();
+                            }
                             managed.remove(&key.name).await;
                             if let Some(uid) = &sandbox.metadata.uid {
                                 managed.remove_leftover(&key.name, uid);
@@ -1475,7 +1484,7 @@ impl Inner {
     }
 
     async fn reconcile_managed(
-        &self,
+        self: &Arc<Self>,
         sandbox: &agentplane_crds::Sandbox,
         mut status: SandboxStatus,
         env: std::result::Result<BTreeMap<String, String>, String>,
@@ -1526,12 +1535,22 @@ impl Inner {
         status.template = super::pools::template_of(&sandbox.metadata).map(str::to_string);
         status.claimed_by = super::pools::claimed_by(&sandbox.metadata).map(str::to_string);
         let ready = observed.phase == agentplane_crds::SandboxPhase::Ready;
+        if ready && let Ok(handle) = self.sandboxes.get(name) {
+            let mut followers = self.sandbox_followers.lock().unwrap_or_else(|e| e.into_inner());
+            if followers.get(name).is_none_or(|f| f.is_finished()) {
+                // It reconnects by itself across restarts of the node agent; aborted
+                // when the sandbox goes.
+                let task =
+                    tokio::spawn(follow_node_agent(Arc::clone(self), handle.client.clone(), CancellationToken::new()));
+                followers.insert(name.to_string(), task.abort_handle());
+            }
+        }
         conditions::set(&mut status.conditions, READY, ready, observed.reason, observed.message, generation);
         status
     }
 
     async fn reconcile_sandbox(
-        &self,
+        self: &Arc<Self>,
         sandbox: &agentplane_crds::Sandbox,
         problem: Option<String>,
         env: std::result::Result<BTreeMap<String, String>, String>,
