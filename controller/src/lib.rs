@@ -19,6 +19,7 @@ pub mod register;
 pub mod restart;
 pub mod sandboxes;
 pub mod session;
+pub mod templates;
 
 pub use error::{Error, Result};
 

@@ -15,17 +15,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
 use super::parse::{Key, Kind, Object};
 
-/// The template a sandbox was made from.
-pub const TEMPLATE: &str = "agentplane.dev/template";
-/// The warm pool that made it (kept after it is claimed, for the record).
-pub const POOL: &str = "agentplane.dev/pool";
-/// Who holds it: `Session/ns/name`, and that resource's uid.
-pub const CLAIMED_BY: &str = "agentplane.dev/claimed-by";
-pub const CLAIMED_UID: &str = "agentplane.dev/claimed-uid";
-/// Seconds it is kept once its claimer ended or went (from the template, when claimed).
-pub const TTL: &str = "agentplane.dev/ttl-seconds-after-finished";
-/// When its claimer ended or went (RFC 3339).
-pub const FINISHED_AT: &str = "agentplane.dev/finished-at";
+pub use crate::templates::{
+    CLAIMED_BY, CLAIMED_UID, FINISHED_AT, POOL, TEMPLATE, TTL, claimed_by, claimed_uid, pool_of, template_of, ttl_left,
+};
 
 fn annotation<'a>(meta: &'a ObjectMeta, name: &str) -> Option<&'a str> {
     meta.annotations.as_ref()?.get(name).map(String::as_str)
@@ -34,31 +26,6 @@ fn annotation<'a>(meta: &'a ObjectMeta, name: &str) -> Option<&'a str> {
 /// Whether the store made this object (no file declares it).
 pub fn is_store_owned(meta: &ObjectMeta) -> bool {
     annotation(meta, TEMPLATE).is_some() && annotation(meta, crate::annotations::SOURCE).is_none()
-}
-
-pub fn claimed_uid(meta: &ObjectMeta) -> Option<&str> {
-    annotation(meta, CLAIMED_UID)
-}
-
-pub fn claimed_by(meta: &ObjectMeta) -> Option<&str> {
-    annotation(meta, CLAIMED_BY)
-}
-
-pub fn template_of(meta: &ObjectMeta) -> Option<&str> {
-    annotation(meta, TEMPLATE)
-}
-
-pub fn pool_of(meta: &ObjectMeta) -> Option<&str> {
-    annotation(meta, POOL)
-}
-
-/// How long is left before a finished claim's sandbox is deleted (zero: now); `None`
-/// while its claimer lives.
-pub fn ttl_left(meta: &ObjectMeta, now: &Time) -> Option<std::time::Duration> {
-    let finished: k8s_openapi::jiff::Timestamp = annotation(meta, FINISHED_AT)?.parse().ok()?;
-    let ttl: u64 = annotation(meta, TTL).and_then(|t| t.parse().ok()).unwrap_or(60);
-    let elapsed = now.0.duration_since(finished).as_secs().max(0) as u64;
-    Some(std::time::Duration::from_secs(ttl.saturating_sub(elapsed)))
 }
 
 /// A new Sandbox of `template`, named `name`, with `annotations` saying why it exists.
@@ -91,11 +58,8 @@ pub fn sandbox_of(
 
 /// The annotations that make `claimer` (with `uid`) the holder of a sandbox.
 pub fn claim_annotations(claimer: &Key, uid: &str, ttl: u32) -> [(String, String); 3] {
-    [
-        (CLAIMED_BY.into(), format!("{}/{}/{}", claimer.kind, claimer.namespace, claimer.name)),
-        (CLAIMED_UID.into(), uid.to_string()),
-        (TTL.into(), ttl.to_string()),
-    ]
+    let by = format!("{}/{}/{}", claimer.kind, claimer.namespace, claimer.name);
+    crate::templates::claim_annotations(&by, uid, ttl)
 }
 
 /// What a claim finds among `objects`: the sandbox `uid` holds already, else a ready,
@@ -156,10 +120,8 @@ pub fn members<'a>(
 
 /// A name for a new sandbox: `prefix-xxxxxx`, not taken in `namespace`.
 pub fn fresh_name(taken: impl Fn(&Key) -> bool, namespace: &str, prefix: &str) -> String {
-    // Names stay DNS labels: the prefix is cut to leave room for the suffix.
-    let prefix: String = prefix.chars().take(56).collect();
     loop {
-        let name = format!("{}-{}", prefix.trim_end_matches('-'), agentplane_node_agent::random::hex(3));
+        let name = crate::templates::random_name(prefix);
         if !taken(&Key { kind: Kind::Sandbox, namespace: namespace.to_string(), name: name.clone() }) {
             return name;
         }
@@ -200,21 +162,5 @@ mod tests {
         assert!(matches!(find(iter(), "other", "t", "uid-2"), Found::Nothing));
         assert!(matches!(find(iter(), "default", "u", "uid-2"), Found::Nothing));
         assert_eq!(members(iter(), "default", "p"), [(key("t-pool1"), true), (key("t-pool2"), false)]);
-    }
-
-    #[test]
-    fn a_finished_claim_is_kept_for_its_ttl() {
-        let claimer = Key { kind: Kind::Session, namespace: "default".into(), name: "s".into() };
-        let mut meta = ObjectMeta {
-            annotations: Some(BTreeMap::from(claim_annotations(&claimer, "u", 30))),
-            ..ObjectMeta::default()
-        };
-        assert_eq!(ttl_left(&meta, &now()), None);
-        let ten_ago = Time(now().0 - k8s_openapi::jiff::SignedDuration::from_secs(10));
-        meta.annotations.as_mut().unwrap().insert(FINISHED_AT.into(), ten_ago.0.to_string());
-        let left = ttl_left(&meta, &now()).unwrap().as_secs();
-        assert!((19..=20).contains(&left), "{left}");
-        meta.annotations.as_mut().unwrap().insert(TTL.into(), "0".into());
-        assert_eq!(ttl_left(&meta, &now()), Some(std::time::Duration::ZERO));
     }
 }
