@@ -222,9 +222,10 @@ impl ProcessReconciler {
             return step.done(None);
         };
         if let Some(template) = &spec.sandbox_template {
-            // Never run it anywhere else instead: it asked for a sandbox of its own.
+            // Not placed by its store: never run anywhere else instead, it asked for a
+            // sandbox of its own.
             step.status.phase.get_or_insert(ProcessPhase::Pending);
-            step.ready(false, "SandboxTemplateNotServed", crate::sandboxes::template_not_served(template));
+            step.ready(false, "SandboxNotClaimed", crate::sandboxes::template_not_placed(template));
             return step.done(None);
         }
         let sandbox = match self.sandboxes.for_resource(&process.metadata, &spec.sandbox) {

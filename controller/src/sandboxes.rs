@@ -12,14 +12,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::{Error, Result};
 
-/// Why a resource naming `sandboxTemplate` waits: claiming from templates and warm
-/// pools is not served by this controller yet, and running it anywhere else would
-/// give it less isolation than it asked for.
-pub fn template_not_served(template: &str) -> String {
-    format!(
-        "sandboxTemplate {template:?}: this controller does not create sandboxes from templates yet; \
-         declare a Sandbox (without endpoint) and name it in spec.sandbox"
-    )
+/// Why a resource naming `sandboxTemplate` waits. Both stores place such a resource
+/// on a sandbox of its own before the reconcile core sees it (its snapshot then names
+/// that sandbox and no template); one still naming a template was not placed (no such
+/// template yet, a claim that failed), and running it anywhere else would give it less
+/// isolation than it asked for, so the core keeps it Pending instead.
+pub fn template_not_placed(template: &str) -> String {
+    format!("sandboxTemplate {template:?}: no sandbox of that template is held for it yet; it runs nowhere else")
 }
 
 #[derive(Debug)]

@@ -81,11 +81,18 @@ impl Context {
         let namespace = sandbox.namespace().unwrap_or_else(|| "default".into());
         let name = sandbox.name_any();
         let key = self.sandboxes.key(Some(&namespace), &name);
+        // A claim that finished is kept for its TTL, then deleted like any other.
+        let ttl_left = self.expire(sandbox).await?;
+        if ttl_left.is_some_and(|left| left.is_zero()) {
+            return Ok(Action::await_change());
+        }
         let generation = sandbox.metadata.generation;
         let before = sandbox.status.clone().unwrap_or_default();
         // What was last known of the Pod stays until this pass learns better (a spec
         // that cannot be made now does not erase where the node agent runs).
         let mut status = SandboxStatus { observed_generation: generation, ..managed_fields(&before) };
+        status.template = crate::templates::template_of(&sandbox.metadata).map(str::to_string);
+        status.claimed_by = crate::templates::claimed_by(&sandbox.metadata).map(str::to_string);
 
         let observed = self.converge(sandbox, &namespace, &name, &before, &mut status).await?;
         status.phase = Some(observed.phase);
@@ -128,7 +135,11 @@ impl Context {
         let theirs = managed_fields(&before);
         let api: Api<Sandbox> = Api::namespaced(self.client.clone(), &namespace);
         self.write_status(&api, sandbox, Some(&theirs), &owned, "Sandbox").await?;
-        Ok(Action::requeue(observed.requeue))
+        // Its pool counts ready members from the API server: told once it is written.
+        if before.phase != status.phase {
+            self.member_changed(sandbox).await;
+        }
+        Ok(Action::requeue(ttl_left.map_or(observed.requeue, |left| left.min(observed.requeue))))
     }
 
     /// Makes what is missing, and finds out how the node agent is doing.
@@ -437,6 +448,7 @@ impl Context {
         self.unfollow_sandbox(&key);
         self.sandboxes.remove(&key);
         self.redrive(&namespace, &name).await;
+        self.member_changed(sandbox).await;
         let note = "its Pod, NetworkPolicy and token Secret deleted";
         self.event(sandbox, KubeEventType::Normal, "Deleted", "Delete", note).await;
         Ok(Action::await_change())
@@ -525,6 +537,8 @@ fn managed_fields(status: &SandboxStatus) -> SandboxStatus {
         started_at: status.started_at.clone(),
         restarts: status.restarts,
         applied_limits: status.applied_limits.clone(),
+        template: status.template.clone(),
+        claimed_by: status.claimed_by.clone(),
         conditions: status.conditions.clone(),
         ..Default::default()
     }

@@ -18,17 +18,23 @@
 //!   the controller makes and removes (`managed`, `pods`), ready while its node agent
 //!   answers; the Pod watch brings its changes. A Sandbox turning ready or not ready
 //!   re-drives every resource placed on it.
+//! - A Session or Process naming `sandboxTemplate` is placed on a Sandbox of its own
+//!   from that template (a warm pool's, or a new one) before the reconcile core sees
+//!   it (`pools`); pools are reconciled beside the other kinds.
 
 mod env;
 mod managed;
 pub mod metrics;
 pub mod pods;
+mod pools;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agentplane_crds::{Process, ProcessPhase, Sandbox, SandboxStatus, Session, SessionPhase};
+use agentplane_crds::{
+    Process, ProcessPhase, Sandbox, SandboxStatus, SandboxTemplate, SandboxWarmPool, Session, SessionPhase,
+};
 use agentplane_node_agent::client::Client;
 use agentplane_node_agent::model::LifecycleEventType;
 use futures_util::StreamExt;
@@ -106,8 +112,11 @@ struct Context {
     metrics: Metrics,
     process_store: Store<Process>,
     session_store: Store<Session>,
+    template_store: Store<SandboxTemplate>,
     process_trigger: mpsc::Sender<ObjectRef<Process>>,
     session_trigger: mpsc::Sender<ObjectRef<Session>>,
+    /// A pool member changed or was claimed: its pool looks again.
+    pool_trigger: mpsc::Sender<ObjectRef<SandboxWarmPool>>,
     /// Each Sandbox's last heartbeat and when this controller first saw it: freshness
     /// is judged on this clock, so a node agent's skewed clock cannot make it look
     /// alive or dead (the node lifecycle controller judges kubelets the same way).
@@ -141,11 +150,14 @@ pub async fn run(
     let sandboxes = Arc::new(Sandboxes::namespaced());
     let (process_trigger, process_rx) = mpsc::channel(TRIGGER_CAPACITY);
     let (session_trigger, session_rx) = mpsc::channel(TRIGGER_CAPACITY);
+    let (pool_trigger, pool_rx) = mpsc::channel(TRIGGER_CAPACITY);
 
     let watch_config = watcher::Config::default().any_semantic();
     let (process_store, process_writer) = reflector::store::<Process>();
     let (session_store, session_writer) = reflector::store::<Session>();
     let (sandbox_store, sandbox_writer) = reflector::store::<Sandbox>();
+    let (template_store, template_writer) = reflector::store::<SandboxTemplate>();
+    let (pool_store, pool_writer) = reflector::store::<SandboxWarmPool>();
     let process_stream = watch_all::<Process>(&client, &config.namespaces, watch_config.clone())
         .default_backoff()
         .reflect(process_writer)
@@ -167,9 +179,19 @@ pub async fn run(
         .reflect(sandbox_writer)
         .applied_objects()
         .predicate_filter(
-            predicates::generation.combine(predicates::finalizers).combine(heartbeat),
+            predicates::generation.combine(predicates::finalizers).combine(heartbeat).combine(pools::claim_state),
             Default::default(),
         );
+    let pool_stream = watch_all::<SandboxWarmPool>(&client, &config.namespaces, watch_config.clone())
+        .default_backoff()
+        .reflect(pool_writer)
+        .applied_objects()
+        .predicate_filter(predicates::generation.combine(predicates::finalizers), Default::default());
+    // A template appearing or changing is news to the pools made of it.
+    let template_stream = watch_all::<SandboxTemplate>(&client, &config.namespaces, watch_config.clone())
+        .default_backoff()
+        .reflect(template_writer)
+        .applied_objects();
     // The Pods of managed Sandboxes: any change of one (scheduled, running, gone) is a
     // reconcile of the Sandbox that owns it.
     let pod_selector = format!("{}={}", pods::APP_LABEL.0, pods::APP_LABEL.1);
@@ -191,8 +213,10 @@ pub async fn run(
         metrics: metrics.clone(),
         process_store: process_store.clone(),
         session_store: session_store.clone(),
+        template_store,
         process_trigger,
         session_trigger,
+        pool_trigger,
         heartbeats: Mutex::new(HashMap::new()),
         sandbox_followers: Mutex::new(HashMap::new()),
         session_followers: Mutex::new(HashMap::new()),
@@ -232,6 +256,26 @@ pub async fn run(
         .run(reconcile_process, error_policy, Arc::clone(&ctx))
         .for_each(|_| async {});
     let stop = shutdown.clone();
+    let pools_of_template = {
+        let pools = pool_store.clone();
+        move |template: SandboxTemplate| {
+            let (namespace, name) = (template.namespace(), template.name_any());
+            pools
+                .state()
+                .into_iter()
+                .filter(|p| p.namespace() == namespace && p.spec.template == name)
+                .map(|p| ObjectRef::from_obj(&*p))
+                .collect::<Vec<_>>()
+        }
+    };
+    let pool_controller = Controller::for_stream(pool_stream, pool_store)
+        .watches_stream(template_stream, pools_of_template)
+        .with_config(controller_config.clone())
+        .reconcile_on(ReceiverStream::new(pool_rx))
+        .graceful_shutdown_on(async move { stop.cancelled().await })
+        .run(pools::reconcile_pool, error_policy, Arc::clone(&ctx))
+        .for_each(|_| async {});
+    let stop = shutdown.clone();
     let session_controller = Controller::for_stream(session_stream, session_store.clone())
         .with_config(controller_config)
         .reconcile_on(ReceiverStream::new(session_rx))
@@ -248,7 +292,7 @@ pub async fn run(
             }
         }
     };
-    tokio::join!(process_controller, session_controller, ready);
+    tokio::join!(process_controller, session_controller, pool_controller, ready);
     let _ = sandbox_task.await;
     ctx.stop_followers();
     Ok(())
@@ -302,6 +346,7 @@ fn error_policy<K: Resource<DynamicType = ()>>(obj: Arc<K>, error: &ReconcileErr
     let kind = match K::kind(&()).as_ref() {
         "Process" => "Process",
         "Session" => "Session",
+        "SandboxWarmPool" => "SandboxWarmPool",
         _ => "Sandbox",
     };
     warn!(kind, name = %obj.meta().name.as_deref().unwrap_or_default(), error = %error, "reconcile failed; retrying");
@@ -324,7 +369,15 @@ async fn reconcile_process(process: Arc<Process>, ctx: Arc<Context>) -> std::res
         match event {
             Finalizer::Apply(process) => ctx.apply_process(&api, &process).await,
             Finalizer::Cleanup(process) => {
-                ctx.processes.cleanup(&process).await?;
+                // Stopped where it ran: the sandbox it was placed on, when not its spec's.
+                let mut placed = (*process).clone();
+                if let Some(sandbox) = process.status.as_ref().and_then(|s| s.sandbox.clone()) {
+                    placed.spec.sandbox = sandbox;
+                }
+                ctx.processes.cleanup(&placed).await?;
+                if process.spec.sandbox_template.is_some() {
+                    ctx.finish_claims(&namespace, process.uid().as_deref()).await?;
+                }
                 ctx.event(
                     &*process,
                     KubeEventType::Normal,
@@ -345,23 +398,43 @@ impl Context {
     async fn apply_process(&self, api: &Api<Process>, process: &Process) -> Result<Action> {
         let namespace = process.namespace().unwrap_or_default();
         let env = env::resolve(&self.client, &namespace, &process.spec.env, &process.spec.env_from).await;
+        let mut session_sandbox = None;
         let session = match &process.spec.session_ref {
             None => Ok(None),
             Some(name) => {
-                let uid = self
-                    .session_store
-                    .get(&ObjectRef::new(name).within(&namespace))
-                    .and_then(|s| s.metadata.uid.clone());
+                let found = self.session_store.get(&ObjectRef::new(name).within(&namespace));
+                session_sandbox = found.as_ref().and_then(|s| s.status.as_ref()?.sandbox.clone());
+                let uid = found.and_then(|s| s.metadata.uid.clone());
                 uid.map(|uid| Some(crate::session::node_session_id(&uid))).ok_or_else(|| {
                     format!("sessionRef names session {name:?}, which namespace {namespace:?} does not have")
                 })
             }
         };
-        let reconciled = self.processes.reconcile(ProcessInput { process, env, spec_problem: None, session }).await;
+        let held = process.status.as_ref().and_then(|s| s.sandbox.as_deref());
+        let placement = match &process.spec.sandbox_template {
+            Some(template) => {
+                let claimer = format!("Process/{namespace}/{}", process.name_any());
+                self.place(&claimer, &process.metadata, held, template).await?
+            }
+            // A Process that feeds a Session and names no sandbox of its own runs where
+            // the Session was placed: the node agent that has that session.
+            None if process.spec.sandbox == agentplane_crds::LOCAL_SANDBOX => {
+                session_sandbox.map_or(pools::Placement::Unplaced, pools::Placement::Placed)
+            }
+            None => pools::Placement::Unplaced,
+        };
+        let mut placed = process.clone();
+        let problem = placement.apply(&mut placed.spec.sandbox, &mut placed.spec.sandbox_template);
+        let reconciled =
+            self.processes.reconcile(ProcessInput { process: &placed, env, spec_problem: problem, session }).await;
+        let mut status = reconciled.status;
+        if let Some(sandbox) = placement.placed() {
+            status.sandbox = Some(sandbox.to_string()).filter(|s| *s != process.spec.sandbox);
+        }
         let before = process.status.as_ref();
-        self.write_status(api, process, before, &reconciled.status, "Process").await?;
-        self.process_events(process, before, &reconciled.status).await;
-        Ok(requeue(reconciled.requeue_after))
+        self.write_status(api, process, before, &status, "Process").await?;
+        self.process_events(process, before, &status).await;
+        Ok(requeue(placement.requeue(reconciled.requeue_after)))
     }
 
     async fn process_events(
@@ -412,7 +485,14 @@ async fn reconcile_session(session: Arc<Session>, ctx: Arc<Context>) -> std::res
             Finalizer::Apply(session) => ctx.apply_session(&api, &session).await,
             Finalizer::Cleanup(session) => {
                 ctx.stop_following(&ObjectRef::from_obj(&*session));
-                ctx.sessions.cleanup(&session).await?;
+                let mut placed = (*session).clone();
+                if let Some(sandbox) = session.status.as_ref().and_then(|s| s.sandbox.clone()) {
+                    placed.spec.sandbox = sandbox;
+                }
+                ctx.sessions.cleanup(&placed).await?;
+                if session.spec.sandbox_template.is_some() {
+                    ctx.finish_claims(&namespace, session.uid().as_deref()).await?;
+                }
                 ctx.event(
                     &*session,
                     KubeEventType::Normal,
@@ -433,10 +513,32 @@ impl Context {
     async fn apply_session(self: &Context, api: &Api<Session>, session: &Session) -> Result<Action> {
         let namespace = session.namespace().unwrap_or_default();
         let env = env::resolve(&self.client, &namespace, &session.spec.env, &session.spec.env_from).await;
-        let reconciled = self.sessions.reconcile(SessionInput { session, env, spec_problem: None }).await;
-        let status = &reconciled.status;
+        let held = session.status.as_ref().and_then(|s| s.sandbox.as_deref());
+        let ended = session.status.as_ref().and_then(|s| s.phase) == Some(SessionPhase::Ended);
+        let placement = match (&session.spec.sandbox_template, held) {
+            // An ended Session claims nothing more: it stays where it was, even once
+            // that sandbox is gone after its TTL.
+            (Some(_), Some(held)) if ended => pools::Placement::Placed(held.to_string()),
+            (Some(template), _) => {
+                let claimer = format!("Session/{namespace}/{}", session.name_any());
+                self.place(&claimer, &session.metadata, held, template).await?
+            }
+            (None, _) => pools::Placement::Unplaced,
+        };
+        let mut placed = session.clone();
+        let problem = placement.apply(&mut placed.spec.sandbox, &mut placed.spec.sandbox_template);
+        let reconciled = self.sessions.reconcile(SessionInput { session: &placed, env, spec_problem: problem }).await;
+        let mut status = reconciled.status.clone();
+        if let Some(sandbox) = placement.placed() {
+            status.sandbox = Some(sandbox.to_string()).filter(|s| *s != session.spec.sandbox);
+        }
+        let status = &status;
         let before = session.status.as_ref();
         self.write_status(api, session, before, status, "Session").await?;
+        if status.phase == Some(SessionPhase::Ended) && session.spec.sandbox_template.is_some() {
+            self.finish_claims(&namespace, session.uid().as_deref()).await?;
+        }
+        let session = &placed;
         let (was, is) = (before.and_then(|s| s.phase), status.phase);
         if was != is {
             match is {
@@ -482,7 +584,7 @@ impl Context {
         } else {
             self.stop_following(&key);
         }
-        Ok(requeue(reconciled.requeue_after))
+        Ok(requeue(placement.requeue(reconciled.requeue_after)))
     }
 
     /// Follows a live session's events, so what happens in it (a turn ending, a
@@ -670,8 +772,8 @@ impl Context {
 
     /// Queues every Process and Session of `namespace` placed on sandbox `name`.
     async fn redrive(&self, namespace: &str, name: &str) {
-        requeue_placed_on(&self.process_store, &self.process_trigger, namespace, name, |p| &p.spec.sandbox).await;
-        requeue_placed_on(&self.session_store, &self.session_trigger, namespace, name, |s| &s.spec.sandbox).await;
+        requeue_placed_on(&self.process_store, &self.process_trigger, namespace, name, process_placement).await;
+        requeue_placed_on(&self.session_store, &self.session_trigger, namespace, name, session_placement).await;
     }
 
     fn follow_sandbox(&self, key: &str, namespace: &str, name: &str, client: Client) {
@@ -748,8 +850,18 @@ impl SandboxFollower {
     }
 
     async fn everything(&self) {
-        requeue_placed_on(&self.process_store, &self.trigger, &self.namespace, &self.name, |p| &p.spec.sandbox).await;
+        requeue_placed_on(&self.process_store, &self.trigger, &self.namespace, &self.name, process_placement).await;
     }
+}
+
+/// The sandbox a Process runs on: where it was placed, else its spec's.
+fn process_placement(process: &Process) -> &str {
+    process.status.as_ref().and_then(|s| s.sandbox.as_deref()).unwrap_or(&process.spec.sandbox)
+}
+
+/// The sandbox a Session runs on: where it was placed, else its spec's.
+fn session_placement(session: &Session) -> &str {
+    session.status.as_ref().and_then(|s| s.sandbox.as_deref()).unwrap_or(&session.spec.sandbox)
 }
 
 /// Queues every cached object of `namespace` placed on sandbox `name`; false once
