@@ -806,3 +806,186 @@ fn an_allowlist_becomes_ip_blocks_and_host_names_are_said_to_be_unreachable() {
     assert!(strings(&sandbox["status"]["appliedLimits"]).iter().any(|a| a.starts_with("network: host")));
     assert_eq!(cluster.get("pod", "box").unwrap()["metadata"]["uid"], pod_uid, "the Pod was replaced");
 }
+
+// ---------------------------------------------------------------------------------
+// Templates and warm pools
+
+/// A SandboxTemplate `box` (network none, kept 1 s after its claimer finishes) and a
+/// warm pool `pool` of 2 of it.
+const TEMPLATE_AND_POOL: &str = "apiVersion: agentplane.dev/v1alpha1\nkind: SandboxTemplate\nmetadata: {name: box}\n\
+    spec:\n  ttlSecondsAfterFinished: 1\n  sandbox: {network: none}\n---\n\
+    apiVersion: agentplane.dev/v1alpha1\nkind: SandboxWarmPool\nmetadata: {name: pool}\n\
+    spec: {template: box, replicas: 2}\n";
+
+fn session_yaml(name: &str) -> String {
+    format!(
+        "apiVersion: agentplane.dev/v1alpha1\nkind: Session\nmetadata: {{name: {name}}}\n\
+         spec: {{sandboxTemplate: box, agent: mock, messages: [hello]}}\n"
+    )
+}
+
+/// Every Sandbox of the namespace, by name.
+fn sandboxes(cluster: &Cluster) -> BTreeMap<String, Value> {
+    let list: Value = serde_json::from_str(&cluster.kubectl(&["get", "sandboxes", "-o", "json"])).unwrap();
+    list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["metadata"]["name"].as_str().unwrap().to_string(), s.clone()))
+        .collect()
+}
+
+fn annotation<'a>(v: &'a Value, name: &str) -> Option<&'a str> {
+    v["metadata"]["annotations"][name].as_str()
+}
+
+/// Waits until the pool has 2 ready, unclaimed members (its status and the members
+/// agree) and answers their names.
+fn pool_full(cluster: &Cluster, kubelet: &Kubelet, not: &[&str]) -> Vec<String> {
+    let pool = cluster.wait("sandboxwarmpool", "pool", "with 2 ready", |v| {
+        v["status"]["readyReplicas"] == 2
+            && v["status"]["replicas"] == 2
+            && v["status"]["observedGeneration"] == v["metadata"]["generation"]
+            && strings(&v["status"]["sandboxes"]).iter().all(|s| !not.contains(s))
+    });
+    let members: Vec<String> = strings(&pool["status"]["sandboxes"]).iter().map(|s| s.to_string()).collect();
+    assert_eq!(members.len(), 2, "{pool:#}");
+    for name in &members {
+        let sandbox = cluster.get("sandbox", name).unwrap_or_else(|| panic!("no Sandbox {name}"));
+        assert_eq!(phase(&sandbox), "Ready", "{sandbox:#}");
+        assert_eq!(annotation(&sandbox, "agentplane.dev/pool"), Some("pool"));
+        assert_eq!(annotation(&sandbox, "agentplane.dev/claimed-uid"), None);
+        assert!(kubelet.running(name).is_some(), "the harness runs no node agent for {name}");
+    }
+    members
+}
+
+#[test]
+fn a_warm_pool_keeps_its_replicas_ready_as_pods() {
+    let cluster = Cluster::new("sbx-pool");
+    let _controller = Controller::start(&cluster);
+    let kubelet = Kubelet::start(&cluster);
+    cluster.apply(TEMPLATE_AND_POOL);
+    let members = pool_full(&cluster, &kubelet, &[]);
+    let pool = cluster.get("sandboxwarmpool", "pool").unwrap();
+    assert_eq!(condition(&pool, "Ready").unwrap()["status"], "True", "{pool:#}");
+
+    // Exactly its two, each a Pod of the template (network none: with its policy),
+    // controlled by the pool and saying so in its status.
+    let all = sandboxes(&cluster);
+    assert_eq!(all.keys().collect::<Vec<_>>(), members.iter().collect::<Vec<_>>());
+    for (name, sandbox) in &all {
+        assert!(name.starts_with("pool-") && name.len() == "pool-".len() + 6, "{name}");
+        assert_eq!(sandbox["spec"]["network"], "none");
+        assert_eq!(sandbox["status"]["template"], "box");
+        assert!(sandbox["status"].get("claimedBy").is_none(), "{sandbox:#}");
+        let owners = sandbox["metadata"]["ownerReferences"].as_array().unwrap();
+        assert_eq!(owners.len(), 1, "{sandbox:#}");
+        assert_eq!((&owners[0]["kind"], &owners[0]["uid"]), (&json!("SandboxWarmPool"), &pool["metadata"]["uid"]));
+        let pod = cluster.get("pod", name).unwrap_or_else(|| panic!("no Pod {name}"));
+        assert!(owned_by(&pod, sandbox), "{pod:#}");
+        assert!(cluster.get("networkpolicy", name).is_some(), "no NetworkPolicy {name}");
+    }
+
+    // A deleted pool takes its unclaimed members with it (no garbage collector runs
+    // here: the controller does it).
+    cluster.kubectl(&["delete", "sandboxwarmpool", "pool", "--timeout=60s"]);
+    for name in &members {
+        cluster.wait_for("sandbox", name, "deleted with its pool", |v| v.is_none());
+        cluster.wait_for("pod", name, "deleted with its sandbox", |v| v.is_none());
+    }
+    assert!(kubelet.errors().is_empty(), "{:?}", kubelet.errors());
+}
+
+#[test]
+fn a_session_naming_a_template_claims_a_ready_pool_member_and_the_pool_refills() {
+    let cluster = Cluster::new("sbx-claim");
+    let _controller = Controller::start(&cluster);
+    let kubelet = Kubelet::start(&cluster);
+    cluster.apply(TEMPLATE_AND_POOL);
+    let members = pool_full(&cluster, &kubelet, &[]);
+
+    cluster.apply(&session_yaml("chat"));
+    let chat = cluster.wait("session", "chat", "Idle", |v| phase(v) == "Idle" && v["status"]["deliveredMessages"] == 1);
+    let claimed = chat["status"]["sandbox"].as_str().expect("status.sandbox names where it runs").to_string();
+    assert!(members.contains(&claimed), "{claimed} is not one of the pool's ready {members:?}");
+    let sandbox = cluster.wait("sandbox", &claimed, "saying who holds it", |v| v["status"]["claimedBy"].is_string());
+    assert_eq!(sandbox["status"]["claimedBy"], format!("Session/{}/chat", cluster.ns));
+    assert_eq!(sandbox["status"]["template"], "box");
+    assert_eq!(annotation(&sandbox, "agentplane.dev/claimed-uid"), chat["metadata"]["uid"].as_str());
+    assert!(sandbox["metadata"].get("ownerReferences").is_none(), "a claimed sandbox is not the pool's: {sandbox:#}");
+
+    // The conversation ran on that sandbox's node agent.
+    let (_, ip, _) = kubelet.running(&claimed).expect("its node agent runs");
+    let token = cluster.secret_value(&format!("{claimed}-token"), "token");
+    let agent = agentplane_node_agent::client::Client::new(&format!("http://{ip}:2468"), Some(token)).unwrap();
+    let id = format!("sess-{}", chat["metadata"]["uid"].as_str().unwrap());
+    let info = runtime().block_on(async move { agent.get_session(&id).await.unwrap() });
+    assert_eq!(info.messages_received, 1);
+
+    // The pool is back at two ready, unclaimed, the claimed one not among them.
+    let refilled = pool_full(&cluster, &kubelet, &[claimed.as_str()]);
+    assert_eq!(sandboxes(&cluster).len(), 3, "the pool's two and the claimed one");
+    assert!(refilled.iter().filter(|m| members.contains(m)).count() == 1, "{refilled:?} after {members:?}");
+}
+
+#[test]
+fn sessions_applied_at_once_each_get_their_own_sandbox() {
+    let cluster = Cluster::new("sbx-many");
+    let _controller = Controller::start(&cluster);
+    let kubelet = Kubelet::start(&cluster);
+    cluster.apply(TEMPLATE_AND_POOL);
+    pool_full(&cluster, &kubelet, &[]);
+
+    let names = ["one", "two", "three"];
+    cluster.apply(&names.map(session_yaml).join("---\n"));
+    let mut held = BTreeMap::new();
+    for name in names {
+        let session = cluster.wait("session", name, "Idle", |v| phase(v) == "Idle");
+        let sandbox = session["status"]["sandbox"].as_str().expect("status.sandbox").to_string();
+        let uid = session["metadata"]["uid"].as_str().unwrap().to_string();
+        assert!(held.insert(sandbox.clone(), uid).is_none(), "{sandbox} shared: {held:?}");
+    }
+    assert_eq!(held.len(), 3);
+    let all = sandboxes(&cluster);
+    for (sandbox, uid) in &held {
+        assert_eq!(annotation(&all[sandbox], "agentplane.dev/claimed-uid"), Some(uid.as_str()), "{sandbox}");
+    }
+    // Nobody else holds one of a claimer's, and the pool refills to two of its own.
+    let claimed = held.keys().map(String::as_str).collect::<Vec<_>>();
+    pool_full(&cluster, &kubelet, &claimed);
+    let all = sandboxes(&cluster);
+    let holders: Vec<&str> = all.values().filter_map(|s| annotation(s, "agentplane.dev/claimed-uid")).collect();
+    assert_eq!(holders.len(), 3, "only the three sessions hold sandboxes: {holders:?}");
+}
+
+#[test]
+fn a_deleted_session_s_sandbox_goes_after_its_ttl_and_the_pool_stays_full() {
+    let cluster = Cluster::new("sbx-ttl");
+    let _controller = Controller::start(&cluster);
+    let kubelet = Kubelet::start(&cluster);
+    cluster.apply(TEMPLATE_AND_POOL);
+    pool_full(&cluster, &kubelet, &[]);
+    cluster.apply(&session_yaml("chat"));
+    let chat = cluster.wait("session", "chat", "Idle", |v| phase(v) == "Idle");
+    let claimed = chat["status"]["sandbox"].as_str().expect("status.sandbox").to_string();
+    let (pod_uid, _, pid) = kubelet.running(&claimed).expect("its node agent runs");
+
+    // kubectl waits for the Session's finalizer, which marks its sandbox finished.
+    cluster.kubectl(&["delete", "session", "chat", "--timeout=60s"]);
+    let sandbox = cluster.get("sandbox", &claimed);
+    if let Some(sandbox) = &sandbox {
+        assert!(annotation(sandbox, "agentplane.dev/finished-at").is_some(), "{sandbox:#}");
+    }
+    cluster.wait_for("sandbox", &claimed, "deleted after its TTL of 1 s", |v| v.is_none());
+    assert!(cluster.get("secret", &format!("{claimed}-token")).is_none(), "its token Secret outlived it");
+    assert!(cluster.get("networkpolicy", &claimed).is_none(), "its NetworkPolicy outlived it");
+    cluster.wait_for("pod", &claimed, "gone with its sandbox", |v| v.is_none());
+    assert!(!kubelet.is_running(&pod_uid), "its node agent outlived its Pod");
+    assert!(!Path::new(&format!("/proc/{pid}")).exists() || proc_is_zombie(pid), "pid {pid} lives");
+
+    // The pool never held it, and is still at two.
+    pool_full(&cluster, &kubelet, &[claimed.as_str()]);
+    assert_eq!(sandboxes(&cluster).len(), 2, "{:?}", sandboxes(&cluster).keys());
+    assert!(kubelet.errors().is_empty(), "{:?}", kubelet.errors());
+}
