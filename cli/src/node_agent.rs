@@ -288,6 +288,11 @@ pub async fn run(args: NodeAgentArgs) -> anyhow::Result<()> {
     if !args.stop_timeout.is_finite() || args.stop_timeout < 0.0 {
         bail!("--stop-timeout must be a positive number of seconds");
     }
+    if token.is_some() {
+        // Its memory (and so its token) is then out of reach of the programs it runs,
+        // which share its user: /proc/PID/mem and ptrace need it dumpable.
+        nix::sys::prctl::set_dumpable(false).context("making the node agent non-dumpable")?;
+    }
     let cluster = args.registration.resolve(token.is_some()).await?;
     let data_dir = match args.data_dir {
         Some(dir) => dir,

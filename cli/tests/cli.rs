@@ -324,3 +324,26 @@ fn no_verb_panics_on_a_closed_stdout() {
         assert_eq!(out.status.code(), Some(0), "agentplane {args:?}: {stderr}");
     }
 }
+
+/// A program holding its node agent's token could answer its own permission requests:
+/// the token the node agent took from its environment is not handed on, on a pipe or
+/// on a terminal. (That its memory is out of reach is checked in a sandbox, where what
+/// runs has no capability: here the tests run as root with all of them.)
+#[test]
+fn what_the_node_agent_runs_never_gets_its_token() {
+    let agent = NodeAgent::start();
+    let script = "env; echo done";
+    for tty in [false, true] {
+        let id = format!("token-probe-{tty}");
+        let mut args = vec!["run", "--id", &id];
+        if tty {
+            args.push("--tty");
+        }
+        args.extend(["--", "sh", "-c", script]);
+        agent.ok(&args);
+        let out = agent.ok(&["logs", "-f", &id]);
+        assert!(out.contains("done"), "{out}");
+        assert!(!out.contains(TOKEN), "tty={tty}: the token reached the program:\n{out}");
+        assert!(!out.contains("AGENTPLANE_TOKEN"), "tty={tty}:\n{out}");
+    }
+}

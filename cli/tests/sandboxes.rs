@@ -183,7 +183,8 @@ fn what_runs_in_a_sandbox_cannot_reach_the_host_or_another_sandbox() {
     let script = format!(
         "touch {etc} 2>&1; touch {home} 2>&1; touch {other}/x 2>&1; cat {secret} 2>&1; \
          echo PS-BEGIN; ps -e -o comm=; echo PS-END; \
-         echo in-workspace > /workspace/mine && cat /workspace/mine; echo HOME=$HOME; env | grep -c . ; exit 7",
+         echo in-workspace > /workspace/mine && cat /workspace/mine; \
+         echo NODE-AGENT-ENVIRON; cat /proc/$PPID/environ 2>&1; echo; echo HOME=$HOME; env | grep -c . ; exit 7",
         etc = escape_etc.display(),
         home = escape_home.display(),
         other = b_workspace.display(),
@@ -206,6 +207,9 @@ fn what_runs_in_a_sandbox_cannot_reach_the_host_or_another_sandbox() {
     names.sort();
     assert_eq!(names, ["agentplane", "bash", "bwrap", "ps"], "{out}");
     assert!(out.contains("in-workspace") && out.contains("HOME=/home/agent"), "{out}");
+    // The node agent's memory (its token) is out of reach: /proc/PID/environ and
+    // /proc/PID/mem need it dumpable, or a capability nothing inside has.
+    assert!(out.contains(&format!("cat: /proc/")) && out.contains("/environ: Permission denied"), "{out}");
 
     let limits = up.sandbox("a").status.unwrap().applied_limits;
     assert_eq!(limits.len(), 2, "{limits:?}");

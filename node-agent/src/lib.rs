@@ -23,6 +23,11 @@ pub mod signals;
 pub mod universal;
 
 pub use error::{Error, Problem, Result};
+
+/// The environment variable a node agent may take its token from. Never handed on to
+/// what it runs: a program holding its node agent's token could answer its own
+/// permission requests.
+pub const TOKEN_VARIABLE: &str = "AGENTPLANE_TOKEN";
 pub use process::Limits;
 pub use server::{Config, Server};
 pub use sessions::SessionOptions;

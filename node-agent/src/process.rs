@@ -451,6 +451,7 @@ impl ProcessManager {
             let mut cmd = CommandBuilder::new(&request.command);
             cmd.args(&request.args);
             cmd.cwd(&cwd);
+            cmd.env_remove(crate::TOKEN_VARIABLE);
             for (key, value) in &request.env {
                 cmd.env(key, value);
             }
@@ -489,6 +490,7 @@ impl ProcessManager {
             let mut cmd = std::process::Command::new(&request.command);
             cmd.args(&request.args)
                 .current_dir(&cwd)
+                .env_remove(crate::TOKEN_VARIABLE)
                 .envs(&request.env)
                 .envs(mark)
                 .stdin(if request.stdin { Stdio::piped() } else { Stdio::null() })

@@ -252,6 +252,7 @@ impl Installer {
         let spec = format!("{}@{version}", package.name);
         report.phase(InstallPhase::Resolving).await;
         let mut command = tokio::process::Command::new("npm");
+        command.env_remove(crate::TOKEN_VARIABLE);
         command
             .args(["install", "--no-save", "--no-audit", "--no-fund", "--loglevel=http", "--prefix"])
             .arg(scratch)
@@ -548,6 +549,7 @@ async fn locked_integrity(scratch: &Path, name: &str) -> Option<String> {
 /// `npm view <spec> dist.integrity`: what the (user's) registry publishes.
 async fn registry_integrity(scratch: &Path, spec: &str) -> Result<String> {
     let output = tokio::process::Command::new("npm")
+        .env_remove(crate::TOKEN_VARIABLE)
         .args(["view", "--json", spec, "dist.integrity"])
         .current_dir(scratch)
         .stdin(Stdio::null())

@@ -128,6 +128,7 @@ pub struct AmpDriver {
 impl AmpDriver {
     fn command(&self) -> Command {
         let mut command = Command::new(&self.bin);
+        command.env_remove(crate::TOKEN_VARIABLE);
         command.envs(&self.config.env).env("HOME", &self.home).env("AMP_SKIP_UPDATE_CHECK", "1");
         if let Some(dir) = &self.config.working_dir {
             command.current_dir(dir);

@@ -124,6 +124,7 @@ impl ClaudeDriver {
     /// The command line of a `claude` for this session.
     fn command(&self) -> Command {
         let mut command = Command::new(&self.bin);
+        command.env_remove(crate::TOKEN_VARIABLE);
         command.args([
             "-p",
             "--input-format",

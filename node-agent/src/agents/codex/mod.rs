@@ -195,6 +195,7 @@ impl CodexDriver {
     /// Starts an app-server and opens the session's thread: a new one, or the saved one resumed.
     async fn connect(&mut self) -> Result<()> {
         let mut command = tokio::process::Command::new(&self.bin);
+        command.env_remove(crate::TOKEN_VARIABLE);
         command.arg("app-server");
         for o in self.overrides() {
             command.arg("-c").arg(o);

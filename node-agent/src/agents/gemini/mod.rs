@@ -116,6 +116,7 @@ impl Launch {
 
     fn command(&self) -> Command {
         let mut command = Command::new(&self.bin);
+        command.env_remove(crate::TOKEN_VARIABLE);
         command.args(&self.args).current_dir(&self.cwd);
         for (key, value) in &self.env {
             command.env(key, value);
@@ -473,6 +474,7 @@ mod tests {
 
     fn shell(script: &str) -> Acp {
         let mut command = Command::new("sh");
+        command.env_remove(crate::TOKEN_VARIABLE);
         command.args(["-c", script]);
         Acp { child: LineChild::spawn(command).unwrap(), next_id: 1 }
     }

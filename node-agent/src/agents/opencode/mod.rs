@@ -158,6 +158,7 @@ impl Server {
     async fn start(launch: &Launch) -> Result<Server> {
         let port = free_port()?;
         let mut command = tokio::process::Command::new(&launch.bin);
+        command.env_remove(crate::TOKEN_VARIABLE);
         command.args(["serve", "--port", &port.to_string(), "--hostname", "127.0.0.1"]).envs(&launch.env);
         let mut child = LineChild::spawn(command)?;
         tracing::info!(pid = child.pid(), port, "started opencode serve");

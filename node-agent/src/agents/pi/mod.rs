@@ -166,6 +166,7 @@ pub struct PiDriver {
 impl PiDriver {
     fn command(&self) -> Command {
         let mut command = Command::new(&self.bin);
+        command.env_remove(crate::TOKEN_VARIABLE);
         command.arg("--mode").arg("rpc");
         match (&self.provider, &self.config.model) {
             (Some(provider), model) => {
