@@ -209,7 +209,7 @@ fn what_runs_in_a_sandbox_cannot_reach_the_host_or_another_sandbox() {
     assert!(out.contains("in-workspace") && out.contains("HOME=/home/agent"), "{out}");
     // The node agent's memory (its token) is out of reach: /proc/PID/environ and
     // /proc/PID/mem need it dumpable, or a capability nothing inside has.
-    assert!(out.contains(&format!("cat: /proc/")) && out.contains("/environ: Permission denied"), "{out}");
+    assert!(out.contains("cat: /proc/") && out.contains("/environ: Permission denied"), "{out}");
 
     let limits = up.sandbox("a").status.unwrap().applied_limits;
     assert_eq!(limits.len(), 2, "{limits:?}");
