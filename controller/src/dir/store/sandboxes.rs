@@ -1,0 +1,242 @@
+//! Sandboxes in the directory store: an external one is asked for its health, a
+//! managed one is started and watched by `dir::managed`, its host paths resolved and
+//! confined first; and what is placed on a sandbox is looked at again when it changes.
+
+use super::*;
+
+/// Where a Process or Session runs: the sandbox its status says it was placed on (a
+/// claimed or a Session's sandbox), else the one its spec names.
+pub(super) fn placement_of<'a>(spec: &'a str, status: Option<&'a str>) -> &'a str {
+    status.unwrap_or(spec)
+}
+
+/// Resolves a host path a Sandbox names (relative to its file's folder), refusing one
+/// that leads into the state directory, where every sandbox's token is kept.
+fn sandbox_host_path(base: &Path, state: &Path, written: &str, what: &str) -> std::result::Result<PathBuf, String> {
+    let path = base.join(written);
+    let real = fs::canonicalize(&path).map_err(|e| format!("{what} {written:?} ({}): {e}", path.display()))?;
+    if real.starts_with(state) || state.starts_with(&real) {
+        return Err(format!(
+            "{what} {written:?} leads to {}, which holds or is inside the state directory {}: never bound into a sandbox",
+            real.display(),
+            state.display()
+        ));
+    }
+    Ok(real)
+}
+
+/// The folders a managed Sandbox's host paths are resolved against.
+struct Folders {
+    /// The watched folder, as given.
+    dir: PathBuf,
+    /// The watched folder, canonical.
+    root: PathBuf,
+    /// The state directory, canonical.
+    state: PathBuf,
+}
+
+/// What a managed Sandbox's spec asks for, its host paths resolved and confined:
+/// the workspace inside the watched folder or a path the spec binds; nothing that
+/// leads into the state directory.
+fn desired_of(
+    folders: &Folders,
+    sandbox: &agentplane_crds::Sandbox,
+    env: BTreeMap<String, String>,
+) -> std::result::Result<crate::dir::managed::Desired, String> {
+    use agentplane_crds::{Isolation, NetworkMode};
+    let spec = &sandbox.spec;
+    let isolation = spec.isolation.unwrap_or(Isolation::Bubblewrap);
+    if isolation == Isolation::None && spec.network != NetworkMode::Host {
+        return Err("network: none and allowlist need isolation: bubblewrap (a network namespace)".into());
+    }
+    if !spec.allow.is_empty() && spec.network != NetworkMode::Allowlist {
+        return Err("allow is only used with network: allowlist".into());
+    }
+    if spec.network == NetworkMode::Allowlist {
+        agentplane_node_agent::netproxy::Allowlist::parse(&spec.allow).map_err(|e| e.to_string())?;
+    }
+    crate::dir::managed::cgroup::Wanted::from_spec(spec.limits.as_ref())?;
+    if spec.pod_template.is_some() {
+        return Err("podTemplate is for a cluster; in a folder the sandbox is a bubblewrap process".into());
+    }
+    let base = source_file(&sandbox.metadata)
+        .map(|f| folders.dir.join(f))
+        .and_then(|f| f.parent().map(Path::to_path_buf))
+        .unwrap_or_else(|| folders.dir.clone());
+    let mut binds = Vec::new();
+    for bind in &spec.binds {
+        let host = sandbox_host_path(&base, &folders.state, &bind.host_path, "binds.hostPath")?;
+        let inside = match &bind.path {
+            Some(path) if Path::new(path).is_absolute() => PathBuf::from(path),
+            Some(path) => return Err(format!("binds.path {path:?}: write an absolute path")),
+            None => host.clone(),
+        };
+        binds.push((host, inside, bind.writable));
+    }
+    let workspace = match &spec.workspace {
+        Some(written) => {
+            let real = sandbox_host_path(&base, &folders.state, written, "workspace")?;
+            if !real.starts_with(&folders.root) && !binds.iter().any(|(host, _, _)| real.starts_with(host)) {
+                return Err(format!(
+                    "workspace {written:?} leads to {}, outside the watched folder {}: name it in binds to grant it",
+                    real.display(),
+                    folders.root.display()
+                ));
+            }
+            Some(real)
+        }
+        None => None,
+    };
+    Ok(crate::dir::managed::Desired {
+        isolation,
+        network: spec.network,
+        allow: spec.allow.clone(),
+        limits: spec.limits.clone(),
+        workspace,
+        binds,
+        env,
+    })
+}
+
+impl Inner {
+    /// A managed sandbox changed (started, died, refused a connection): it and what
+    /// runs on it are looked at again.
+    pub(super) fn sandbox_changed(&self, name: &str) {
+        let keys: Vec<Key> = self
+            .lock()
+            .resources
+            .iter()
+            .filter(|(key, entry)| match &entry.object {
+                Object::Sandbox(_) | Object::SandboxWarmPool(_) => {
+                    key.kind == Kind::SandboxWarmPool || key.name == name
+                }
+                Object::SandboxTemplate(_) => false,
+                Object::Process(p) => {
+                    placement_of(&p.spec.sandbox, p.status.as_ref().and_then(|s| s.sandbox.as_deref())) == name
+                }
+                Object::Session(s) => {
+                    placement_of(&s.spec.sandbox, s.status.as_ref().and_then(|s| s.sandbox.as_deref())) == name
+                }
+            })
+            .map(|(key, _)| key.clone())
+            .collect();
+        for key in keys {
+            self.queue.add(key);
+        }
+    }
+
+    pub(super) async fn reconcile_managed(
+        self: &Arc<Self>,
+        sandbox: &agentplane_crds::Sandbox,
+        mut status: SandboxStatus,
+        env: std::result::Result<BTreeMap<String, String>, String>,
+    ) -> SandboxStatus {
+        let generation = sandbox.metadata.generation;
+        let name = sandbox.metadata.name.as_deref().unwrap_or_default();
+        let Some(managed) = self.managed.get() else {
+            status.phase = Some(agentplane_crds::SandboxPhase::Pending);
+            let why = "this controller does not start sandboxes: give the Sandbox an endpoint";
+            conditions::set(&mut status.conditions, READY, false, "NotManagedHere", why, generation);
+            return status;
+        };
+        let uid = sandbox.metadata.uid.clone().unwrap_or_default();
+        let desired = match env {
+            Ok(env) => {
+                let folders =
+                    Folders { dir: self.dir.clone(), root: self.root.clone(), state: self.real_state.clone() };
+                let sandbox = sandbox.clone();
+                // Paths are resolved on the file system: off the async threads.
+                tokio::task::spawn_blocking(move || desired_of(&folders, &sandbox, env))
+                    .await
+                    .unwrap_or_else(|e| Err(format!("resolving the sandbox's paths: {e}")))
+            }
+            Err(problem) => Err(problem),
+        };
+        let desired = match desired {
+            Ok(desired) => desired,
+            Err(problem) => {
+                // The last good spec keeps running; a sandbox never started stays pending.
+                if managed.observed(name).is_none() {
+                    status.phase = Some(agentplane_crds::SandboxPhase::Pending);
+                }
+                conditions::set(&mut status.conditions, READY, false, "InvalidSpec", problem, generation);
+                return status;
+            }
+        };
+        let observed = managed.ensure(name, &uid, desired).await;
+        status.phase = Some(observed.phase);
+        status.endpoint = observed.endpoint;
+        status.isolation = Some(observed.isolation.to_string());
+        status.runs_on = observed.pid.map(|pid| format!("pid {pid} on this machine"));
+        status.started_at = observed.started_at;
+        status.restarts = observed.restarts;
+        status.applied_limits = observed.applied_limits;
+        status.denied_connections = observed.denied;
+        status.last_denied = observed.last_denied;
+        status.node_agent_version = Some(env!("CARGO_PKG_VERSION").to_string());
+        status.template = crate::dir::pools::template_of(&sandbox.metadata).map(str::to_string);
+        status.claimed_by = crate::dir::pools::claimed_by(&sandbox.metadata).map(str::to_string);
+        let ready = observed.phase == agentplane_crds::SandboxPhase::Ready;
+        if ready && let Ok(handle) = self.sandboxes.get(name) {
+            let mut followers = self.sandbox_followers.lock().unwrap_or_else(|e| e.into_inner());
+            if followers.get(name).is_none_or(|f| f.is_finished()) {
+                // It reconnects by itself across restarts of the node agent; aborted
+                // when the sandbox goes.
+                let task =
+                    tokio::spawn(follow_node_agent(Arc::clone(self), handle.client.clone(), CancellationToken::new()));
+                followers.insert(name.to_string(), task.abort_handle());
+            }
+        }
+        conditions::set(&mut status.conditions, READY, ready, observed.reason, observed.message, generation);
+        status
+    }
+
+    pub(super) async fn reconcile_sandbox(
+        self: &Arc<Self>,
+        sandbox: &agentplane_crds::Sandbox,
+        problem: Option<String>,
+        env: std::result::Result<BTreeMap<String, String>, String>,
+    ) -> SandboxStatus {
+        let mut status = sandbox.status.clone().unwrap_or_default();
+        let generation = sandbox.metadata.generation;
+        status.observed_generation = generation;
+        let name = sandbox.metadata.name.as_deref().unwrap_or_default();
+        conditions::set_valid(&mut status.conditions, problem.as_deref(), generation);
+        if name == agentplane_crds::LOCAL_SANDBOX {
+            conditions::set(
+                &mut status.conditions,
+                READY,
+                false,
+                "Reserved",
+                "`local` is the embedded node agent; give this sandbox another name",
+                generation,
+            );
+            return status;
+        }
+        let Some(endpoint) = sandbox.spec.endpoint.as_deref() else {
+            return self.reconcile_managed(sandbox, status, env).await;
+        };
+        let client = match Client::new(endpoint, None) {
+            Ok(client) => client,
+            Err(e) => {
+                conditions::set(&mut status.conditions, READY, false, "InvalidEndpoint", e.to_string(), generation);
+                return status;
+            }
+        };
+        match client.health().await {
+            Ok(health) => {
+                status.node_agent_version = Some(health.version);
+                status.last_heartbeat = Some(Time(
+                    conditions::now().0.round(k8s_openapi::jiff::Unit::Second).unwrap_or(conditions::now().0),
+                ));
+                conditions::set(&mut status.conditions, READY, true, "Healthy", "the node agent answers", generation);
+                self.sandboxes.insert(name, client);
+            }
+            Err(e) => {
+                conditions::set(&mut status.conditions, READY, false, "Unreachable", e.to_string(), generation);
+                self.sandboxes.remove(name);
+            }
+        }
+        status
+    }
+}
