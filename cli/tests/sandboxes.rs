@@ -603,3 +603,26 @@ fn a_process_feeding_a_session_runs_in_the_sessions_sandbox() {
     // Its hostname is the sandbox's name: it ran inside.
     assert!(out.lines().any(|l| l.trim() == sandbox), "{out}");
 }
+
+#[test]
+fn no_token_is_ever_in_a_file_git_would_take() {
+    let up = Up::start(&[("box.yaml", &sandbox_yaml("box", ""))], &[]);
+    up.wait_sandbox("box", "ready", ready);
+    let repo = up.dir.parent().unwrap();
+    let git = |args: &[&str]| {
+        let out = Command::new("git").arg("-C").arg(repo).args(args).output().unwrap();
+        assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    git(&["init", "-q"]);
+    let untracked = git(&["status", "--porcelain", "--untracked-files=all"]);
+    let files: Vec<&str> = untracked.lines().map(|l| l.trim_start_matches("?? ")).collect();
+    assert!(files.contains(&"d/box.yaml"), "{untracked}");
+    assert!(!untracked.contains(".agentplane"), "the state directory (tokens) would be committed:\n{untracked}");
+    let sandbox_dir = agentplane_controller::dir::managed::sandbox_dir(
+        &up.state().sandboxes_dir(),
+        "box",
+        up.sandbox("box").metadata.uid.as_deref().unwrap(),
+    );
+    assert!(agentplane_controller::dir::managed::token_path(&sandbox_dir).is_file(), "the token is kept for the CLI");
+}

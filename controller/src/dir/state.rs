@@ -74,7 +74,15 @@ impl StateDir {
 
     pub fn create(&self) -> Result<()> {
         fs::create_dir_all(self.root.join("resources"))
-            .map_err(|e| Error::io(format!("creating the state directory {}", self.root.display()), e))
+            .map_err(|e| Error::io(format!("creating the state directory {}", self.root.display()), e))?;
+        // It holds tokens (up's, each managed sandbox's): git never takes it, whatever
+        // repository the watched folder is in.
+        let ignore = self.root.join(".gitignore");
+        if !ignore.exists() {
+            fs::write(&ignore, "# agentplane's state: status and tokens, never committed.\n*\n")
+                .map_err(|e| Error::io(format!("writing {}", ignore.display()), e))?;
+        }
+        Ok(())
     }
 
     /// Where managed sandboxes keep their own folders (see `managed::sandbox_dir`).
