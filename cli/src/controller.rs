@@ -114,7 +114,5 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
 }
 
 fn uuid_suffix() -> String {
-    let mut bytes = [0u8; 4];
-    let _ = getrandom::fill(&mut bytes);
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    agentplane_node_agent::random::hex(4)
 }

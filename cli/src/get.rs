@@ -446,7 +446,7 @@ impl Columns {
                     let ready =
                         conditions::get(&status.conditions, READY).map(|c| c.message.clone()).unwrap_or_default();
                     row.extend([
-                        status.sandbox.clone().unwrap_or_else(|| p.spec.sandbox.clone()),
+                        p.placed_sandbox().to_string(),
                         status.pid.filter(|_| pid_is_real).map(|p| p.to_string()).unwrap_or_default(),
                         source,
                         ready,
@@ -466,7 +466,7 @@ impl Columns {
                 ]);
                 if self.wide {
                     row.extend([
-                        status.sandbox.clone().unwrap_or_else(|| s.spec.sandbox.clone()),
+                        s.placed_sandbox().to_string(),
                         status.agent_session_id.clone().unwrap_or_default(),
                         source,
                     ]);

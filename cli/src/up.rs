@@ -74,7 +74,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     let token = match (args.token, args.no_token) {
         (Some(token), _) => Some(token),
         (None, true) => None,
-        (None, false) => Some(random_token()),
+        (None, false) => Some(agentplane_node_agent::random::hex(24)),
     };
     if token.as_ref().is_some_and(|t| t.len() < 8) {
         bail!("the token must be at least 8 characters");
@@ -157,10 +157,4 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     served?;
     tracing::info!("stopped");
     Ok(())
-}
-
-fn random_token() -> String {
-    let mut bytes = [0u8; 24];
-    getrandom::fill(&mut bytes).expect("the OS random source works");
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

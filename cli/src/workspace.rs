@@ -199,12 +199,8 @@ impl Workspace {
     /// token from its folder in the state directory).
     pub fn node_agent_for(&self, object: &Object) -> anyhow::Result<Client> {
         let sandbox = match object {
-            Object::Process(p) => {
-                p.status.as_ref().and_then(|s| s.sandbox.clone()).unwrap_or_else(|| p.spec.sandbox.clone())
-            }
-            Object::Session(s) => {
-                s.status.as_ref().and_then(|s| s.sandbox.clone()).unwrap_or_else(|| s.spec.sandbox.clone())
-            }
+            Object::Process(p) => p.placed_sandbox().to_string(),
+            Object::Session(s) => s.placed_sandbox().to_string(),
             Object::Sandbox(s) => s.metadata.name.clone().unwrap_or_default(),
             Object::SandboxTemplate(_) | Object::SandboxWarmPool(_) => {
                 bail!("{} runs nothing of its own", crate::resources::ref_name(&object.key()))

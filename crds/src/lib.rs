@@ -580,6 +580,22 @@ impl SandboxSpec {
     }
 }
 
+impl Process {
+    /// The sandbox it runs on: where the store placed it (a claimed sandbox, or its
+    /// Session's), else the one its spec names.
+    pub fn placed_sandbox(&self) -> &str {
+        self.status.as_ref().and_then(|s| s.sandbox.as_deref()).unwrap_or(&self.spec.sandbox)
+    }
+}
+
+impl Session {
+    /// The sandbox it runs on: where the store placed it (a claimed sandbox), else the
+    /// one its spec names.
+    pub fn placed_sandbox(&self) -> &str {
+        self.status.as_ref().and_then(|s| s.sandbox.as_deref()).unwrap_or(&self.spec.sandbox)
+    }
+}
+
 impl Sandbox {
     /// Where its node agent is reached: the spec's endpoint when external, else the one
     /// the controller recorded in the status once it started it.

@@ -45,7 +45,6 @@ use crate::{Result, annotations};
 
 mod claims;
 mod sandboxes;
-use sandboxes::placement_of;
 
 /// How long a burst of file events may keep arriving before the rescan: long enough
 /// to take an editor's save or a `git checkout` as one change, short enough not to be
@@ -1026,10 +1025,7 @@ impl Inner {
                     Some(name) => {
                         let named = Key { kind: Kind::Session, namespace: key.namespace.clone(), name: name.clone() };
                         session_sandbox = index.resources.get(&named).and_then(|e| match &e.object {
-                            Object::Session(s) => Some(
-                                placement_of(&s.spec.sandbox, s.status.as_ref().and_then(|s| s.sandbox.as_deref()))
-                                    .to_string(),
-                            ),
+                            Object::Session(s) => Some(s.placed_sandbox().to_string()),
                             _ => None,
                         });
                         let uid = index.resources.get(&named).and_then(|e| e.object.meta().uid.clone());

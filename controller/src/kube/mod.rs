@@ -772,8 +772,8 @@ impl Context {
 
     /// Queues every Process and Session of `namespace` placed on sandbox `name`.
     async fn redrive(&self, namespace: &str, name: &str) {
-        requeue_placed_on(&self.process_store, &self.process_trigger, namespace, name, process_placement).await;
-        requeue_placed_on(&self.session_store, &self.session_trigger, namespace, name, session_placement).await;
+        requeue_placed_on(&self.process_store, &self.process_trigger, namespace, name, Process::placed_sandbox).await;
+        requeue_placed_on(&self.session_store, &self.session_trigger, namespace, name, Session::placed_sandbox).await;
     }
 
     fn follow_sandbox(&self, key: &str, namespace: &str, name: &str, client: Client) {
@@ -850,18 +850,9 @@ impl SandboxFollower {
     }
 
     async fn everything(&self) {
-        requeue_placed_on(&self.process_store, &self.trigger, &self.namespace, &self.name, process_placement).await;
+        requeue_placed_on(&self.process_store, &self.trigger, &self.namespace, &self.name, Process::placed_sandbox)
+            .await;
     }
-}
-
-/// The sandbox a Process runs on: where it was placed, else its spec's.
-fn process_placement(process: &Process) -> &str {
-    process.status.as_ref().and_then(|s| s.sandbox.as_deref()).unwrap_or(&process.spec.sandbox)
-}
-
-/// The sandbox a Session runs on: where it was placed, else its spec's.
-fn session_placement(session: &Session) -> &str {
-    session.status.as_ref().and_then(|s| s.sandbox.as_deref()).unwrap_or(&session.spec.sandbox)
 }
 
 /// Queues every cached object of `namespace` placed on sandbox `name`; false once

@@ -4,12 +4,6 @@
 
 use super::*;
 
-/// Where a Process or Session runs: the sandbox its status says it was placed on (a
-/// claimed or a Session's sandbox), else the one its spec names.
-pub(super) fn placement_of<'a>(spec: &'a str, status: Option<&'a str>) -> &'a str {
-    status.unwrap_or(spec)
-}
-
 /// Resolves a host path a Sandbox names (relative to its file's folder), refusing one
 /// that leads into the state directory, where every sandbox's token is kept.
 fn sandbox_host_path(base: &Path, state: &Path, written: &str, what: &str) -> std::result::Result<PathBuf, String> {
@@ -111,12 +105,8 @@ impl Inner {
                     key.kind == Kind::SandboxWarmPool || key.name == name
                 }
                 Object::SandboxTemplate(_) => false,
-                Object::Process(p) => {
-                    placement_of(&p.spec.sandbox, p.status.as_ref().and_then(|s| s.sandbox.as_deref())) == name
-                }
-                Object::Session(s) => {
-                    placement_of(&s.spec.sandbox, s.status.as_ref().and_then(|s| s.sandbox.as_deref())) == name
-                }
+                Object::Process(p) => p.placed_sandbox() == name,
+                Object::Session(s) => s.placed_sandbox() == name,
             })
             .map(|(key, _)| key.clone())
             .collect();
