@@ -32,8 +32,10 @@ pub struct NodeAgentArgs {
     /// controller starts a managed sandbox).
     #[arg(long, conflicts_with = "no_token")]
     token_stdin: bool,
-    /// Print `ready` on standard output once serving (for a supervisor to wait on).
-    #[arg(long, hide = true)]
+    /// Print `ready URL` on standard output once serving, URL being where it listens
+    /// (`http://127.0.0.1:PORT`, or `unix:PATH`): for a supervisor to wait on, and
+    /// to learn the port when --listen asked for port 0.
+    #[arg(long)]
     announce_ready: bool,
     /// Inside a managed sandbox with `network: allowlist`: the controller's proxy,
     /// a Unix socket bound in; it is served on 127.0.0.1:3128 for HTTP(S)_PROXY.
@@ -94,6 +96,9 @@ pub enum NodeAgentCommand {
     /// Chat Completions, Gemini and Amp's API, and answers by a script (`[[run:CMD]]`
     /// in a message asks for a shell tool call; otherwise it says how many messages it saw).
     ModelServer(ModelServerArgs),
+    /// Print the node agent's OpenAPI 3.1 document (what `/v1/openapi.json` serves),
+    /// without serving: the TypeScript SDK's types are generated from it.
+    Openapi,
 }
 
 #[derive(Args, Debug)]
@@ -121,6 +126,10 @@ pub async fn main(mut args: NodeAgentArgs) -> anyhow::Result<i32> {
     match args.command.take() {
         Some(NodeAgentCommand::Convert(convert)) => crate::convert::run(convert).await,
         Some(NodeAgentCommand::ModelServer(options)) => model_server(options).await,
+        Some(NodeAgentCommand::Openapi) => {
+            print!("{}", agentplane_node_agent::api::openapi_document());
+            Ok(0)
+        }
         None => run(args).await.map(|()| 0),
     }
 }
@@ -329,7 +338,7 @@ pub async fn run(args: NodeAgentArgs) -> anyhow::Result<()> {
         tracing::info!(metrics = %bound, "metrics served without the token");
     }
     let listen = match (server.local_addr(), &args.listen_unix) {
-        (Some(addr), _) => addr.to_string(),
+        (Some(addr), _) => format!("http://{addr}"),
         (None, Some(path)) => format!("unix:{}", path.display()),
         (None, None) => String::new(),
     };
@@ -342,7 +351,7 @@ pub async fn run(args: NodeAgentArgs) -> anyhow::Result<()> {
     if args.announce_ready {
         use std::io::Write;
         let mut out = std::io::stdout().lock();
-        writeln!(out, "ready").and_then(|()| out.flush()).context("announcing readiness on stdout")?;
+        writeln!(out, "ready {listen}").and_then(|()| out.flush()).context("announcing readiness on stdout")?;
     }
     let registering = match cluster {
         Some((cluster, registration)) => {

@@ -4,12 +4,10 @@
 use std::convert::Infallible;
 use std::sync::Arc;
 
-use axum::Router;
 use axum::extract::State;
 use axum::http::{HeaderMap, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
 use futures_util::{Stream, StreamExt};
 use tokio::sync::mpsc;
 
@@ -17,15 +15,18 @@ use crate::agents::AgentId;
 use crate::error::{Error, Problem, Result};
 use crate::model::*;
 
+use utoipa_axum::router::OpenApiRouter;
+
 use super::{AppState, Json, RawBody};
 
-pub(super) fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/v1/agents", get(list_agents))
-        .route("/v1/agents/{agent}", get(get_agent))
-        .route("/v1/agents/{agent}/install", post(install_agent))
-        .route("/v1/agents/{agent}/modes", get(agent_modes))
-        .route("/v1/agents/{agent}/models", get(agent_models))
+/// Each route with its document (see `processes::routes`).
+pub(super) fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(utoipa_axum::routes!(list_agents))
+        .routes(utoipa_axum::routes!(get_agent))
+        .routes(utoipa_axum::routes!(install_agent))
+        .routes(utoipa_axum::routes!(agent_modes))
+        .routes(utoipa_axum::routes!(agent_models))
 }
 
 /// The agents this node agent can drive.
@@ -64,8 +65,9 @@ fn agent_from_path(agent: String) -> Result<AgentId> {
 #[utoipa::path(post, path = "/v1/agents/{agent}/install", tag = "agents", params(("agent" = String, Path, description = "Agent id")),
     request_body(content = Option<InstallRequest>, description = "Optional: the pinned version by default"),
     responses(
-        (status = 200, body = InstallResult, description = "Installed, or already there"),
-        (status = 200, content_type = "text/event-stream", body = InstallProgress, description = "When asked for: `install.progress`, then `install.completed` or `install.failed`"),
+        // One 200 with both bodies: two `status = 200` entries would keep only the last.
+        (status = 200, description = "Installed, or already there (`application/json`); with `Accept: text/event-stream`, `install.progress` events, then `install.completed` (an `InstallResult`) or `install.failed` (a `Problem`)",
+            content((InstallResult = "application/json"), (InstallProgress = "text/event-stream"))),
         (status = 400, body = Problem, content_type = "application/problem+json", description = "invalid_request: not an exact version, or the built-in mock"),
         (status = 404, body = Problem, content_type = "application/problem+json", description = "unsupported_agent"),
         (status = 502, body = Problem, content_type = "application/problem+json", description = "install_failed, with npm's error; what was installed before is untouched"),

@@ -6,20 +6,21 @@ use axum::extract::{Request, State};
 use axum::http::header;
 use axum::middleware::Next as MiddlewareNext;
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
 
 use crate::error::{Error, Result};
 use crate::metrics::Snapshot;
+
+use utoipa_axum::router::OpenApiRouter;
 
 use super::AppState;
 
 /// `/metrics` alone and without the token, for `--metrics-listen`'s own address.
 pub fn metrics_router(state: AppState) -> Router {
-    routes().with_state(state)
+    routes().split_for_parts().0.with_state(state)
 }
 
-pub(super) fn routes() -> Router<AppState> {
-    Router::new().route("/metrics", get(metrics))
+pub(super) fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(utoipa_axum::routes!(metrics))
 }
 
 /// Counts each request by its route template (`MatchedPath`, set by routing before

@@ -20,11 +20,11 @@ use axum::extract::{FromRequest, FromRequestParts, Request, State};
 use axum::http::{HeaderValue, header};
 use axum::middleware::{self, Next as MiddlewareNext};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 use utoipa::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
 
 use crate::auth::Auth;
 use crate::error::{Error, Problem, Result};
@@ -98,14 +98,32 @@ impl<S: Send + Sync> FromRequestParts<S> for PathIds {
     }
 }
 
-pub fn router(state: AppState) -> Router {
-    let api = Router::new()
-        .route("/v1/health", get(health))
-        .route("/v1/openapi.json", get(openapi_json))
+/// Every route with its part of the document, merged: what is served and what is
+/// described are one list.
+fn documented_routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(utoipa_axum::routes!(health))
+        .routes(utoipa_axum::routes!(openapi_json))
         .merge(processes::routes())
         .merge(agents::routes())
         .merge(sessions::routes())
         .merge(metrics::routes())
+}
+
+/// The OpenAPI document: what `/v1/openapi.json` serves and `agentplane node-agent
+/// openapi` prints. Built once.
+pub fn openapi() -> &'static utoipa::openapi::OpenApi {
+    static DOCUMENT: std::sync::OnceLock<utoipa::openapi::OpenApi> = std::sync::OnceLock::new();
+    DOCUMENT.get_or_init(|| {
+        let mut document = documented_routes().into_openapi();
+        utoipa::Modify::modify(&ApiConventions, &mut document);
+        document
+    })
+}
+
+pub fn router(state: AppState) -> Router {
+    let (api, _document) = documented_routes().split_for_parts();
+    let api = api
         .fallback(|uri: axum::http::Uri| async move { Error::RouteNotFound(uri.path().to_string()) })
         .method_not_allowed_fallback(|| async { Error::MethodNotAllowed })
         .layer(middleware::from_fn_with_state(state.clone(), authenticate))
@@ -160,18 +178,8 @@ fn ticket_grants(state: &AppState, request: &Request) -> bool {
         title = "agentplane node agent",
         description = "Persistent processes, terminals and agent sessions in a sandbox. Every route but health needs `Authorization: Bearer TOKEN`. Errors are RFC 7807 problem documents with `urn:agentplane:error:*` types."
     ),
-    paths(
-        health, openapi_json, metrics::metrics, processes::create_process, processes::list_processes,
-        processes::get_process, processes::delete_process, processes::signal_process, processes::resize_process,
-        processes::write_input, processes::read_output, processes::read_interleaved_output, processes::issue_ticket, processes::connect,
-        processes::lifecycle_events, agents::list_agents, agents::get_agent, agents::install_agent,
-        agents::agent_modes, agents::agent_models, sessions::create_session, sessions::list_sessions,
-        sessions::get_session, sessions::end_session, sessions::send_message, sessions::restart_session, sessions::session_events,
-        sessions::session_events_sse, sessions::reply_permission, sessions::reply_question,
-        sessions::reject_question
-    ),
+    // The paths come from the routes themselves (`documented_routes`).
     components(schemas(Problem, ControlMessage, LifecycleEvent, UniversalEvent, EventData, EventType, EventSource, Gap, InstallProgress)),
-    modifiers(&ApiConventions),
     tags(
         (name = "processes", description = "Processes and terminals"),
         (name = "agents", description = "The agents this node agent can drive"),
@@ -183,6 +191,7 @@ pub struct ApiDoc;
 
 /// What holds for every route: the bearer token, and errors as problem documents
 /// (a `default` response, so every status an operation can fail with is described).
+/// Applied once the routes have added their paths.
 struct ApiConventions;
 
 impl utoipa::Modify for ApiConventions {
@@ -217,8 +226,17 @@ async fn health() -> Json<Health> {
     Json(Health { status: "ok".into(), version: env!("CARGO_PKG_VERSION").into() })
 }
 
+/// The OpenAPI document, as `/v1/openapi.json` serves it, pretty-printed with a
+/// final newline: what `agentplane node-agent openapi` prints and the SDK's types are
+/// generated from.
+pub fn openapi_document() -> String {
+    let mut text = openapi().to_pretty_json().expect("the document serializes");
+    text.push('\n');
+    text
+}
+
 /// This document.
-#[utoipa::path(get, path = "/v1/openapi.json", tag = "system", responses((status = 200, description = "OpenAPI 3.1 document")))]
-async fn openapi_json() -> Json<utoipa::openapi::OpenApi> {
-    Json(ApiDoc::openapi())
+#[utoipa::path(get, path = "/v1/openapi.json", tag = "system", responses((status = 200, description = "OpenAPI 3.1 document", content_type = "application/json", body = Object)))]
+async fn openapi_json() -> Json<&'static utoipa::openapi::OpenApi> {
+    Json(openapi())
 }

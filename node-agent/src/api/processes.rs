@@ -5,13 +5,11 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Router;
 use axum::extract::State;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade, rejection::WebSocketUpgradeRejection};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::Response;
 use axum::response::sse::{Event, KeepAlive, Sse};
-use axum::routing::{get, post};
 use base64::Engine as _;
 use futures_util::{SinkExt, Stream, StreamExt};
 use tokio::sync::mpsc;
@@ -22,6 +20,8 @@ use crate::model::*;
 use crate::output::{Next, OutputBuffer};
 use crate::process::{Process, RunState};
 use crate::signals::parse_signal;
+
+use utoipa_axum::router::OpenApiRouter;
 
 use super::{AppState, Json, PathId, Query};
 
@@ -34,18 +34,20 @@ const MAX_CLIENT_MESSAGE: usize = 1024 * 1024;
 /// Largest response of `GET .../output`.
 const MAX_OUTPUT_READ: usize = 1024 * 1024;
 
-pub(super) fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/v1/processes", get(list_processes).post(create_process))
-        .route("/v1/processes/{id}", get(get_process).delete(delete_process))
-        .route("/v1/processes/{id}/signal", post(signal_process))
-        .route("/v1/processes/{id}/resize", post(resize_process))
-        .route("/v1/processes/{id}/input", post(write_input))
-        .route("/v1/processes/{id}/output", get(read_output))
-        .route("/v1/processes/{id}/output/interleaved", get(read_interleaved_output))
-        .route("/v1/processes/{id}/ticket", post(issue_ticket))
-        .route("/v1/processes/{id}/connect", get(connect))
-        .route("/v1/events/sse", get(lifecycle_events))
+/// Each route with its document: the path and method come from the handler's
+/// `#[utoipa::path]`, so a route cannot be served without being described.
+pub(super) fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(utoipa_axum::routes!(list_processes, create_process))
+        .routes(utoipa_axum::routes!(get_process, delete_process))
+        .routes(utoipa_axum::routes!(signal_process))
+        .routes(utoipa_axum::routes!(resize_process))
+        .routes(utoipa_axum::routes!(write_input))
+        .routes(utoipa_axum::routes!(read_output))
+        .routes(utoipa_axum::routes!(read_interleaved_output))
+        .routes(utoipa_axum::routes!(issue_ticket))
+        .routes(utoipa_axum::routes!(connect))
+        .routes(utoipa_axum::routes!(lifecycle_events))
 }
 
 /// Starts a process, on a PTY when `pty` is given. With `sessionId` it feeds that

@@ -4,11 +4,9 @@
 use std::convert::Infallible;
 use std::sync::Arc;
 
-use axum::Router;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
-use axum::routing::{get, post};
 use futures_util::Stream;
 use tokio_util::sync::CancellationToken;
 
@@ -16,6 +14,8 @@ use crate::error::{Error, Problem, Result};
 use crate::metrics::Metrics;
 use crate::model::*;
 use crate::universal::*;
+
+use utoipa_axum::router::OpenApiRouter;
 
 use super::{AppState, Json, PathId, PathIds, Query};
 
@@ -26,17 +26,18 @@ const MAX_EVENTS_READ: usize = 10_000;
 /// the client's pace, so this bounds what it holds, not what it can catch up on.
 const SSE_EVENTS_READ: usize = 256;
 
-pub(super) fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/v1/sessions", get(list_sessions))
-        .route("/v1/sessions/{id}", get(get_session).post(create_session).delete(end_session))
-        .route("/v1/sessions/{id}/messages", post(send_message))
-        .route("/v1/sessions/{id}/restart", post(restart_session))
-        .route("/v1/sessions/{id}/events", get(session_events))
-        .route("/v1/sessions/{id}/events/sse", get(session_events_sse))
-        .route("/v1/sessions/{id}/permissions/{pid}/reply", post(reply_permission))
-        .route("/v1/sessions/{id}/questions/{qid}/reply", post(reply_question))
-        .route("/v1/sessions/{id}/questions/{qid}/reject", post(reject_question))
+/// Each route with its document (see `processes::routes`).
+pub(super) fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(utoipa_axum::routes!(list_sessions))
+        .routes(utoipa_axum::routes!(get_session, create_session, end_session))
+        .routes(utoipa_axum::routes!(send_message))
+        .routes(utoipa_axum::routes!(restart_session))
+        .routes(utoipa_axum::routes!(session_events))
+        .routes(utoipa_axum::routes!(session_events_sse))
+        .routes(utoipa_axum::routes!(reply_permission))
+        .routes(utoipa_axum::routes!(reply_question))
+        .routes(utoipa_axum::routes!(reject_question))
 }
 
 /// Starts a session with an agent. The id is the caller's (letters, digits, `.`, `_`,

@@ -611,7 +611,8 @@ impl Supervisor {
             }
         };
         match ready {
-            Ok(Ok(Some(line))) if line.trim() == "ready" => {
+            // `ready URL`; the URL is known here (the socket is ours).
+            Ok(Ok(Some(line))) if line.split_whitespace().next() == Some("ready") => {
                 // Nothing more is printed there; drained so that a stray write never blocks.
                 tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
                 Ok(child)

@@ -1,0 +1,445 @@
+import type { operations } from "./generated/openapi.js";
+import { AgentPlaneError, parseProblem } from "./errors.js";
+import { follow } from "./follow.js";
+import { type Fetch, Http } from "./http.js";
+import { parseSse } from "./sse.js";
+import { Terminal, type TerminalOptions, type WebSocketConstructor } from "./terminal.js";
+import type {
+  AgentInfo,
+  AgentModels,
+  AgentModes,
+  CreateProcessRequest,
+  CreateSessionRequest,
+  Health,
+  InstallProgress,
+  InstallResult,
+  OutputChunk,
+  OutputEncoding,
+  OutputStream,
+  PermissionReply,
+  ProcessInfo,
+  ProcessStreamEvent,
+  SessionEvents,
+  SessionInfo,
+  SessionStreamEvent,
+  SignalTarget,
+  UniversalEvent,
+} from "./types.js";
+
+export interface ConnectOptions {
+  /** Where the node agent listens, e.g. `http://127.0.0.1:2468`. */
+  baseUrl: string | URL;
+  /** Its bearer token (`--token`); omit only for a node agent run with `--no-token`. */
+  token?: string;
+  /** A `fetch` to use instead of the platform's. */
+  fetch?: Fetch;
+  /** A `WebSocket` constructor to use instead of the platform's (Node 20 has one behind `--experimental-websocket`). */
+  WebSocket?: WebSocketConstructor;
+}
+
+/** What `AgentPlane.start()` takes (Node only). */
+export interface StartOptions {
+  /** The `agentplane` binary: default `$AGENTPLANE_BIN`, else `agentplane` on the `PATH`. */
+  binary?: string;
+  /** The node agent's data directory: default a new temporary one, removed by `dispose()`. */
+  dataDir?: string;
+  /** More environment for the node agent (and what it runs), over this process's own. */
+  env?: Record<string, string>;
+  /** More `agentplane node-agent` flags, e.g. `["--agents-dir", dir]`. */
+  args?: string[];
+  /** How long to wait for it to serve, in ms (default 30 000). */
+  timeoutMs?: number;
+  /** Where its log goes: `inherit` (stderr), or `ignore` (the default). */
+  log?: "inherit" | "ignore";
+}
+
+/** What a launcher gives back: where the node agent is, and how to stop it. */
+export interface Launched {
+  baseUrl: string;
+  token: string;
+  /** The node agent's process id. */
+  pid: number;
+  stop(): Promise<void>;
+}
+
+type Launcher = (options: StartOptions) => Promise<Launched>;
+let launcher: Launcher | undefined;
+
+/** @internal Set by the Node entry point. */
+export function setLauncher(launch: Launcher): void {
+  launcher = launch;
+}
+
+/**
+ * A node agent: its processes and terminals, agents and sessions.
+ *
+ * ```ts
+ * const plane = AgentPlane.connect({ baseUrl: "http://127.0.0.1:2468", token });
+ * await using local = await AgentPlane.start(); // Node: a node agent of its own
+ * ```
+ */
+export class AgentPlane implements AsyncDisposable {
+  readonly processes: Processes;
+  readonly sessions: Sessions;
+  readonly agents: Agents;
+  /** The node agent's process id, when `start()` made it. */
+  readonly pid: number | undefined;
+  readonly #http: Http;
+  readonly #stop: (() => Promise<void>) | undefined;
+
+  private constructor(options: ConnectOptions, launched?: Launched) {
+    this.#http = new Http(options.baseUrl, options.token, options.fetch);
+    const webSocket = options.WebSocket ?? (globalThis.WebSocket as WebSocketConstructor | undefined);
+    this.processes = new Processes(this.#http, webSocket);
+    this.sessions = new Sessions(this.#http);
+    this.agents = new Agents(this.#http);
+    this.pid = launched?.pid;
+    this.#stop = launched?.stop;
+  }
+
+  /** A client of a node agent that runs already. Makes no request. */
+  static connect(options: ConnectOptions): AgentPlane {
+    return new AgentPlane(options);
+  }
+
+  /**
+   * Node only: runs `agentplane node-agent` on a free loopback port with a random
+   * token (passed on its stdin, never in its environment or command line), waits
+   * until it serves, and returns a client of it. `dispose()` (or `await using`)
+   * stops it and everything it runs.
+   */
+  static async start(options: StartOptions & Omit<ConnectOptions, "baseUrl" | "token"> = {}): Promise<AgentPlane> {
+    if (!launcher) {
+      throw new Error("AgentPlane.start() runs a local binary and needs Node; in a browser use AgentPlane.connect()");
+    }
+    const launched = await launcher(options);
+    const plane = new AgentPlane({ ...options, baseUrl: launched.baseUrl, token: launched.token }, launched);
+    try {
+      await plane.health();
+    } catch (error) {
+      await launched.stop();
+      throw error;
+    }
+    return plane;
+  }
+
+  get baseUrl(): string {
+    return this.#http.baseUrl;
+  }
+
+  /** Liveness and version (needs no token). */
+  health(signal?: AbortSignal): Promise<Health> {
+    return this.#http.call("get", "/v1/health", { signal });
+  }
+
+  /**
+   * Lifecycle events of every process (`process.created|updated|exited|deleted`),
+   * from now on or after `lastEventId`, following the SSE stream across dropped
+   * connections until `signal` fires or the loop breaks.
+   */
+  processEvents(options: { signal?: AbortSignal; lastEventId?: number } = {}): AsyncGenerator<ProcessStreamEvent> {
+    const http = this.#http;
+    let first = true;
+    return follow<ProcessStreamEvent>(
+      {
+        open(lastEventId, signal) {
+          const id = lastEventId ?? (first && options.lastEventId !== undefined ? String(options.lastEventId) : undefined);
+          first = false;
+          const headers: Record<string, string> = { accept: "text/event-stream" };
+          if (id !== undefined) headers["last-event-id"] = id;
+          return http.send("get", "/v1/events/sse", { headers, signal });
+        },
+        decode(message) {
+          const value = JSON.parse(message.data) as Record<string, unknown>;
+          if (message.event === "gap" || message.event === "reset") return { ...value, type: message.event } as ProcessStreamEvent;
+          return value as ProcessStreamEvent;
+        },
+      },
+      options.signal,
+    );
+  }
+
+  /** Stops the node agent `start()` made (and all it runs); nothing for `connect()`. */
+  async dispose(): Promise<void> {
+    await this.#stop?.();
+  }
+
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.dispose();
+  }
+}
+
+/** `signal`, `timeout` (seconds) and `purge`, as `DELETE /v1/processes/{id}` takes them. */
+export type StopOptions = NonNullable<operations["delete_process"]["parameters"]["query"]>;
+
+/** Processes and terminals. */
+export class Processes {
+  readonly #http: Http;
+  readonly #WebSocket: WebSocketConstructor | undefined;
+
+  /** @internal */
+  constructor(http: Http, webSocket: WebSocketConstructor | undefined) {
+    this.#http = http;
+    this.#WebSocket = webSocket;
+  }
+
+  /** Starts a process; `pty: {rows, cols}` makes it a terminal. */
+  create(request: CreateProcessRequest, signal?: AbortSignal): Promise<ProcessInfo> {
+    return this.#http.call("post", "/v1/processes", { body: request, signal });
+  }
+
+  /** All processes, in creation order; `tag`, `pty` and `session` filter. */
+  async list(filter: { tag?: string; pty?: boolean; session?: string } = {}, signal?: AbortSignal): Promise<ProcessInfo[]> {
+    const { processes } = await this.#http.call("get", "/v1/processes", { query: filter, signal });
+    return processes;
+  }
+
+  /** One process, by id (or else by tag: the newest with it). */
+  get(id: string, signal?: AbortSignal): Promise<ProcessInfo> {
+    return this.#http.call("get", "/v1/processes/{id}", { path: { id }, signal });
+  }
+
+  /**
+   * Stops it: `signal` (default SIGHUP for a terminal, SIGTERM otherwise) to its
+   * whole process group, SIGKILL after `timeout` seconds; answers once nothing of it
+   * is left. `purge` also forgets it.
+   */
+  stop(id: string, options: StopOptions = {}, signal?: AbortSignal): Promise<ProcessInfo> {
+    return this.#http.call("delete", "/v1/processes/{id}", { path: { id }, query: options, signal });
+  }
+
+  /** Sends a signal (`SIGINT`, `INT` or `2`) to its group, or to the terminal's foreground job. */
+  signal(id: string, name: string, options: { target?: SignalTarget } = {}, signal?: AbortSignal) {
+    return this.#http.call("post", "/v1/processes/{id}/signal", {
+      path: { id },
+      body: { signal: name, ...(options.target ? { target: options.target } : {}) },
+      signal,
+    });
+  }
+
+  /** Resizes its terminal. */
+  resize(id: string, rows: number, cols: number, signal?: AbortSignal) {
+    return this.#http.call("post", "/v1/processes/{id}/resize", { path: { id }, body: { rows, cols }, signal });
+  }
+
+  /** Writes to its stdin or terminal (bytes go base64-encoded); `eof` closes a pipe's stdin after. */
+  input(id: string, data: string | Uint8Array, options: { eof?: boolean } = {}, signal?: AbortSignal): Promise<ProcessInfo> {
+    const body =
+      typeof data === "string"
+        ? { data, ...(options.eof ? { eof: true } : {}) }
+        : { data: toBase64(data), base64: true, ...(options.eof ? { eof: true } : {}) };
+    return this.#http.call("post", "/v1/processes/{id}/input", { path: { id }, body, signal });
+  }
+
+  /**
+   * Retained output from byte `offset` (of `stream`); `wait` seconds long-polls for
+   * more. `nextOffset` is where to read next; `gap` names bytes no longer held.
+   */
+  output(
+    id: string,
+    options: { offset?: number; stream?: OutputStream; limit?: number; encoding?: OutputEncoding; wait?: number } = {},
+    signal?: AbortSignal,
+  ): Promise<OutputChunk> {
+    return this.#http.call("get", "/v1/processes/{id}/output", { path: { id }, query: options, signal });
+  }
+
+  /** Opens its terminal (or follows a pipe's output) over a WebSocket; see {@link Terminal}. */
+  terminal(id: string, options: TerminalOptions = {}): Terminal {
+    if (!this.#WebSocket) {
+      throw new Error(
+        "this platform has no WebSocket: pass one to AgentPlane.connect({ WebSocket }), or run Node 20 with --experimental-websocket",
+      );
+    }
+    return new Terminal(this.#http, id, this.#WebSocket, options);
+  }
+}
+
+/** Conversations with agents. */
+export class Sessions {
+  readonly #http: Http;
+
+  /** @internal */
+  constructor(http: Http) {
+    this.#http = http;
+  }
+
+  /** Starts a session; without an `id`, one is made up. */
+  create(request: CreateSessionRequest & { id?: string }, signal?: AbortSignal): Promise<SessionInfo> {
+    const { id = `session-${randomHex(8)}`, ...body } = request;
+    return this.#http.call("post", "/v1/sessions/{id}", { path: { id }, body, signal });
+  }
+
+  async list(signal?: AbortSignal): Promise<SessionInfo[]> {
+    const { sessions } = await this.#http.call("get", "/v1/sessions", { signal });
+    return sessions;
+  }
+
+  get(id: string, signal?: AbortSignal): Promise<SessionInfo> {
+    return this.#http.call("get", "/v1/sessions/{id}", { path: { id }, signal });
+  }
+
+  /** Queues a message: each runs as one turn, in order. */
+  send(id: string, message: string, signal?: AbortSignal): Promise<SessionInfo> {
+    return this.#http.call("post", "/v1/sessions/{id}/messages", { path: { id }, body: { message }, signal });
+  }
+
+  /** Ends it: `session.ended` is its last event. */
+  end(id: string, signal?: AbortSignal): Promise<SessionInfo> {
+    return this.#http.call("delete", "/v1/sessions/{id}", { path: { id }, signal });
+  }
+
+  /** Starts a failed session again, in the same conversation. */
+  restart(id: string, signal?: AbortSignal): Promise<SessionInfo> {
+    return this.#http.call("post", "/v1/sessions/{id}/restart", { path: { id }, signal });
+  }
+
+  /** Answers a permission request (`perm-…` from `permission.requested` or `pendingPermissions`). */
+  replyPermission(id: string, requestId: string, reply: PermissionReply, signal?: AbortSignal) {
+    return this.#http.call("post", "/v1/sessions/{id}/permissions/{pid}/reply", {
+      path: { id, pid: requestId },
+      body: { reply },
+      signal,
+    });
+  }
+
+  /** Answers a question: one list of chosen answers per question asked. */
+  replyQuestion(id: string, questionId: string, answers: string[][], signal?: AbortSignal) {
+    return this.#http.call("post", "/v1/sessions/{id}/questions/{qid}/reply", {
+      path: { id, qid: questionId },
+      body: { answers },
+      signal,
+    });
+  }
+
+  /** Declines to answer a question. */
+  rejectQuestion(id: string, questionId: string, signal?: AbortSignal) {
+    return this.#http.call("post", "/v1/sessions/{id}/questions/{qid}/reject", { path: { id, qid: questionId }, signal });
+  }
+
+  /** One page of events with a sequence above `offset` (`hasMore` says whether to read on). */
+  readEvents(id: string, options: { offset?: number; limit?: number } = {}, signal?: AbortSignal): Promise<SessionEvents> {
+    return this.#http.call("get", "/v1/sessions/{id}/events", { path: { id }, query: options, signal });
+  }
+
+  /**
+   * Its universal events, after sequence `offset` (default 0: from the first), as
+   * they happen. A dropped connection is resumed by `Last-Event-ID`, so every
+   * sequence arrives once and in order; a `gap` item names sequences lost for good.
+   * Ends after `session.ended`, or when `signal` fires or the loop breaks.
+   */
+  events(id: string, options: { offset?: number; signal?: AbortSignal } = {}): AsyncGenerator<SessionStreamEvent> {
+    const http = this.#http;
+    let last = options.offset ?? 0;
+    return follow<SessionStreamEvent>(
+      {
+        open(lastEventId, signal) {
+          const headers: Record<string, string> = { accept: "text/event-stream" };
+          if (lastEventId !== undefined) headers["last-event-id"] = lastEventId;
+          const query = lastEventId === undefined && options.offset !== undefined ? { offset: options.offset } : {};
+          return http.send("get", "/v1/sessions/{id}/events/sse", { path: { id }, query, headers, signal });
+        },
+        decode(message) {
+          const value = JSON.parse(message.data) as Record<string, unknown>;
+          if (message.event === "gap") {
+            return { type: "gap", from: Number(value.from), to: Number(value.to) };
+          }
+          const event = value as UniversalEvent;
+          // A reconnect never repeats an event; this guards against a server that would.
+          if (event.sequence <= last) return undefined;
+          last = event.sequence;
+          return event;
+        },
+        isLast: (item) => item.type === "session.ended",
+        async endedCleanly() {
+          // The stream ends by itself only after `session.ended`: an end without it is
+          // a dropped connection, unless the session ended before the offset asked for.
+          const session = await http.call("get", "/v1/sessions/{id}", { path: { id } });
+          return session.state === "ended" && session.lastSequence <= last;
+        },
+      },
+      options.signal,
+    );
+  }
+}
+
+/** The agents the node agent can drive. */
+export class Agents {
+  readonly #http: Http;
+
+  /** @internal */
+  constructor(http: Http) {
+    this.#http = http;
+  }
+
+  async list(signal?: AbortSignal): Promise<AgentInfo[]> {
+    const { agents } = await this.#http.call("get", "/v1/agents", { signal });
+    return agents;
+  }
+
+  get(agent: string, signal?: AbortSignal): Promise<AgentInfo> {
+    return this.#http.call("get", "/v1/agents/{agent}", { path: { agent }, signal });
+  }
+
+  /** Its agent modes and the permission modes it takes. */
+  modes(agent: string, signal?: AbortSignal): Promise<AgentModes> {
+    return this.#http.call("get", "/v1/agents/{agent}/modes", { path: { agent }, signal });
+  }
+
+  /** The models a session of it may name. */
+  models(agent: string, signal?: AbortSignal): Promise<AgentModels> {
+    return this.#http.call("get", "/v1/agents/{agent}/models", { path: { agent }, signal });
+  }
+
+  /**
+   * Installs its CLI from the npm registry (the pinned version unless `version`); the
+   * same version again is a no-op unless `reinstall`. `onProgress` gets each step
+   * (resolving, fetching, with counts) as the node agent streams it. An install goes
+   * on if this client goes away.
+   */
+  async install(
+    agent: string,
+    request: { version?: string; reinstall?: boolean } = {},
+    options: { onProgress?: (progress: InstallProgress) => void; signal?: AbortSignal } = {},
+  ): Promise<InstallResult> {
+    const path = { agent };
+    if (!options.onProgress) {
+      const result = await this.#http.call("post", "/v1/agents/{agent}/install", { path, body: request, signal: options.signal });
+      return result as InstallResult;
+    }
+    const response = await this.#http.send("post", "/v1/agents/{agent}/install", {
+      path,
+      body: request,
+      headers: { accept: "text/event-stream" },
+      signal: options.signal,
+    });
+    const label = `POST /v1/agents/${encodeURIComponent(agent)}/install`;
+    if (!response.body) throw new Error(`${label}: the answer has no body`);
+    for await (const message of parseSse(response.body)) {
+      if (message.event === "install.progress") {
+        options.onProgress(JSON.parse(message.data) as InstallProgress);
+      } else if (message.event === "install.completed") {
+        return JSON.parse(message.data) as InstallResult;
+      } else if (message.event === "install.failed") {
+        const problem = parseProblem(message.data);
+        throw new AgentPlaneError(
+          problem ?? { type: "about:blank", title: "install failed", status: 502, detail: message.data },
+          label,
+        );
+      }
+    }
+    throw new Error(`${label}: the stream ended before the install did`);
+  }
+}
+
+function toBase64(bytes: Uint8Array): string {
+  let binary = "";
+  for (let i = 0; i < bytes.length; i += 0x8000) {
+    binary += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
+  }
+  return btoa(binary);
+}
+
+function randomHex(bytes: number): string {
+  const values = crypto.getRandomValues(new Uint8Array(bytes));
+  return Array.from(values, (b) => b.toString(16).padStart(2, "0")).join("");
+}

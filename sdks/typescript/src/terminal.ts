@@ -1,0 +1,349 @@
+import type { components } from "./generated/openapi.js";
+import { AgentPlaneError } from "./errors.js";
+import { sleep } from "./follow.js";
+import type { Http } from "./http.js";
+
+type ControlMessage = components["schemas"]["ControlMessage"];
+type OutputStream = components["schemas"]["OutputStream"];
+
+/** How the program ended, as the terminal's last message says. */
+export interface TerminalExit {
+  exitCode: number | null;
+  signal: string | null;
+}
+
+/** Bytes `[from, to)` of the output that this client will never see (overwritten in the node agent's ring). */
+export interface TerminalGap {
+  from: number;
+  to: number;
+}
+
+export type TerminalState = "connecting" | "open" | "reconnecting" | "closed";
+
+export interface TerminalOptions {
+  /**
+   * The byte offset to start from (a number an earlier terminal reported as
+   * `offset`). Default: the oldest byte the node agent still holds.
+   */
+  offset?: number;
+  /** Which output to follow; a terminal has one, a pipe process `stdout` (the default) or `stderr`. */
+  stream?: OutputStream;
+  /** Reconnect after a dropped connection (default true). */
+  reconnect?: boolean;
+}
+
+/** The `WebSocket` constructor to use: the platform's by default. */
+export type WebSocketConstructor = new (url: string) => WebSocket;
+
+/** What may wait for a connection; past this, `write` throws instead of holding more. */
+const MAX_QUEUED_BYTES = 1024 * 1024;
+const FIRST_DELAY_MS = 50;
+const MAX_DELAY_MS = 2_000;
+
+type Listener<T> = (value: T) => void;
+
+/** What each kind of listener receives. */
+interface TerminalEvents {
+  data: [bytes: Uint8Array, offset: number];
+  exit: [exit: TerminalExit];
+  gap: [gap: TerminalGap];
+  error: [error: Error];
+  state: [state: TerminalState];
+}
+
+/**
+ * A process's terminal over the node agent's WebSocket: bytes out as they are
+ * written, keystrokes and control in. A dropped connection is reopened from the
+ * last byte received (a fresh single-use ticket each time: the token never goes
+ * into a URL), so nothing is lost or repeated; bytes the node agent no longer
+ * holds are reported to `onGap`. Closing it never stops the process.
+ */
+export class Terminal implements Disposable {
+  readonly processId: string;
+  /** Resolves once the first connection is ready (rejects if it never can be). */
+  readonly ready: Promise<void>;
+  /** Resolves when the terminal is closed for good: with the exit, when the program ended. */
+  readonly closed: Promise<TerminalExit | undefined>;
+
+  readonly #http: Http;
+  readonly #WebSocket: WebSocketConstructor;
+  readonly #stream: OutputStream | undefined;
+  readonly #reconnect: boolean;
+  #offset: number | undefined;
+  #state: TerminalState = "connecting";
+  #socket: WebSocket | undefined;
+  #queue: (string | Uint8Array)[] = [];
+  #queuedBytes = 0;
+  #size: { rows: number; cols: number } | undefined;
+  #exit: TerminalExit | undefined;
+  #failure: unknown;
+  #closing = false;
+  #wake: (() => void) | undefined;
+  readonly #listeners: { [K in keyof TerminalEvents]: Set<(...args: TerminalEvents[K]) => void> } = {
+    data: new Set(),
+    exit: new Set(),
+    gap: new Set(),
+    error: new Set(),
+    state: new Set(),
+  };
+  #resolveReady!: () => void;
+  #rejectReady!: (error: unknown) => void;
+  #resolveClosed!: (exit: TerminalExit | undefined) => void;
+
+  /** @internal Made by `processes.terminal()`. */
+  constructor(http: Http, processId: string, webSocket: WebSocketConstructor, options: TerminalOptions = {}) {
+    this.#http = http;
+    this.processId = processId;
+    this.#WebSocket = webSocket;
+    this.#stream = options.stream;
+    this.#reconnect = options.reconnect ?? true;
+    this.#offset = options.offset;
+    this.ready = new Promise((resolve, reject) => {
+      this.#resolveReady = resolve;
+      this.#rejectReady = reject;
+    });
+    // Awaited or not, a failed start must not become an unhandled rejection.
+    this.ready.catch(() => {});
+    this.closed = new Promise((resolve) => (this.#resolveClosed = resolve));
+    void this.#run();
+  }
+
+  /** The offset of the next byte this terminal will receive (undefined before the first connection). */
+  get offset(): number | undefined {
+    return this.#offset;
+  }
+
+  get state(): TerminalState {
+    return this.#state;
+  }
+
+  /** The exit, once the program ended. */
+  get exit(): TerminalExit | undefined {
+    return this.#exit;
+  }
+
+  /** Output bytes, with the offset of the first; returns a function that unsubscribes. */
+  onData(listener: (bytes: Uint8Array, offset: number) => void): () => void {
+    return this.#on("data", listener);
+  }
+
+  /** The program ended; the terminal then closes. */
+  onExit(listener: Listener<TerminalExit>): () => void {
+    if (this.#exit) listener(this.#exit);
+    return this.#on("exit", listener);
+  }
+
+  /** Bytes that were lost to this client. */
+  onGap(listener: Listener<TerminalGap>): () => void {
+    return this.#on("gap", listener);
+  }
+
+  /** A control message the node agent could not carry out, or the reason the terminal closed. */
+  onError(listener: Listener<Error>): () => void {
+    return this.#on("error", listener);
+  }
+
+  onStateChange(listener: Listener<TerminalState>): () => void {
+    return this.#on("state", listener);
+  }
+
+  /** Keystrokes or any bytes for the program (a string is sent as UTF-8). Held while reconnecting. */
+  write(data: Uint8Array | string): void {
+    const bytes = typeof data === "string" ? new TextEncoder().encode(data) : data;
+    if (bytes.byteLength > 0) this.#send(bytes, bytes.byteLength);
+  }
+
+  /** Resizes the terminal (the program gets SIGWINCH); applied again after a reconnect. */
+  resize(rows: number, cols: number): void {
+    if (!Number.isInteger(rows) || !Number.isInteger(cols) || rows < 1 || cols < 1 || rows > 65535 || cols > 65535) {
+      throw new RangeError(`a terminal size is two integers from 1 to 65535, not ${rows}x${cols}`);
+    }
+    this.#size = { rows, cols };
+    this.#control({ type: "resize", rows, cols });
+  }
+
+  /** A signal to the terminal's foreground job, as a keypress would send it (`SIGINT`, `INT`, `2`). */
+  signal(name: string): void {
+    this.#control({ type: "signal", signal: name });
+  }
+
+  /** Drops the current connection and resumes from the last byte received. */
+  reconnect(): void {
+    if (this.#socket && this.#state === "open") this.#socket.close(4000, "reconnecting");
+  }
+
+  /** Closes the connection for good; the process goes on. */
+  close(): void {
+    if (this.#closing) return;
+    this.#closing = true;
+    this.#socket?.close(1000, "closed by the client");
+    this.#wake?.();
+  }
+
+  [Symbol.dispose](): void {
+    this.close();
+  }
+
+  #on<K extends keyof TerminalEvents>(kind: K, listener: (...args: TerminalEvents[K]) => void): () => void {
+    const set: Set<(...args: TerminalEvents[K]) => void> = this.#listeners[kind];
+    set.add(listener);
+    return () => {
+      set.delete(listener);
+    };
+  }
+
+  #emit<K extends keyof TerminalEvents>(kind: K, ...args: TerminalEvents[K]): void {
+    const set: Set<(...args: TerminalEvents[K]) => void> = this.#listeners[kind];
+    for (const listener of set) listener(...args);
+  }
+
+  #setState(state: TerminalState): void {
+    if (this.#state === state) return;
+    this.#state = state;
+    this.#emit("state", state);
+  }
+
+  #control(message: ControlMessage): void {
+    const text = JSON.stringify(message);
+    this.#send(text, text.length);
+  }
+
+  #send(frame: string | Uint8Array, size: number): void {
+    if (this.#closing || this.#state === "closed") throw new Error(`the terminal of ${this.processId} is closed`);
+    if (this.#state === "open" && this.#socket) {
+      this.#socket.send(frame);
+      return;
+    }
+    if (this.#queuedBytes + size > MAX_QUEUED_BYTES) {
+      throw new RangeError(`the terminal of ${this.processId} is reconnecting and already holds ${this.#queuedBytes} bytes`);
+    }
+    this.#queue.push(frame);
+    this.#queuedBytes += size;
+  }
+
+  /** Connects, and connects again after each drop, until the program exits or `close()`. */
+  async #run(): Promise<void> {
+    let delay = FIRST_DELAY_MS;
+    let connectedOnce = false;
+    while (!this.#closing && !this.#exit) {
+      this.#setState(connectedOnce ? "reconnecting" : "connecting");
+      let opened = false;
+      try {
+        opened = await this.#connectOnce();
+      } catch (error) {
+        // A process that is gone, or a refused ticket, will not come back.
+        if (error instanceof AgentPlaneError && error.status < 500 && error.status !== 429) {
+          this.#failure = error;
+          break;
+        }
+      }
+      if (opened) {
+        connectedOnce = true;
+        delay = FIRST_DELAY_MS;
+      }
+      if (this.#closing || this.#exit || !this.#reconnect) break;
+      await new Promise<void>((resolve) => {
+        this.#wake = resolve;
+        void sleep(delay).then(resolve);
+      });
+      this.#wake = undefined;
+      delay = Math.min(delay * 2, MAX_DELAY_MS);
+    }
+    this.#finish();
+  }
+
+  /** One connection, from ticket to close; true when it got as far as `ready`. */
+  async #connectOnce(): Promise<boolean> {
+    const id = this.processId;
+    const { ticket } = await this.#http.call("post", "/v1/processes/{id}/ticket", { path: { id } });
+    if (this.#closing) return false;
+    const query: Record<string, string | number> = { ticket };
+    if (this.#offset !== undefined) query.offset = this.#offset;
+    if (this.#stream !== undefined) query.stream = this.#stream;
+    const url = this.#http.url("/v1/processes/{id}/connect", { id }, query).replace(/^http/, "ws");
+    const socket = new this.#WebSocket(url);
+    socket.binaryType = "arraybuffer";
+    this.#socket = socket;
+    let ready = false;
+    await new Promise<void>((resolve) => {
+      socket.onmessage = (message: MessageEvent) => {
+        if (typeof message.data === "string") {
+          const control = parseControl(message.data);
+          if (control?.type === "ready") {
+            ready = true;
+            this.#offset ??= control.offset;
+            this.#opened(socket);
+          } else if (control) {
+            this.#onControl(control);
+          }
+          return;
+        }
+        const bytes = new Uint8Array(message.data as ArrayBuffer);
+        const offset = this.#offset ?? 0;
+        this.#offset = offset + bytes.byteLength;
+        this.#emit("data", bytes, offset);
+      };
+      socket.onclose = () => {
+        // Writes from here on wait for the next connection instead of going nowhere.
+        if (this.#state === "open") this.#setState("reconnecting");
+        resolve();
+      };
+      socket.onerror = () => {};
+    });
+    this.#socket = undefined;
+    return ready;
+  }
+
+  #opened(socket: WebSocket): void {
+    this.#setState("open");
+    if (this.#size) socket.send(JSON.stringify({ type: "resize", ...this.#size }));
+    for (const frame of this.#queue) {
+      // A resize held in the queue was just sent as the current size.
+      if (typeof frame === "string" && this.#size && frame.startsWith('{"type":"resize"')) continue;
+      socket.send(frame);
+    }
+    this.#queue = [];
+    this.#queuedBytes = 0;
+    this.#resolveReady();
+  }
+
+  #onControl(control: ControlMessage): void {
+    switch (control.type) {
+      case "gap":
+        this.#offset = Math.max(this.#offset ?? 0, control.to);
+        this.#emit("gap", { from: control.from, to: control.to });
+        break;
+      case "exit":
+        this.#exit = { exitCode: control.exitCode ?? null, signal: control.signal ?? null };
+        this.#emit("exit", this.#exit);
+        break;
+      case "error":
+        this.#emit("error", new Error(`terminal of ${this.processId}: ${control.message}`));
+        break;
+      default:
+        break;
+    }
+  }
+
+  #finish(): void {
+    this.#setState("closed");
+    if (this.#failure) {
+      const error = this.#failure instanceof Error ? this.#failure : new Error(String(this.#failure));
+      this.#emit("error", error);
+      this.#rejectReady(error);
+    } else {
+      this.#rejectReady(new Error(`the terminal of ${this.processId} closed before it was ready`));
+    }
+    this.#queue = [];
+    this.#resolveClosed(this.#exit);
+  }
+}
+
+function parseControl(text: string): ControlMessage | undefined {
+  try {
+    const value = JSON.parse(text) as ControlMessage;
+    return typeof value === "object" && value !== null && typeof value.type === "string" ? value : undefined;
+  } catch {
+    return undefined;
+  }
+}

@@ -1,0 +1,62 @@
+// The API's types under their own names, from the generated document types.
+import type { components } from "./generated/openapi.js";
+
+type Schemas = components["schemas"];
+
+export type Health = Schemas["Health"];
+export type Problem = Schemas["Problem"];
+
+export type CreateProcessRequest = Schemas["CreateProcessRequest"];
+export type ProcessInfo = Schemas["ProcessInfo"];
+export type ProcessStatus = Schemas["ProcessStatus"];
+export type PtySize = Schemas["PtySize"];
+export type SignalTarget = Schemas["SignalTarget"];
+export type OutputChunk = Schemas["OutputChunk"];
+export type OutputStream = Schemas["OutputStream"];
+export type OutputEncoding = Schemas["OutputEncoding"];
+export type InterleavedOutput = Schemas["InterleavedOutput"];
+export type ControlMessage = Schemas["ControlMessage"];
+export type LifecycleEvent = Schemas["LifecycleEvent"];
+export type LifecycleEventType = Schemas["LifecycleEventType"];
+export type Gap = Schemas["Gap"];
+
+export type AgentInfo = Schemas["AgentInfo"];
+export type AgentCapabilities = Schemas["AgentCapabilities"];
+export type AgentModes = Schemas["AgentModes"];
+export type AgentModels = Schemas["AgentModels"];
+export type InstallRequest = Schemas["InstallRequest"];
+export type InstallProgress = Schemas["InstallProgress"];
+export type InstallResult = Schemas["InstallResult"];
+
+export type CreateSessionRequest = Schemas["CreateSessionRequest"];
+export type SessionInfo = Schemas["SessionInfo"];
+export type SessionState = Schemas["SessionState"];
+export type PermissionMode = Schemas["PermissionMode"];
+export type PermissionReply = Schemas["PermissionReply"];
+export type PermissionRequest = Schemas["PermissionRequest"];
+export type QuestionRequest = Schemas["QuestionRequest"];
+export type SessionEvents = Schemas["SessionEvents"];
+/** One universal event: the envelope, discriminated by `type`. */
+export type UniversalEvent = Schemas["UniversalEvent"];
+export type EventType = Schemas["EventType"];
+export type Item = Schemas["Item"];
+
+/** Sequences `[from, to)` of a session's events that are lost for good. */
+export interface EventGap {
+  type: "gap";
+  from: number;
+  to: number;
+}
+
+/** What `sessions.events()` yields: universal events, and a gap marker where some are lost. */
+export type SessionStreamEvent = UniversalEvent | EventGap;
+
+/**
+ * What `processEvents()` yields: lifecycle events; a `gap` where some are no longer
+ * kept; a `reset` when the node agent restarted since the last id (its numbering
+ * started over: list the processes again).
+ */
+export type ProcessStreamEvent =
+  | LifecycleEvent
+  | { type: "gap"; from: number; to: number }
+  | { type: "reset"; reason: string; latest: number };
