@@ -3,7 +3,7 @@
 # attach` as a person would), vim and bash (on real PTYs), script (the benchmark's
 # baseline), git (a GitOps checkout swapping a watched directory), openssl (the test API server's
 # service-account key), Node.js and npm (the node agent installs the real agent CLIs
-# from the npm registry). Idempotent: does nothing when they are all present.
+# from the npm registry; the TypeScript SDK is built and tested with them). Idempotent: does nothing when they are all present.
 set -euo pipefail
 
 need=()

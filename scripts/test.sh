@@ -14,7 +14,10 @@
 #      checkout, kill -9, sessions) and the resource verbs;
 #   5. the cluster store on a real etcd and kube-apiserver (provisioned below, once
 #      per machine): the controller, registration, manifests/ and the CLI verbs;
-#   6. a short run of the PTY throughput benchmark, for its zero-loss check
+#   6. the TypeScript SDK: generated types checked against the server's OpenAPI
+#      document, then `node --test` against the real binary (terminals, sessions,
+#      resume across dropped connections, errors, start/dispose), and its packed size;
+#   7. a short run of the PTY throughput benchmark, for its zero-loss check
 #      (its speed figures need the full run: see the README), the `up`
 #      benchmark, which fails if a process is missing or runs twice, and the
 #      managed-sandbox benchmark (cold start, warm-pool claim, idle RSS).
@@ -40,6 +43,19 @@ export KUBEBUILDER_ASSETS
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 target_dir="${CARGO_TARGET_DIR:-target}"
 echo "disk before the build: $(df -h --output=avail . | tail -1 | tr -d ' ') free"
+
+# The TypeScript SDK (sdks/typescript): its types regenerated from the binary's
+# OpenAPI document and compared with the committed ones (drift fails here, as CRD
+# drift does below), then its tests with Node's runner against the real binary.
+cargo build --locked -p agentplane
+(
+  cd sdks/typescript
+  npm ci --no-audit --no-fund --loglevel=error
+  export AGENTPLANE_BIN="$PWD/../../$target_dir/debug/agentplane"
+  case "$target_dir" in /*) AGENTPLANE_BIN="$target_dir/debug/agentplane" ;; esac
+  npm run --silent check-generated
+  npm test
+)
 
 AGENTPLANE_BENCH_MIB=16 cargo bench --locked -p agentplane --bench pty_throughput
 cargo bench --locked -p agentplane --bench up_converge

@@ -26,7 +26,9 @@ const header = [
   "// file and the server's document differ.",
   "",
 ].join("\n");
-const types = header + astToString(await openapiTS(JSON.parse(documentText)));
+// An object schema with no declared properties (a tool call's `input`) is any
+// object, not an empty one.
+const types = header + astToString(await openapiTS(JSON.parse(documentText), { emptyObjectsUnknown: true }));
 
 const outputs = [
   [join(root, "openapi.json"), documentText],

@@ -1,7 +1,7 @@
 import type { operations } from "./generated/openapi.js";
 import { AgentPlaneError, parseProblem } from "./errors.js";
 import { follow } from "./follow.js";
-import { type Fetch, Http } from "./http.js";
+import { type Fetch, Http, type Loose } from "./http.js";
 import { parseSse } from "./sse.js";
 import { Terminal, type TerminalOptions, type WebSocketConstructor } from "./terminal.js";
 import type {
@@ -12,6 +12,7 @@ import type {
   CreateSessionRequest,
   Health,
   InstallProgress,
+  InstallRequest,
   InstallResult,
   OutputChunk,
   OutputEncoding,
@@ -30,27 +31,27 @@ export interface ConnectOptions {
   /** Where the node agent listens, e.g. `http://127.0.0.1:2468`. */
   baseUrl: string | URL;
   /** Its bearer token (`--token`); omit only for a node agent run with `--no-token`. */
-  token?: string;
+  token?: string | undefined;
   /** A `fetch` to use instead of the platform's. */
-  fetch?: Fetch;
+  fetch?: Fetch | undefined;
   /** A `WebSocket` constructor to use instead of the platform's (Node 20 has one behind `--experimental-websocket`). */
-  WebSocket?: WebSocketConstructor;
+  WebSocket?: WebSocketConstructor | undefined;
 }
 
 /** What `AgentPlane.start()` takes (Node only). */
 export interface StartOptions {
   /** The `agentplane` binary: default `$AGENTPLANE_BIN`, else `agentplane` on the `PATH`. */
-  binary?: string;
+  binary?: string | undefined;
   /** The node agent's data directory: default a new temporary one, removed by `dispose()`. */
-  dataDir?: string;
+  dataDir?: string | undefined;
   /** More environment for the node agent (and what it runs), over this process's own. */
-  env?: Record<string, string>;
+  env?: Record<string, string> | undefined;
   /** More `agentplane node-agent` flags, e.g. `["--agents-dir", dir]`. */
-  args?: string[];
+  args?: string[] | undefined;
   /** How long to wait for it to serve, in ms (default 30 000). */
-  timeoutMs?: number;
+  timeoutMs?: number | undefined;
   /** Where its log goes: `inherit` (stderr), or `ignore` (the default). */
-  log?: "inherit" | "ignore";
+  log?: "inherit" | "ignore" | undefined;
 }
 
 /** What a launcher gives back: where the node agent is, and how to stop it. */
@@ -84,6 +85,8 @@ export class AgentPlane implements AsyncDisposable {
   readonly agents: Agents;
   /** The node agent's process id, when `start()` made it. */
   readonly pid: number | undefined;
+  /** The bearer token: the one given to `connect()`, or the one `start()` made up. */
+  readonly token: string | undefined;
   readonly #http: Http;
   readonly #stop: (() => Promise<void>) | undefined;
 
@@ -94,6 +97,7 @@ export class AgentPlane implements AsyncDisposable {
     this.sessions = new Sessions(this.#http);
     this.agents = new Agents(this.#http);
     this.pid = launched?.pid;
+    this.token = options.token;
     this.#stop = launched?.stop;
   }
 
@@ -137,7 +141,7 @@ export class AgentPlane implements AsyncDisposable {
    * from now on or after `lastEventId`, following the SSE stream across dropped
    * connections until `signal` fires or the loop breaks.
    */
-  processEvents(options: { signal?: AbortSignal; lastEventId?: number } = {}): AsyncGenerator<ProcessStreamEvent> {
+  processEvents(options: { signal?: AbortSignal | undefined; lastEventId?: number | undefined } = {}): AsyncGenerator<ProcessStreamEvent> {
     const http = this.#http;
     let first = true;
     return follow<ProcessStreamEvent>(
@@ -170,7 +174,7 @@ export class AgentPlane implements AsyncDisposable {
 }
 
 /** `signal`, `timeout` (seconds) and `purge`, as `DELETE /v1/processes/{id}` takes them. */
-export type StopOptions = NonNullable<operations["delete_process"]["parameters"]["query"]>;
+export type StopOptions = Loose<NonNullable<operations["delete_process"]["parameters"]["query"]>>;
 
 /** Processes and terminals. */
 export class Processes {
@@ -189,7 +193,7 @@ export class Processes {
   }
 
   /** All processes, in creation order; `tag`, `pty` and `session` filter. */
-  async list(filter: { tag?: string; pty?: boolean; session?: string } = {}, signal?: AbortSignal): Promise<ProcessInfo[]> {
+  async list(filter: { tag?: string | undefined; pty?: boolean | undefined; session?: string | undefined } = {}, signal?: AbortSignal): Promise<ProcessInfo[]> {
     const { processes } = await this.#http.call("get", "/v1/processes", { query: filter, signal });
     return processes;
   }
@@ -209,7 +213,7 @@ export class Processes {
   }
 
   /** Sends a signal (`SIGINT`, `INT` or `2`) to its group, or to the terminal's foreground job. */
-  signal(id: string, name: string, options: { target?: SignalTarget } = {}, signal?: AbortSignal) {
+  signal(id: string, name: string, options: { target?: SignalTarget | undefined } = {}, signal?: AbortSignal) {
     return this.#http.call("post", "/v1/processes/{id}/signal", {
       path: { id },
       body: { signal: name, ...(options.target ? { target: options.target } : {}) },
@@ -223,7 +227,7 @@ export class Processes {
   }
 
   /** Writes to its stdin or terminal (bytes go base64-encoded); `eof` closes a pipe's stdin after. */
-  input(id: string, data: string | Uint8Array, options: { eof?: boolean } = {}, signal?: AbortSignal): Promise<ProcessInfo> {
+  input(id: string, data: string | Uint8Array, options: { eof?: boolean | undefined } = {}, signal?: AbortSignal): Promise<ProcessInfo> {
     const body =
       typeof data === "string"
         ? { data, ...(options.eof ? { eof: true } : {}) }
@@ -237,7 +241,13 @@ export class Processes {
    */
   output(
     id: string,
-    options: { offset?: number; stream?: OutputStream; limit?: number; encoding?: OutputEncoding; wait?: number } = {},
+    options: {
+      offset?: number | undefined;
+      stream?: OutputStream | undefined;
+      limit?: number | undefined;
+      encoding?: OutputEncoding | undefined;
+      wait?: number | undefined;
+    } = {},
     signal?: AbortSignal,
   ): Promise<OutputChunk> {
     return this.#http.call("get", "/v1/processes/{id}/output", { path: { id }, query: options, signal });
@@ -264,7 +274,7 @@ export class Sessions {
   }
 
   /** Starts a session; without an `id`, one is made up. */
-  create(request: CreateSessionRequest & { id?: string }, signal?: AbortSignal): Promise<SessionInfo> {
+  create(request: CreateSessionRequest & { id?: string | undefined }, signal?: AbortSignal): Promise<SessionInfo> {
     const { id = `session-${randomHex(8)}`, ...body } = request;
     return this.#http.call("post", "/v1/sessions/{id}", { path: { id }, body, signal });
   }
@@ -317,7 +327,7 @@ export class Sessions {
   }
 
   /** One page of events with a sequence above `offset` (`hasMore` says whether to read on). */
-  readEvents(id: string, options: { offset?: number; limit?: number } = {}, signal?: AbortSignal): Promise<SessionEvents> {
+  readEvents(id: string, options: { offset?: number | undefined; limit?: number | undefined } = {}, signal?: AbortSignal): Promise<SessionEvents> {
     return this.#http.call("get", "/v1/sessions/{id}/events", { path: { id }, query: options, signal });
   }
 
@@ -327,7 +337,7 @@ export class Sessions {
    * sequence arrives once and in order; a `gap` item names sequences lost for good.
    * Ends after `session.ended`, or when `signal` fires or the loop breaks.
    */
-  events(id: string, options: { offset?: number; signal?: AbortSignal } = {}): AsyncGenerator<SessionStreamEvent> {
+  events(id: string, options: { offset?: number | undefined; signal?: AbortSignal | undefined } = {}): AsyncGenerator<SessionStreamEvent> {
     const http = this.#http;
     let last = options.offset ?? 0;
     return follow<SessionStreamEvent>(
@@ -344,8 +354,6 @@ export class Sessions {
             return { type: "gap", from: Number(value.from), to: Number(value.to) };
           }
           const event = value as UniversalEvent;
-          // A reconnect never repeats an event; this guards against a server that would.
-          if (event.sequence <= last) return undefined;
           last = event.sequence;
           return event;
         },
@@ -398,17 +406,20 @@ export class Agents {
    */
   async install(
     agent: string,
-    request: { version?: string; reinstall?: boolean } = {},
-    options: { onProgress?: (progress: InstallProgress) => void; signal?: AbortSignal } = {},
+    request: { version?: string | undefined; reinstall?: boolean | undefined } = {},
+    options: { onProgress?: ((progress: InstallProgress) => void) | undefined; signal?: AbortSignal | undefined } = {},
   ): Promise<InstallResult> {
     const path = { agent };
+    const body: InstallRequest = {};
+    if (request.version !== undefined) body.version = request.version;
+    if (request.reinstall !== undefined) body.reinstall = request.reinstall;
     if (!options.onProgress) {
-      const result = await this.#http.call("post", "/v1/agents/{agent}/install", { path, body: request, signal: options.signal });
+      const result = await this.#http.call("post", "/v1/agents/{agent}/install", { path, body, signal: options.signal });
       return result as InstallResult;
     }
     const response = await this.#http.send("post", "/v1/agents/{agent}/install", {
       path,
-      body: request,
+      body,
       headers: { accept: "text/event-stream" },
       signal: options.signal,
     });

@@ -43,7 +43,8 @@ export async function* follow<T>(spec: FollowSpec<T>, signal?: AbortSignal): Asy
         if (item === undefined) continue;
         delay = FIRST_DELAY_MS;
         yield item;
-        if (spec.isLast?.(item)) return;
+        // Events already read stay unread once the caller has aborted.
+        if (signal?.aborted || spec.isLast?.(item)) return;
       }
       if (signal?.aborted) return;
       if (spec.endedCleanly && (await spec.endedCleanly(lastEventId))) return;

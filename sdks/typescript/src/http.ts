@@ -24,7 +24,10 @@ type JsonRequest<O> = O extends { requestBody: { content: { "application/json": 
     : never;
 
 type PathParams<O> = O extends { parameters: { path: infer X } } ? X : never;
-type QueryParams<O> = O extends { parameters: { query?: infer X } } ? X : never;
+type QueryParams<O> = O extends { parameters: { query?: infer X } } ? Loose<X> : never;
+
+/** Optional fields that also take `undefined` (left out of the query). */
+export type Loose<T> = { [K in keyof T]?: T[K] | undefined };
 
 /** What a call names beyond method and path: each part typed by the operation. */
 export type CallOptions<O> = ([PathParams<O>] extends [never | undefined] ? { path?: never } : { path: PathParams<O> }) & {

@@ -25,11 +25,11 @@ export interface TerminalOptions {
    * The byte offset to start from (a number an earlier terminal reported as
    * `offset`). Default: the oldest byte the node agent still holds.
    */
-  offset?: number;
+  offset?: number | undefined;
   /** Which output to follow; a terminal has one, a pipe process `stdout` (the default) or `stderr`. */
-  stream?: OutputStream;
+  stream?: OutputStream | undefined;
   /** Reconnect after a dropped connection (default true). */
-  reconnect?: boolean;
+  reconnect?: boolean | undefined;
 }
 
 /** The `WebSocket` constructor to use: the platform's by default. */

@@ -894,7 +894,7 @@ export interface components {
             /** @description Unique within the session; `item.delta` and `item.completed` name it. */
             id: string;
             /** @description For a tool call: its arguments. */
-            input?: Record<string, never> | null;
+            input?: Record<string, unknown> | null;
             kind: components["schemas"]["ItemKind"];
             /** @description For a tool result: what the tool printed. */
             output?: string | null;
@@ -985,7 +985,7 @@ export interface components {
         PermissionRequest: {
             /** @description Unique within the session; the `{pid}` of the reply route. */
             id: string;
-            input: Record<string, never>;
+            input: Record<string, unknown>;
             /** @description The tool-call item this request is about. */
             itemId?: string | null;
             /** @description The replies the agent accepts. */
@@ -1484,7 +1484,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": Record<string, never>;
+                    "application/json": Record<string, unknown>;
                 };
             };
             /** @description An RFC 7807 problem document; `type` is `urn:agentplane:error:<code>` */
