@@ -14,6 +14,7 @@ import type {
   InstallProgress,
   InstallRequest,
   InstallResult,
+  InterleavedOutput,
   OutputChunk,
   OutputEncoding,
   OutputStream,
@@ -251,6 +252,18 @@ export class Processes {
     signal?: AbortSignal,
   ): Promise<OutputChunk> {
     return this.#http.call("get", "/v1/processes/{id}/output", { path: { id }, query: options, signal });
+  }
+
+  /**
+   * A pipe process's stdout and stderr together, in the order the node agent read
+   * them: frames from chunk `seq` on (or `since` a time), with `nextSeq` to ask for next.
+   */
+  interleaved(
+    id: string,
+    options: Loose<NonNullable<operations["read_interleaved_output"]["parameters"]["query"]>> = {},
+    signal?: AbortSignal,
+  ): Promise<InterleavedOutput> {
+    return this.#http.call("get", "/v1/processes/{id}/output/interleaved", { path: { id }, query: options, signal });
   }
 
   /** Opens its terminal (or follows a pipe's output) over a WebSocket; see {@link Terminal}. */

@@ -65,6 +65,8 @@ export async function launch(options: StartOptions): Promise<Launched> {
     return stopping;
   };
 
+  // A child that dies before reading its token makes this write fail: its exit says why.
+  child.stdin.on("error", () => {});
   try {
     child.stdin.end(`${token}\n`);
     const baseUrl = await readyLine(child, options.timeoutMs ?? 30_000, binary);

@@ -86,6 +86,21 @@ test("create, list, get, input and output by offset, signal, stop", async (t) =>
   });
   assert.equal(ended.exitCode, 0);
 
+  // Both pipes of a process in the order they were read (the program pauses between
+  // writes: two pipes written faster than they are read keep only their own order).
+  const both = await plane.processes.create({
+    command: "sh",
+    args: ["-c", "echo out1; sleep 0.3; echo err1 >&2; sleep 0.3; echo out2"],
+  });
+  const frames = await waitFor("both streams read to the end", async () => {
+    const o = await plane.processes.interleaved(both.id, { seq: 0, wait: 5 });
+    return o.eof ? o.frames : null;
+  });
+  assert.deepEqual(
+    frames.map((f) => [f.stream, f.data]),
+    [["stdout", "out1\n"], ["stderr", "err1\n"], ["stdout", "out2\n"]],
+  );
+
   const sleeper = await plane.processes.create({ command: "sleep", args: ["100"] });
   await plane.processes.signal(sleeper.id, "SIGINT");
   const interrupted = await waitFor("sleep to die of SIGINT", async () => {
