@@ -1,7 +1,8 @@
-//! Bearer-token authentication, and single-use tickets for WebSocket clients that
-//! cannot set headers (browsers). The long-lived token never appears in a URL.
+//! Bearer-token authentication, single-use tickets for WebSocket clients that cannot
+//! set headers (browsers), and one-time login codes that a browser page exchanges for
+//! a token of its own. The long-lived token never appears in a URL.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -13,15 +14,32 @@ pub const TICKET_TTL: Duration = Duration::from_secs(30);
 /// Most unredeemed tickets kept; a client minting more than this loses the oldest.
 const MAX_TICKETS: usize = 1024;
 
+/// How long a login code may wait before it is exchanged: time to open a printed link.
+pub const LOGIN_CODE_TTL: Duration = Duration::from_secs(10 * 60);
+/// Most unexchanged login codes kept; minting more drops the oldest.
+pub const MAX_LOGIN_CODES: usize = 32;
+/// Most browser tokens kept (one per page that logged in); past it the oldest stops working.
+pub const MAX_BROWSER_TOKENS: usize = 64;
+
 pub struct Auth {
     token: Option<Vec<u8>>,
     tickets: Mutex<HashMap<String, (String, Instant)>>,
+    /// Login codes not yet exchanged, with when each expires.
+    codes: Mutex<Vec<(Vec<u8>, Instant)>>,
+    /// Tokens given for login codes, oldest first: accepted like `token` until the
+    /// node agent stops.
+    browser_tokens: Mutex<VecDeque<Vec<u8>>>,
 }
 
 impl Auth {
     /// `None` disables authentication (`--no-token`).
     pub fn new(token: Option<String>) -> Self {
-        Auth { token: token.map(String::into_bytes), tickets: Mutex::new(HashMap::new()) }
+        Auth {
+            token: token.map(String::into_bytes),
+            tickets: Mutex::new(HashMap::new()),
+            codes: Mutex::new(Vec::new()),
+            browser_tokens: Mutex::new(VecDeque::new()),
+        }
     }
 
     pub fn enabled(&self) -> bool {
@@ -37,7 +55,58 @@ impl Auth {
         if !scheme.eq_ignore_ascii_case(b"Bearer ") {
             return false;
         }
-        presented.ct_eq(token).into()
+        let mut accepted = presented.ct_eq(token);
+        // Every browser token is compared, whichever matches: the time taken says
+        // nothing about which, or whether, one did.
+        let browser_tokens = self.browser_tokens.lock().unwrap_or_else(|e| e.into_inner());
+        for known in browser_tokens.iter() {
+            accepted |= presented.ct_eq(known);
+        }
+        accepted.into()
+    }
+
+    /// Mints a one-time login code (128 random bits, hex), valid for [`LOGIN_CODE_TTL`];
+    /// past [`MAX_LOGIN_CODES`] unexchanged ones, the oldest is dropped.
+    pub fn issue_login_code(&self) -> (String, OffsetDateTime) {
+        let code = crate::random::hex(16);
+        let now = Instant::now();
+        let mut codes = self.codes.lock().unwrap_or_else(|e| e.into_inner());
+        codes.retain(|(_, expires)| *expires > now);
+        while codes.len() >= MAX_LOGIN_CODES {
+            // Kept in the order they were minted: the first is the oldest.
+            codes.remove(0);
+        }
+        codes.push((code.clone().into_bytes(), now + LOGIN_CODE_TTL));
+        (code, OffsetDateTime::now_utc() + LOGIN_CODE_TTL)
+    }
+
+    /// Uses up a login code: a new browser token when it was valid (never the node
+    /// agent's own token), `None` when it is unknown, used or expired. Codes are
+    /// compared in constant time, each against every one kept.
+    pub fn exchange_login_code(&self, code: &str) -> Option<String> {
+        let presented = code.as_bytes();
+        let now = Instant::now();
+        let valid = {
+            let mut codes = self.codes.lock().unwrap_or_else(|e| e.into_inner());
+            let mut found = None;
+            for (index, (known, _)) in codes.iter().enumerate() {
+                if bool::from(presented.ct_eq(known)) {
+                    found = Some(index);
+                }
+            }
+            // Used once, whether or not it had expired.
+            found.map(|index| codes.remove(index)).is_some_and(|(_, expires)| expires > now)
+        };
+        if !valid {
+            return None;
+        }
+        let token = crate::random::hex(32);
+        let mut tokens = self.browser_tokens.lock().unwrap_or_else(|e| e.into_inner());
+        while tokens.len() >= MAX_BROWSER_TOKENS {
+            tokens.pop_front();
+        }
+        tokens.push_back(token.clone().into_bytes());
+        Some(token)
     }
 
     /// Mints a ticket that opens one WebSocket to `process_id`.
@@ -82,6 +151,47 @@ mod tests {
         assert!(!auth.check_bearer(Some(b"s3cret")));
         assert!(!auth.check_bearer(None));
         assert!(Auth::new(None).check_bearer(None));
+    }
+
+    #[test]
+    fn login_codes_are_single_use_and_give_a_token_of_their_own() {
+        let auth = Auth::new(Some("the-main-token".into()));
+        let (code, expires) = auth.issue_login_code();
+        assert_eq!(code.len(), 32);
+        assert!(expires > OffsetDateTime::now_utc() + Duration::from_secs(9 * 60));
+        assert_eq!(auth.exchange_login_code("0123456789abcdef0123456789abcdef"), None);
+        assert_eq!(auth.exchange_login_code(""), None);
+        let token = auth.exchange_login_code(&code).expect("a fresh code is exchanged");
+        assert_ne!(token, "the-main-token");
+        assert_eq!(token.len(), 64);
+        assert!(auth.check_bearer(Some(format!("Bearer {token}").as_bytes())));
+        assert!(auth.check_bearer(Some(b"Bearer the-main-token")));
+        assert_eq!(auth.exchange_login_code(&code), None, "a code is used once");
+        assert!(!auth.check_bearer(Some(format!("Bearer {code}").as_bytes())), "a code is no token");
+    }
+
+    #[test]
+    fn login_codes_and_browser_tokens_are_bounded() {
+        let auth = Auth::new(Some("the-main-token".into()));
+        let codes: Vec<String> = (0..MAX_LOGIN_CODES + 1).map(|_| auth.issue_login_code().0).collect();
+        assert_eq!(auth.exchange_login_code(&codes[0]), None, "the oldest code was dropped");
+        assert!(auth.exchange_login_code(&codes[1]).is_some());
+        let first = auth.exchange_login_code(&codes[2]).unwrap();
+        for _ in 0..MAX_BROWSER_TOKENS {
+            let code = auth.issue_login_code().0;
+            auth.exchange_login_code(&code).unwrap();
+        }
+        assert!(!auth.check_bearer(Some(format!("Bearer {first}").as_bytes())), "the oldest token was dropped");
+        assert_eq!(auth.browser_tokens.lock().unwrap().len(), MAX_BROWSER_TOKENS);
+    }
+
+    #[test]
+    fn an_expired_login_code_is_refused() {
+        let auth = Auth::new(Some("the-main-token".into()));
+        let (code, _) = auth.issue_login_code();
+        auth.codes.lock().unwrap()[0].1 = Instant::now();
+        assert_eq!(auth.exchange_login_code(&code), None);
+        assert!(auth.codes.lock().unwrap().is_empty(), "and forgotten");
     }
 
     #[test]

@@ -74,10 +74,18 @@ pub enum Error {
     Conflict(String),
     #[error("missing or invalid bearer token")]
     Unauthorized,
+    /// `POST /v1/auth/exchange` with a code that was never minted, was used, or expired.
+    #[error(
+        "the login code is unknown, already used or expired: ask for a new one (`agentplane ui`, or POST /v1/auth/codes)"
+    )]
+    InvalidLoginCode,
     #[error("{0}")]
     Forbidden(String),
     #[error("no route for {0}")]
     RouteNotFound(String),
+    /// A route this node agent has but does not serve (resources without `agentplane up`).
+    #[error("{0}")]
+    NotFound(String),
     #[error("method not allowed for this route")]
     MethodNotAllowed,
     /// A request body past the node agent's limit.
@@ -119,9 +127,9 @@ impl Error {
             Error::PermissionNotFound { .. } => "permission_not_found",
             Error::QuestionNotFound { .. } => "question_not_found",
             Error::Conflict(_) => "conflict",
-            Error::Unauthorized => "unauthorized",
+            Error::Unauthorized | Error::InvalidLoginCode => "unauthorized",
             Error::Forbidden(_) => "forbidden",
-            Error::RouteNotFound(_) => "not_found",
+            Error::RouteNotFound(_) | Error::NotFound(_) => "not_found",
             Error::MethodNotAllowed => "method_not_allowed",
             Error::PayloadTooLarge(_) => "payload_too_large",
             Error::Io { .. } => "internal",
@@ -135,6 +143,7 @@ impl Error {
             }
             Error::ProcessNotFound(_)
             | Error::RouteNotFound(_)
+            | Error::NotFound(_)
             | Error::AgentNotFound(_)
             | Error::SessionNotFound(_)
             | Error::PermissionNotFound { .. }
@@ -151,7 +160,7 @@ impl Error {
             }
             Error::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
             Error::LimitExceeded(_) => StatusCode::TOO_MANY_REQUESTS,
-            Error::Unauthorized => StatusCode::UNAUTHORIZED,
+            Error::Unauthorized | Error::InvalidLoginCode => StatusCode::UNAUTHORIZED,
             Error::Forbidden(_) => StatusCode::FORBIDDEN,
             Error::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Error::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
@@ -181,9 +190,9 @@ impl Error {
             Error::PermissionNotFound { .. } => "Permission request not found",
             Error::QuestionNotFound { .. } => "Question not found",
             Error::Conflict(_) => "Conflict",
-            Error::Unauthorized => "Unauthorized",
+            Error::Unauthorized | Error::InvalidLoginCode => "Unauthorized",
             Error::Forbidden(_) => "Forbidden",
-            Error::RouteNotFound(_) => "Not found",
+            Error::RouteNotFound(_) | Error::NotFound(_) => "Not found",
             Error::MethodNotAllowed => "Method not allowed",
             Error::PayloadTooLarge(_) => "Payload too large",
             Error::Io { .. } => "Internal error",

@@ -17,6 +17,7 @@ pub mod netproxy;
 pub mod output;
 pub mod process;
 pub mod random;
+pub mod resources;
 pub mod server;
 pub mod sessions;
 pub mod signals;

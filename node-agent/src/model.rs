@@ -690,3 +690,143 @@ pub struct SessionSseQuery {
     /// Events with a sequence greater than this (default 0). `Last-Event-ID` takes precedence.
     pub offset: Option<u64>,
 }
+
+// ---- Logging in from a browser ----
+
+/// Answer of `POST /v1/auth/codes`: a one-time code for `POST /v1/auth/exchange`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LoginCode {
+    /// 128 random bits as hex: single use. Meant for a URL fragment (`/ui/#code=...`),
+    /// which no browser sends to a server.
+    pub code: String,
+    #[serde(with = "time::serde::rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
+    pub expires_at: OffsetDateTime,
+}
+
+/// Body of `POST /v1/auth/exchange`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ExchangeCodeRequest {
+    /// A code from `POST /v1/auth/codes` (or the `inspector:` line `agentplane up` prints).
+    pub code: String,
+}
+
+/// Answer of `POST /v1/auth/exchange`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BrowserToken {
+    /// A bearer token of the page's own (not the node agent's `--token`), accepted
+    /// until the node agent stops; the 64 newest are kept.
+    pub token: String,
+}
+
+// ---- Resources (served by `agentplane up`) ----
+
+/// The kinds of resource a store holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, ToSchema)]
+pub enum ResourceKind {
+    Process,
+    Session,
+    Sandbox,
+    SandboxTemplate,
+    SandboxWarmPool,
+}
+
+/// A condition of a resource's status, in the Kubernetes `metav1.Condition` shape.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceCondition {
+    /// `Ready`, `Valid`, `RepliesAccepted`, ...
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// `True`, `False` or `Unknown`.
+    pub status: String,
+    pub reason: String,
+    pub message: String,
+    /// RFC 3339: when `status` last changed.
+    #[schema(format = DateTime)]
+    pub last_transition_time: String,
+}
+
+/// One resource of the store, with what a page needs to list it and open it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceView {
+    pub kind: ResourceKind,
+    pub namespace: String,
+    pub name: String,
+    /// Given by the store when it first saw the resource; stable while it lives.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
+    /// As `agentplane get` shows it: the status's phase, `Pending` before there is
+    /// one, `Terminating` while being cleaned up, `External` for a Sandbox with an
+    /// endpoint; absent for kinds without a phase (templates, pools).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    /// Why it is not where it should be, in one word (`get`'s REASON column:
+    /// `BackOff`, `EnvNotResolved`, `InvalidSpec`, ...); absent when all is well.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The message of the condition `reason` comes from, else that of `Ready`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    pub conditions: Vec<ResourceCondition>,
+    /// The YAML file that declares it, relative to the watched folder; absent for what
+    /// the store made itself (sandboxes of a template).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
+    /// Process and Session: the Sandbox it runs on (`local`: the node agent serving
+    /// this list; `processId` and `sessionId` are ids on that sandbox's node agent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<String>,
+    /// Process: its id on its sandbox's node agent (`/v1/processes/{id}`, its terminal).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process_id: Option<String>,
+    /// Session: its id on its sandbox's node agent (`/v1/sessions/{id}`, its events).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    /// RFC 3339: the latest time the resource records (created, a condition's
+    /// transition, started, exited, deleted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(format = DateTime)]
+    pub updated_at: Option<String>,
+    /// The spec as the store took it (what `agentplane get -o json` shows).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub spec: Option<serde_json::Value>,
+    /// The whole status as the store records it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub status: Option<serde_json::Value>,
+}
+
+/// Why a file of the watched folder was not taken (it keeps its resources at their
+/// last good spec).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FileError {
+    /// Relative to the watched folder.
+    pub file: String,
+    /// 1-based, when the error has a place.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub line: Option<u64>,
+    /// 1-based, when the error has a place.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub column: Option<u64>,
+    pub message: String,
+}
+
+/// Answer of `GET /v1/resources`, and the data of each `resources` event of
+/// `GET /v1/resources/sse`: everything, each time.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceList {
+    /// By kind, namespace and name.
+    pub resources: Vec<ResourceView>,
+    /// The files that were not taken, by file.
+    pub file_errors: Vec<FileError>,
+    /// Goes up with every change the store records (from 0 at each start of `up`).
+    pub revision: u64,
+}

@@ -17,6 +17,7 @@ use crate::error::{Error, Result};
 use crate::leftovers::{ChildRegistry, RegistryError};
 use crate::metrics::Metrics;
 use crate::process::{Limits, ProcessManager};
+use crate::resources::ResourceSource;
 use crate::sessions::{SessionManager, SessionOptions};
 
 #[derive(Debug, Clone)]
@@ -116,6 +117,7 @@ impl Server {
             allowed_origins: Arc::new(allowed_origins),
             shutdown,
             metrics,
+            resources: None,
         };
         Ok(Server { listener, state })
     }
@@ -134,6 +136,23 @@ impl Server {
 
     pub fn sessions(&self) -> SessionManager {
         self.state.sessions.clone()
+    }
+
+    /// Serves `/v1/resources` and `/v1/resources/sse` from `source` (what `agentplane
+    /// up` does with its store); without it they answer `not_found`.
+    pub fn set_resources(&mut self, source: Arc<dyn ResourceSource>) {
+        self.state.resources = Some(source);
+    }
+
+    /// A one-time login code, as `POST /v1/auth/codes` mints: for the link to the
+    /// inspector (`/ui/#code=CODE`) printed at startup.
+    pub fn login_code(&self) -> (String, time::OffsetDateTime) {
+        self.state.auth.issue_login_code()
+    }
+
+    /// Whether clients need a token (not `--no-token`).
+    pub fn requires_token(&self) -> bool {
+        self.state.auth.enabled()
     }
 
     /// What `/metrics` serves: add another registry's text with [`Metrics::add_source`].

@@ -54,6 +54,9 @@ async fn no_route_but_health_answers_without_the_token() {
         ("POST", "/v1/sessions/s1/permissions/p1/reply".into()),
         ("POST", "/v1/sessions/s1/questions/q1/reply".into()),
         ("POST", "/v1/sessions/s1/questions/q1/reject".into()),
+        ("POST", "/v1/auth/codes".into()),
+        ("GET", "/v1/resources".into()),
+        ("GET", "/v1/resources/sse".into()),
         ("GET", "/metrics".into()),
         ("GET", "/v1/no-such-route".into()),
         ("GET", "/".into()),
@@ -359,6 +362,10 @@ async fn the_openapi_document_describes_every_route() {
         ("/v1/sessions/{id}/permissions/{pid}/reply", "post"),
         ("/v1/sessions/{id}/questions/{qid}/reply", "post"),
         ("/v1/sessions/{id}/questions/{qid}/reject", "post"),
+        ("/v1/auth/codes", "post"),
+        ("/v1/auth/exchange", "post"),
+        ("/v1/resources", "get"),
+        ("/v1/resources/sse", "get"),
         ("/metrics", "get"),
     ] {
         assert!(paths[path][method].is_object(), "{method} {path} is documented");
@@ -394,7 +401,22 @@ async fn the_openapi_document_describes_every_route() {
                 .count()
         })
         .sum();
-    assert_eq!(documented, 31, "operations documented: every method of every route in `api::router`");
+    assert_eq!(documented, 35, "operations documented: every method of every route in `api::router`");
+    // The routes that need no token say so; every other inherits the bearer scheme.
+    for (path, method) in [("/v1/health", "get"), ("/v1/auth/exchange", "post")] {
+        assert_eq!(paths[path][method]["security"], serde_json::json!([{}]), "{method} {path}");
+    }
+    for schema in ["ResourceList", "ResourceView", "ResourceKind", "ResourceCondition", "FileError", "LoginCode"] {
+        assert!(schemas.contains_key(schema), "{schema} is described");
+    }
+    let view = &schemas["ResourceView"]["properties"];
+    for field in
+        ["kind", "name", "phase", "reason", "message", "conditions", "file", "sandbox", "processId", "sessionId"]
+    {
+        assert!(view[field].is_object(), "ResourceView.{field}");
+    }
+    // The inspector's static files are no API: out of the document.
+    assert!(paths.keys().all(|p| !p.starts_with("/ui")));
     assert_eq!(doc["components"]["securitySchemes"]["bearer"]["scheme"], "bearer");
 }
 

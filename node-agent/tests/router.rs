@@ -32,6 +32,7 @@ async fn app() -> (axum::Router, tempfile::TempDir) {
         allowed_origins: Arc::new(Vec::new()),
         shutdown,
         metrics: Default::default(),
+        resources: None,
     };
     (router(state), dir)
 }
@@ -58,7 +59,7 @@ async fn answer(app: &axum::Router, request: Request<Body>) -> (StatusCode, Stri
 }
 
 /// Every route that reads a body.
-const BODY_ROUTES: [&str; 10] = [
+const BODY_ROUTES: [&str; 11] = [
     "/v1/processes",
     "/v1/processes/p1/signal",
     "/v1/processes/p1/resize",
@@ -69,6 +70,7 @@ const BODY_ROUTES: [&str; 10] = [
     "/v1/sessions/s1/permissions/p1/reply",
     "/v1/sessions/s1/questions/q1/reply",
     "/v1/sessions/s1/questions/q1/reject",
+    "/v1/auth/exchange",
 ];
 
 #[tokio::test]

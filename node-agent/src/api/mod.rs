@@ -1,15 +1,23 @@
 //! The HTTP API under `/v1`: REST lifecycle calls, output by offset, the terminal
 //! WebSocket, lifecycle events over SSE, agents and sessions (events by offset and
-//! over SSE), and the OpenAPI document generated from these handlers.
+//! over SSE), login codes for a browser page, the resources of `agentplane up`, and
+//! the OpenAPI document generated from these handlers; and the web inspector's files
+//! at `/ui/`.
 //!
 //! One module per resource, each with its `routes()`: [`processes`], [`agents`],
-//! [`sessions`] and [`metrics`]; here what they share (the state, the extractors whose
-//! rejections are problem documents, authentication) and the OpenAPI document.
+//! [`sessions`], [`login`], [`resources`] and [`metrics`], and [`ui`] for the static
+//! files; here what they share (the state, the extractors whose rejections are problem
+//! documents, authentication) and the OpenAPI document.
 
 mod agents;
+mod login;
 mod metrics;
 mod processes;
+mod resources;
 mod sessions;
+mod ui;
+
+pub use ui::CONTENT_SECURITY_POLICY;
 
 pub use metrics::metrics_router;
 
@@ -31,6 +39,7 @@ use crate::error::{Error, Problem, Result};
 use crate::metrics::Metrics;
 use crate::model::*;
 use crate::process::ProcessManager;
+use crate::resources::ResourceSource;
 use crate::sessions::SessionManager;
 use crate::universal::*;
 
@@ -45,6 +54,9 @@ pub struct AppState {
     pub shutdown: CancellationToken,
     /// What `/metrics` serves; the processes and sessions count into the same.
     pub metrics: Metrics,
+    /// What `/v1/resources` serves: `agentplane up`'s store; without one those
+    /// routes answer `not_found`.
+    pub resources: Option<Arc<dyn ResourceSource>>,
 }
 
 /// A JSON body whose rejection is a problem document.
@@ -107,6 +119,8 @@ fn documented_routes() -> OpenApiRouter<AppState> {
         .merge(processes::routes())
         .merge(agents::routes())
         .merge(sessions::routes())
+        .merge(login::routes())
+        .merge(resources::routes())
         .merge(metrics::routes())
 }
 
@@ -127,6 +141,8 @@ pub fn router(state: AppState) -> Router {
         .fallback(|uri: axum::http::Uri| async move { Error::RouteNotFound(uri.path().to_string()) })
         .method_not_allowed_fallback(|| async { Error::MethodNotAllowed })
         .layer(middleware::from_fn_with_state(state.clone(), authenticate))
+        // The inspector's files hold no data: outside authentication (see `ui`).
+        .merge(ui::routes())
         // Outside authentication, so that refused requests are counted too.
         .layer(middleware::from_fn_with_state(state.clone(), metrics::count_request))
         .layer(tower_http::trace::TraceLayer::new_for_http());
@@ -146,7 +162,8 @@ pub fn router(state: AppState) -> Router {
 
 async fn authenticate(State(state): State<AppState>, request: Request, next: MiddlewareNext) -> Response {
     let path = request.uri().path();
-    if path == "/v1/health" || !state.auth.enabled() {
+    // Health, and the exchange of a login code (the code is its credential).
+    if path == "/v1/health" || path == login::EXCHANGE_PATH || !state.auth.enabled() {
         return next.run(request).await;
     }
     let header = request.headers().get(header::AUTHORIZATION).map(HeaderValue::as_bytes);
@@ -176,7 +193,7 @@ fn ticket_grants(state: &AppState, request: &Request) -> bool {
 #[openapi(
     info(
         title = "agentplane node agent",
-        description = "Persistent processes, terminals and agent sessions in a sandbox. Every route but health needs `Authorization: Bearer TOKEN`. Errors are RFC 7807 problem documents with `urn:agentplane:error:*` types."
+        description = "Persistent processes, terminals and agent sessions in a sandbox. Every route but health and the exchange of a login code needs `Authorization: Bearer TOKEN`. Errors are RFC 7807 problem documents with `urn:agentplane:error:*` types."
     ),
     // The paths come from the routes themselves (`documented_routes`).
     components(schemas(Problem, ControlMessage, LifecycleEvent, UniversalEvent, EventData, EventType, EventSource, Gap, InstallProgress)),
@@ -184,6 +201,8 @@ fn ticket_grants(state: &AppState, request: &Request) -> bool {
         (name = "processes", description = "Processes and terminals"),
         (name = "agents", description = "The agents this node agent can drive"),
         (name = "sessions", description = "Conversations with agents, as universal events"),
+        (name = "auth", description = "Logging a browser page in with a one-time code"),
+        (name = "resources", description = "The resources of `agentplane up`'s store (served by `up` only)"),
         (name = "system", description = "Health and the API document")
     )
 )]
@@ -220,7 +239,7 @@ impl utoipa::Modify for ApiConventions {
     }
 }
 
-/// Liveness; the only route that needs no token.
+/// Liveness; with the exchange of a login code, the only API route that needs no token.
 #[utoipa::path(get, path = "/v1/health", tag = "system", security(()), responses((status = 200, body = Health)))]
 async fn health() -> Json<Health> {
     Json(Health { status: "ok".into(), version: env!("CARGO_PKG_VERSION").into() })

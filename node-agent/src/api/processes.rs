@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use axum::extract::State;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade, rejection::WebSocketUpgradeRejection};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::Response;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use base64::Engine as _;
@@ -357,8 +357,11 @@ async fn connect(
     upgrade: std::result::Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Result<Response> {
     // Browsers send Origin; a page from an origin not allowed must not drive a terminal.
+    // The node agent's own pages (the inspector at `/ui/`) are of the origin the
+    // request is addressed to.
     if let Some(origin) = headers.get(header::ORIGIN)
         && !state.allowed_origins.iter().any(|allowed| allowed == origin)
+        && !same_origin(origin, &headers)
     {
         return Err(Error::Forbidden(format!(
             "origin {:?} is not allowed (--cors-origin)",
@@ -379,6 +382,18 @@ async fn connect(
     let upgrade = upgrade.map_err(|e| Error::InvalidRequest(format!("not a WebSocket request: {}", e.body_text())))?;
     let upgrade = upgrade.max_message_size(MAX_CLIENT_MESSAGE).max_frame_size(MAX_CLIENT_MESSAGE);
     Ok(upgrade.on_upgrade(move |socket| terminal_session(socket, state, process, buffer, query.offset)))
+}
+
+/// Whether `origin` is `http://HOST` or `https://HOST` of the `Host` the request was
+/// sent to: a page this node agent served itself.
+fn same_origin(origin: &HeaderValue, headers: &HeaderMap) -> bool {
+    let (Ok(origin), Some(Ok(host))) = (origin.to_str(), headers.get(header::HOST).map(|h| h.to_str())) else {
+        return false;
+    };
+    let Some(origin_host) = origin.strip_prefix("http://").or_else(|| origin.strip_prefix("https://")) else {
+        return false;
+    };
+    !host.is_empty() && origin_host.eq_ignore_ascii_case(host)
 }
 
 async fn terminal_session(
@@ -604,4 +619,30 @@ async fn lifecycle_events(
         }
     });
     Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn same_origin_is_the_host_the_request_was_sent_to() {
+        let headers = |host: &str| {
+            let mut headers = HeaderMap::new();
+            headers.insert(header::HOST, HeaderValue::from_str(host).unwrap());
+            headers
+        };
+        let origin = |o: &str| HeaderValue::from_str(o).unwrap();
+        let local = headers("127.0.0.1:2468");
+        assert!(same_origin(&origin("http://127.0.0.1:2468"), &local));
+        assert!(same_origin(&origin("https://127.0.0.1:2468"), &local));
+        assert!(same_origin(&origin("http://LOCALHOST:9"), &headers("localhost:9")));
+        assert!(!same_origin(&origin("http://127.0.0.1:2469"), &local));
+        assert!(!same_origin(&origin("http://127.0.0.1"), &local));
+        assert!(!same_origin(&origin("http://127.0.0.1:2468.evil.example"), &local));
+        assert!(!same_origin(&origin("null"), &local));
+        assert!(!same_origin(&origin("ws://127.0.0.1:2468"), &local));
+        assert!(!same_origin(&origin("http://127.0.0.1:2468"), &HeaderMap::new()));
+        assert!(!same_origin(&origin("http://"), &headers("")));
+    }
 }

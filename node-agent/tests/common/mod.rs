@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use agentplane_node_agent::client::{Client, TerminalSocket};
 use agentplane_node_agent::model::{ConnectQuery, ControlMessage, CreateProcessRequest, ProcessInfo, PtySize};
+use agentplane_node_agent::resources::ResourceSource;
 use agentplane_node_agent::{Config, Limits, Server, SessionOptions};
 use futures_util::{SinkExt, StreamExt};
 use tokio_tungstenite::tungstenite::Message;
@@ -42,11 +43,16 @@ impl TestServer {
     }
 
     pub async fn start_with(limits: Limits) -> Self {
-        Self::start_in(tempfile::tempdir().unwrap(), limits, SessionOptions::default()).await
+        Self::start_in(tempfile::tempdir().unwrap(), limits, SessionOptions::default(), None).await
     }
 
     pub async fn start_with_sessions(options: SessionOptions) -> Self {
-        Self::start_in(tempfile::tempdir().unwrap(), Limits::default(), options).await
+        Self::start_in(tempfile::tempdir().unwrap(), Limits::default(), options, None).await
+    }
+
+    /// A node agent that serves `/v1/resources` from `source`, as `agentplane up`'s does.
+    pub async fn start_with_resources(source: std::sync::Arc<dyn ResourceSource>) -> Self {
+        Self::start_in(tempfile::tempdir().unwrap(), Limits::default(), SessionOptions::default(), Some(source)).await
     }
 
     /// A node agent that installs agents into [`shared_agents_dir`].
@@ -65,7 +71,7 @@ impl TestServer {
         // The old node agent's hold on the data directory goes with it, as with a process exiting.
         let options = self.options.clone();
         drop(self);
-        Self::start_in(data, Limits::default(), options).await
+        Self::start_in(data, Limits::default(), options, None).await
     }
 
     /// Where the node agent keeps its data.
@@ -73,7 +79,12 @@ impl TestServer {
         self.data.path().join("data")
     }
 
-    async fn start_in(data: tempfile::TempDir, limits: Limits, sessions: SessionOptions) -> Self {
+    async fn start_in(
+        data: tempfile::TempDir,
+        limits: Limits,
+        sessions: SessionOptions,
+        resources: Option<std::sync::Arc<dyn ResourceSource>>,
+    ) -> Self {
         // The node agent's log, shown with a failing test's output (RUST_LOG to change).
         let _ = tracing_subscriber::fmt()
             .with_env_filter(
@@ -92,7 +103,10 @@ impl TestServer {
             limits,
         };
         let options = sessions.clone();
-        let server = Server::bind_with(config, sessions, shutdown.clone()).await.unwrap();
+        let mut server = Server::bind_with(config, sessions, shutdown.clone()).await.unwrap();
+        if let Some(source) = resources {
+            server.set_resources(source);
+        }
         let url = format!("http://{}", server.local_addr().expect("a TCP listener"));
         let metrics_addr = server.serve_metrics("127.0.0.1:0".parse().unwrap()).await.unwrap();
         let metrics_url = format!("http://{metrics_addr}/metrics");

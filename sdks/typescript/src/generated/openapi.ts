@@ -117,6 +117,49 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/auth/codes": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * A one-time login code: 128 random bits, valid for 10 minutes, single use; at most
+         *     32 are kept unexchanged (minting more drops the oldest). `agentplane up` prints a
+         *     link carrying one (`/ui/#code=...`), `agentplane ui` another.
+         */
+        post: operations["issue_login_code"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/auth/exchange": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Exchanges a login code for a bearer token of the page's own (not the node agent's
+         *     token), accepted like it until the node agent stops; the 64 newest are kept. Needs
+         *     no token: the code is the credential. A code that is unknown, used or expired is
+         *     `unauthorized`.
+         */
+        post: operations["exchange_login_code"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/events/sse": {
         parameters: {
             query?: never;
@@ -146,7 +189,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Liveness; the only route that needs no token. */
+        /** Liveness; with the exchange of a login code, the only API route that needs no token. */
         get: operations["health"];
         put?: never;
         post?: never;
@@ -342,6 +385,49 @@ export interface paths {
         put?: never;
         /** A short-lived single-use ticket to open the WebSocket without the token. */
         post: operations["issue_ticket"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/resources": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Every resource of the store (Processes, Sessions, Sandboxes, templates and pools),
+         *     with its phase, reason, conditions, file, and the node-agent id to open it by;
+         *     and the files that were not taken. Served by `agentplane up` only: a plain node
+         *     agent answers `not_found`.
+         */
+        get: operations["list_resources"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/resources/sse": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The whole list as an event `resources` (`id:` = its revision): one at once, then
+         *     another each time something in it changes. Reconnecting needs no `Last-Event-ID`:
+         *     every event is complete.
+         */
+        get: operations["resource_events"];
+        put?: never;
+        post?: never;
         delete?: never;
         options?: never;
         head?: never;
@@ -590,6 +676,14 @@ export interface components {
             /** @description The `permissionMode`s this agent's driver accepts; others answer `mode_not_supported`. */
             permissionModes: components["schemas"]["PermissionMode"][];
         };
+        /** @description Answer of `POST /v1/auth/exchange`. */
+        BrowserToken: {
+            /**
+             * @description A bearer token of the page's own (not the node agent's `--token`), accepted
+             *     until the node agent stops; the 64 newest are kept.
+             */
+            token: string;
+        };
         /** @description JSON control messages of the terminal WebSocket (text frames), both directions. */
         ControlMessage: {
             /** Format: int32 */
@@ -805,6 +899,30 @@ export interface components {
          * @enum {string}
          */
         EventType: "session.started" | "session.ended" | "turn.started" | "turn.ended" | "item.started" | "item.delta" | "item.completed" | "permission.requested" | "permission.resolved" | "question.requested" | "question.resolved" | "error" | "agent.unparsed";
+        /** @description Body of `POST /v1/auth/exchange`. */
+        ExchangeCodeRequest: {
+            /** @description A code from `POST /v1/auth/codes` (or the `inspector:` line `agentplane up` prints). */
+            code: string;
+        };
+        /**
+         * @description Why a file of the watched folder was not taken (it keeps its resources at their
+         *     last good spec).
+         */
+        FileError: {
+            /**
+             * Format: int64
+             * @description 1-based, when the error has a place.
+             */
+            column?: number | null;
+            /** @description Relative to the watched folder. */
+            file: string;
+            /**
+             * Format: int64
+             * @description 1-based, when the error has a place.
+             */
+            line?: number | null;
+            message: string;
+        };
         /** @description A range of output that was lost to the client: overwritten before it was read. */
         Gap: {
             /** Format: int64 */
@@ -921,6 +1039,16 @@ export interface components {
         };
         /** @enum {string} */
         LifecycleEventType: "process.created" | "process.updated" | "process.exited" | "process.deleted";
+        /** @description Answer of `POST /v1/auth/codes`: a one-time code for `POST /v1/auth/exchange`. */
+        LoginCode: {
+            /**
+             * @description 128 random bits as hex: single use. Meant for a URL fragment (`/ui/#code=...`),
+             *     which no browser sends to a server.
+             */
+            code: string;
+            /** Format: date-time */
+            expiresAt: string;
+        };
         /** @description One model a session's `model` may name. */
         ModelInfo: {
             description: string;
@@ -1071,6 +1199,86 @@ export interface components {
             /** @description Unique within the session; the `{qid}` of the reply and reject routes. */
             id: string;
             questions: components["schemas"]["Question"][];
+        };
+        /** @description A condition of a resource's status, in the Kubernetes `metav1.Condition` shape. */
+        ResourceCondition: {
+            /**
+             * Format: date-time
+             * @description RFC 3339: when `status` last changed.
+             */
+            lastTransitionTime: string;
+            message: string;
+            reason: string;
+            /** @description `True`, `False` or `Unknown`. */
+            status: string;
+            /** @description `Ready`, `Valid`, `RepliesAccepted`, ... */
+            type: string;
+        };
+        /**
+         * @description The kinds of resource a store holds.
+         * @enum {string}
+         */
+        ResourceKind: "Process" | "Session" | "Sandbox" | "SandboxTemplate" | "SandboxWarmPool";
+        /**
+         * @description Answer of `GET /v1/resources`, and the data of each `resources` event of
+         *     `GET /v1/resources/sse`: everything, each time.
+         */
+        ResourceList: {
+            /** @description The files that were not taken, by file. */
+            fileErrors: components["schemas"]["FileError"][];
+            /** @description By kind, namespace and name. */
+            resources: components["schemas"]["ResourceView"][];
+            /**
+             * Format: int64
+             * @description Goes up with every change the store records (from 0 at each start of `up`).
+             */
+            revision: number;
+        };
+        /** @description One resource of the store, with what a page needs to list it and open it. */
+        ResourceView: {
+            conditions: components["schemas"]["ResourceCondition"][];
+            /**
+             * @description The YAML file that declares it, relative to the watched folder; absent for what
+             *     the store made itself (sandboxes of a template).
+             */
+            file?: string | null;
+            kind: components["schemas"]["ResourceKind"];
+            /** @description The message of the condition `reason` comes from, else that of `Ready`. */
+            message?: string | null;
+            name: string;
+            namespace: string;
+            /**
+             * @description As `agentplane get` shows it: the status's phase, `Pending` before there is
+             *     one, `Terminating` while being cleaned up, `External` for a Sandbox with an
+             *     endpoint; absent for kinds without a phase (templates, pools).
+             */
+            phase?: string | null;
+            /** @description Process: its id on its sandbox's node agent (`/v1/processes/{id}`, its terminal). */
+            processId?: string | null;
+            /**
+             * @description Why it is not where it should be, in one word (`get`'s REASON column:
+             *     `BackOff`, `EnvNotResolved`, `InvalidSpec`, ...); absent when all is well.
+             */
+            reason?: string | null;
+            /**
+             * @description Process and Session: the Sandbox it runs on (`local`: the node agent serving
+             *     this list; `processId` and `sessionId` are ids on that sandbox's node agent).
+             */
+            sandbox?: string | null;
+            /** @description Session: its id on its sandbox's node agent (`/v1/sessions/{id}`, its events). */
+            sessionId?: string | null;
+            /** @description The spec as the store took it (what `agentplane get -o json` shows). */
+            spec?: Record<string, unknown> | null;
+            /** @description The whole status as the store records it. */
+            status?: Record<string, unknown> | null;
+            /** @description Given by the store when it first saw the resource; stable while it lives. */
+            uid?: string | null;
+            /**
+             * Format: date-time
+             * @description RFC 3339: the latest time the resource records (created, a condition's
+             *     transition, started, exited, deleted).
+             */
+            updatedAt?: string | null;
         };
         /** @enum {string} */
         Role: "user" | "assistant" | "system";
@@ -1392,6 +1600,75 @@ export interface operations {
             };
             /** @description unsupported_agent */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description An RFC 7807 problem document; `type` is `urn:agentplane:error:<code>` */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    issue_login_code: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["LoginCode"];
+                };
+            };
+            /** @description An RFC 7807 problem document; `type` is `urn:agentplane:error:<code>` */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    exchange_login_code: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ExchangeCodeRequest"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BrowserToken"];
+                };
+            };
+            /** @description unauthorized: the code is unknown, used or expired */
+            401: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1983,6 +2260,81 @@ export interface operations {
                     "application/json": components["schemas"]["Ticket"];
                 };
             };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description An RFC 7807 problem document; `type` is `urn:agentplane:error:<code>` */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    list_resources: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ResourceList"];
+                };
+            };
+            /** @description not_found: not served by `agentplane up` */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description An RFC 7807 problem document; `type` is `urn:agentplane:error:<code>` */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    resource_events: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description `event: resources`, `id:` the revision, `data:` the list */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/event-stream": components["schemas"]["ResourceList"];
+                };
+            };
+            /** @description not_found: not served by `agentplane up` */
             404: {
                 headers: {
                     [name: string]: unknown;
