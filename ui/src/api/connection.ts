@@ -1,0 +1,124 @@
+// Connecting to a node agent: the SDK client over a logging fetch, checked with a
+// real call, and failures told in plain words.
+import { AgentPlane, AgentPlaneError, AgentPlaneNetworkError } from "@agentplane/sdk";
+import { resourcesApi, type ResourcesApi } from "./extra";
+import { loggingFetch } from "./requestLog";
+
+export interface Connection {
+  plane: AgentPlane;
+  baseUrl: string;
+  /** `agentplane up` runs this node agent: its resources can be shown. */
+  resources: ResourcesApi | undefined;
+  version: string;
+}
+
+export interface ConnectProblem {
+  title: string;
+  detail: string;
+  /** A command that fixes it, shown as is. */
+  command?: string;
+}
+
+const TOKEN_KEY = "agentplane.token";
+const ENDPOINT_KEY = "agentplane.endpoint";
+
+/** The token lives in this tab's sessionStorage only: never in a URL, never in localStorage. */
+export const savedCredentials = {
+  get(): { endpoint: string; token: string } | undefined {
+    const endpoint = sessionStorage.getItem(ENDPOINT_KEY);
+    const token = sessionStorage.getItem(TOKEN_KEY);
+    return endpoint && token ? { endpoint, token } : undefined;
+  },
+  endpoint(): string | undefined {
+    return sessionStorage.getItem(ENDPOINT_KEY) ?? undefined;
+  },
+  save(endpoint: string, token: string): void {
+    sessionStorage.setItem(ENDPOINT_KEY, endpoint);
+    sessionStorage.setItem(TOKEN_KEY, token);
+  },
+  forgetToken(): void {
+    sessionStorage.removeItem(TOKEN_KEY);
+  },
+};
+
+/** Where the node agent probably is: this page's own origin when it serves the page at /ui/. */
+export function defaultEndpoint(): string {
+  if (!import.meta.env.DEV && location.pathname.startsWith("/ui")) return location.origin;
+  return "http://127.0.0.1:2468";
+}
+
+export function normalizeEndpoint(endpoint: string): string {
+  const trimmed = endpoint.trim();
+  const withScheme = /^[a-z][a-z0-9+.-]*:\/\//i.test(trimmed) ? trimmed : `http://${trimmed}`;
+  const url = new URL(withScheme);
+  if (url.protocol !== "http:" && url.protocol !== "https:") throw new TypeError("the endpoint must be an http:// or https:// URL");
+  return url.href.replace(/\/+$/, "");
+}
+
+export async function connect(endpoint: string, token: string): Promise<Connection> {
+  const baseUrl = normalizeEndpoint(endpoint);
+  const fetchImpl = loggingFetch(baseUrl);
+  const plane = AgentPlane.connect({ baseUrl, token, fetch: fetchImpl });
+  const health = await plane.health();
+  await plane.sessions.list(); // the token is checked here
+  let resources: ResourcesApi | undefined = resourcesApi(plane, token, fetchImpl);
+  try {
+    await resources.list();
+  } catch (error) {
+    if (!(error instanceof AgentPlaneError && (error.status === 404 || error.code === "not_found"))) {
+      console.warn("resources unavailable:", error);
+    }
+    resources = undefined;
+  }
+  return { plane, baseUrl, resources, version: health.version };
+}
+
+/** Says why connecting failed, in words a person can act on. */
+export async function explain(error: unknown, endpoint: string): Promise<ConnectProblem> {
+  let baseUrl = endpoint;
+  try {
+    baseUrl = normalizeEndpoint(endpoint);
+  } catch (invalid) {
+    return { title: "That endpoint is not a URL", detail: invalid instanceof Error ? invalid.message : String(invalid) };
+  }
+  if (error instanceof AgentPlaneError) {
+    if (error.request.includes("/v1/auth/exchange")) {
+      return {
+        title: "This sign-in link no longer works",
+        detail: `Each link works once and for a short while (${error.detail || error.title}). Ask for a new one, or enter the token.`,
+      };
+    }
+    if (error.status === 401 || error.code === "unauthorized") {
+      return {
+        title: "The node agent refused this token",
+        detail: "Give the token it was started with (--token), or open the link `agentplane up` printed.",
+      };
+    }
+    return { title: `The node agent answered ${error.status} ${error.title}`, detail: error.detail };
+  }
+  if (error instanceof AgentPlaneNetworkError || error instanceof TypeError) {
+    const origin = new URL(baseUrl).origin;
+    if (origin !== location.origin && (await reachableWithoutCors(baseUrl))) {
+      return {
+        title: "The node agent does not allow this page's origin",
+        detail: `It answers at ${baseUrl}, but the browser blocks its answers to a page from ${location.origin}. Run the node agent with this page's origin allowed:`,
+        command: `agentplane node-agent --cors-origin ${location.origin}`,
+      };
+    }
+    return {
+      title: `Nothing answers at ${baseUrl}`,
+      detail: "A node agent must be running there (agentplane node-agent, or agentplane up). Check the address and port.",
+    };
+  }
+  return { title: "Could not connect", detail: error instanceof Error ? error.message : String(error) };
+}
+
+/** True when something answers at `baseUrl` (an opaque answer: CORS is not checked in no-cors mode). */
+async function reachableWithoutCors(baseUrl: string): Promise<boolean> {
+  try {
+    await fetch(`${baseUrl}/v1/health`, { mode: "no-cors", cache: "no-store", signal: AbortSignal.timeout(5000) });
+    return true;
+  } catch {
+    return false;
+  }
+}

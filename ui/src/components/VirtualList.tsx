@@ -1,0 +1,190 @@
+// Renders only the rows near the viewport of a long list whose rows differ in height:
+// heights are measured once rendered (ResizeObserver) and estimated before; the space
+// of the rows not rendered is padding. It can keep to the bottom while rows arrive.
+import { type ReactNode, useCallback, useEffect, useLayoutEffect, useRef, useState } from "react";
+
+interface Props<T> {
+  items: readonly T[];
+  /** Changes whenever a row may have changed (the items array can be the same object). */
+  version: number;
+  getKey(item: T): string;
+  render(item: T, index: number): ReactNode;
+  estimate?: number;
+  /** Start at the bottom and stay there while the reader is there. */
+  stickToBottom?: boolean;
+  overscanPx?: number;
+  className?: string;
+  label: string;
+}
+
+export function VirtualList<T>({
+  items,
+  version,
+  getKey,
+  render,
+  estimate = 64,
+  stickToBottom = false,
+  overscanPx = 800,
+  className,
+  label,
+}: Props<T>) {
+  const scroller = useRef<HTMLDivElement>(null);
+  const heights = useRef(new Map<string, number>());
+  const indexOfKey = useRef(new Map<string, number>());
+  const tops = useRef<Float64Array>(new Float64Array(1));
+  const atBottom = useRef(stickToBottom);
+  const [viewport, setViewport] = useState({ top: 0, height: 800 });
+  const [measured, setMeasured] = useState(0);
+  const [showJump, setShowJump] = useState(false);
+  const pendingFrame = useRef(0);
+
+  const rerender = useCallback(() => {
+    if (pendingFrame.current) return;
+    pendingFrame.current = requestAnimationFrame(() => {
+      pendingFrame.current = 0;
+      setMeasured((n) => n + 1);
+    });
+  }, []);
+
+  const observer = useRef<ResizeObserver | null>(null);
+  if (observer.current === null && typeof ResizeObserver !== "undefined") {
+    observer.current = new ResizeObserver((entries) => {
+      let changed = false;
+      let shiftAbove = 0;
+      const el = scroller.current;
+      const scrollTop = el?.scrollTop ?? 0;
+      for (const entry of entries) {
+        const target = entry.target as HTMLElement;
+        const key = target.dataset.key;
+        if (key === undefined || !target.isConnected) continue;
+        const height = entry.borderBoxSize?.[0]?.blockSize ?? target.getBoundingClientRect().height;
+        const old = heights.current.get(key);
+        if (old === height) continue;
+        heights.current.set(key, height);
+        changed = true;
+        const index = indexOfKey.current.get(key);
+        // A row above the viewport that changed height would move what is read: keep it still.
+        if (index !== undefined && (tops.current[index + 1] ?? 0) <= scrollTop) shiftAbove += height - (old ?? estimate);
+      }
+      if (!changed || !el) return;
+      if (atBottom.current && stickToBottom) el.scrollTop = el.scrollHeight;
+      else if (shiftAbove !== 0) el.scrollTop = scrollTop + shiftAbove;
+      rerender();
+    });
+  }
+
+  useEffect(
+    () => () => {
+      observer.current?.disconnect();
+      cancelAnimationFrame(pendingFrame.current);
+    },
+    [],
+  );
+
+  const measureRef = useCallback((node: HTMLDivElement | null) => {
+    if (!node) return;
+    observer.current?.observe(node);
+    return () => observer.current?.unobserve(node);
+  }, []);
+
+  // Where each row starts (estimated where not measured yet).
+  const count = items.length;
+  if (tops.current.length !== count + 1) tops.current = new Float64Array(count + 1);
+  const top = tops.current;
+  const keys: string[] = new Array(count);
+  indexOfKey.current.clear();
+  for (let i = 0; i < count; i += 1) {
+    const key = getKey(items[i] as T);
+    keys[i] = key;
+    indexOfKey.current.set(key, i);
+    top[i + 1] = (top[i] ?? 0) + (heights.current.get(key) ?? estimate);
+  }
+  const total = top[count] ?? 0;
+
+  const from = Math.max(0, viewport.top - overscanPx);
+  const to = viewport.top + viewport.height + overscanPx;
+  let start = firstEndingAfter(top, count, from);
+  let end = start;
+  while (end < count && (top[end] ?? 0) < to) end += 1;
+  if (start >= count && count > 0) start = Math.max(0, count - 1);
+  end = Math.max(end, Math.min(count, start + 1));
+
+  const onScroll = useCallback(() => {
+    const el = scroller.current;
+    if (!el) return;
+    const bottom = el.scrollHeight - el.scrollTop - el.clientHeight < 8;
+    atBottom.current = bottom;
+    setShowJump(stickToBottom && !bottom);
+    setViewport((v) => (v.top === el.scrollTop && v.height === el.clientHeight ? v : { top: el.scrollTop, height: el.clientHeight }));
+  }, [stickToBottom]);
+
+  useLayoutEffect(() => {
+    const el = scroller.current;
+    if (!el) return;
+    const resize = new ResizeObserver(() => {
+      setViewport({ top: el.scrollTop, height: el.clientHeight });
+      if (atBottom.current && stickToBottom) el.scrollTop = el.scrollHeight;
+    });
+    resize.observe(el);
+    return () => resize.disconnect();
+  }, [stickToBottom]);
+
+  // After every render: stay at the bottom when the reader was there.
+  useLayoutEffect(() => {
+    const el = scroller.current;
+    if (el && stickToBottom && atBottom.current && el.scrollHeight - el.scrollTop - el.clientHeight > 1) {
+      el.scrollTop = el.scrollHeight;
+    }
+  });
+
+  const jump = () => {
+    const el = scroller.current;
+    if (!el) return;
+    atBottom.current = true;
+    el.scrollTop = el.scrollHeight;
+    setShowJump(false);
+  };
+
+  const rendered: ReactNode[] = [];
+  for (let i = start; i < end; i += 1) {
+    rendered.push(
+      <div key={keys[i]} data-key={keys[i]} ref={measureRef} className="vrow">
+        {render(items[i] as T, i)}
+      </div>,
+    );
+  }
+
+  return (
+    <div className={`vlist-wrap ${className ?? ""}`}>
+      <div
+        ref={scroller}
+        className="vlist"
+        onScroll={onScroll}
+        tabIndex={0}
+        role="region"
+        aria-label={label}
+        data-version={version}
+        data-measured={measured}
+      >
+        <div style={{ paddingTop: top[start] ?? 0, paddingBottom: Math.max(0, total - (top[end] ?? total)) }}>{rendered}</div>
+      </div>
+      {showJump && (
+        <button type="button" className="jump" onClick={jump}>
+          Jump to latest
+        </button>
+      )}
+    </div>
+  );
+}
+
+/** The first index whose row ends after `y` (binary search over the starts). */
+function firstEndingAfter(top: Float64Array, count: number, y: number): number {
+  let lo = 0;
+  let hi = count;
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1;
+    if ((top[mid + 1] ?? 0) <= y) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
