@@ -11,6 +11,7 @@ import {
   savedCredentials,
 } from "./api/connection";
 import { exchangeCode } from "./api/extra";
+import { Field } from "./components/Field";
 import { loggingFetch } from "./api/requestLog";
 import { ConnectionContext } from "./context";
 import { href, type Route, useRoute } from "./router";
@@ -125,8 +126,7 @@ function ConnectForm({
           agentplane inspector
         </h1>
         <p className="muted small">Connect to a node agent to see its sessions, terminals and agents.</p>
-        <label>
-          <span>Endpoint</span>
+        <Field label="Endpoint">
           <input
             type="text"
             inputMode="url"
@@ -137,9 +137,8 @@ function ConnectForm({
             spellCheck={false}
             placeholder="http://127.0.0.1:2468"
           />
-        </label>
-        <label>
-          <span>Token</span>
+        </Field>
+        <Field label="Token">
           <input
             type="password"
             value={token}
@@ -148,7 +147,7 @@ function ConnectForm({
             spellCheck={false}
             placeholder="the node agent's --token"
           />
-        </label>
+        </Field>
         <p className="muted small">The token stays in this tab (sessionStorage) and is never put in a URL.</p>
         <button type="submit" className="primary" disabled={busy}>
           {busy ? "Connecting…" : "Connect"}

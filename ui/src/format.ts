@@ -27,11 +27,20 @@ export function relativeTime(time: string | number | undefined | null, now = Dat
   return new Date(then).toLocaleDateString();
 }
 
+// One formatter for all (making one per call is most of the cost of formatting).
+const clock = new Intl.DateTimeFormat(undefined, { hour: "2-digit", minute: "2-digit", second: "2-digit", hour12: false });
+
 export function clockTime(time: string | number | undefined | null): string {
   if (time === undefined || time === null) return "";
   const date = new Date(time);
   if (Number.isNaN(date.getTime())) return "";
-  return date.toLocaleTimeString(undefined, { hour12: false });
+  return clock.format(date);
+}
+
+const integer = new Intl.NumberFormat();
+
+export function count(n: number): string {
+  return integer.format(n);
 }
 
 export function absoluteTime(time: string | number | undefined | null): string {

@@ -49,10 +49,17 @@ class RequestLog {
     return full;
   }
 
+  /** Entries are never changed in place: an update replaces the entry (a new object). */
   update(entry: RequestEntry, fields: Partial<RequestEntry>): void {
-    const index = this.#entries.lastIndexOf(entry);
+    let index = -1;
+    for (let i = this.#entries.length - 1; i >= 0; i -= 1) {
+      if (this.#entries[i]?.id === entry.id) {
+        index = i;
+        break;
+      }
+    }
     if (index === -1) return; // already dropped past the cap
-    this.#entries[index] = Object.assign(entry, fields);
+    this.#entries[index] = { ...(this.#entries[index] as RequestEntry), ...fields };
     this.#changed();
   }
 
@@ -67,7 +74,7 @@ class RequestLog {
     this.#scheduled = true;
     setTimeout(() => {
       this.#scheduled = false;
-      this.#snapshot = this.#entries.map((entry) => ({ ...entry }));
+      this.#snapshot = this.#entries.slice();
       for (const listener of this.#listeners) listener();
     }, 50);
   }

@@ -129,12 +129,26 @@ export function VirtualList<T>({
     return () => resize.disconnect();
   }, [stickToBottom]);
 
-  // After every render: stay at the bottom when the reader was there.
+  // After every render: stay at the bottom when the reader was there; else, when rows
+  // came in above (the first one changed), keep the row that was at the top where it was.
+  const anchor = useRef<{ key: string; offset: number } | null>(null);
+  const firstKey = useRef<string | undefined>(undefined);
   useLayoutEffect(() => {
     const el = scroller.current;
-    if (el && stickToBottom && atBottom.current && el.scrollHeight - el.scrollTop - el.clientHeight > 1) {
-      el.scrollTop = el.scrollHeight;
+    if (!el) return;
+    if (stickToBottom && atBottom.current) {
+      if (el.scrollHeight - el.scrollTop - el.clientHeight > 1) el.scrollTop = el.scrollHeight;
+    } else if (anchor.current && keys[0] !== firstKey.current) {
+      const index = indexOfKey.current.get(anchor.current.key);
+      if (index !== undefined) {
+        const want = (top[index] ?? 0) + anchor.current.offset;
+        if (Math.abs(el.scrollTop - want) > 1) el.scrollTop = want;
+      }
     }
+    firstKey.current = keys[0];
+    const first = firstEndingAfter(top, count, el.scrollTop);
+    const key = keys[first];
+    anchor.current = key === undefined ? null : { key, offset: el.scrollTop - (top[first] ?? 0) };
   });
 
   const jump = () => {

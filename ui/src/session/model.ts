@@ -60,6 +60,8 @@ export class Conversation {
   lastSequence = 0;
   lastTime: string | undefined;
   ended = false;
+  /** Set while only the events after this sequence are folded in (the older still being read). */
+  partialFrom: number | undefined;
   /** Bumped by every change, for React to notice. */
   version = 0;
 
@@ -220,14 +222,14 @@ export class Conversation {
     const joined = this.#results.get(item.id);
     if (joined?.result) {
       joined.result.item = { ...joined.result.item, ...definedFields(item) };
-      if (completed && typeof (item.output ?? item.text) === "string") joined.result.text = (item.output ?? item.text) as string;
+      if (typeof item.output === "string" && (completed || item.output.length >= joined.result.text.length)) joined.result.text = item.output;
       this.#touch(joined);
       return;
     }
     if (item.kind === "tool_result" && item.callId) {
       const call = this.#items.get(item.callId);
       if (call && call.item.kind === "tool_call" && !call.result) {
-        call.result = { item, text: item.output ?? item.text ?? "" };
+        call.result = { item, text: item.output ?? "" };
         this.#results.set(item.id, call);
         this.#touch(call);
         return;
@@ -240,7 +242,8 @@ export class Conversation {
     } else {
       row.item = { ...row.item, ...definedFields(item) };
     }
-    const full = item.kind === "tool_result" || item.kind === "file_change" ? (item.output ?? item.text) : item.text;
+    // A result's text is a summary beside its output (the node agent's "`cmd` ended (exit 0)").
+    const full = item.kind === "tool_result" ? item.output : item.kind === "file_change" ? (item.output ?? item.text) : item.text;
     if (typeof full === "string" && (completed || full.length >= row.text.length)) row.text = full;
     this.#touch(row);
   }

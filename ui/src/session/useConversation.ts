@@ -1,6 +1,11 @@
 // Follows one session: its history read in pages, then its live events, folded into a
 // Conversation once per animation frame however fast they come, and resumed from the
 // last sequence after a dropped connection or a reload.
+//
+// A long session opens at its end: the newest TAIL events are read and shown first
+// (and followed live from there), while the older ones are read in the background;
+// once they are all in, the whole conversation is folded again, in order, and takes
+// the place of the partial one.
 import type { AgentPlane, SessionStreamEvent } from "@agentplane/sdk";
 import { useEffect, useRef, useState } from "react";
 import { errorText, isAbort } from "../format";
@@ -8,7 +13,10 @@ import { Conversation } from "./model";
 
 export type FollowState = "loading" | "live" | "ended" | "failed";
 
-const PAGE = 10_000;
+/** Events per page read (the node agent answers at most 10 000). */
+const PAGE = 2_500;
+/** A session with more events than this opens with its newest TAIL first. */
+const TAIL = 2_000;
 
 export function lastSequenceKey(sessionId: string): string {
   return `agentplane.lastSequence.${sessionId}`;
@@ -17,7 +25,6 @@ export function lastSequenceKey(sessionId: string): string {
 export function useConversation(plane: AgentPlane, sessionId: string, onBatch?: (events: SessionStreamEvent[]) => void) {
   const model = useRef<{ id: string; conversation: Conversation } | null>(null);
   if (model.current?.id !== sessionId) model.current = { id: sessionId, conversation: new Conversation() };
-  const conversation = model.current.conversation;
   const [version, setVersion] = useState(0);
   const [state, setState] = useState<FollowState>("loading");
   const [error, setError] = useState<string | undefined>();
@@ -28,10 +35,28 @@ export function useConversation(plane: AgentPlane, sessionId: string, onBatch?: 
   useEffect(() => {
     const stop = new AbortController();
     const signal = stop.signal;
+    const current = () => (model.current as { conversation: Conversation }).conversation;
     let queue: SessionStreamEvent[] = [];
     let frame = 0;
     let timer: ReturnType<typeof setTimeout> | undefined;
+    /** While only the tail is shown: every event folded into it, to fold again after the older ones. */
+    let sinceTail: SessionStreamEvent[] | undefined;
 
+    const remember = () => {
+      try {
+        sessionStorage.setItem(lastSequenceKey(sessionId), String(current().lastSequence));
+      } catch {
+        // storage full or denied: resuming within this page still works
+      }
+    };
+    const fold = (events: SessionStreamEvent[]) => {
+      if (events.length === 0) return;
+      current().applyAll(events);
+      sinceTail?.push(...events);
+      remember();
+      setVersion(current().version);
+      batchListener.current?.(events);
+    };
     const flush = () => {
       cancelAnimationFrame(frame);
       clearTimeout(timer);
@@ -40,10 +65,7 @@ export function useConversation(plane: AgentPlane, sessionId: string, onBatch?: 
       if (signal.aborted || queue.length === 0) return;
       const batch = queue;
       queue = [];
-      conversation.applyAll(batch);
-      remember();
-      setVersion(conversation.version);
-      batchListener.current?.(batch);
+      fold(batch);
     };
     const enqueue = (event: SessionStreamEvent) => {
       queue.push(event);
@@ -53,42 +75,66 @@ export function useConversation(plane: AgentPlane, sessionId: string, onBatch?: 
         timer = setTimeout(flush, 250);
       }
     };
-    const remember = () => {
-      try {
-        sessionStorage.setItem(lastSequenceKey(sessionId), String(conversation.lastSequence));
-      } catch {
-        // storage full or denied: resuming within this page still works
+    /** Pages of events after `offset`, up to `until` (inclusive) or the newest. */
+    const read = async (offset: number, until: number, each: (events: SessionStreamEvent[]) => void) => {
+      for (;;) {
+        const page = await plane.sessions.readEvents(sessionId, { offset, limit: PAGE }, signal);
+        const events: SessionStreamEvent[] = [];
+        if (page.gap) events.push({ type: "gap", from: page.gap.from, to: page.gap.to });
+        for (const event of page.events) if (event.sequence <= until) events.push(event);
+        each(events);
+        const last = page.events.at(-1)?.sequence;
+        if (last === undefined || !page.hasMore || last >= until) return;
+        offset = last;
       }
     };
+    /** The older events, read in the background, then everything folded again in order. */
+    const completeHistory = async (tailFrom: number) => {
+      const older: SessionStreamEvent[] = [];
+      await read(0, tailFrom, (events) => older.push(...events));
+      if (signal.aborted || !sinceTail) return;
+      flush();
+      const whole = new Conversation();
+      whole.applyAll(older);
+      whole.applyAll(sinceTail);
+      sinceTail = undefined;
+      (model.current as { conversation: Conversation }).conversation = whole;
+      setVersion((v) => v + 1);
+    };
+
+    // A tail whose older events were never read in (a failure, or an earlier run of
+    // this effect that was stopped) cannot be completed: read it all again.
+    if (current().partialFrom !== undefined) {
+      (model.current as { conversation: Conversation }).conversation = new Conversation();
+    }
 
     void (async () => {
       setError(undefined);
       try {
-        if (conversation.lastSequence === 0) {
+        if (current().lastSequence === 0) {
           setState("loading");
-          // History, a page at a time (each page drawn as it comes), up to what exists now.
-          let offset = 0;
-          for (;;) {
-            const page = await plane.sessions.readEvents(sessionId, { offset, limit: PAGE }, signal);
-            if (page.gap) conversation.apply({ type: "gap", from: page.gap.from, to: page.gap.to });
-            conversation.applyAll(page.events);
-            const last = page.events.at(-1)?.sequence;
-            if (last !== undefined) offset = last;
-            remember();
-            setVersion(conversation.version);
-            batchListener.current?.(page.events);
-            if (!page.hasMore || last === undefined) break;
+          const { lastSequence } = await plane.sessions.get(sessionId, signal);
+          if (lastSequence > TAIL + TAIL / 2) {
+            const tailFrom = lastSequence - TAIL;
+            current().partialFrom = tailFrom;
+            sinceTail = [];
+            await read(tailFrom, Number.POSITIVE_INFINITY, fold);
+            completeHistory(tailFrom).catch((err: unknown) => {
+              if (!signal.aborted && !isAbort(err)) setError(`the earlier events could not be read: ${errorText(err)}`);
+            });
+          } else {
+            await read(0, Number.POSITIVE_INFINITY, fold);
           }
         }
         if (signal.aborted) return;
         // An ended session has nothing more to say, unless asked again (after a restart).
-        if (conversation.ended && attempt === 0) {
+        if (current().ended && attempt === 0) {
           setState("ended");
           return;
         }
         setState("live");
         // Then what happens, from the last sequence folded in.
-        for await (const event of plane.sessions.events(sessionId, { offset: conversation.lastSequence, signal })) {
+        for await (const event of plane.sessions.events(sessionId, { offset: current().lastSequence, signal })) {
           enqueue(event);
         }
         flush();
@@ -106,8 +152,14 @@ export function useConversation(plane: AgentPlane, sessionId: string, onBatch?: 
       cancelAnimationFrame(frame);
       clearTimeout(timer);
     };
-  }, [plane, sessionId, conversation, attempt]);
+  }, [plane, sessionId, attempt]);
 
-  return { conversation, version, state, error, /** Follows again from the last sequence (after a failure, or a restart). */
-    follow: () => setAttempt((n) => n + 1) };
+  return {
+    conversation: model.current.conversation,
+    version,
+    state,
+    error,
+    /** Follows again from the last sequence (after a failure, or a restart). */
+    follow: () => setAttempt((n) => n + 1),
+  };
 }

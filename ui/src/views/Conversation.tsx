@@ -5,7 +5,7 @@ import { memo, useCallback, useEffect, useRef, useState } from "react";
 import { Output } from "../components/Output";
 import { VirtualList } from "../components/VirtualList";
 import { useConnection } from "../context";
-import { clockTime, errorText } from "../format";
+import { clockTime, count as formatCount, errorText } from "../format";
 import { href } from "../router";
 import { type ItemRow, type NoteRow, type PermissionRow, planText, type QuestionRow, type Row } from "../session/model";
 import { useConversation } from "../session/useConversation";
@@ -15,7 +15,7 @@ const REPLY_LABEL: Record<PermissionReply, string> = { once: "Allow once", alway
 const REPLY_DONE: Record<PermissionReply, string> = { once: "allowed once", always: "always allowed", reject: "rejected" };
 
 /** Session info is refetched after events that change it, at most this often. */
-const INFO_DEBOUNCE_MS = 300;
+const INFO_DEBOUNCE_MS = 150;
 const INFO_EVENTS = /^(session|turn|permission|question)\./;
 
 export function ConversationView({ sessionId }: { sessionId: string }) {
@@ -24,9 +24,11 @@ export function ConversationView({ sessionId }: { sessionId: string }) {
   const [infoError, setInfoError] = useState<string | undefined>();
   const infoTimer = useRef<ReturnType<typeof setTimeout> | undefined>(undefined);
 
+  // At most one fetch per INFO_DEBOUNCE_MS, the last change always followed by one.
   const refreshInfo = useCallback(() => {
-    clearTimeout(infoTimer.current);
+    if (infoTimer.current !== undefined) return;
     infoTimer.current = setTimeout(() => {
+      infoTimer.current = undefined;
       plane.sessions.get(sessionId).then(
         (value) => {
           setInfo(value);
@@ -40,7 +42,10 @@ export function ConversationView({ sessionId }: { sessionId: string }) {
   useEffect(() => {
     setInfo(undefined);
     refreshInfo();
-    return () => clearTimeout(infoTimer.current);
+    return () => {
+      clearTimeout(infoTimer.current);
+      infoTimer.current = undefined;
+    };
   }, [refreshInfo]);
 
   const onBatch = useCallback(
@@ -93,7 +98,7 @@ export function ConversationView({ sessionId }: { sessionId: string }) {
         <p className="muted pad">Loading the conversation…</p>
       ) : (
         <VirtualList
-          items={conversation.rows}
+          items={conversation.partialFrom !== undefined ? [earlierRow(conversation.partialFrom), ...conversation.rows] : conversation.rows}
           version={version}
           getKey={rowKey}
           render={renderRow}
@@ -116,6 +121,11 @@ export function ConversationView({ sessionId }: { sessionId: string }) {
       <Composer sessionId={sessionId} disabled={!live} onSent={refreshInfo} />
     </section>
   );
+}
+
+/** Stands for the events not read in yet while a long session opens at its end. */
+function earlierRow(count: number): NoteRow {
+  return { type: "gap", key: "earlier", rev: 0, time: undefined, text: `Reading ${formatCount(count)} earlier events…`, tone: "plain" };
 }
 
 function rowKey(row: Row): string {
@@ -208,7 +218,7 @@ function ItemView({ row, agent }: { row: ItemRow; agent: string | undefined }) {
       const role = item.role ?? "assistant";
       const who = role === "user" ? "You" : role === "system" ? "System" : (agent ?? "Assistant");
       return (
-        <article className={`msg msg-${role}`} aria-label={`${who} message`}>
+        <article className={`msg msg-${role}`}>
           <div className="row-head">
             <span className="who">{who}</span>
             <StatusTag status={item.status} />
@@ -237,20 +247,29 @@ function ItemView({ row, agent }: { row: ItemRow; agent: string | undefined }) {
           {row.text && <Output id={row.key} text={row.text} label={`change of ${item.path ?? "a file"}`} />}
         </article>
       );
-    case "tool_result":
+    case "tool_result": {
+      const processId = typeof item.input?.processId === "string" ? item.input.processId : undefined;
       return (
         <article className="tool" aria-label="Tool result">
           <div className="row-head">
-            <span className="who">{item.tool ? `${item.tool} result` : "Result"}</span>
-            {item.input && typeof item.input.command === "string" && (
-              <code>{[item.input.command, ...(Array.isArray(item.input.args) ? item.input.args : [])].join(" ")}</code>
+            <span className="who">{item.tool === "process" ? "Process" : item.tool ? `${item.tool} result` : "Result"}</span>
+            {item.text && <span className="summary">{item.text}</span>}
+            {processId && (
+              <a href={href("terminals", processId)} className="small">
+                open
+              </a>
             )}
             <StatusTag status={item.status} />
             <Time time={row.time} />
           </div>
-          {row.text ? <Output id={row.key} text={row.text} label="result" /> : <p className="muted small">no output yet</p>}
+          {row.text ? (
+            <Output id={row.key} text={row.text} label="result" />
+          ) : (
+            <p className="muted small">{item.status === "inProgress" ? "no output yet" : "no output"}</p>
+          )}
         </article>
       );
+    }
     default:
       return (
         <div className="note note-plain">
@@ -313,7 +332,7 @@ function ToolCall({ row }: { row: ItemRow }) {
       {result && (
         <div className="result">
           <div className="result-head">
-            result <StatusTag status={result.item.status} />
+            result {result.item.text && <span>— {result.item.text}</span>} <StatusTag status={result.item.status} />
           </div>
           {result.text ? <Output id={`${row.key}-out`} text={result.text} label="result" /> : <p className="muted small">no output</p>}
         </div>

@@ -1,6 +1,7 @@
 // Every HTTP call this page made, and each as a curl command to run again.
-import { useState, useSyncExternalStore } from "react";
+import { memo, useCallback, useState, useSyncExternalStore } from "react";
 import { curlCommand, type RequestEntry, requestLog } from "../api/requestLog";
+import { clockTime } from "../format";
 
 async function copy(text: string): Promise<boolean> {
   try {
@@ -25,6 +26,10 @@ export function Requests() {
   const entries = useSyncExternalStore(requestLog.subscribe, requestLog.getSnapshot);
   const [copied, setCopied] = useState<{ id: number; text: string; ok: boolean } | undefined>();
   const newestFirst = [...entries].reverse();
+  const onCopy = useCallback(async (entry: RequestEntry) => {
+    const text = curlCommand(entry);
+    setCopied({ id: entry.id, text, ok: await copy(text) });
+  }, []);
   return (
     <section aria-labelledby="requests-title">
       <header className="view-head">
@@ -64,14 +69,7 @@ export function Requests() {
             </thead>
             <tbody>
               {newestFirst.map((entry) => (
-                <RequestRow
-                  key={entry.id}
-                  entry={entry}
-                  onCopy={async () => {
-                    const text = curlCommand(entry);
-                    setCopied({ id: entry.id, text, ok: await copy(text) });
-                  }}
-                />
+                <RequestRow key={entry.id} entry={entry} onCopy={onCopy} />
               ))}
             </tbody>
           </table>
@@ -81,7 +79,8 @@ export function Requests() {
   );
 }
 
-function RequestRow({ entry, onCopy }: { entry: RequestEntry; onCopy: () => void }) {
+/** Entries are immutable: a row renders again only when its entry was replaced. */
+const RequestRow = memo(function RequestRow({ entry, onCopy }: { entry: RequestEntry; onCopy: (entry: RequestEntry) => void }) {
   const status =
     entry.status !== undefined ? (
       <span className={entry.status >= 400 ? "bad-text" : "ok-text"}>{entry.status}</span>
@@ -95,7 +94,7 @@ function RequestRow({ entry, onCopy }: { entry: RequestEntry; onCopy: () => void
   return (
     <tr>
       <td className="mono small" title={new Date(entry.startedAt).toISOString()}>
-        {new Date(entry.startedAt).toLocaleTimeString(undefined, { hour12: false })}
+        {clockTime(entry.startedAt)}
       </td>
       <td className="mono">{entry.method}</td>
       <td className="mono path" title={entry.url}>
@@ -105,10 +104,10 @@ function RequestRow({ entry, onCopy }: { entry: RequestEntry; onCopy: () => void
       <td className="num mono">{status}</td>
       <td className="num mono">{entry.durationMs !== undefined ? `${entry.durationMs} ms` : ""}</td>
       <td>
-        <button type="button" className="small-button" onClick={onCopy}>
+        <button type="button" className="small-button" onClick={() => onCopy(entry)}>
           Copy as curl
         </button>
       </td>
     </tr>
   );
-}
+});

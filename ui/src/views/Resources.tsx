@@ -12,6 +12,11 @@ const GROUPS: [kind: string, title: string][] = [
   ["Session", "Sessions"],
   ["Sandbox", "Sandboxes"],
 ];
+/** Shown only when there are some. */
+const MORE_GROUPS: [kind: string, title: string][] = [
+  ["SandboxTemplate", "Sandbox templates"],
+  ["SandboxWarmPool", "Warm pools"],
+];
 
 export function Resources() {
   const { resources } = useConnection();
@@ -42,8 +47,13 @@ export function Resources() {
 
   if (!resources) return <p className="pad">This node agent is not run by <code>agentplane up</code>: it has no resources.</p>;
 
-  const known = new Set(GROUPS.map(([kind]) => kind));
+  const known = new Set([...GROUPS, ...MORE_GROUPS].map(([kind]) => kind));
   const others = (list?.resources ?? []).filter((r) => !known.has(r.kind));
+  const groups = [
+    ...GROUPS,
+    ...MORE_GROUPS.filter(([kind]) => list?.resources.some((r) => r.kind === kind)),
+    ...(others.length > 0 ? ([["", "Other"]] as [string, string][]) : []),
+  ];
   return (
     <section aria-labelledby="resources-title">
       <header className="view-head">
@@ -70,7 +80,7 @@ export function Resources() {
       )}
       {list === undefined
         ? !error && <p className="muted pad">Loading…</p>
-        : [...GROUPS, ...(others.length > 0 ? ([["", "Other"]] as [string, string][]) : [])].map(([kind, title]) => (
+        : groups.map(([kind, title]) => (
             <ResourceTable
               key={title}
               title={title}

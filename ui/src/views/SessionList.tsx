@@ -1,6 +1,7 @@
 // The sessions of the node agent, and the form that starts one.
 import type { AgentInfo, AgentModels, AgentModes, CreateSessionRequest, PermissionMode, SessionInfo } from "@agentplane/sdk";
 import { useEffect, useRef, useState } from "react";
+import { Field } from "../components/Field";
 import { useConnection } from "../context";
 import { absoluteTime, errorText, relativeTime, useNow } from "../format";
 import { href, navigate } from "../router";
@@ -215,8 +216,7 @@ function NewSessionForm({ onCancel }: { onCancel: () => void }) {
         void submit();
       }}
     >
-      <label>
-        <span>Agent</span>
+      <Field label="Agent">
         <select value={agent} onChange={(event) => setAgent(event.target.value)} disabled={!agents}>
           {(agents ?? []).map((a) => (
             <option key={a.id} value={a.id}>
@@ -225,13 +225,11 @@ function NewSessionForm({ onCancel }: { onCancel: () => void }) {
             </option>
           ))}
         </select>
-      </label>
-      <label>
-        <span>Version</span>
+      </Field>
+      <Field label="Version">
         <input type="text" value={version} onChange={(event) => setVersion(event.target.value)} placeholder={selected?.version ?? "the pinned one"} />
-      </label>
-      <label>
-        <span>Agent mode</span>
+      </Field>
+      <Field label="Agent mode">
         <select value={agentMode} onChange={(event) => setAgentMode(event.target.value)}>
           <option value="">default{modes?.defaultAgentMode ? ` (${modes.defaultAgentMode})` : ""}</option>
           {(modes?.agentModes ?? []).map((m) => (
@@ -240,9 +238,8 @@ function NewSessionForm({ onCancel }: { onCancel: () => void }) {
             </option>
           ))}
         </select>
-      </label>
-      <label>
-        <span>Permission mode</span>
+      </Field>
+      <Field label="Permission mode">
         <select value={permissionMode} onChange={(event) => setPermissionMode(event.target.value as PermissionMode | "")}>
           <option value="">default</option>
           {(modes?.permissionModes ?? []).filter((m) => m !== "default").map((m) => (
@@ -251,9 +248,8 @@ function NewSessionForm({ onCancel }: { onCancel: () => void }) {
             </option>
           ))}
         </select>
-      </label>
-      <label>
-        <span>Model</span>
+      </Field>
+      <Field label="Model">
         <input
           type="text"
           list="model-options"
@@ -261,20 +257,18 @@ function NewSessionForm({ onCancel }: { onCancel: () => void }) {
           onChange={(event) => setModel(event.target.value)}
           placeholder={models?.defaultModel ? `default: ${models.defaultModel}` : "the agent's default"}
         />
-        <datalist id="model-options">
-          {(models?.models ?? []).map((m) => (
-            <option key={m.id} value={m.id}>
-              {m.description}
-            </option>
-          ))}
-        </datalist>
-      </label>
-      <label>
-        <span>Working directory</span>
+      </Field>
+      <datalist id="model-options">
+        {(models?.models ?? []).map((m) => (
+          <option key={m.id} value={m.id}>
+            {m.description}
+          </option>
+        ))}
+      </datalist>
+      <Field label="Working directory">
         <input type="text" value={workingDir} onChange={(event) => setWorkingDir(event.target.value)} placeholder="the node agent's own" />
-      </label>
-      <label className="wide">
-        <span>Environment</span>
+      </Field>
+      <Field label="Environment" className="wide">
         <textarea
           rows={3}
           value={env}
@@ -282,7 +276,7 @@ function NewSessionForm({ onCancel }: { onCancel: () => void }) {
           placeholder={"KEY=VALUE, one a line (kept by the node agent, never shown again)"}
           spellCheck={false}
         />
-      </label>
+      </Field>
       <div className="buttons wide">
         <button type="submit" className="primary" disabled={busy || !agent}>
           {busy ? "Creating…" : "Create session"}

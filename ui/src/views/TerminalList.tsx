@@ -2,6 +2,7 @@
 // button that starts a terminal.
 import type { AgentPlane, ProcessInfo } from "@agentplane/sdk";
 import { useEffect, useState } from "react";
+import { Field } from "../components/Field";
 import { useConnection } from "../context";
 import { absoluteTime, commandLine, errorText, relativeTime, useNow } from "../format";
 import { href, navigate } from "../router";
@@ -117,10 +118,9 @@ export function TerminalList() {
             void start();
           }}
         >
-          <label className="inline">
-            <span>Command</span>
+          <Field label="Command" className="inline">
             <input type="text" value={command} onChange={(event) => setCommand(event.target.value)} placeholder="bash" spellCheck={false} className="mono" />
-          </label>
+          </Field>
           <label className="check">
             <input type="checkbox" checked={pipes} onChange={(event) => setPipes(event.target.checked)} /> Pipes, no terminal
           </label>

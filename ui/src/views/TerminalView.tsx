@@ -5,6 +5,7 @@ import { FitAddon } from "@xterm/addon-fit";
 import { type ITheme, Terminal as XTerm } from "@xterm/xterm";
 import "@xterm/xterm/css/xterm.css";
 import { useEffect, useRef, useState } from "react";
+import { Field } from "../components/Field";
 import { useConnection } from "../context";
 import { base64ToBytes, commandLine, errorText, isAbort } from "../format";
 import { href } from "../router";
@@ -123,8 +124,8 @@ export default function TerminalView({ processId }: { processId: string }) {
   );
 }
 
-/** The SDK Terminal of each open view: the SIGINT button sends ^C through it, to the foreground job. */
-const attached = new Map<string, PlaneTerminal>();
+/** Each open view's SDK Terminal (SIGINT goes through it, to the foreground job) and xterm (focus goes back to it). */
+const attached = new Map<string, { terminal: PlaneTerminal; xterm: XTerm }>();
 
 function SignalButtons({ processId, pty, running }: { processId: string; pty: boolean; running: boolean }) {
   const { plane } = useConnection();
@@ -132,10 +133,11 @@ function SignalButtons({ processId, pty, running }: { processId: string; pty: bo
   const send = async (name: (typeof SIGNALS)[number]) => {
     setError(undefined);
     try {
-      const terminal = attached.get(processId);
+      const view = attached.get(processId);
       // ^C goes to what runs in the terminal, as the key would; the others to the whole process.
-      if (pty && name === "SIGINT" && terminal && terminal.state === "open") terminal.signal(name);
+      if (pty && name === "SIGINT" && view && view.terminal.state === "open") view.terminal.signal(name);
       else await plane.processes.signal(processId, name);
+      view?.xterm.focus();
     } catch (err) {
       setError(errorText(err));
     }
@@ -180,7 +182,7 @@ function XtermPane({ processId }: { processId: string }) {
     // With no offset the node agent replays what it still holds: the screen comes back
     // as it was, and nothing is written twice (the SDK resumes from the last byte).
     const terminal = plane.processes.terminal(processId);
-    attached.set(processId, terminal);
+    attached.set(processId, { terminal, xterm });
     const offs = [
       terminal.onData((bytes) => xterm.write(bytes)),
       terminal.onGap(({ from, to }) => xterm.write(`\r\n\x1b[2m[… ${to - from} bytes lost …]\x1b[22m\r\n`)),
@@ -348,10 +350,9 @@ function StdinForm({ processId }: { processId: string }) {
         void send(false);
       }}
     >
-      <label className="inline grow">
-        <span>Input</span>
+      <Field label="Input" className="inline grow">
         <input type="text" className="mono" value={text} onChange={(event) => setText(event.target.value)} placeholder="a line for its stdin" />
-      </label>
+      </Field>
       <button type="submit">Send input</button>
       <button type="button" onClick={() => void send(true)}>
         Close stdin
