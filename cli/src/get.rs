@@ -555,16 +555,10 @@ impl Columns {
 const FINAL_PHASES: [&str; 4] = ["Stopped", "Succeeded", "Failed", "Ended"];
 
 /// Why a resource is not ready or not running, in one word, as `describe` shows it in
-/// its conditions: the reason of the first condition that is not as it should be, with
-/// a spec that was not taken first. Empty when all is well, and when a not-ready reason
-/// only names a phase where nothing is wrong (`Succeeded`, `Starting`).
+/// its conditions (see `conditions::explaining`, which the inspector shares); empty
+/// when all is well.
 fn reason(phase: Option<&str>, conditions: &[Condition]) -> String {
-    const FINE: [&str; 5] = ["Succeeded", "Stopped", "Ended", "Installing", "Starting"];
-    let invalid = conditions::get(conditions, VALID).filter(|c| c.status == "False");
-    let other = conditions.iter().find(|c| c.type_ != VALID && c.type_ != READY && c.status == "False");
-    let ready = conditions::get(conditions, READY)
-        .filter(|c| c.status != "True" && !(Some(c.reason.as_str()) == phase && FINE.contains(&c.reason.as_str())));
-    invalid.or(other).or(ready).map(|c| c.reason.clone()).unwrap_or_default()
+    conditions::explaining(phase, conditions).map(|c| c.reason.clone()).unwrap_or_default()
 }
 
 fn command_line(command: &str, args: &[String]) -> String {

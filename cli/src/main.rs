@@ -24,6 +24,7 @@ mod resources;
 mod restart;
 mod session;
 mod store;
+mod ui;
 mod up;
 mod workspace;
 mod yaml_edit;
@@ -80,6 +81,9 @@ enum Command {
     /// Create, list, message, follow, answer and end agent sessions on a node agent.
     #[command(name = "session")]
     AgentSession(agent_session::SessionArgs),
+    /// Print a link to the web inspector of the `agentplane up` running on --dir, with
+    /// a one-time login code (valid 10 minutes) in its fragment.
+    Ui(ui::UiArgs),
     /// Print a shell's completion script: `source <(agentplane completion bash)`, or
     /// `agentplane completion zsh > "${fpath[1]}/_agentplane"`,
     /// `agentplane completion fish > ~/.config/fish/completions/agentplane.fish`.
@@ -158,6 +162,7 @@ fn main() {
             Command::Reply(args) => session::reply(args).await,
             Command::Restart(args) => restart::restart(args).await,
             Command::AgentSession(args) => agent_session::run(args).await,
+            Command::Ui(args) => ui::run(args).await,
             Command::Completion(args) => completion::run(args, Cli::command()),
             Command::SandboxExec(args) => Ok(sandbox_exec(args)),
         };

@@ -348,6 +348,11 @@ pub async fn run(args: NodeAgentArgs) -> anyhow::Result<()> {
         auth = config.token.is_some(),
         "node agent ready"
     );
+    // The inspector, logged in by a one-time code (never the token) in the fragment.
+    if let Some(addr) = server.local_addr() {
+        let code = server.requires_token().then(|| server.login_code().0);
+        eprintln!("inspector: {}", crate::ui::inspector_url(&local_url(addr), code.as_deref()));
+    }
     if args.announce_ready {
         use std::io::Write;
         let mut out = std::io::stdout().lock();

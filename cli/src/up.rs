@@ -102,7 +102,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         max_sessions: usize::try_from(args.max_sessions).unwrap_or(usize::MAX),
         ..SessionOptions::default()
     };
-    let server = Server::bind_with(config, sessions, shutdown.clone()).await?;
+    let mut server = Server::bind_with(config, sessions, shutdown.clone()).await?;
     // One scrape for both halves of `up`: the controller's registry after the node agent's.
     let controller_metrics = agentplane_controller::kube::Metrics::new();
     // This process holds the folder's lock, as a controller replica holds the Lease.
@@ -128,6 +128,8 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     let sandboxes = Arc::new(Sandboxes::new());
     sandboxes.insert(agentplane_crds::LOCAL_SANDBOX, Client::new(&url, token.clone())?);
     let store = DirStore::open(store_config, sandboxes)?;
+    // The embedded node agent serves the store's resources (`/v1/resources`) to the inspector.
+    server.set_resources(Arc::new(store.clone()));
     // Kept after the stop, so that `get` can say how old the status it shows is.
     let run = state.write_run_started()?;
     state.write_up(&UpInfo { url: url.clone(), token, pid: std::process::id(), dir: dir.clone() })?;
@@ -139,11 +141,17 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     ]);
     eprintln!("agentplane up: watching {} (status in {})", dir.display(), state.root().display());
     eprintln!("  node agent (sandbox `local`): {url}");
+    // A code, not the token: it is used once, within 10 minutes, from the fragment.
+    let code = server.requires_token().then(|| server.login_code().0);
+    eprintln!("  inspector: {}", crate::ui::inspector_url(&url, code.as_deref()));
     if let Some(addr) = metrics_at {
         eprintln!("  metrics: http://{addr}/metrics");
     }
     eprintln!("  see:    agentplane get processes{flags}");
     eprintln!("  attach: agentplane attach process/NAME{flags}");
+    if code.is_some() {
+        eprintln!("  ui:     agentplane ui{flags}   (a new inspector link: each logs in once)");
+    }
 
     let server_task = tokio::spawn(server.run());
     let store_result = store.run(shutdown.clone()).await;

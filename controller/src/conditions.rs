@@ -95,6 +95,20 @@ pub fn get<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition
     conditions.iter().find(|c| c.type_ == type_)
 }
 
+/// The condition that says why a resource is not ready or not running (`agentplane
+/// get`'s REASON, the inspector's reason): a spec that was not taken first, then any
+/// other condition that is false, then `Ready` when not true. None when all is well,
+/// and when a not-ready reason only names a phase where nothing is wrong (`Succeeded`,
+/// `Starting`).
+pub fn explaining<'a>(phase: Option<&str>, conditions: &'a [Condition]) -> Option<&'a Condition> {
+    const FINE: [&str; 5] = ["Succeeded", "Stopped", "Ended", "Installing", "Starting"];
+    let invalid = get(conditions, VALID).filter(|c| c.status == "False");
+    let other = conditions.iter().find(|c| c.type_ != VALID && c.type_ != READY && c.status == "False");
+    let ready = get(conditions, READY)
+        .filter(|c| c.status != "True" && !(Some(c.reason.as_str()) == phase && FINE.contains(&c.reason.as_str())));
+    invalid.or(other).or(ready)
+}
+
 /// A node agent's timestamp as a Kubernetes `Time`.
 pub fn time(at: OffsetDateTime) -> Time {
     let ts =

@@ -66,8 +66,9 @@ impl NodeAgent {
         let url = loop {
             let line = lines.next().expect("the node agent logs that it is ready").unwrap();
             if let Some(at) = line.find("listen=") {
+                // `listen=http://ADDR` (a bare address before the log line named the scheme).
                 let addr = line[at + 7..].split_whitespace().next().unwrap();
-                break format!("http://{addr}");
+                break format!("http://{}", addr.trim_start_matches("http://"));
             }
         };
         // Keep draining its log so it never blocks on a full pipe.

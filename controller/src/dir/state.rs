@@ -22,6 +22,9 @@ pub const DEFAULT_STATE_DIR: &str = ".agentplane";
 #[derive(Debug, Clone)]
 pub struct StateDir {
     root: PathBuf,
+    /// Bumped by every write and removal through this handle (and its clones), failed
+    /// ones too: the store's change signal (what `/v1/resources/sse` follows).
+    changes: std::sync::Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 /// How the CLI reaches a running `agentplane up` (kept readable by its owner only).
@@ -65,7 +68,24 @@ pub enum Liveness {
 
 impl StateDir {
     pub fn new(root: impl Into<PathBuf>) -> Self {
-        StateDir { root: root.into() }
+        StateDir { root: root.into(), changes: std::sync::Arc::new(tokio::sync::watch::channel(0).0) }
+    }
+
+    /// Changes after each write or removal of a record or of the file errors made
+    /// through this handle; its value is the revision. The store makes every change
+    /// it holds in memory together with its write, under its lock, so a reader woken
+    /// by this who takes that lock sees the change.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
+    /// How many writes and removals this handle has made (see `subscribe`).
+    pub fn revision(&self) -> u64 {
+        *self.changes.borrow()
+    }
+
+    fn changed(&self) {
+        self.changes.send_modify(|revision| *revision += 1);
     }
 
     pub fn root(&self) -> &Path {
@@ -129,16 +149,20 @@ impl StateDir {
         let path = self.record_path(&object.key());
         let mut body = serde_json::to_vec_pretty(&object.to_json()).expect("JSON serializes");
         body.push(b'\n');
-        write_atomically(&path, &body, false)
+        let written = write_atomically(&path, &body, false);
+        self.changed();
+        written
     }
 
     pub fn remove(&self, key: &Key) -> Result<()> {
         let path = self.record_path(key);
-        match fs::remove_file(&path) {
+        let removed = match fs::remove_file(&path) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(Error::io(format!("removing {}", path.display()), e)),
-        }
+        };
+        self.changed();
+        removed
     }
 
     pub fn errors_path(&self) -> PathBuf {
@@ -149,7 +173,9 @@ impl StateDir {
         let list: Vec<&FileError> = errors.values().collect();
         let mut body = serde_json::to_vec_pretty(&list).expect("JSON serializes");
         body.push(b'\n');
-        write_atomically(&self.errors_path(), &body, false)
+        let written = write_atomically(&self.errors_path(), &body, false);
+        self.changed();
+        written
     }
 
     pub fn read_errors(&self) -> Vec<FileError> {

@@ -45,6 +45,9 @@ use crate::{Result, annotations};
 
 mod claims;
 mod sandboxes;
+mod view;
+
+pub use view::view;
 
 /// How long a burst of file events may keep arriving before the rescan: long enough
 /// to take an editor's save or a `git checkout` as one change, short enough not to be
