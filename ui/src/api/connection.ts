@@ -43,7 +43,8 @@ export const savedCredentials = {
 
 /** Where the node agent probably is: this page's own origin when it serves the page at /ui/. */
 export function defaultEndpoint(): string {
-  if (!import.meta.env.DEV && location.pathname.startsWith("/ui")) return location.origin;
+  const sameOrigin = !import.meta.env.DEV || import.meta.env.VITE_SAME_ORIGIN === "1";
+  if (sameOrigin && location.pathname.startsWith("/ui")) return location.origin;
   return "http://127.0.0.1:2468";
 }
 
@@ -85,7 +86,7 @@ export async function explain(error: unknown, endpoint: string): Promise<Connect
     if (error.request.includes("/v1/auth/exchange")) {
       return {
         title: "This sign-in link no longer works",
-        detail: `Each link works once and for a short while (${error.detail || error.title}). Ask for a new one, or enter the token.`,
+        detail: `${error.detail || error.title}. Each link works once, for a short while; or enter the token.`,
       };
     }
     if (error.status === 401 || error.code === "unauthorized") {

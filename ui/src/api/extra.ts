@@ -1,42 +1,13 @@
 // Routes that `@agentplane/sdk` may not have methods for yet: `POST /v1/auth/exchange`
 // and `GET /v1/resources` (+ `/sse`). When the SDK has them they are used; until then
 // these call the routes with fetch, with the SDK's own error classes.
-import { AgentPlane, AgentPlaneError, AgentPlaneNetworkError } from "@agentplane/sdk";
+import { AgentPlane, AgentPlaneError, AgentPlaneNetworkError, type components } from "@agentplane/sdk";
 
-export interface ResourceCondition {
-  type: string;
-  status: string;
-  reason?: string | null;
-  message?: string | null;
-  lastTransitionTime?: string | null;
-}
-
-export interface ResourceView {
-  kind: string;
-  name: string;
-  phase: string;
-  reason?: string | null;
-  message?: string | null;
-  conditions: ResourceCondition[];
-  file: string;
-  sandbox?: string | null;
-  processId?: string | null;
-  sessionId?: string | null;
-  updatedAt?: string | null;
-}
-
-export interface FileError {
-  file: string;
-  line: number;
-  column: number;
-  message: string;
-}
-
-export interface ResourceList {
-  resources: ResourceView[];
-  fileErrors: FileError[];
-  revision: number | string;
-}
+type Schemas = components["schemas"];
+export type ResourceCondition = Schemas["ResourceCondition"];
+export type ResourceView = Schemas["ResourceView"];
+export type FileError = Schemas["FileError"];
+export type ResourceList = Schemas["ResourceList"];
 
 export interface ResourcesApi {
   list(signal?: AbortSignal): Promise<ResourceList>;

@@ -71,6 +71,7 @@ export function ConversationView({ sessionId }: { sessionId: string }) {
         {info && (
           <div className="facts">
             <StateBadge state={info.state} />
+            {info.label && <span className="muted" title="label">{info.label}</span>}
             <span title="agent">{info.agent}{info.agentVersion ? ` ${info.agentVersion}` : ""}</span>
             {info.model && <span title="model">{info.model}</span>}
             <span title="permission mode">{info.permissionMode}</span>

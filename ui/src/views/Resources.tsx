@@ -2,7 +2,7 @@
 // their phase and conditions, the file each came from, and the files it could not
 // take, kept current by its watch stream.
 import { useEffect, useState } from "react";
-import type { ResourceList, ResourceView } from "../api/extra";
+import type { FileError, ResourceList, ResourceView } from "../api/extra";
 import { useConnection } from "../context";
 import { absoluteTime, errorText, relativeTime, useNow } from "../format";
 import { href } from "../router";
@@ -72,7 +72,7 @@ export function Resources() {
           <ul className="file-errors">
             {list.fileErrors.map((e, i) => (
               <li key={i} className="mono">
-                {e.file}:{e.line}:{e.column}: {e.message}
+                {fileErrorText(e)}
               </li>
             ))}
           </ul>
@@ -92,6 +92,12 @@ export function Resources() {
   );
 }
 
+/** `file:line:column: message`, as a compiler says it (the place only when there is one). */
+export function fileErrorText(e: FileError): string {
+  const place = e.line ? (e.column ? `:${e.line}:${e.column}` : `:${e.line}`) : "";
+  return `${e.file}${place}: ${e.message}`;
+}
+
 function ResourceTable({ title, items, now }: { title: string; items: ResourceView[]; now: number }) {
   return (
     <div className="resource-group">
@@ -106,6 +112,7 @@ function ResourceTable({ title, items, now }: { title: string; items: ResourceVi
             <thead>
               <tr>
                 <th scope="col">Name</th>
+                <th scope="col">Namespace</th>
                 <th scope="col">Phase</th>
                 <th scope="col">Conditions</th>
                 <th scope="col">File</th>
@@ -115,7 +122,7 @@ function ResourceTable({ title, items, now }: { title: string; items: ResourceVi
             </thead>
             <tbody>
               {items.map((r) => (
-                <tr key={`${r.kind}/${r.name}`}>
+                <tr key={`${r.kind}/${r.namespace}/${r.name}`}>
                   <td>
                     <ResourceName resource={r} />
                     {(r.reason || r.message) && (
@@ -126,15 +133,14 @@ function ResourceTable({ title, items, now }: { title: string; items: ResourceVi
                       </div>
                     )}
                   </td>
-                  <td>
-                    <span className={`badge phase-${r.phase.toLowerCase()}`}>{r.phase}</span>
-                  </td>
+                  <td className="muted">{r.namespace}</td>
+                  <td>{r.phase ? <span className={`badge phase-${r.phase.toLowerCase()}`}>{r.phase}</span> : <span className="muted">—</span>}</td>
                   <td>
                     <div className="chips">
                       {r.conditions.map((c) => (
                         <span
                           key={c.type}
-                          className={`chip ${c.status === "True" ? "on" : c.status === "False" ? "off" : ""}`}
+                          className={`chip ${c.status === "True" ? "on" : c.status === "False" ? "warn" : "off"}`}
                           title={[c.reason, c.message, c.lastTransitionTime && `since ${c.lastTransitionTime}`].filter(Boolean).join(" — ")}
                         >
                           {c.type}: {c.status}
@@ -143,7 +149,7 @@ function ResourceTable({ title, items, now }: { title: string; items: ResourceVi
                       ))}
                     </div>
                   </td>
-                  <td className="mono small">{r.file}</td>
+                  <td className="mono small">{r.file ?? <span className="muted">made by the store</span>}</td>
                   <td className="mono small">{r.sandbox ?? ""}</td>
                   <td title={absoluteTime(r.updatedAt)}>{r.updatedAt ? relativeTime(r.updatedAt, now) : ""}</td>
                 </tr>
@@ -157,6 +163,15 @@ function ResourceTable({ title, items, now }: { title: string; items: ResourceVi
 }
 
 function ResourceName({ resource }: { resource: ResourceView }) {
+  // Its ids are on its sandbox's node agent: only those of this one (`local`) open here.
+  const here = !resource.sandbox || resource.sandbox === "local";
+  if (!here && (resource.processId || resource.sessionId)) {
+    return (
+      <span className="mono" title={`${resource.processId ?? resource.sessionId} on the node agent of sandbox ${resource.sandbox}`}>
+        {resource.name}
+      </span>
+    );
+  }
   if (resource.kind === "Process" && resource.processId) {
     return (
       <a href={href("terminals", resource.processId)} className="mono" title={`open process ${resource.processId}`}>
