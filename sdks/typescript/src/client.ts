@@ -15,12 +15,14 @@ import type {
   InstallRequest,
   InstallResult,
   InterleavedOutput,
+  LoginCode,
   OutputChunk,
   OutputEncoding,
   OutputStream,
   PermissionReply,
   ProcessInfo,
   ProcessStreamEvent,
+  ResourceList,
   SessionEvents,
   SessionInfo,
   SessionStreamEvent,
@@ -84,6 +86,8 @@ export class AgentPlane implements AsyncDisposable {
   readonly processes: Processes;
   readonly sessions: Sessions;
   readonly agents: Agents;
+  /** The resources of `agentplane up`'s store (its embedded node agent serves them). */
+  readonly resources: Resources;
   /** The node agent's process id, when `start()` made it. */
   readonly pid: number | undefined;
   /** The bearer token: the one given to `connect()`, or the one `start()` made up. */
@@ -97,6 +101,7 @@ export class AgentPlane implements AsyncDisposable {
     this.processes = new Processes(this.#http, webSocket);
     this.sessions = new Sessions(this.#http);
     this.agents = new Agents(this.#http);
+    this.resources = new Resources(this.#http);
     this.pid = launched?.pid;
     this.token = options.token;
     this.#stop = launched?.stop;
@@ -128,8 +133,40 @@ export class AgentPlane implements AsyncDisposable {
     return plane;
   }
 
+  /**
+   * Trades a one-time login code (the `#code=` of the link `agentplane up` or
+   * `agentplane ui` prints) for a bearer token of the caller's own, good until the node
+   * agent stops. Needs no token; a code is good once, for 10 minutes: a used, wrong or
+   * expired one is an {@link AgentPlaneError} `unauthorized`.
+   *
+   * ```ts
+   * const code = new URLSearchParams(location.hash.slice(1)).get("code");
+   * const token = await AgentPlane.exchangeCode({ baseUrl: location.origin, code });
+   * const plane = AgentPlane.connect({ baseUrl: location.origin, token });
+   * ```
+   */
+  static async exchangeCode(options: {
+    baseUrl: string | URL;
+    code: string;
+    fetch?: Fetch | undefined;
+    signal?: AbortSignal | undefined;
+  }): Promise<string> {
+    const http = new Http(options.baseUrl, undefined, options.fetch);
+    const { token } = await http.call("post", "/v1/auth/exchange", { body: { code: options.code }, signal: options.signal });
+    return token;
+  }
+
   get baseUrl(): string {
     return this.#http.baseUrl;
+  }
+
+  /**
+   * A one-time login code for {@link AgentPlane.exchangeCode}: 128 random bits, good
+   * once, for 10 minutes (`expiresAt`). Put it in a URL's fragment
+   * (`/ui/#code=CODE`), which no browser sends to a server; never the token itself.
+   */
+  createLoginCode(signal?: AbortSignal): Promise<LoginCode> {
+    return this.#http.call("post", "/v1/auth/codes", { signal });
   }
 
   /** Liveness and version (needs no token). */
@@ -376,6 +413,46 @@ export class Sessions {
           // a dropped connection, unless the session ended before the offset asked for.
           const session = await http.call("get", "/v1/sessions/{id}", { path: { id } });
           return session.state === "ended" && session.lastSequence <= last;
+        },
+      },
+      options.signal,
+    );
+  }
+}
+
+/**
+ * The resources of `agentplane up`'s store (Processes, Sessions, Sandboxes, templates
+ * and pools) and the files it did not take, as its embedded node agent serves them.
+ * A node agent not embedded in `up` answers `not_found`.
+ */
+export class Resources {
+  readonly #http: Http;
+
+  /** @internal */
+  constructor(http: Http) {
+    this.#http = http;
+  }
+
+  /** The whole list now: `resources`, `fileErrors` and the store's `revision`. */
+  list(signal?: AbortSignal): Promise<ResourceList> {
+    return this.#http.call("get", "/v1/resources", { signal });
+  }
+
+  /**
+   * The whole list at once, then again each time anything in it changes, followed
+   * across dropped connections (a reconnect yields the list as it is then, so what
+   * changed meanwhile is never missed), until `signal` fires or the loop breaks. A
+   * node agent without resources throws `not_found` at the first step.
+   */
+  watch(options: { signal?: AbortSignal | undefined } = {}): AsyncGenerator<ResourceList> {
+    const http = this.#http;
+    return follow<ResourceList>(
+      {
+        open(_lastEventId, signal) {
+          return http.send("get", "/v1/resources/sse", { headers: { accept: "text/event-stream" }, signal });
+        },
+        decode(message) {
+          return message.event === "resources" ? (JSON.parse(message.data) as ResourceList) : undefined;
         },
       },
       options.signal,

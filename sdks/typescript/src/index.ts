@@ -1,5 +1,5 @@
 // @agentplane/sdk: a typed client for the agentplane node agent.
-export { AgentPlane, Agents, Processes, Sessions } from "./client.js";
+export { AgentPlane, Agents, Processes, Resources, Sessions } from "./client.js";
 export type { ConnectOptions, StartOptions, StopOptions } from "./client.js";
 export { AgentPlaneError, AgentPlaneNetworkError } from "./errors.js";
 export type { ProblemFields } from "./errors.js";

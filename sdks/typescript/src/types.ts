@@ -41,6 +41,18 @@ export type UniversalEvent = Schemas["UniversalEvent"];
 export type EventType = Schemas["EventType"];
 export type Item = Schemas["Item"];
 
+export type LoginCode = Schemas["LoginCode"];
+export type BrowserToken = Schemas["BrowserToken"];
+
+/** One resource of `agentplane up`'s store, with the node-agent id to open it by. */
+export type ResourceView = Schemas["ResourceView"];
+/** Everything `resources.list()` and each step of `resources.watch()` give. */
+export type ResourceList = Schemas["ResourceList"];
+export type ResourceKind = Schemas["ResourceKind"];
+export type ResourceCondition = Schemas["ResourceCondition"];
+/** A file of the watched folder that was not taken, with where (line, column) and why. */
+export type FileError = Schemas["FileError"];
+
 /** Sequences `[from, to)` of a session's events that are lost for good. */
 export interface EventGap {
   type: "gap";

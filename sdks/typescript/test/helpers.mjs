@@ -1,8 +1,11 @@
-// What the tests share: the binary, a node agent of their own, a proxy whose
-// connections the test can cut, and waiting on conditions instead of sleeping.
+// What the tests share: the binary, a node agent of their own, `agentplane up` on a
+// folder, a proxy whose connections the test can cut, and waiting on conditions
+// instead of sleeping.
+import { spawn } from "node:child_process";
 import { existsSync, readFileSync } from "node:fs";
 import net from "node:net";
 import { dirname, resolve } from "node:path";
+import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 
 import { AgentPlane } from "@agentplane/sdk";
@@ -91,3 +94,48 @@ export async function cuttableProxy(t, target) {
 }
 
 export const text = (bytes) => new TextDecoder().decode(bytes);
+
+/**
+ * `agentplane up --dir DIR`: resolves once it has printed its inspector link, with the
+ * node agent's URL and the login code from that link, and `stop()` (SIGTERM, then
+ * waits for it to exit) for the caller's `after`.
+ */
+export async function startUp(dir) {
+  const env = { ...process.env, RUST_LOG: "warn" };
+  for (const name of ["AGENTPLANE_TOKEN", "AGENTPLANE_DIR", "AGENTPLANE_STATE_DIR", "AGENTPLANE_LISTEN", "AGENTPLANE_NO_TOKEN"]) {
+    delete env[name];
+  }
+  const child = spawn(BINARY, ["up", "--dir", dir], { cwd: dir, env, stdio: ["ignore", "ignore", "pipe"] });
+  const exited = new Promise((resolve) => child.once("exit", resolve));
+  const stop = async () => {
+    if (child.exitCode === null && child.signalCode === null) {
+      child.kill("SIGTERM");
+      const timer = setTimeout(() => child.kill("SIGKILL"), 20_000);
+      await exited;
+      clearTimeout(timer);
+    }
+  };
+  let log = "";
+  try {
+    const link = await new Promise((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`up printed no inspector link in 30 s:\n${log}`)), 30_000);
+      // Read to the end, so that up never blocks on a full pipe.
+      createInterface({ input: child.stderr }).on("line", (line) => {
+        log += `${line}\n`;
+        const found = /inspector: (http:\/\/\S+)\/ui\/#code=([0-9a-f]+)/.exec(line);
+        if (found) {
+          clearTimeout(timer);
+          resolve({ baseUrl: found[1], code: found[2] });
+        }
+      });
+      child.once("exit", (code, signal) => {
+        clearTimeout(timer);
+        reject(new Error(`up exited (${signal ?? code}) before printing its link:\n${log}`));
+      });
+    });
+    return { ...link, pid: child.pid, log: () => log, stop };
+  } catch (error) {
+    await stop();
+    throw error;
+  }
+}

@@ -140,7 +140,9 @@ test("a terminal: bash computes, resizes are seen by stty, signals reach the for
   await out.until(/[\r\n]40 120\r\n/);
 
   terminal.write("sleep 100\n");
-  await waitFor("sleep to run under the shell", () => childrenOf(shell.pid).length > 0);
+  // Run, and holding the terminal: a child bash forked but that has not yet made its
+  // group the foreground one would leave the shell to take the SIGINT.
+  await waitFor("sleep to run in the foreground of the terminal", () => childrenOf(shell.pid).some(inForeground("sleep")));
   terminal.signal("SIGINT");
   // Typed ahead: the shell reads it once sleep is gone (an interrupted list would drop it).
   terminal.write("echo status=$?\n");
@@ -291,6 +293,21 @@ test("process lifecycle events follow the stream across a cut, from an event id"
 
 
 /** The pids of a process's children, from /proc. */
+/** Whether a process is `comm` and its group is its terminal's foreground group (/proc/PID/stat). */
+function inForeground(comm) {
+  return (pid) => {
+    try {
+      const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+      const name = stat.slice(stat.indexOf("(") + 1, stat.lastIndexOf(")"));
+      // After the name: state ppid pgrp session tty_nr tpgid ...
+      const [, , pgrp, , , tpgid] = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+      return name === comm && pgrp === tpgid;
+    } catch {
+      return false;
+    }
+  };
+}
+
 function childrenOf(pid) {
   try {
     return readFileSync(`/proc/${pid}/task/${pid}/children`, "utf8").trim().split(/\s+/).filter(Boolean).map(Number);

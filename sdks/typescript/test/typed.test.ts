@@ -8,7 +8,10 @@ import { test } from "node:test";
 import {
   AgentPlane,
   AgentPlaneError,
+  type FileError,
   type ProcessInfo,
+  type ResourceList,
+  type ResourceView,
   type SessionStreamEvent,
   type TerminalExit,
 } from "@agentplane/sdk";
@@ -66,4 +69,28 @@ export function typeErrors(plane: AgentPlane, event: SessionStreamEvent): void {
   // @ts-expect-error the status is a number
   const status: string = error.status;
   void status;
+}
+
+// The resources of `up` and the login: typed as the server describes them (compiled only).
+export async function resourceTypes(plane: AgentPlane): Promise<void> {
+  const list: ResourceList = await plane.resources.list();
+  const view: ResourceView | undefined = list.resources[0];
+  const id: string | null | undefined = view?.processId;
+  const error: FileError | undefined = list.fileErrors[0];
+  const line: number | null | undefined = error?.line;
+  void id;
+  void line;
+  for await (const next of plane.resources.watch({ signal: AbortSignal.timeout(1) })) {
+    const revision: number = next.revision;
+    void revision;
+  }
+  const token: string = await AgentPlane.exchangeCode({ baseUrl: "http://127.0.0.1:1", code: "c" });
+  void token;
+  const { code, expiresAt }: { code: string; expiresAt: string } = await plane.createLoginCode();
+  void [code, expiresAt];
+  // @ts-expect-error the code is required
+  void AgentPlane.exchangeCode({ baseUrl: "http://127.0.0.1:1" });
+  // @ts-expect-error a kind is one the store has
+  const kind: ResourceView["kind"] = "Pod";
+  void kind;
 }
