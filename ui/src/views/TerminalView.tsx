@@ -168,7 +168,7 @@ function XtermPane({ processId }: { processId: string }) {
       fontFamily: getComputedStyle(document.documentElement).getPropertyValue("--mono").trim() || "monospace",
       fontSize: 13,
       cursorBlink: true,
-      scrollback: 10_000,
+      scrollback: 1000,
       allowProposedApi: false,
       theme: dark.matches ? DARK : LIGHT,
     });
