@@ -1,0 +1,135 @@
+// Under `agentplane up`: the link it prints logs in at once (and only once), the
+// Resources view lists what the folder declares with its phases, and a broken file's
+// error appears while the page is open.
+import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
+import { mkdtemp, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import test from "node:test";
+import { promisify } from "node:util";
+
+import { REPO, browserTest, launchBrowser, openPage, screenshot, sessionsView, startUp, waitFor } from "./helpers.mjs";
+
+const run = promisify(execFile);
+
+/** What the Resources view shows: each table (by its name) and its rows' Name, Namespace and Phase. */
+function shownResources(page) {
+  return page.getByRole("heading", { name: "Resources", exact: true, level: 1 }).evaluate(() => {
+    const shown = {};
+    for (const table of document.querySelectorAll("table[aria-label]")) {
+      const headers = [...table.querySelectorAll("thead th")].map((th) => th.textContent.trim());
+      const nameAt = headers.indexOf("Name");
+      const phaseAt = headers.indexOf("Phase");
+      const namespaceAt = headers.indexOf("Namespace");
+      shown[table.getAttribute("aria-label")] = [...table.querySelectorAll("tbody tr")].map((tr) => {
+        const cells = tr.querySelectorAll("td");
+        // The name is the cell's first line (a reason may follow under it).
+        const nameCell = cells[nameAt];
+        const name = (nameCell?.querySelector("a, span") ?? nameCell)?.textContent.trim();
+        const namespace = namespaceAt === -1 ? undefined : cells[namespaceAt]?.textContent.trim();
+        return { name, namespace, phase: cells[phaseAt]?.textContent.trim() };
+      });
+    }
+    return shown;
+  });
+}
+
+/** `/v1/resources` as the page's own token reads it (the token the one-time code gave this tab). */
+function resourcesApi(page) {
+  return page.evaluate(async () => {
+    const token = sessionStorage.getItem("agentplane.token");
+    const response = await fetch("/v1/resources", { headers: { authorization: `Bearer ${token}` } });
+    return { status: response.status, body: await response.json() };
+  });
+}
+
+const TABLE_OF = {
+  Process: "Processes",
+  Session: "Sessions",
+  Sandbox: "Sandboxes",
+  SandboxTemplate: "Sandbox templates",
+  SandboxWarmPool: "Warm pools",
+};
+
+/** The row of the Resources view showing resource `r` of /v1/resources, with its phase ("—" for none). */
+function showsResource(shown, r) {
+  return (shown[TABLE_OF[r.kind] ?? "Other"] ?? []).some(
+    (row) => row.name === r.name && (row.namespace === undefined || row.namespace === (r.namespace ?? "")) && row.phase === (r.phase ?? "—"),
+  );
+}
+
+browserTest(test, "up: the printed link logs in once, the Resources view and a broken file's error, live", async (t) => {
+  const base = await mkdtemp(join(tmpdir(), "agentplane-ui-up-"));
+  const dir = join(base, "demo");
+  await run("cp", ["-r", join(REPO, "examples"), dir]);
+
+  const up = await startUp(t, dir);
+  t.after(async () => {
+    await up.stop();
+    await rm(base, { recursive: true, force: true });
+  });
+  t.diagnostic(`up printed: ${up.url}`);
+  const link = new URL(up.url);
+  assert.equal(link.pathname, "/ui/");
+  assert.match(link.hash, /^#code=[^&]+$/, "the link carries a one-time code in its fragment");
+  for (const line of up.output) assert.doesNotMatch(line, /token=/i, `up prints no token: ${line}`);
+
+  // The link connects at once: no form, the Sessions view.
+  const browser = await launchBrowser(t);
+  const page = await openPage(t, up.url, { browser });
+  await sessionsView(page, 30_000);
+  assert.doesNotMatch(page.url(), /code=/, "the code is taken out of the address");
+  await screenshot(t, page, "logged-in-by-link");
+
+  // The Resources view: every resource up has, with its phase.
+  const nav = page.getByRole("navigation", { name: "Main" });
+  await nav.getByRole("link", { name: "Resources", exact: true }).click();
+  await page.getByRole("heading", { name: "Resources", exact: true, level: 1 }).waitFor();
+  let api;
+  let shown;
+  await waitFor(
+    "the Resources view to show every resource of /v1/resources with its phase",
+    async () => {
+      api = await resourcesApi(page);
+      if (api.status !== 200) return false;
+      shown = await shownResources(page);
+      return api.body.resources.length > 0 && api.body.resources.every((r) => showsResource(shown, r));
+    },
+    30_000,
+  ).catch((error) => {
+    throw new Error(`${error.message}\n/v1/resources: ${JSON.stringify(api)}\nshown: ${JSON.stringify(shown)}`);
+  });
+  const names = api.body.resources.map((r) => `${r.kind}/${r.namespace ? `${r.namespace}/` : ""}${r.name}=${r.phase ?? "—"}`);
+  t.diagnostic(`resources: ${names.join(", ")}`);
+  // What examples/ declares, among them: the shell terminal and the mock session.
+  const shell = shown.Processes.find((row) => row.name === "shell");
+  assert.ok(shell, `the Process shell is listed: ${JSON.stringify(shown.Processes)}`);
+  assert.equal(shell.phase, "Running");
+  assert.ok(shown.Sessions.some((row) => row.name === "demo"), `the Session demo is listed: ${JSON.stringify(shown.Sessions)}`);
+  await screenshot(t, page, "resources");
+
+  // A broken file: its error (file:line:column) appears without a reload.
+  await page.evaluate(() => (window.__sameDocument = true));
+  await writeFile(join(dir, "broken.yaml"), 'kind: Process\nmetadata:\n  name: broken\nspec:\n  command: [ "sh"\n');
+  const error = page.getByText(/broken\.yaml:\d+:\d+/);
+  await error.first().waitFor({ timeout: 30_000 });
+  assert.equal(await page.evaluate(() => window.__sameDocument), true, "the page was not reloaded");
+  const errorText = await error.first().innerText();
+  t.diagnostic(`shown: ${errorText}`);
+  assert.match(errorText, /broken\.yaml:\d+:\d+: \S/, "file:line:column: what");
+  // The resources are still listed beside it.
+  assert.ok((await shownResources(page)).Processes.some((row) => row.name === "shell"));
+  await screenshot(t, page, "broken-file-error");
+
+  // The code was for one login only: the same link again is refused, in words.
+  const second = await openPage(t, up.url, { browser });
+  await second.getByRole("alert").filter({ hasText: /no longer works|expired|used/i }).waitFor({ timeout: 15_000 });
+  await second.getByLabel("Token", { exact: true }).waitFor();
+  await screenshot(t, second, "link-used-twice");
+
+  // SIGTERM: up stops, and says nothing went wrong.
+  const { code, signal } = await up.stop();
+  assert.equal(signal, null, `up exited by itself on SIGTERM (${signal})`);
+  assert.equal(code, 0, `up's exit code after SIGTERM; it printed:\n${up.output.slice(-10).join("\n")}`);
+});
