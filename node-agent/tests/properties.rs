@@ -44,6 +44,7 @@ async fn app(limits: Limits) -> (axum::Router, tempfile::TempDir) {
         allowed_origins: Arc::new(Vec::new()),
         shutdown,
         metrics: Default::default(),
+        resources: None,
     };
     (router(state), dir)
 }
@@ -113,6 +114,7 @@ const KEYS: &[&str] = &[
     "workingDir",
     "version",
     "reinstall",
+    "code",
 ];
 
 fn json() -> impl Strategy<Value = Value> {
@@ -159,6 +161,7 @@ const BODY_ROUTES: &[&str] = &[
     "/v1/sessions/s1/messages",
     "/v1/sessions/s1/permissions/p1/reply",
     "/v1/sessions/s1/questions/q1/reply",
+    "/v1/auth/exchange",
 ];
 
 #[test]
