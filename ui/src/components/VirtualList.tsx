@@ -109,12 +109,16 @@ export function VirtualList<T>({
   if (start >= count && count > 0) start = Math.max(0, count - 1);
   end = Math.max(end, Math.min(count, start + 1));
 
+  // At the bottom it sticks; it lets go only when the reader scrolls up (content that
+  // grows or is measured taller after a jump to the bottom is not the reader leaving).
+  const lastTop = useRef(0);
   const onScroll = useCallback(() => {
     const el = scroller.current;
     if (!el) return;
-    const bottom = el.scrollHeight - el.scrollTop - el.clientHeight < 8;
-    atBottom.current = bottom;
-    setShowJump(stickToBottom && !bottom);
+    if (el.scrollHeight - el.scrollTop - el.clientHeight < 8) atBottom.current = true;
+    else if (el.scrollTop < lastTop.current - 2) atBottom.current = false;
+    lastTop.current = el.scrollTop;
+    setShowJump(stickToBottom && !atBottom.current);
     setViewport((v) => (v.top === el.scrollTop && v.height === el.clientHeight ? v : { top: el.scrollTop, height: el.clientHeight }));
   }, [stickToBottom]);
 
