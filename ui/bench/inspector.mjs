@@ -27,7 +27,7 @@ if (typeof WebSocket === "undefined" && !process.execArgv.includes("--experiment
 }
 
 const { mkdtemp, readdir, readFile, rm, writeFile } = await import("node:fs/promises");
-const { tmpdir } = await import("node:os");
+const { availableParallelism, loadavg, tmpdir } = await import("node:os");
 const { join } = await import("node:path");
 const { gzipSync } = await import("node:zlib");
 const { UI_DIR, connectedPage, startPlane, waitFor } = await import("../test/helpers.mjs");
@@ -205,6 +205,9 @@ async function stream(plane, sessionId, page, turnsBefore) {
   const caughtUp = performance.now() - lastEventAt;
   const streamed = await longTasks();
   figure("b", `events streamed in the ${windowS.toFixed(1)} s window`, `${inWindow} (${(inWindow / windowS).toFixed(0)}/s)`, "");
+  if (inWindow / windowS < STREAM_RATE * 0.9) {
+    console.log(`    (the mock wrote fewer than ${STREAM_RATE} events/s: the machine was too busy to make the stream asked for)`);
+  }
   figure("b", "the page showed the last reply after the last turn ended", caughtUp, "ms");
   const max = longest(streamed);
   figure("b", `longest task while ${STREAM_RATE} events/s streamed in (${streamed.length} long tasks)`, max, "ms", {
@@ -463,7 +466,15 @@ async function shipped() {
 
 // ---------------------------------------------------------------------------------------------
 
+/** The machine's load: figures taken on a busy machine (other builds, tests) are worse than the page. */
+function load(when) {
+  const [one] = loadavg();
+  const cores = availableParallelism();
+  console.log(`load average ${when}: ${one.toFixed(2)} on ${cores} cores${one > cores ? " (busy: timings are inflated by other work)" : ""}`);
+}
+
 let failed;
+load("at the start");
 try {
   if (runs("d")) await shipped();
   if (runs("a") || runs("b")) await conversation();
@@ -479,6 +490,7 @@ try {
     }
   }
 }
+load("at the end");
 console.log("");
 if (failed) {
   console.error(`the benchmark could not finish: ${failed.stack ?? failed}`);

@@ -19,7 +19,7 @@ browserTest(test, "connect: with the token: the Sessions view; a wrong token: th
   for (const name of ["Sessions", "Terminals", "Agents", "Requests"]) {
     assert.equal(await nav.getByRole("link", { name, exact: true }).count(), 1, `the nav link "${name}"`);
   }
-  assert.equal(await page.getByRole("link", { name: "Sessions", exact: true }).first().getAttribute("aria-current"), "page");
+  assert.equal(await nav.getByRole("link", { name: "Sessions", exact: true }).getAttribute("aria-current"), "page");
   // The form is gone, and the token is in no URL the page shows.
   assert.equal(await page.getByLabel("Token", { exact: true }).count(), 0);
   assert.ok(!page.url().includes(plane.token), "the token is not in the address");
