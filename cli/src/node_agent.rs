@@ -337,10 +337,12 @@ pub async fn run(args: NodeAgentArgs) -> anyhow::Result<()> {
         let bound = server.serve_metrics(addr).await?;
         tracing::info!(metrics = %bound, "metrics served without the token");
     }
-    let listen = match (server.local_addr(), &args.listen_unix) {
-        (Some(addr), _) => format!("http://{addr}"),
-        (None, Some(path)) => format!("unix:{}", path.display()),
-        (None, None) => String::new(),
+    // The log says `listen=ADDR` as it always has (scripts and benches read it);
+    // `--announce-ready` prints a URL.
+    let (listen, url) = match (server.local_addr(), &args.listen_unix) {
+        (Some(addr), _) => (addr.to_string(), format!("http://{addr}")),
+        (None, Some(path)) => (format!("unix:{}", path.display()), format!("unix:{}", path.display())),
+        (None, None) => (String::new(), String::new()),
     };
     tracing::info!(
         listen = %listen,
@@ -356,7 +358,7 @@ pub async fn run(args: NodeAgentArgs) -> anyhow::Result<()> {
     if args.announce_ready {
         use std::io::Write;
         let mut out = std::io::stdout().lock();
-        writeln!(out, "ready {listen}").and_then(|()| out.flush()).context("announcing readiness on stdout")?;
+        writeln!(out, "ready {url}").and_then(|()| out.flush()).context("announcing readiness on stdout")?;
     }
     let registering = match cluster {
         Some((cluster, registration)) => {
