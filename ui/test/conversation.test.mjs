@@ -28,6 +28,11 @@ browserTest(test, "conversation: a mock session's streamed reply, a permission a
     agent.evaluate((select) => [...select.options].find((o) => o.value === "mock" || /^mock\b/.test(o.label.trim()))?.value),
   );
   await agent.selectOption(mock);
+  // The rest of what a session is started with.
+  for (const name of ["Version", "Model", "Environment"]) {
+    assert.equal(await form.getByLabel(name, { exact: true }).count(), 1, `the New session form's field "${name}"`);
+  }
+  assert.ok((await form.getByRole("combobox", { name: /mode/i }).count()) >= 1, "the New session form offers the agent's modes");
   await screenshot(t, page, "new-session-form");
   await form.getByRole("button", { name: /^Create/ }).click();
   const sessionId = await routeId(page, "sessions");
