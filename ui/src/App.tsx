@@ -49,8 +49,16 @@ export function App() {
 
   const open = useCallback(async (target: string, token: string) => {
     setStatus({ kind: "connecting", what: target });
+    const refused = () => {
+      savedCredentials.forgetToken();
+      setConnection(null);
+      setStatus({
+        kind: "failed",
+        problem: { title: "The node agent refused this token", detail: "It no longer takes the token this page had (did it restart with another?). Connect again." },
+      });
+    };
     try {
-      const next = await connect(target, token);
+      const next = await connect(target, token, refused);
       savedCredentials.save(next.baseUrl, token);
       setConnection(next);
       setStatus({ kind: "idle" });

@@ -56,9 +56,20 @@ export function normalizeEndpoint(endpoint: string): string {
   return url.href.replace(/\/+$/, "");
 }
 
-export async function connect(endpoint: string, token: string): Promise<Connection> {
+/**
+ * Connects and checks the token with a real call. `onRefused` is called when, later,
+ * the node agent answers 401 to a call that carried the token (it restarted with
+ * another one, or the page's own token was forgotten).
+ */
+export async function connect(endpoint: string, token: string, onRefused?: () => void): Promise<Connection> {
   const baseUrl = normalizeEndpoint(endpoint);
-  const fetchImpl = loggingFetch(baseUrl);
+  const logged = loggingFetch(baseUrl);
+  let checked = false;
+  const fetchImpl: typeof fetch = async (input, init) => {
+    const response = await logged(input, init);
+    if (checked && response.status === 401 && new Headers(init?.headers).has("authorization")) onRefused?.();
+    return response;
+  };
   const plane = AgentPlane.connect({ baseUrl, token, fetch: fetchImpl });
   const health = await plane.health();
   await plane.sessions.list(); // the token is checked here
@@ -71,6 +82,7 @@ export async function connect(endpoint: string, token: string): Promise<Connecti
     }
     resources = undefined;
   }
+  checked = true;
   return { plane, baseUrl, resources, version: health.version };
 }
 

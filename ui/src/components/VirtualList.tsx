@@ -1,6 +1,10 @@
 // Renders only the rows near the viewport of a long list whose rows differ in height:
 // heights are measured once rendered (ResizeObserver) and estimated before; the space
 // of the rows not rendered is padding. It can keep to the bottom while rows arrive.
+//
+// Rows usually only get appended (a conversation): the keys, their index and the row
+// offsets are kept between renders and extended, not rebuilt, so a render costs what
+// changed, not the length of the list.
 import { type ReactNode, useCallback, useEffect, useLayoutEffect, useRef, useState } from "react";
 
 interface Props<T> {
@@ -17,6 +21,57 @@ interface Props<T> {
   label: string;
 }
 
+/** Keys, their index, and the offset where each row starts, kept across renders. */
+class Layout {
+  keys: string[] = [];
+  indexOf = new Map<string, number>();
+  /** tops[i]: where row i starts; tops[count]: the total height. */
+  tops = new Float64Array(1024);
+  heights = new Map<string, number>();
+  /** Offsets from this row on are stale. */
+  dirtyFrom = 0;
+
+  /** Brings keys and offsets up to `items`: extends them when rows were only appended. */
+  update<T>(items: readonly T[], getKey: (item: T) => string, estimate: number): number {
+    const count = items.length;
+    let same = count >= this.keys.length;
+    // Appended only: the first and the last known keys are where they were.
+    if (same && this.keys.length > 0) {
+      const last = this.keys.length - 1;
+      same = getKey(items[0] as T) === this.keys[0] && getKey(items[last] as T) === this.keys[last];
+    }
+    if (!same) {
+      this.keys = [];
+      this.indexOf.clear();
+      this.dirtyFrom = 0;
+    }
+    for (let i = this.keys.length; i < count; i += 1) {
+      const key = getKey(items[i] as T);
+      this.keys.push(key);
+      this.indexOf.set(key, i);
+    }
+    if (this.tops.length < count + 1) {
+      const grown = new Float64Array(Math.max(count + 1, this.tops.length * 2));
+      grown.set(this.tops.subarray(0, Math.min(this.tops.length, this.dirtyFrom + 1)));
+      this.tops = grown;
+    }
+    const from = Math.min(this.dirtyFrom, count);
+    if (from === 0) this.tops[0] = 0;
+    for (let i = from; i < count; i += 1) {
+      this.tops[i + 1] = (this.tops[i] ?? 0) + (this.heights.get(this.keys[i] as string) ?? estimate);
+    }
+    this.dirtyFrom = count;
+    return count;
+  }
+
+  /** A row's measured height; offsets after it become stale. */
+  measured(key: string, height: number): void {
+    this.heights.set(key, height);
+    const index = this.indexOf.get(key);
+    if (index !== undefined && index < this.dirtyFrom) this.dirtyFrom = index;
+  }
+}
+
 export function VirtualList<T>({
   items,
   version,
@@ -29,9 +84,8 @@ export function VirtualList<T>({
   label,
 }: Props<T>) {
   const scroller = useRef<HTMLDivElement>(null);
-  const heights = useRef(new Map<string, number>());
-  const indexOfKey = useRef(new Map<string, number>());
-  const tops = useRef<Float64Array>(new Float64Array(1));
+  const layout = useRef<Layout>(null as unknown as Layout);
+  if (layout.current === null) layout.current = new Layout();
   const atBottom = useRef(stickToBottom);
   const [viewport, setViewport] = useState({ top: 0, height: 800 });
   const [measured, setMeasured] = useState(0);
@@ -49,6 +103,7 @@ export function VirtualList<T>({
   const observer = useRef<ResizeObserver | null>(null);
   if (observer.current === null && typeof ResizeObserver !== "undefined") {
     observer.current = new ResizeObserver((entries) => {
+      const rows = layout.current;
       let changed = false;
       let shiftAbove = 0;
       const el = scroller.current;
@@ -58,13 +113,13 @@ export function VirtualList<T>({
         const key = target.dataset.key;
         if (key === undefined || !target.isConnected) continue;
         const height = entry.borderBoxSize?.[0]?.blockSize ?? target.getBoundingClientRect().height;
-        const old = heights.current.get(key);
+        const old = rows.heights.get(key);
         if (old === height) continue;
-        heights.current.set(key, height);
-        changed = true;
-        const index = indexOfKey.current.get(key);
+        const index = rows.indexOf.get(key);
         // A row above the viewport that changed height would move what is read: keep it still.
-        if (index !== undefined && (tops.current[index + 1] ?? 0) <= scrollTop) shiftAbove += height - (old ?? estimate);
+        if (index !== undefined && (rows.tops[index + 1] ?? 0) <= scrollTop) shiftAbove += height - (old ?? estimate);
+        rows.measured(key, height);
+        changed = true;
       }
       if (!changed || !el) return;
       if (atBottom.current && stickToBottom) el.scrollTop = el.scrollHeight;
@@ -87,18 +142,9 @@ export function VirtualList<T>({
     return () => observer.current?.unobserve(node);
   }, []);
 
-  // Where each row starts (estimated where not measured yet).
-  const count = items.length;
-  if (tops.current.length !== count + 1) tops.current = new Float64Array(count + 1);
-  const top = tops.current;
-  const keys: string[] = new Array(count);
-  indexOfKey.current.clear();
-  for (let i = 0; i < count; i += 1) {
-    const key = getKey(items[i] as T);
-    keys[i] = key;
-    indexOfKey.current.set(key, i);
-    top[i + 1] = (top[i] ?? 0) + (heights.current.get(key) ?? estimate);
-  }
+  const rows = layout.current;
+  const count = rows.update(items, getKey, estimate);
+  const { keys, tops: top } = rows;
   const total = top[count] ?? 0;
 
   const from = Math.max(0, viewport.top - overscanPx);
@@ -143,7 +189,7 @@ export function VirtualList<T>({
     if (stickToBottom && atBottom.current) {
       if (el.scrollHeight - el.scrollTop - el.clientHeight > 1) el.scrollTop = el.scrollHeight;
     } else if (anchor.current && keys[0] !== firstKey.current) {
-      const index = indexOfKey.current.get(anchor.current.key);
+      const index = rows.indexOf.get(anchor.current.key);
       if (index !== undefined) {
         const want = (top[index] ?? 0) + anchor.current.offset;
         if (Math.abs(el.scrollTop - want) > 1) el.scrollTop = want;

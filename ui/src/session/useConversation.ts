@@ -88,14 +88,13 @@ export function useConversation(plane: AgentPlane, sessionId: string, onBatch?: 
         offset = last;
       }
     };
-    /** The older events, read in the background, then everything folded again in order. */
+    /** The older events, read in the background into a whole conversation, which then replaces the tail. */
     const completeHistory = async (tailFrom: number) => {
-      const older: SessionStreamEvent[] = [];
-      await read(0, tailFrom, (events) => older.push(...events));
+      // Folded a page at a time as they come (each a short task), the tail after them.
+      const whole = new Conversation();
+      await read(0, tailFrom, (events) => whole.applyAll(events));
       if (signal.aborted || !sinceTail) return;
       flush();
-      const whole = new Conversation();
-      whole.applyAll(older);
       whole.applyAll(sinceTail);
       sinceTail = undefined;
       (model.current as { conversation: Conversation }).conversation = whole;

@@ -239,7 +239,7 @@ function XtermPane({ processId }: { processId: string }) {
         <span className={`follow follow-${state === "open" ? "live" : state === "closed" ? "ended" : "loading"}`}>{state}</span>
         {error && <span className="bad-text">{error}</span>}
       </div>
-      <div ref={host} className="xterm-host" aria-label="Terminal" />
+      <div ref={host} className="xterm-host" role="region" aria-label="Terminal" />
     </div>
   );
 }
