@@ -1,5 +1,6 @@
 // The shell: connecting (a form, a saved token, or a one-time #code=), then the
 // navigation and the view the hash names.
+import { AgentPlane } from "@agentplane/sdk";
 import { lazy, Suspense, useCallback, useEffect, useState } from "react";
 import {
   type ConnectProblem,
@@ -10,7 +11,6 @@ import {
   normalizeEndpoint,
   savedCredentials,
 } from "./api/connection";
-import { exchangeCode } from "./api/extra";
 import { Field } from "./components/Field";
 import { loggingFetch } from "./api/requestLog";
 import { ConnectionContext } from "./context";
@@ -76,7 +76,7 @@ export function App() {
       void (async () => {
         try {
           const base = normalizeEndpoint(target);
-          const token = await exchangeCode(base, code, loggingFetch(base));
+          const token = await AgentPlane.exchangeCode({ baseUrl: base, code, fetch: loggingFetch(base) });
           await open(target, token);
         } catch (error) {
           setStatus({ kind: "failed", problem: await explain(error, target) });

@@ -1,14 +1,13 @@
 // Connecting to a node agent: the SDK client over a logging fetch, checked with a
 // real call, and failures told in plain words.
-import { AgentPlane, AgentPlaneError, AgentPlaneNetworkError } from "@agentplane/sdk";
-import { resourcesApi, type ResourcesApi } from "./extra";
+import { AgentPlane, AgentPlaneError, AgentPlaneNetworkError, type Resources } from "@agentplane/sdk";
 import { loggingFetch } from "./requestLog";
 
 export interface Connection {
   plane: AgentPlane;
   baseUrl: string;
-  /** `agentplane up` runs this node agent: its resources can be shown. */
-  resources: ResourcesApi | undefined;
+  /** `plane.resources`, when `agentplane up` runs this node agent (else it has none to show). */
+  resources: Resources | undefined;
   version: string;
 }
 
@@ -73,7 +72,7 @@ export async function connect(endpoint: string, token: string, onRefused?: () =>
   const plane = AgentPlane.connect({ baseUrl, token, fetch: fetchImpl });
   const health = await plane.health();
   await plane.sessions.list(); // the token is checked here
-  let resources: ResourcesApi | undefined = resourcesApi(plane, token, fetchImpl);
+  let resources: Resources | undefined = plane.resources;
   try {
     await resources.list();
   } catch (error) {

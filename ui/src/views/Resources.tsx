@@ -1,8 +1,8 @@
 // What `agentplane up` is converging to: its Processes, Sessions and Sandboxes with
 // their phase and conditions, the file each came from, and the files it could not
 // take, kept current by its watch stream.
+import type { FileError, ResourceList, ResourceView } from "@agentplane/sdk";
 import { useEffect, useState } from "react";
-import type { FileError, ResourceList, ResourceView } from "../api/extra";
 import { useConnection } from "../context";
 import { absoluteTime, errorText, relativeTime, useNow } from "../format";
 import { href } from "../router";
