@@ -21,6 +21,11 @@ const CAPABILITIES: [keyof AgentInfo["capabilities"], string][] = [
   ["streamingDeltas", "streaming"],
 ];
 
+/** An agent the node agent has in itself (the mock): installed, with no executable. */
+function builtIn(agent: AgentInfo): boolean {
+  return agent.installed && !agent.path;
+}
+
 export function Agents() {
   const { plane } = useConnection();
   const [agents, setAgents] = useState<AgentInfo[] | undefined>();
@@ -96,7 +101,7 @@ export function Agents() {
                     <td className="mono">
                       {agent.version ?? <span className="muted">—</span>}
                       {agent.path && <div className="muted small">{agent.path}</div>}
-                      {!agent.path && agent.installed && <div className="muted small">built in</div>}
+                      {builtIn(agent) && <div className="muted small">built in</div>}
                     </td>
                     <td>{agent.credentialsAvailable ? <span className="badge ok">found</span> : <span className="badge warn">none</span>}</td>
                     <td>
@@ -109,7 +114,13 @@ export function Agents() {
                       </div>
                     </td>
                     <td className="install-cell">
-                      <button type="button" aria-label={`Install ${agent.id}`} disabled={state?.running} onClick={() => void install(agent.id)}>
+                      <button
+                        type="button"
+                        aria-label={`Install ${agent.id}`}
+                        disabled={state?.running || builtIn(agent)}
+                        title={builtIn(agent) ? "built into the node agent: nothing to install" : `npm install of ${agent.id}'s pinned version`}
+                        onClick={() => void install(agent.id)}
+                      >
                         Install
                       </button>
                       {state?.running && (
