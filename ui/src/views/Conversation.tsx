@@ -24,18 +24,32 @@ export function ConversationView({ sessionId }: { sessionId: string }) {
   const [infoError, setInfoError] = useState<string | undefined>();
   const infoTimer = useRef<ReturnType<typeof setTimeout> | undefined>(undefined);
 
-  // At most one fetch per INFO_DEBOUNCE_MS, the last change always followed by one.
+  // At most one fetch at a time, INFO_DEBOUNCE_MS after a change; a change while one is
+  // waiting or under way makes one more after it, so the last change is always seen.
+  const infoBusy = useRef(false);
+  const infoAgain = useRef(false);
   const refreshInfo = useCallback(() => {
-    if (infoTimer.current !== undefined) return;
+    if (infoTimer.current !== undefined || infoBusy.current) {
+      infoAgain.current = true;
+      return;
+    }
     infoTimer.current = setTimeout(() => {
       infoTimer.current = undefined;
-      plane.sessions.get(sessionId).then(
-        (value) => {
-          setInfo(value);
-          setInfoError(undefined);
-        },
-        (error: unknown) => setInfoError(errorText(error)),
-      );
+      infoBusy.current = true;
+      infoAgain.current = false;
+      plane.sessions
+        .get(sessionId)
+        .then(
+          (value) => {
+            setInfo(value);
+            setInfoError(undefined);
+          },
+          (error: unknown) => setInfoError(errorText(error)),
+        )
+        .finally(() => {
+          infoBusy.current = false;
+          if (infoAgain.current) refreshInfo();
+        });
     }, INFO_DEBOUNCE_MS);
   }, [plane, sessionId]);
 
@@ -45,6 +59,7 @@ export function ConversationView({ sessionId }: { sessionId: string }) {
     return () => {
       clearTimeout(infoTimer.current);
       infoTimer.current = undefined;
+      infoAgain.current = false;
     };
   }, [refreshInfo]);
 
