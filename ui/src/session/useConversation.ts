@@ -15,6 +15,8 @@ export type FollowState = "loading" | "live" | "ended" | "failed";
 
 /** Events per page read (the node agent answers at most 10 000). */
 const PAGE = 2_500;
+/** Per page read in the background: smaller, so that parsing one is never a long task. */
+const BACKGROUND_PAGE = 1_000;
 /** A session with more events than this opens with its newest TAIL first. */
 const TAIL = 2_000;
 
@@ -76,9 +78,9 @@ export function useConversation(plane: AgentPlane, sessionId: string, onBatch?: 
       }
     };
     /** Pages of events after `offset`, up to `until` (inclusive) or the newest. */
-    const read = async (offset: number, until: number, each: (events: SessionStreamEvent[]) => void) => {
+    const read = async (offset: number, until: number, each: (events: SessionStreamEvent[]) => void, limit = PAGE) => {
       for (;;) {
-        const page = await plane.sessions.readEvents(sessionId, { offset, limit: PAGE }, signal);
+        const page = await plane.sessions.readEvents(sessionId, { offset, limit }, signal);
         const events: SessionStreamEvent[] = [];
         if (page.gap) events.push({ type: "gap", from: page.gap.from, to: page.gap.to });
         for (const event of page.events) if (event.sequence <= until) events.push(event);
@@ -92,7 +94,7 @@ export function useConversation(plane: AgentPlane, sessionId: string, onBatch?: 
     const completeHistory = async (tailFrom: number) => {
       // Folded a page at a time as they come (each a short task), the tail after them.
       const whole = new Conversation();
-      await read(0, tailFrom, (events) => whole.applyAll(events));
+      await read(0, tailFrom, (events) => whole.applyAll(events), BACKGROUND_PAGE);
       if (signal.aborted || !sinceTail) return;
       flush();
       whole.applyAll(sinceTail);
