@@ -18,7 +18,7 @@ export interface TerminalGap {
   to: number;
 }
 
-export type TerminalState = "connecting" | "open" | "reconnecting" | "closed";
+export type TerminalState = "connecting" | "open" | "reconnecting" | "paused" | "closed";
 
 export interface TerminalOptions {
   /**
@@ -78,6 +78,7 @@ export class Terminal implements Disposable {
   #exit: TerminalExit | undefined;
   #failure: unknown;
   #closing = false;
+  #paused = false;
   #wake: (() => void) | undefined;
   readonly #listeners: { [K in keyof TerminalEvents]: Set<(...args: TerminalEvents[K]) => void> } = {
     data: new Set(),
@@ -172,6 +173,30 @@ export class Terminal implements Disposable {
     if (this.#socket && this.#state === "open") this.#socket.close(4000, "reconnecting");
   }
 
+  /**
+   * Flow control for a reader that cannot keep up (a browser terminal rendering a
+   * flood): stops receiving by closing the connection (the process goes on) until
+   * `resume()`, which reconnects from the last byte received. What the node agent
+   * no longer holds by then arrives as a gap, as for any client that fell behind.
+   * Writes wait meanwhile.
+   */
+  pause(): void {
+    if (this.#closing || this.#paused) return;
+    this.#paused = true;
+    if (this.#socket && this.#state === "open") this.#socket.close(4001, "paused");
+  }
+
+  /** Receives again after `pause()`. */
+  resume(): void {
+    if (!this.#paused) return;
+    this.#paused = false;
+    this.#wake?.();
+  }
+
+  get paused(): boolean {
+    return this.#paused;
+  }
+
   /** Closes the connection for good; the process goes on. */
   close(): void {
     if (this.#closing) return;
@@ -241,7 +266,16 @@ export class Terminal implements Disposable {
         connectedOnce = true;
         delay = FIRST_DELAY_MS;
       }
-      if (this.#closing || this.#exit || !this.#reconnect) break;
+      if (this.#closing || this.#exit) break;
+      if (this.#paused) {
+        // Until resume() or close(): no back-off, it was asked for.
+        this.#setState("paused");
+        await new Promise<void>((resolve) => (this.#wake = resolve));
+        this.#wake = undefined;
+        delay = FIRST_DELAY_MS;
+        continue;
+      }
+      if (!this.#reconnect) break;
       await new Promise<void>((resolve) => {
         this.#wake = resolve;
         void sleep(delay).then(resolve);
@@ -273,6 +307,8 @@ export class Terminal implements Disposable {
             ready = true;
             this.#offset ??= control.offset;
             this.#opened(socket);
+            // Paused while connecting: nothing is read until resume().
+            if (this.#paused) socket.close(4001, "paused");
           } else if (control) {
             this.#onControl(control);
           }

@@ -247,6 +247,37 @@ test("reconnect() resumes too; bytes the ring no longer holds are a gap, not sil
   assert.equal(out.text().match(/one-2\r\n/g).length, 1, "nothing repeated");
 });
 
+test("pause() stops receiving and resume() goes on from the last byte", async (t) => {
+  const plane = await startPlane(t);
+  const seq = await plane.processes.create({ command: "seq", args: ["1", "50000"] });
+  const terminal = plane.processes.terminal(seq.id, { offset: 0 });
+  const states = [];
+  terminal.onStateChange((s) => states.push(s));
+  const received = [];
+  let contiguous = true;
+  let next = 0;
+  terminal.onData((bytes, offset) => {
+    if (offset !== next) contiguous = false;
+    next = offset + bytes.byteLength;
+    received.push(Buffer.from(bytes));
+    // The first frame is at most 256 KiB of the 289 KB: the pause comes before the end.
+    if (received.length === 1) terminal.pause();
+  });
+  await waitFor("the pause", () => terminal.state === "paused");
+  await waitFor("seq to end", async () => (await plane.processes.get(seq.id)).status === "exited");
+  const whilePaused = Buffer.concat(received).length;
+  const total = (await plane.processes.get(seq.id)).outputOffset;
+  assert.ok(whilePaused < total, `paused before the end (${whilePaused} of ${total})`);
+  assert.equal(terminal.paused, true);
+  terminal.resume();
+  const exit = await terminal.closed;
+  assert.deepEqual(exit, { exitCode: 0, signal: null });
+  assert.ok(contiguous);
+  const expected = Buffer.from(Array.from({ length: 50000 }, (_, i) => `${i + 1}\n`).join(""));
+  assert.ok(Buffer.concat(received).equals(expected), "every byte once, across the pause");
+  assert.deepEqual(states.filter((s) => s !== "reconnecting"), ["open", "paused", "open", "closed"]);
+});
+
 test("process lifecycle events follow the stream across a cut, from an event id", async (t) => {
   const plane = await startPlane(t);
   const proxy = await cuttableProxy(t, plane.baseUrl);
