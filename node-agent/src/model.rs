@@ -319,6 +319,9 @@ pub struct ConnectQuery {
     pub stream: Option<OutputStream>,
     /// A single-use ticket from `POST /v1/processes/{id}/ticket`, for clients that cannot set headers.
     pub ticket: Option<String>,
+    /// The client will `ack` what it consumes: at most 1 MiB is sent ahead of its
+    /// last ack from the first byte on (without it, only once it first acks).
+    pub ack: Option<bool>,
 }
 
 /// JSON control messages of the terminal WebSocket (text frames), both directions.
@@ -329,6 +332,12 @@ pub enum ControlMessage {
     Resize { rows: u16, cols: u16 },
     /// Client → server: send a signal (to the terminal's foreground group on a PTY).
     Signal { signal: String },
+    /// Client → server: output up to this offset has been consumed (a terminal drew
+    /// it). Once a client sends one, at most 1 MiB is sent past its last `ack`: flow
+    /// control for a client that cannot push back, as a browser's WebSocket cannot.
+    /// Falling further behind is then what it is for any slow client: the program is
+    /// held back for a while, then the client gets a gap.
+    Ack { offset: u64 },
     /// Server → client, first: binary frames that follow start at this offset.
     Ready { offset: u64 },
     /// Server → client: bytes in `[from, to)` were lost to this client.

@@ -31,6 +31,8 @@ const MAX_FRAME: usize = 256 * 1024;
 /// Largest message a terminal client may send: keystrokes and pastes, not files. With
 /// the bounded input queue this caps what one client can make the node agent hold.
 const MAX_CLIENT_MESSAGE: usize = 1024 * 1024;
+/// Most bytes sent past a client's last `ack`, once it acks (see `ControlMessage::Ack`).
+const ACK_WINDOW: u64 = 1024 * 1024;
 /// Largest response of `GET .../output`.
 const MAX_OUTPUT_READ: usize = 1024 * 1024;
 
@@ -381,7 +383,9 @@ async fn connect(
     }
     let upgrade = upgrade.map_err(|e| Error::InvalidRequest(format!("not a WebSocket request: {}", e.body_text())))?;
     let upgrade = upgrade.max_message_size(MAX_CLIENT_MESSAGE).max_frame_size(MAX_CLIENT_MESSAGE);
-    Ok(upgrade.on_upgrade(move |socket| terminal_session(socket, state, process, buffer, query.offset)))
+    Ok(upgrade.on_upgrade(move |socket| {
+        terminal_session(socket, state, process, buffer, query.offset, query.ack == Some(true))
+    }))
 }
 
 /// Whether `origin` is `http://HOST` or `https://HOST` of the `Host` the request was
@@ -402,6 +406,7 @@ async fn terminal_session(
     process: Arc<Process>,
     buffer: Arc<OutputBuffer>,
     offset: Option<u64>,
+    acks: bool,
 ) {
     let mut subscription = buffer.subscribe(offset);
     let _attached = Attached::new(&state.metrics);
@@ -409,18 +414,42 @@ async fn terminal_session(
     // Answers to the client's control messages: at most one per message received, and
     // the receiver stops reading while this is full.
     let (replies_tx, mut replies_rx) = mpsc::channel::<ControlMessage>(16);
+    // The client's last `ack`, if it acks at all.
+    let (acked_tx, mut acked_rx) = tokio::sync::watch::channel::<Option<u64>>(acks.then(|| subscription.position()));
 
     let send = async {
         let ready = ControlMessage::Ready { offset: subscription.position() };
         sink.send(control_frame(&ready)).await?;
         let mut run_state = process.watch_state();
+        // Where what is in flight starts when the client's ack is older: where this
+        // connection started, or the end of the last gap (bytes never sent are not in
+        // flight, so a stale ack cannot shut the window for good).
+        let mut floor = subscription.position();
         loop {
-            match subscription.try_next(MAX_FRAME) {
+            let room = match *acked_rx.borrow_and_update() {
+                Some(acked) => ACK_WINDOW.saturating_sub(subscription.position().saturating_sub(acked.max(floor))),
+                None => MAX_FRAME as u64,
+            };
+            if room == 0 {
+                // Not reading holds the program back as a slow client does, then gaps.
+                tokio::select! {
+                    changed = acked_rx.changed() => if changed.is_err() { return Ok(()) },
+                    Some(reply) = replies_rx.recv() => sink.send(control_frame(&reply)).await?,
+                    () = state.shutdown.cancelled() => {
+                        let _ = sink.send(Message::Close(None)).await;
+                        return Ok(());
+                    }
+                }
+                continue;
+            }
+            let max = usize::try_from(room).unwrap_or(MAX_FRAME).min(MAX_FRAME);
+            match subscription.try_next(max) {
                 Some(Next::Data { data, .. }) => {
                     sink.send(Message::Binary(data.into())).await?;
                     continue;
                 }
                 Some(Next::Gap(gap)) => {
+                    floor = floor.max(gap.to);
                     state.metrics.count_gap("terminal");
                     sink.send(control_frame(&ControlMessage::Gap { from: gap.from, to: gap.to })).await?;
                     continue;
@@ -459,7 +488,7 @@ async fn terminal_session(
             };
             let failure = match message {
                 Message::Binary(data) => process.write_input(data).await.err().map(|e| e.to_string()),
-                Message::Text(text) => apply_control(&state, &process, text.as_str()).err(),
+                Message::Text(text) => apply_control(&state, &process, &acked_tx, text.as_str()).err(),
                 Message::Close(_) => break,
                 Message::Ping(_) | Message::Pong(_) => None,
             };
@@ -527,8 +556,24 @@ fn refusal(error: axum::Error) -> Option<axum::extract::ws::CloseFrame> {
     }
 }
 
-fn apply_control(state: &AppState, process: &Process, text: &str) -> std::result::Result<(), String> {
+fn apply_control(
+    state: &AppState,
+    process: &Process,
+    acked: &tokio::sync::watch::Sender<Option<u64>>,
+    text: &str,
+) -> std::result::Result<(), String> {
     match serde_json::from_str::<ControlMessage>(text) {
+        Ok(ControlMessage::Ack { offset }) => {
+            // Only forward: an ack older than the last one changes nothing.
+            acked.send_if_modified(|last| {
+                let newer = last.is_none_or(|last| offset > last);
+                if newer {
+                    *last = Some(offset);
+                }
+                newer
+            });
+            Ok(())
+        }
         Ok(ControlMessage::Resize { rows, cols }) => {
             process.resize(PtySize { rows, cols }).map_err(|e| e.to_string())?;
             state.processes.publish_updated(process);

@@ -30,6 +30,12 @@ export interface TerminalOptions {
   stream?: OutputStream | undefined;
   /** Reconnect after a dropped connection (default true). */
   reconnect?: boolean | undefined;
+  /**
+   * The caller will `ack(offset)` what it has consumed (drawn): the node agent then
+   * sends at most 1 MiB ahead of the last ack, from the first byte. For a reader
+   * slower than the program, such as a browser terminal under a flood.
+   */
+  acks?: boolean | undefined;
 }
 
 /** The `WebSocket` constructor to use: the platform's by default. */
@@ -69,6 +75,7 @@ export class Terminal implements Disposable {
   readonly #WebSocket: WebSocketConstructor;
   readonly #stream: OutputStream | undefined;
   readonly #reconnect: boolean;
+  readonly #acks: boolean;
   #offset: number | undefined;
   #state: TerminalState = "connecting";
   #socket: WebSocket | undefined;
@@ -98,6 +105,7 @@ export class Terminal implements Disposable {
     this.#WebSocket = webSocket;
     this.#stream = options.stream;
     this.#reconnect = options.reconnect ?? true;
+    this.#acks = options.acks ?? false;
     this.#offset = options.offset;
     this.ready = new Promise((resolve, reject) => {
       this.#resolveReady = resolve;
@@ -166,6 +174,18 @@ export class Terminal implements Disposable {
   /** A signal to the terminal's foreground job, as a keypress would send it (`SIGINT`, `INT`, `2`). */
   signal(name: string): void {
     this.#control({ type: "signal", signal: name });
+  }
+
+  /**
+   * Says that output up to `offset` has been consumed (drawn). With `acks: true`
+   * (or once a terminal acks), the node agent sends at most 1 MiB past the last ack,
+   * so a reader slower than the program (a browser terminal under a flood) stays
+   * within that of the present instead of seconds behind in buffers it cannot see;
+   * further behind, the program is held back a while, then this reader gets a gap.
+   */
+  ack(offset: number): void {
+    if (this.#state !== "open" || !this.#socket) return;
+    this.#socket.send(JSON.stringify({ type: "ack", offset }));
   }
 
   /** Drops the current connection and resumes from the last byte received. */
@@ -294,6 +314,7 @@ export class Terminal implements Disposable {
     const query: Record<string, string | number> = { ticket };
     if (this.#offset !== undefined) query.offset = this.#offset;
     if (this.#stream !== undefined) query.stream = this.#stream;
+    if (this.#acks) query.ack = "true";
     const url = this.#http.url("/v1/processes/{id}/connect", { id }, query).replace(/^http/, "ws");
     const socket = new this.#WebSocket(url);
     socket.binaryType = "arraybuffer";

@@ -278,6 +278,47 @@ test("pause() stops receiving and resume() goes on from the last byte", async (t
   assert.deepEqual(states.filter((s) => s !== "reconnecting"), ["open", "paused", "open", "closed"]);
 });
 
+test("a terminal that acks gets at most 1 MiB past its last ack", async (t) => {
+  const plane = await startPlane(t);
+  const flood = await plane.processes.create({ command: "yes", args: ["agentplane"] });
+  const terminal = plane.processes.terminal(flood.id, { acks: true });
+  const WINDOW = 1024 * 1024;
+  let start;
+  let received = 0;
+  let acking = false;
+  let pastWindow = false;
+  const gaps = [];
+  let begin; // the first offset this reader heard of, as data or as a gap
+  terminal.onGap((g) => {
+    begin ??= g.from;
+    gaps.push(g);
+  });
+  terminal.onData((bytes, offset) => {
+    begin ??= offset;
+    start ??= offset;
+    received += bytes.byteLength;
+    if (!acking && received > WINDOW) pastWindow = true;
+    if (acking) terminal.ack(offset + bytes.byteLength);
+  });
+  await terminal.ready;
+  // No ack yet: the reader gets the window and no more, while the program writes on.
+  await waitFor("the window to be sent and the program to write past it", async () => {
+    const p = await plane.processes.get(flood.id);
+    return received === WINDOW && p.outputOffset > start + WINDOW + 512 * 1024;
+  });
+  assert.equal(pastWindow, false, "never more than the window before an ack");
+  // Acks let the rest through.
+  acking = true;
+  terminal.ack(start + received);
+  await waitFor("more after the ack", () => received > 3 * WINDOW);
+  await plane.processes.stop(flood.id);
+  const exit = await terminal.closed;
+  assert.equal(exit.signal, "SIGTERM");
+  const total = (await plane.processes.get(flood.id)).outputOffset;
+  const lost = gaps.reduce((sum, g) => sum + (g.to - g.from), 0);
+  assert.equal(begin + received + lost, total, "every byte arrived or was named lost");
+});
+
 test("process lifecycle events follow the stream across a cut, from an event id", async (t) => {
   const plane = await startPlane(t);
   const proxy = await cuttableProxy(t, plane.baseUrl);

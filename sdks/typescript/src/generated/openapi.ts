@@ -700,6 +700,11 @@ export interface components {
             /** Format: int64 */
             offset: number;
             /** @enum {string} */
+            type: "ack";
+        } | {
+            /** Format: int64 */
+            offset: number;
+            /** @enum {string} */
             type: "ready";
         } | {
             /** Format: int64 */
@@ -1984,6 +1989,11 @@ export interface operations {
                 stream?: components["schemas"]["OutputStream"];
                 /** @description A single-use ticket from `POST /v1/processes/{id}/ticket`, for clients that cannot set headers. */
                 ticket?: string;
+                /**
+                 * @description The client will `ack` what it consumes: at most 1 MiB is sent ahead of its
+                 *     last ack from the first byte on (without it, only once it first acks).
+                 */
+                ack?: boolean;
             };
             header?: never;
             path: {
