@@ -3,7 +3,8 @@
 # attach` as a person would), vim and bash (on real PTYs), script (the benchmark's
 # baseline), git (a GitOps checkout swapping a watched directory), openssl (the test API server's
 # service-account key), Node.js and npm (the node agent installs the real agent CLIs
-# from the npm registry; the TypeScript SDK is built and tested with them). Idempotent: does nothing when they are all present.
+# from the npm registry; the TypeScript SDK and the inspector are built and tested
+# with them), chromium (the inspector's tests, headless). Idempotent: does nothing when they are all present.
 set -euo pipefail
 
 need=()
@@ -16,6 +17,9 @@ command -v git >/dev/null || need+=(git)
 command -v openssl >/dev/null || need+=(openssl)
 # bubblewrap: the codex tests run with a distro bwrap present, as users' machines have.
 command -v bwrap >/dev/null || need+=(bubblewrap)
+# chromium (headless) and a font for it: the web inspector's tests drive a real browser.
+command -v chromium >/dev/null || need+=(chromium)
+[ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need+=(fonts-dejavu-core)
 command -v node >/dev/null || need+=(nodejs)
 command -v npm >/dev/null || need+=(npm)
 check_node() {

@@ -17,7 +17,10 @@
 #   6. the TypeScript SDK: generated types checked against the server's OpenAPI
 #      document, then `node --test` against the real binary (terminals, sessions,
 #      resume across dropped connections, errors, start/dispose), and its packed size;
-#   7. a short run of the PTY throughput benchmark, for its zero-loss check
+#   7. the web inspector: its committed build compared with a rebuild, then its
+#      tests in headless chromium (screenshots in target/ui-screenshots) and its
+#      benchmark (long sessions, streaming, terminal rate, bundle size);
+#   8. a short run of the PTY throughput benchmark, for its zero-loss check
 #      (its speed figures need the full run: see the README), the `up`
 #      benchmark, which fails if a process is missing or runs twice, and the
 #      managed-sandbox benchmark (cold start, warm-pool claim, idle RSS).
@@ -55,6 +58,28 @@ cargo build --locked -p agentplane
   case "$target_dir" in /*) AGENTPLANE_BIN="$target_dir/debug/agentplane" ;; esac
   npm run --silent check-generated
   npm test
+)
+
+# The web inspector (ui/): rebuilt from its pinned sources into a scratch folder and
+# compared with the committed build the binary embeds (a stale ui/dist fails here),
+# then its tests in Debian's chromium, headless, against the real binary, and its
+# benchmark (which fails when a target is missed).
+(
+  cd ui
+  npm ci --no-audit --no-fund --loglevel=error
+  rebuilt="$(mktemp -d)"
+  trap 'rm -rf "$rebuilt"' EXIT
+  npm run --silent build -- --outDir "$rebuilt" --emptyOutDir --logLevel warn
+  if ! diff -r dist "$rebuilt" >/dev/null; then
+    echo "ui/dist is not what its sources build: run \`npm run build\` in ui/ and commit ui/dist" >&2
+    diff -r dist "$rebuilt" | head -20 >&2
+    exit 1
+  fi
+  export AGENTPLANE_BIN="$PWD/../$target_dir/debug/agentplane"
+  case "$target_dir" in /*) AGENTPLANE_BIN="$target_dir/debug/agentplane" ;; esac
+  export UI_SCREENSHOTS="$PWD/../$target_dir/ui-screenshots"
+  npm test
+  npm run --silent bench
 )
 
 AGENTPLANE_BENCH_MIB=16 cargo bench --locked -p agentplane --bench pty_throughput

@@ -181,11 +181,23 @@ function XtermPane({ processId }: { processId: string }) {
 
     // With no offset the node agent replays what it still holds: the screen comes back
     // as it was, and nothing is written twice (the SDK resumes from the last byte).
-    const terminal = plane.processes.terminal(processId);
+    const terminal = plane.processes.terminal(processId, { acks: true });
     attached.set(processId, { terminal, xterm });
+    // Flow control. xterm.js parses at its own pace (a few MB/s in a busy tab) and a
+    // browser's WebSocket cannot push back, so under a flood the bytes would pile up
+    // in socket buffers and the tab, and the screen fall seconds behind. Each chunk
+    // is acknowledged once xterm has parsed it, and the node agent sends at most
+    // 1 MiB ahead of the last acknowledgement (`acks: true`); slower than the program,
+    // the program is held back, then this page is told with a gap what it missed.
+    const receive = (bytes: Uint8Array, offset: number) => {
+      const end = offset + bytes.byteLength;
+      xterm.write(bytes, () => terminal.ack(end));
+    };
     const offs = [
-      terminal.onData((bytes) => xterm.write(bytes)),
-      terminal.onGap(({ from, to }) => xterm.write(`\r\n\x1b[2m[… ${to - from} bytes lost …]\x1b[22m\r\n`)),
+      terminal.onData(receive),
+      terminal.onGap(({ from, to }) =>
+        xterm.write(`\r\n\x1b[2m[… ${to - from} bytes lost …]\x1b[22m\r\n`, () => terminal.ack(to)),
+      ),
       terminal.onExit(({ exitCode, signal }) => xterm.write(`\r\n\x1b[2m${exitLine(exitCode, signal)}\x1b[22m\r\n`)),
       terminal.onStateChange(setState),
       terminal.onError((err) => setError(err.message)),
