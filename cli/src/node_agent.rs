@@ -57,6 +57,12 @@ pub struct NodeAgentArgs {
     /// A browser origin allowed to call the API (repeat for several; none by default).
     #[arg(long = "cors-origin", env = "AGENTPLANE_CORS_ORIGINS", value_delimiter = ',')]
     cors_origins: Vec<String>,
+    /// A directory the file API (`/v1/fs/...`) may read and write, with everything
+    /// below it (repeat for several; the environment variable takes a colon-separated
+    /// list). Relative paths of clients are taken against the first. Default: the
+    /// working directory.
+    #[arg(long = "fs-root", env = "AGENTPLANE_FS_ROOTS", value_name = "PATH", value_delimiter = ':')]
+    fs_roots: Vec<PathBuf>,
     /// Most processes running at once.
     #[arg(long, env = "AGENTPLANE_MAX_PROCESSES", default_value_t = 256)]
     max_processes: usize,
@@ -320,6 +326,7 @@ pub async fn run(args: NodeAgentArgs) -> anyhow::Result<()> {
             slow_client_timeout: Duration::from_millis(args.slow_client_timeout_ms),
             stop_timeout: Duration::from_secs_f64(args.stop_timeout),
         },
+        fs_roots: args.fs_roots,
     };
     let shutdown = CancellationToken::new();
     // Before any process can start: see `watch_stop_signals`.

@@ -89,6 +89,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         data_dir: state.node_agent_dir(),
         cors_origins: Vec::new(),
         limits: Limits { max_running: args.max_processes, max_exited: args.max_processes, ..Limits::default() },
+        fs_roots: Vec::new(),
     };
     let agents_dir = match &args.agents_dir {
         Some(dir) => {

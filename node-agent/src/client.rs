@@ -50,6 +50,9 @@ pub type ClientResult<T> = std::result::Result<T, ClientError>;
 
 pub type TerminalSocket = WebSocketStream<MaybeTlsStream<tokio::net::TcpStream>>;
 
+/// A response body as it arrives: what [`Client::fs_read`] and [`Client::fs_download`] answer.
+pub type ByteStream = std::pin::Pin<Box<dyn Stream<Item = ClientResult<bytes::Bytes>> + Send>>;
+
 #[derive(Clone, Debug)]
 pub struct Client {
     base: Url,
@@ -415,6 +418,124 @@ impl Client {
 
     pub async fn reject_question(&self, id: &str, question_id: &str) -> ClientResult<SessionInfo> {
         self.send(self.request(Method::POST, &["sessions", id, "questions", question_id, "reject"])).await
+    }
+
+    /// A directory's entries, by name.
+    pub async fn fs_entries(&self, path: &str) -> ClientResult<FsEntries> {
+        self.send(self.request(Method::GET, &["fs", "entries"]).query(&[("path", path)])).await
+    }
+
+    /// One entry, as `lstat` sees it (a symlink is reported, not followed).
+    pub async fn fs_stat(&self, path: &str) -> ClientResult<FsEntry> {
+        self.send(self.request(Method::GET, &["fs", "stat"]).query(&[("path", path)])).await
+    }
+
+    /// A file's bytes as they arrive; `range` is `(first, last)`, both inclusive
+    /// (`last` `None`: to the end), as in an HTTP `Range`.
+    pub async fn fs_read(&self, path: &str, range: Option<(u64, Option<u64>)>) -> ClientResult<ByteStream> {
+        let mut builder = self.request(Method::GET, &["fs", "file"]).query(&[("path", path)]);
+        if let Some((first, last)) = range {
+            let last = last.map(|l| l.to_string()).unwrap_or_default();
+            builder = builder.header(reqwest::header::RANGE, format!("bytes={first}-{last}"));
+        }
+        self.open_bytes(builder).await
+    }
+
+    /// Writes a file from `body`, atomically (readers see the old or the new file).
+    pub async fn fs_write(&self, path: &str, body: reqwest::Body, options: &FsWriteOptions) -> ClientResult<FsEntry> {
+        let query = FsWriteQuery {
+            path: path.to_string(),
+            mode: options.mode.map(|mode| format!("{mode:o}")),
+            parents: options.parents,
+        };
+        let builder = self
+            .request(Method::PUT, &["fs", "file"])
+            .query(&query)
+            .header(reqwest::header::CONTENT_TYPE, "application/octet-stream")
+            .body(body);
+        self.send(builder).await
+    }
+
+    /// Creates a directory and its missing parents; an existing directory is fine.
+    pub async fn fs_mkdir(&self, path: &str) -> ClientResult<FsEntry> {
+        self.send(self.request(Method::POST, &["fs", "mkdir"]).query(&[("path", path)])).await
+    }
+
+    /// Renames `from` to `to`; `conflict` when `to` exists and `overwrite` is false.
+    pub async fn fs_move(&self, request: &FsMoveRequest) -> ClientResult<FsEntry> {
+        self.send(self.request(Method::POST, &["fs", "move"]).json(request)).await
+    }
+
+    /// Deletes a file, a symlink (never what it points to) or a directory
+    /// (`directory_not_empty` unless `recursive`).
+    pub async fn fs_delete(&self, path: &str, recursive: bool) -> ClientResult<()> {
+        let query = FsDeleteQuery { path: path.to_string(), recursive };
+        let response = self.open(self.request(Method::DELETE, &["fs", "entry"]).query(&query)).await?;
+        drop(response);
+        Ok(())
+    }
+
+    /// Extracts a tar stream into the directory `dir` (created when missing).
+    pub async fn fs_upload(&self, dir: &str, tar: reqwest::Body) -> ClientResult<FsUploadResult> {
+        let builder = self
+            .request(Method::POST, &["fs", "upload"])
+            .query(&[("path", dir)])
+            .header(reqwest::header::CONTENT_TYPE, "application/x-tar")
+            .body(tar);
+        self.send(builder).await
+    }
+
+    /// A tar stream of a directory (entries relative to it) or of one file.
+    pub async fn fs_download(&self, path: &str) -> ClientResult<ByteStream> {
+        self.open_bytes(self.request(Method::GET, &["fs", "download"]).query(&[("path", path)])).await
+    }
+
+    /// Changes under `path` as they happen. The watch is in place when this returns.
+    pub async fn fs_watch(
+        &self,
+        path: &str,
+        recursive: bool,
+    ) -> ClientResult<impl Stream<Item = ClientResult<FsEvent>> + Send + 'static> {
+        let segments = ["fs", "watch"];
+        let url = self.url(&segments).to_string();
+        let query = FsWatchQuery { path: path.to_string(), recursive };
+        let messages = self.open_sse(self.request(Method::GET, &segments).query(&query), &segments).await?;
+        Ok(messages.map(move |message| {
+            let message = message?;
+            serde_json::from_str(&message.data).map_err(|e| ClientError::Unexpected {
+                url: url.clone(),
+                status: 200,
+                body: format!("{e}: {}", message.data),
+            })
+        }))
+    }
+
+    /// Sends a request and answers its response when it succeeded, its problem when not.
+    async fn open(&self, builder: RequestBuilder) -> ClientResult<reqwest::Response> {
+        let (client, request) = builder.build_split();
+        let request = request.map_err(|source| ClientError::Http { url: String::new(), source })?;
+        let url = request.url().to_string();
+        let response =
+            client.execute(request).await.map_err(|source| ClientError::Http { url: url.clone(), source })?;
+        if response.status().is_success() {
+            return Ok(response);
+        }
+        let status = response.status().as_u16();
+        let body = response.text().await.unwrap_or_default();
+        Err(match serde_json::from_str::<Problem>(&body) {
+            Ok(problem) => ClientError::Problem(problem),
+            Err(_) => ClientError::Unexpected { url, status, body },
+        })
+    }
+
+    async fn open_bytes(&self, builder: RequestBuilder) -> ClientResult<ByteStream> {
+        let response = self.open(builder).await?;
+        let url = response.url().to_string();
+        Ok(Box::pin(
+            response
+                .bytes_stream()
+                .map(move |chunk| chunk.map_err(|source| ClientError::Http { url: url.clone(), source })),
+        ))
     }
 }
 

@@ -91,6 +91,19 @@ pub enum Error {
     /// A request body past the node agent's limit.
     #[error("{0}")]
     PayloadTooLarge(String),
+    /// A file path outside the node agent's file roots, or one that would be
+    /// reached through a symlink leading out of them.
+    #[error("{0}")]
+    ForbiddenPath(String),
+    #[error("{0}")]
+    NotADirectory(String),
+    #[error("{0}")]
+    IsADirectory(String),
+    #[error("{0}")]
+    DirectoryNotEmpty(String),
+    /// A `Range` a file cannot satisfy (`416`).
+    #[error("{0}")]
+    InvalidRange(String),
     #[error("{context}: {source}")]
     Io {
         context: String,
@@ -132,6 +145,11 @@ impl Error {
             Error::RouteNotFound(_) | Error::NotFound(_) => "not_found",
             Error::MethodNotAllowed => "method_not_allowed",
             Error::PayloadTooLarge(_) => "payload_too_large",
+            Error::ForbiddenPath(_) => "forbidden_path",
+            Error::NotADirectory(_) => "not_a_directory",
+            Error::IsADirectory(_) => "is_a_directory",
+            Error::DirectoryNotEmpty(_) => "directory_not_empty",
+            Error::InvalidRange(_) => "invalid_range",
             Error::Io { .. } => "internal",
         }
     }
@@ -164,6 +182,9 @@ impl Error {
             Error::Forbidden(_) => StatusCode::FORBIDDEN,
             Error::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Error::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Error::ForbiddenPath(_) => StatusCode::FORBIDDEN,
+            Error::NotADirectory(_) | Error::IsADirectory(_) | Error::DirectoryNotEmpty(_) => StatusCode::CONFLICT,
+            Error::InvalidRange(_) => StatusCode::RANGE_NOT_SATISFIABLE,
             Error::Io { .. } => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -195,6 +216,11 @@ impl Error {
             Error::RouteNotFound(_) | Error::NotFound(_) => "Not found",
             Error::MethodNotAllowed => "Method not allowed",
             Error::PayloadTooLarge(_) => "Payload too large",
+            Error::ForbiddenPath(_) => "Path outside the file roots",
+            Error::NotADirectory(_) => "Not a directory",
+            Error::IsADirectory(_) => "Is a directory",
+            Error::DirectoryNotEmpty(_) => "Directory not empty",
+            Error::InvalidRange(_) => "Range not satisfiable",
             Error::Io { .. } => "Internal error",
         }
     }

@@ -9,6 +9,7 @@ pub mod client;
 pub mod driver;
 pub mod error;
 pub mod events;
+pub mod fs;
 pub mod leftovers;
 pub mod metrics;
 pub mod model;

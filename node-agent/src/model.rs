@@ -6,6 +6,11 @@ use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 use utoipa::{IntoParams, ToSchema};
 
+mod fs;
+pub use fs::*;
+mod workspace;
+pub use workspace::*;
+
 /// Body of `POST /v1/processes`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

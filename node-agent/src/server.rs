@@ -32,6 +32,8 @@ pub struct Config {
     /// Origins allowed to call from a browser; none by default.
     pub cors_origins: Vec<String>,
     pub limits: Limits,
+    /// The directories `/v1/fs/...` serves (`--fs-root`); none: the working directory.
+    pub fs_roots: Vec<PathBuf>,
 }
 
 pub struct Server {
@@ -105,6 +107,7 @@ impl Server {
                 "session event memory, message queue and the session limit must be positive".into(),
             ));
         }
+        let fs = Arc::new(crate::fs::FsRoots::open(&config.fs_roots)?);
         let agents_dir = sessions.agents_dir.clone().unwrap_or_else(|| config.data_dir.join("agents"));
         let metrics = Metrics::new();
         let host = AgentHost::metered(config.data_dir.clone(), agents_dir, metrics.clone());
@@ -118,6 +121,7 @@ impl Server {
             shutdown,
             metrics,
             resources: None,
+            fs,
         };
         Ok(Server { listener, state })
     }

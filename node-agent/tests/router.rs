@@ -33,6 +33,7 @@ async fn app() -> (axum::Router, tempfile::TempDir) {
         shutdown,
         metrics: Default::default(),
         resources: None,
+        fs: Arc::new(agentplane_node_agent::fs::FsRoots::open(&[dir.path().to_path_buf()]).unwrap()),
     };
     (router(state), dir)
 }

@@ -10,6 +10,7 @@
 //! documents, authentication) and the OpenAPI document.
 
 mod agents;
+mod fs;
 mod login;
 mod metrics;
 mod processes;
@@ -57,6 +58,8 @@ pub struct AppState {
     /// What `/v1/resources` serves: `agentplane up`'s store; without one those
     /// routes answer `not_found`.
     pub resources: Option<Arc<dyn ResourceSource>>,
+    /// What `/v1/fs/...` serves: the file roots, opened at start.
+    pub fs: Arc<crate::fs::FsRoots>,
 }
 
 /// A JSON body whose rejection is a problem document.
@@ -122,6 +125,7 @@ fn documented_routes() -> OpenApiRouter<AppState> {
         .merge(login::routes())
         .merge(resources::routes())
         .merge(metrics::routes())
+        .merge(fs::routes())
 }
 
 /// The OpenAPI document: what `/v1/openapi.json` serves and `agentplane node-agent
@@ -202,6 +206,7 @@ fn ticket_grants(state: &AppState, request: &Request) -> bool {
         (name = "agents", description = "The agents this node agent can drive"),
         (name = "sessions", description = "Conversations with agents, as universal events"),
         (name = "auth", description = "Logging a browser page in with a one-time code"),
+        (name = "files", description = "Files inside the node agent's file roots"),
         (name = "resources", description = "The resources of `agentplane up`'s store (served by `up` only)"),
         (name = "system", description = "Health and the API document")
     )

@@ -85,6 +85,22 @@ impl TestServer {
         sessions: SessionOptions,
         resources: Option<std::sync::Arc<dyn ResourceSource>>,
     ) -> Self {
+        Self::start_serving(data, limits, sessions, resources, Vec::new()).await
+    }
+
+    /// A node agent whose file API serves `fs_roots` (`--fs-root`).
+    pub async fn start_with_fs_roots(fs_roots: Vec<std::path::PathBuf>) -> Self {
+        Self::start_serving(tempfile::tempdir().unwrap(), Limits::default(), SessionOptions::default(), None, fs_roots)
+            .await
+    }
+
+    async fn start_serving(
+        data: tempfile::TempDir,
+        limits: Limits,
+        sessions: SessionOptions,
+        resources: Option<std::sync::Arc<dyn ResourceSource>>,
+        fs_roots: Vec<std::path::PathBuf>,
+    ) -> Self {
         // The node agent's log, shown with a failing test's output (RUST_LOG to change).
         let _ = tracing_subscriber::fmt()
             .with_env_filter(
@@ -101,6 +117,7 @@ impl TestServer {
             data_dir: data.path().join("data"),
             cors_origins: vec!["https://app.example".into()],
             limits,
+            fs_roots,
         };
         let options = sessions.clone();
         let mut server = Server::bind_with(config, sessions, shutdown.clone()).await.unwrap();

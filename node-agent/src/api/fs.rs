@@ -1,0 +1,527 @@
+//! Files: `/v1/fs/...` lists, stats, reads (with ranges), writes (atomically),
+//! makes directories, moves, deletes, packs and unpacks tar streams and watches,
+//! confined to the node agent's file roots (see [`crate::fs`]).
+//!
+//! Bodies are streamed both ways, never held whole: a read or a download is produced
+//! by a blocking thread into a small bounded channel that the response body drains; a
+//! write or an upload feeds the request body into one that a blocking thread empties
+//! into the file. The request body limit that guards JSON routes does not apply here:
+//! these handlers take the body as a stream, which no limit counts.
+
+use std::convert::Infallible;
+use std::io::{self, Read, Write};
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use bytes::{Bytes, BytesMut};
+use cap_std::fs::MetadataExt;
+use futures_util::{Stream, StreamExt};
+use tokio::sync::{mpsc, oneshot};
+use utoipa_axum::router::OpenApiRouter;
+
+use crate::error::{Error, Problem, Result};
+use crate::fs::{FsPath, FsRoots, create_temporary, fs_error, remove_temporary};
+use crate::model::*;
+
+use super::{AppState, Json, Query};
+
+/// Bytes read from a file per chunk of a response body: large enough that a
+/// gigabyte is a few thousand channel hops, small enough to keep memory per reader low.
+const READ_CHUNK: usize = 256 * 1024;
+/// Chunks a reading thread may be ahead of the client: with [`READ_CHUNK`], 1 MiB per
+/// download at most, and a slow client stops the thread rather than filling memory.
+const READ_AHEAD: usize = 4;
+/// Request body chunks (each at most what one socket read gave, some tens of KiB)
+/// waiting for the writing thread: enough to keep it busy while the next arrive.
+const WRITE_QUEUE: usize = 16;
+
+pub(super) fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(utoipa_axum::routes!(list_entries))
+        .routes(utoipa_axum::routes!(stat_entry))
+        .routes(utoipa_axum::routes!(read_file, write_file))
+        .routes(utoipa_axum::routes!(make_directory))
+        .routes(utoipa_axum::routes!(move_entry))
+        .routes(utoipa_axum::routes!(delete_entry))
+        .routes(utoipa_axum::routes!(upload_tar))
+        .routes(utoipa_axum::routes!(download_tar))
+        .routes(utoipa_axum::routes!(watch))
+}
+
+/// Runs blocking file work off the async runtime.
+async fn blocking<T: Send + 'static>(work: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+    tokio::task::spawn_blocking(work).await.map_err(|e| Error::io("a file task", io::Error::other(e)))?
+}
+
+/// The entries of a directory, by name (symlinks as symlinks).
+#[utoipa::path(get, path = "/v1/fs/entries", tag = "files", params(FsPathQuery),
+    responses((status = 200, body = FsEntries),
+        (status = 403, body = Problem, content_type = "application/problem+json", description = "forbidden_path"),
+        (status = 404, body = Problem, content_type = "application/problem+json", description = "not_found")))]
+async fn list_entries(State(state): State<AppState>, Query(query): Query<FsPathQuery>) -> Result<Json<FsEntries>> {
+    let roots = state.fs.clone();
+    let path = roots.resolve(&query.path)?;
+    blocking(move || {
+        let entries = roots.entries(&path)?;
+        Ok(Json(FsEntries { path: path.display().to_string(), entries }))
+    })
+    .await
+}
+
+/// One entry, as `lstat` sees it: a symlink is reported with its target, not followed.
+#[utoipa::path(get, path = "/v1/fs/stat", tag = "files", params(FsPathQuery),
+    responses((status = 200, body = FsEntry),
+        (status = 403, body = Problem, content_type = "application/problem+json", description = "forbidden_path"),
+        (status = 404, body = Problem, content_type = "application/problem+json", description = "not_found")))]
+async fn stat_entry(State(state): State<AppState>, Query(query): Query<FsPathQuery>) -> Result<Json<FsEntry>> {
+    let roots = state.fs.clone();
+    let path = roots.resolve(&query.path)?;
+    blocking(move || roots.stat(&path).map(Json)).await
+}
+
+/// A file's bytes, streamed. `Range: bytes=a-b`, `a-` or `-n` answers 206 with that
+/// part; a range past the end answers 416.
+#[utoipa::path(get, path = "/v1/fs/file", tag = "files", params(FsPathQuery,
+        ("Range" = Option<String>, Header, description = "One byte range: `bytes=a-b`, `bytes=a-` or `bytes=-n`")),
+    responses((status = 200, content_type = "application/octet-stream", body = Vec<u8>, description = "The whole file"),
+        (status = 206, content_type = "application/octet-stream", body = Vec<u8>, description = "The range asked for, with `Content-Range`"),
+        (status = 409, body = Problem, content_type = "application/problem+json", description = "is_a_directory"),
+        (status = 416, body = Problem, content_type = "application/problem+json", description = "invalid_range")))]
+async fn read_file(
+    State(state): State<AppState>,
+    Query(query): Query<FsPathQuery>,
+    headers: HeaderMap,
+) -> Result<Response> {
+    let roots = state.fs.clone();
+    let path = roots.resolve(&query.path)?;
+    let (file, metadata) = blocking(move || roots.open_file(&path)).await?;
+    let size = metadata.len();
+    let range = headers.get(header::RANGE).and_then(|value| value.to_str().ok()).and_then(|v| parse_range(v, size));
+    let (status, first, length) = match range {
+        None => (StatusCode::OK, 0, size),
+        Some(Ok((first, last))) => (StatusCode::PARTIAL_CONTENT, first, last - first + 1),
+        Some(Err(())) => {
+            let error = Error::InvalidRange(format!("the file has {size} bytes; the range asked for is past them"));
+            let mut response = error.into_response();
+            if let Ok(value) = HeaderValue::from_str(&format!("bytes */{size}")) {
+                response.headers_mut().insert(header::CONTENT_RANGE, value);
+            }
+            return Ok(response);
+        }
+    };
+    let mut response = Response::new(read_body(file, first, length));
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
+    headers.insert(header::CONTENT_LENGTH, HeaderValue::from(length));
+    headers.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
+    let etag = format!("\"{:x}-{:x}-{:x}.{:x}\"", metadata.ino(), size, metadata.mtime(), metadata.mtime_nsec());
+    if let Ok(value) = HeaderValue::from_str(&etag) {
+        headers.insert(header::ETAG, value);
+    }
+    if let Some(value) = http_date(metadata.mtime()) {
+        headers.insert(header::LAST_MODIFIED, value);
+    }
+    if status == StatusCode::PARTIAL_CONTENT {
+        let value = format!("bytes {first}-{}/{size}", first + length - 1);
+        headers.insert(header::CONTENT_RANGE, HeaderValue::from_str(&value).expect("digits are a valid header"));
+    }
+    Ok(response)
+}
+
+/// One `Range` header against a file of `size` bytes: `None` to answer the whole file
+/// (no range, a syntax this does not serve, several ranges), `Some(Err)` when it
+/// cannot be satisfied, else the first and last byte (inclusive).
+fn parse_range(header: &str, size: u64) -> Option<std::result::Result<(u64, u64), ()>> {
+    let spec = header.trim().strip_prefix("bytes=")?.trim();
+    if spec.contains(',') {
+        return None;
+    }
+    let (first, last) = spec.split_once('-')?;
+    let (first, last) = (first.trim(), last.trim());
+    if first.is_empty() {
+        let suffix: u64 = last.parse().ok()?;
+        if suffix == 0 || size == 0 {
+            return Some(Err(()));
+        }
+        return Some(Ok((size.saturating_sub(suffix), size - 1)));
+    }
+    let first: u64 = first.parse().ok()?;
+    let last: Option<u64> = if last.is_empty() { None } else { Some(last.parse().ok()?) };
+    if last.is_some_and(|last| last < first) {
+        return None;
+    }
+    if first >= size {
+        return Some(Err(()));
+    }
+    Some(Ok((first, last.map_or(size - 1, |last| last.min(size - 1)))))
+}
+
+/// `Last-Modified`'s form: `Sun, 06 Nov 1994 08:49:37 GMT`.
+fn http_date(seconds: i64) -> Option<HeaderValue> {
+    let format = time::macros::format_description!(
+        "[weekday repr:short], [day] [month repr:short] [year] [hour]:[minute]:[second] GMT"
+    );
+    let text = time::OffsetDateTime::from_unix_timestamp(seconds).ok()?.format(&format).ok()?;
+    HeaderValue::from_str(&text).ok()
+}
+
+/// `length` bytes of `file` from `first`, read on a blocking thread a few chunks ahead
+/// of the client.
+fn read_body(mut file: std::fs::File, first: u64, length: u64) -> Body {
+    let (sender, receiver) = mpsc::channel::<io::Result<Bytes>>(READ_AHEAD);
+    tokio::task::spawn_blocking(move || {
+        use std::io::Seek;
+        if let Err(error) = file.seek(io::SeekFrom::Start(first)) {
+            let _ = sender.blocking_send(Err(error));
+            return;
+        }
+        let mut file = file.take(length);
+        let mut remaining = length;
+        while remaining > 0 {
+            let size = READ_CHUNK.min(usize::try_from(remaining).unwrap_or(READ_CHUNK));
+            let mut chunk = BytesMut::zeroed(size);
+            let read = match file.read(&mut chunk) {
+                // Shorter than promised: the file shrank. The body ends short and the
+                // client sees a broken transfer rather than wrong bytes.
+                Ok(0) => {
+                    let _ = sender.blocking_send(Err(io::Error::new(io::ErrorKind::UnexpectedEof, "the file shrank")));
+                    return;
+                }
+                Ok(read) => read,
+                Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
+                Err(error) => {
+                    let _ = sender.blocking_send(Err(error));
+                    return;
+                }
+            };
+            chunk.truncate(read);
+            remaining -= read as u64;
+            if sender.blocking_send(Ok(chunk.freeze())).is_err() {
+                return; // the client went
+            }
+        }
+    });
+    Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(receiver))
+}
+
+/// What the request body's reader hands the writing thread.
+enum Piece {
+    Data(Bytes),
+    /// The body is complete: commit. A channel closed without it is an aborted upload.
+    End,
+}
+
+/// Writes a file from the raw request body: into a temporary file beside it, synced,
+/// then renamed over it, so a reader sees the old file or the new one, never a mix.
+/// An upload that fails or is cut off leaves nothing behind.
+#[utoipa::path(put, path = "/v1/fs/file", tag = "files", params(FsWriteQuery),
+    request_body(content = Vec<u8>, content_type = "application/octet-stream", description = "The file's new content"),
+    responses((status = 200, body = FsEntry, description = "Replaced"), (status = 201, body = FsEntry, description = "Created"),
+        (status = 403, body = Problem, content_type = "application/problem+json", description = "forbidden_path"),
+        (status = 404, body = Problem, content_type = "application/problem+json", description = "not_found: the directory is missing (see `parents`)"),
+        (status = 409, body = Problem, content_type = "application/problem+json", description = "is_a_directory")))]
+async fn write_file(
+    State(state): State<AppState>,
+    Query(query): Query<FsWriteQuery>,
+    body: Body,
+) -> Result<(StatusCode, Json<FsEntry>)> {
+    let roots = state.fs.clone();
+    let path = roots.resolve(&query.path)?;
+    let mode = query.mode.as_deref().map(parse_mode).transpose()?;
+    let (sender, receiver) = mpsc::channel(WRITE_QUEUE);
+    let (ready_sender, ready) = oneshot::channel();
+    let parents = query.parents;
+    let writer =
+        tokio::task::spawn_blocking(move || write_blocking(&roots, &path, mode, parents, receiver, ready_sender));
+    let join_error = |e: tokio::task::JoinError| Error::io("writing a file", io::Error::other(e));
+    // Failures that need no body (a missing directory, a path outside the roots) are
+    // told before a byte of it is read.
+    if ready.await.is_err() {
+        return writer.await.map_err(join_error)?.map(|(status, entry)| (status, Json(entry)));
+    }
+    let mut stream = body.into_data_stream();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| Error::InvalidRequest(format!("reading the request body: {e}")))?;
+        if sender.send(Piece::Data(chunk)).await.is_err() {
+            break; // the writer failed; its error is below
+        }
+    }
+    let _ = sender.send(Piece::End).await;
+    drop(sender);
+    let (status, entry) = writer.await.map_err(join_error)??;
+    Ok((status, Json(entry)))
+}
+
+fn parse_mode(text: &str) -> Result<u32> {
+    let digits = text.trim().trim_start_matches("0o");
+    match u32::from_str_radix(digits, 8) {
+        Ok(mode) if mode <= 0o7777 && !digits.is_empty() => Ok(mode),
+        _ => Err(Error::InvalidRequest(format!("mode {text:?} is not octal permission bits such as 0644"))),
+    }
+}
+
+/// The writing thread of [`write_file`]: tells `ready` once the temporary file exists
+/// (dropping it unsent on failure), writes what arrives, commits on [`Piece::End`].
+fn write_blocking(
+    roots: &FsRoots,
+    path: &FsPath,
+    mode: Option<u32>,
+    parents: bool,
+    mut pieces: mpsc::Receiver<Piece>,
+    ready: oneshot::Sender<()>,
+) -> Result<(StatusCode, FsEntry)> {
+    let (dir, name, path) = roots.write_target(path, parents)?;
+    let existing = match dir.symlink_metadata(&name) {
+        Ok(metadata) if metadata.is_dir() => {
+            return Err(Error::IsADirectory(format!("{} is a directory", path.display())));
+        }
+        Ok(metadata) => Some(metadata),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+        Err(e) => return Err(fs_error(e, path.display())),
+    };
+    let mode = mode.unwrap_or_else(|| match &existing {
+        Some(metadata) if metadata.is_file() => metadata.mode() & 0o7777,
+        _ => 0o644,
+    });
+    let (mut file, temporary) = create_temporary(&dir, &name).map_err(|e| fs_error(e, path.display()))?;
+    let _ = ready.send(());
+    let committed = (|| {
+        loop {
+            match pieces.blocking_recv() {
+                Some(Piece::Data(data)) => file.write_all(&data).map_err(|e| fs_error(e, path.display()))?,
+                Some(Piece::End) => break,
+                None => return Err(Error::InvalidRequest("the upload was cut off before its end".into())),
+            }
+        }
+        // The mode is set on the file, not through its name: umask does not apply.
+        file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(mode))
+            .map_err(|e| fs_error(e, path.display()))?;
+        file.sync_all().map_err(|e| fs_error(e, path.display()))?;
+        let replaced = dir.symlink_metadata(&name).is_ok();
+        dir.rename(&temporary, &dir, &name).map_err(|e| fs_error(e, path.display()))?;
+        Ok(replaced)
+    })();
+    match committed {
+        Ok(replaced) => {
+            let entry = roots.stat(&path)?;
+            Ok((if replaced { StatusCode::OK } else { StatusCode::CREATED }, entry))
+        }
+        Err(error) => {
+            remove_temporary(&dir, &temporary);
+            Err(error)
+        }
+    }
+}
+
+/// Creates a directory and its missing parents: 201, or 200 when it already was one.
+#[utoipa::path(post, path = "/v1/fs/mkdir", tag = "files", params(FsPathQuery),
+    responses((status = 201, body = FsEntry, description = "Created"), (status = 200, body = FsEntry, description = "Already a directory"),
+        (status = 409, body = Problem, content_type = "application/problem+json", description = "conflict: something else is there")))]
+async fn make_directory(
+    State(state): State<AppState>,
+    Query(query): Query<FsPathQuery>,
+) -> Result<(StatusCode, Json<FsEntry>)> {
+    let roots = state.fs.clone();
+    let path = roots.resolve(&query.path)?;
+    let (created, entry) = blocking(move || roots.mkdir(&path)).await?;
+    Ok((if created { StatusCode::CREATED } else { StatusCode::OK }, Json(entry)))
+}
+
+/// Renames `from` to `to` (across directories and roots of one filesystem).
+#[utoipa::path(post, path = "/v1/fs/move", tag = "files", request_body = FsMoveRequest,
+    responses((status = 200, body = FsEntry, description = "The entry at `to`"),
+        (status = 409, body = Problem, content_type = "application/problem+json", description = "conflict: `to` exists and `overwrite` is false; directory_not_empty; is_a_directory; not_a_directory")))]
+async fn move_entry(State(state): State<AppState>, Json(request): Json<FsMoveRequest>) -> Result<Json<FsEntry>> {
+    let roots = state.fs.clone();
+    let from = roots.resolve(&request.from)?;
+    let to = roots.resolve(&request.to)?;
+    blocking(move || roots.rename(&from, &to, request.overwrite).map(Json)).await
+}
+
+/// Deletes a file, a symlink (never what it points to) or a directory.
+#[utoipa::path(delete, path = "/v1/fs/entry", tag = "files", params(FsDeleteQuery),
+    responses((status = 204, description = "Deleted"),
+        (status = 403, body = Problem, content_type = "application/problem+json", description = "forbidden_path (a root itself, or outside the roots)"),
+        (status = 409, body = Problem, content_type = "application/problem+json", description = "directory_not_empty without `recursive`")))]
+async fn delete_entry(State(state): State<AppState>, Query(query): Query<FsDeleteQuery>) -> Result<StatusCode> {
+    let roots = state.fs.clone();
+    let path = roots.resolve(&query.path)?;
+    blocking(move || roots.delete(&path, query.recursive)).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Extracts a tar stream into the directory `path` (made when missing): modes, times,
+/// directories and symlinks kept. An entry that would land outside the root (an
+/// absolute name, `..`, through a symlink, a symlink pointing out) fails the request.
+#[utoipa::path(post, path = "/v1/fs/upload", tag = "files", params(FsPathQuery),
+    request_body(content = Vec<u8>, content_type = "application/x-tar", description = "A tar stream"),
+    responses((status = 200, body = FsUploadResult),
+        (status = 403, body = Problem, content_type = "application/problem+json", description = "forbidden_path, naming the entry")))]
+async fn upload_tar(
+    State(state): State<AppState>,
+    Query(query): Query<FsPathQuery>,
+    body: Body,
+) -> Result<Json<FsUploadResult>> {
+    let roots = state.fs.clone();
+    let path = roots.resolve(&query.path)?;
+    let (sender, receiver) = mpsc::channel::<io::Result<Bytes>>(WRITE_QUEUE);
+    let extractor = tokio::task::spawn_blocking(move || {
+        crate::fs::tar::extract(&roots, &path, ChannelReader { receiver, current: Bytes::new() })
+    });
+    let mut stream = body.into_data_stream();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| io::Error::other(format!("reading the request body: {e}")));
+        let failed = chunk.is_err();
+        if sender.send(chunk).await.is_err() || failed {
+            break; // the extractor stopped (its answer is below), or the body broke
+        }
+    }
+    drop(sender);
+    let result = extractor.await.map_err(|e| Error::io("extracting a tar stream", io::Error::other(e)))??;
+    Ok(Json(result))
+}
+
+/// The request body as a blocking reader for the tar crate.
+struct ChannelReader {
+    receiver: mpsc::Receiver<io::Result<Bytes>>,
+    current: Bytes,
+}
+
+impl Read for ChannelReader {
+    fn read(&mut self, buffer: &mut [u8]) -> io::Result<usize> {
+        while self.current.is_empty() {
+            match self.receiver.blocking_recv() {
+                Some(chunk) => self.current = chunk?,
+                None => return Ok(0),
+            }
+        }
+        let size = buffer.len().min(self.current.len());
+        buffer[..size].copy_from_slice(&self.current.split_to(size));
+        Ok(size)
+    }
+}
+
+/// A tar stream of a directory (entries relative to it) or of one file: symlinks as
+/// symlinks, modes and times kept.
+#[utoipa::path(get, path = "/v1/fs/download", tag = "files", params(FsPathQuery),
+    responses((status = 200, content_type = "application/x-tar", body = Vec<u8>, description = "A tar stream"),
+        (status = 404, body = Problem, content_type = "application/problem+json", description = "not_found")))]
+async fn download_tar(State(state): State<AppState>, Query(query): Query<FsPathQuery>) -> Result<Response> {
+    let roots = state.fs.clone();
+    let path = roots.resolve(&query.path)?;
+    // What fails at once (missing, outside) is a problem, not a broken stream.
+    let checked = roots.clone();
+    let probe = path.clone();
+    blocking(move || checked.stat(&probe)).await?;
+    let (sender, receiver) = mpsc::channel::<io::Result<Bytes>>(READ_AHEAD);
+    tokio::task::spawn_blocking(move || {
+        let mut writer = ChannelWriter { sender: sender.clone(), buffer: BytesMut::new() };
+        if let Err(error) = crate::fs::tar::pack(&roots, &path, &mut writer)
+            .and_then(|()| writer.flush().map_err(|e| fs_error(e, path.display())))
+        {
+            tracing::warn!(%error, path = path.display(), "a download stopped");
+            let _ = sender.blocking_send(Err(io::Error::other(error.to_string())));
+        }
+    });
+    let mut response = Response::new(Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(receiver)));
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/x-tar"));
+    Ok(response)
+}
+
+/// The tar builder's output, in chunks of [`READ_CHUNK`] to the response body.
+struct ChannelWriter {
+    sender: mpsc::Sender<io::Result<Bytes>>,
+    buffer: BytesMut,
+}
+
+impl Write for ChannelWriter {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        self.buffer.extend_from_slice(data);
+        if self.buffer.len() >= READ_CHUNK {
+            self.flush()?;
+        }
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        if self.buffer.is_empty() {
+            return Ok(());
+        }
+        let chunk = self.buffer.split().freeze();
+        self.sender
+            .blocking_send(Ok(chunk))
+            .map_err(|_| io::Error::new(io::ErrorKind::BrokenPipe, "the client went away"))
+    }
+}
+
+/// Changes under `path` as server-sent events (`created`, `modified`, `removed`,
+/// `renamed` with `from`; `gap` when events were lost), in order. The watch is in
+/// place when the response starts.
+#[utoipa::path(get, path = "/v1/fs/watch", tag = "files", params(FsWatchQuery),
+    responses((status = 200, content_type = "text/event-stream", body = FsEvent),
+        (status = 404, body = Problem, content_type = "application/problem+json", description = "not_found")))]
+async fn watch(
+    State(state): State<AppState>,
+    Query(query): Query<FsWatchQuery>,
+) -> Result<Sse<impl Stream<Item = std::result::Result<Event, Infallible>>>> {
+    let roots: Arc<FsRoots> = state.fs.clone();
+    let path = roots.resolve(&query.path)?;
+    let recursive = query.recursive;
+    let watch = blocking(move || {
+        let real = roots.watch_path(&path)?;
+        let root = roots.paths()[path.root_index()].to_path_buf();
+        crate::fs::watch::start(real, root, recursive)
+    })
+    .await?;
+    struct Cursor {
+        watch: crate::fs::watch::FsWatch,
+        sequence: u64,
+        shutdown: tokio_util::sync::CancellationToken,
+    }
+    let cursor = Cursor { watch, sequence: 0, shutdown: state.shutdown.clone() };
+    let stream = futures_util::stream::unfold(cursor, |mut cursor| async move {
+        let event = tokio::select! {
+            event = cursor.watch.events.recv() => event?,
+            () = cursor.shutdown.cancelled() => return None,
+        };
+        cursor.sequence += 1;
+        let kind = serde_json::to_value(event.kind).ok().and_then(|v| v.as_str().map(str::to_string));
+        let data = serde_json::to_string(&event).expect("events serialize");
+        let sse = Event::default().id(cursor.sequence.to_string()).event(kind.unwrap_or_default()).data(data);
+        Some((Ok(sse), cursor))
+    });
+    Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges() {
+        assert_eq!(parse_range("bytes=0-9", 100), Some(Ok((0, 9))));
+        assert_eq!(parse_range("bytes=90-", 100), Some(Ok((90, 99))));
+        assert_eq!(parse_range("bytes=90-200", 100), Some(Ok((90, 99))));
+        assert_eq!(parse_range("bytes=-10", 100), Some(Ok((90, 99))));
+        assert_eq!(parse_range("bytes=-200", 100), Some(Ok((0, 99))));
+        assert_eq!(parse_range("bytes=100-", 100), Some(Err(())));
+        assert_eq!(parse_range("bytes=-0", 100), Some(Err(())));
+        assert_eq!(parse_range("bytes=5-1", 100), None);
+        assert_eq!(parse_range("bytes=0-1,5-6", 100), None);
+        assert_eq!(parse_range("items=0-1", 100), None);
+    }
+
+    #[test]
+    fn modes() {
+        assert_eq!(parse_mode("0644").unwrap(), 0o644);
+        assert_eq!(parse_mode("755").unwrap(), 0o755);
+        assert!(parse_mode("0999").is_err());
+        assert!(parse_mode("").is_err());
+        assert!(parse_mode("17777").is_err());
+    }
+}

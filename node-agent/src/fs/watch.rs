@@ -1,0 +1,158 @@
+//! Changes under a path, as `GET /v1/fs/watch` streams them: the `notify` crate's
+//! events (inotify on Linux) made into created / modified / removed / renamed, in the
+//! order they happened.
+//!
+//! The watcher calls back on its own thread; events go to the client through a
+//! bounded channel. When the client reads too slowly the channel fills, events are
+//! counted instead of kept, and the client is told how many with a `gap` event as
+//! soon as there is room: memory stays bounded and the loss is said, not hidden.
+//! Dropping the [`FsWatch`] (the client went) stops the watcher.
+
+use std::path::{Path, PathBuf};
+
+use notify::event::{EventKind, ModifyKind, RenameMode};
+use notify::{RecursiveMode, Watcher};
+use tokio::sync::mpsc;
+
+use crate::error::{Error, Result};
+use crate::model::{FsEvent, FsEventType};
+
+/// Events waiting for one client: a burst (an `npm install`, a `git checkout`) makes
+/// thousands; 1,024 of about 200 bytes each is a few hundred KiB per watching client
+/// at most, and past that the client hears of a gap.
+const CHANNEL_CAPACITY: usize = 1024;
+
+/// A running watch; its events arrive on `events` until it is dropped.
+pub struct FsWatch {
+    pub events: mpsc::Receiver<FsEvent>,
+    // Held for its drop, which stops the watch.
+    _watcher: notify::RecommendedWatcher,
+}
+
+/// Starts watching `real` (a canonical path inside `root`). Blocks while a recursive
+/// watch walks the tree: call it on a blocking thread.
+pub fn start(real: PathBuf, root: PathBuf, recursive: bool) -> Result<FsWatch> {
+    let (sender, events) = mpsc::channel(CHANNEL_CAPACITY);
+    let mut forwarder =
+        Forwarder { sender, watched: real.to_string_lossy().into_owned(), root, lost: 0, pending_from: None };
+    let mut watcher = notify::recommended_watcher(move |event| forwarder.handle(event))
+        .map_err(|e| Error::io("starting a file watcher", std::io::Error::other(e)))?;
+    let mode = if recursive { RecursiveMode::Recursive } else { RecursiveMode::NonRecursive };
+    watcher.watch(&real, mode).map_err(|e| match e.kind {
+        notify::ErrorKind::PathNotFound => Error::NotFound(format!("{}: no such file or directory", real.display())),
+        notify::ErrorKind::MaxFilesWatch => Error::LimitExceeded(format!(
+            "watching {} needs more inotify watches than the system allows (fs.inotify.max_user_watches)",
+            real.display()
+        )),
+        _ => Error::io(format!("watching {}", real.display()), std::io::Error::other(e)),
+    })?;
+    Ok(FsWatch { events, _watcher: watcher })
+}
+
+struct Forwarder {
+    sender: mpsc::Sender<FsEvent>,
+    watched: String,
+    root: PathBuf,
+    /// Events dropped since the client last had room.
+    lost: u64,
+    /// A rename's first half (its tracker and old path), held until its second half
+    /// says where it went; alone it is a removal (moved out of the watch).
+    pending_from: Option<(usize, PathBuf)>,
+}
+
+impl Forwarder {
+    fn handle(&mut self, event: notify::Result<notify::Event>) {
+        let event = match event {
+            Ok(event) => event,
+            Err(error) => {
+                tracing::warn!(%error, watched = %self.watched, "file watcher error");
+                return;
+            }
+        };
+        if event.need_rescan() {
+            // The kernel's queue overflowed: events were lost, how many is unknown.
+            self.flush_pending();
+            self.deliver(FsEvent { kind: FsEventType::Gap, path: self.watched.clone(), from: None, missed: Some(0) });
+            return;
+        }
+        let Some(path) = event.paths.first().cloned() else { return };
+        match event.kind {
+            EventKind::Modify(ModifyKind::Name(RenameMode::From)) => {
+                self.flush_pending();
+                match event.tracker() {
+                    Some(tracker) => self.pending_from = Some((tracker, path)),
+                    None => self.emit(FsEventType::Removed, &path, None),
+                }
+            }
+            EventKind::Modify(ModifyKind::Name(RenameMode::To)) => {
+                let matches = self.pending_from.as_ref().is_some_and(|(t, _)| Some(*t) == event.tracker());
+                // The matching `Both` follows at once and says it all.
+                if !matches {
+                    self.flush_pending();
+                    self.emit(FsEventType::Created, &path, None);
+                }
+            }
+            EventKind::Modify(ModifyKind::Name(RenameMode::Both)) => {
+                self.pending_from = None;
+                let to = event.paths.get(1).cloned().unwrap_or_else(|| path.clone());
+                self.emit(FsEventType::Renamed, &to, Some(&path));
+            }
+            EventKind::Create(_) => {
+                self.flush_pending();
+                self.emit(FsEventType::Created, &path, None);
+            }
+            EventKind::Modify(_) => {
+                self.flush_pending();
+                self.emit(FsEventType::Modified, &path, None);
+            }
+            EventKind::Remove(_) => {
+                self.flush_pending();
+                self.emit(FsEventType::Removed, &path, None);
+            }
+            EventKind::Access(_) | EventKind::Any | EventKind::Other => {}
+        }
+    }
+
+    fn flush_pending(&mut self) {
+        if let Some((_, from)) = self.pending_from.take() {
+            self.emit(FsEventType::Removed, &from, None);
+        }
+    }
+
+    fn emit(&mut self, kind: FsEventType, path: &Path, from: Option<&Path>) {
+        // Inside the root only: a path elsewhere (a symlink swapped in under the watch)
+        // is not the client's to see.
+        if !path.starts_with(&self.root) || from.is_some_and(|from| !from.starts_with(&self.root)) {
+            return;
+        }
+        let event = FsEvent {
+            kind,
+            path: path.to_string_lossy().into_owned(),
+            from: from.map(|from| from.to_string_lossy().into_owned()),
+            missed: None,
+        };
+        self.deliver(event);
+    }
+
+    /// Sends `event`, or counts it lost when the client is behind; a gap first when
+    /// events were lost since the client last had room.
+    fn deliver(&mut self, event: FsEvent) {
+        use mpsc::error::TrySendError;
+        if self.lost > 0 {
+            let gap =
+                FsEvent { kind: FsEventType::Gap, path: self.watched.clone(), from: None, missed: Some(self.lost) };
+            match self.sender.try_send(gap) {
+                Ok(()) => self.lost = 0,
+                Err(TrySendError::Full(_)) => {
+                    self.lost += 1;
+                    return;
+                }
+                Err(TrySendError::Closed(_)) => return,
+            }
+        }
+        match self.sender.try_send(event) {
+            Ok(()) | Err(TrySendError::Closed(_)) => {}
+            Err(TrySendError::Full(_)) => self.lost += 1,
+        }
+    }
+}
