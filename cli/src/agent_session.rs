@@ -157,6 +157,7 @@ impl CreateArgs {
             working_dir: self.cwd.clone(),
             env,
             label: None,
+            mcp_servers: Vec::new(),
         })
     }
 }

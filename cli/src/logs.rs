@@ -71,14 +71,15 @@ pub struct AttachArgs {
 }
 
 /// A resource of the store with its node agent, and its uid there.
-struct Located {
-    key: Key,
-    object: Object,
-    client: Client,
-    uid: String,
+pub(crate) struct Located {
+    pub key: Key,
+    pub object: Object,
+    pub client: Client,
+    pub uid: String,
 }
 
-async fn locate(
+/// The resource `kind`/`name` of the store, and the node agent it runs on.
+pub(crate) async fn locate(
     store: &Store,
     args: &StoreArgs,
     namespace: Option<&str>,
@@ -119,7 +120,7 @@ async fn locate_process(
 }
 
 /// What a hint about `key` carries to be pasted: its namespace and the store's flags.
-fn hint_flags(store: &Store, args: &StoreArgs, key: &Key) -> String {
+pub(crate) fn hint_flags(store: &Store, args: &StoreArgs, key: &Key) -> String {
     format!("{}{}", namespace_flag(store, &key.namespace), store_flags(args))
 }
 

@@ -13,6 +13,7 @@ mod cluster;
 mod completion;
 mod controller;
 mod convert;
+mod diff;
 mod edit;
 mod get;
 mod kubeconfig;
@@ -71,6 +72,9 @@ enum Command {
     Logs(logs::LogsArgs),
     /// Attach this terminal to a Process's terminal (detach with Ctrl-]).
     Attach(logs::AttachArgs),
+    /// Print the changes in a Session's git workspace since the commit it was cloned
+    /// at, untracked files included: `agentplane diff session/NAME`.
+    Diff(diff::DiffArgs),
     /// Say something to a Session: appends to spec.messages (in its file, or in the cluster).
     Send(session::SendArgs),
     /// Answer a Session's question or permission request: appends to spec.replies.
@@ -158,6 +162,7 @@ fn main() {
             Command::Delete(args) => apply::delete(args).await,
             Command::Logs(args) => logs::logs(args).await,
             Command::Attach(args) => logs::attach(args).await,
+            Command::Diff(args) => diff::diff(args).await,
             Command::Send(args) => session::send(args).await,
             Command::Reply(args) => session::reply(args).await,
             Command::Restart(args) => restart::restart(args).await,

@@ -322,6 +322,7 @@ impl SessionReconciler {
                     env,
                     // The node agent's log lines name the resource, not only its uid.
                     label: Some(format!("Session/{resource}")),
+                    mcp_servers: Vec::new(),
                 };
                 match client.create_session(&id, &request).await {
                     Ok(info) => info,

@@ -325,9 +325,14 @@ pub struct SessionSpec {
     /// A model variant (e.g. a reasoning effort), where the agent has them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub variant: Option<String>,
-    /// The directory the agent works in, on the sandbox.
+    /// The directory the agent works in, on the sandbox. The same setting as
+    /// `workspace.path`: give one (or both the same).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub working_dir: Option<String>,
+    /// What the agent works on: a git repository cloned on the sandbox before the agent
+    /// starts (phase `Preparing`), and/or the directory it runs in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<Workspace>,
     /// Environment variables for the agent (API keys, base URLs), added to the node agent's.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub env: Vec<EnvVar>,
@@ -343,6 +348,62 @@ pub struct SessionSpec {
     /// End the conversation.
     #[serde(default, skip_serializing_if = "is_false")]
     pub ended: bool,
+}
+
+/// A Session's workspace. With `git`, the repository is cloned into `path` (or
+/// `workingDir`; else a directory named after the session under the node agent's data
+/// directory, `workspaces/<id>`), which must not exist or be empty.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Workspace {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub git: Option<GitWorkspace>,
+    /// An absolute directory on the sandbox.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
+    pub path: Option<String>,
+}
+
+/// A git repository, cloned with the `git` CLI.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct GitWorkspace {
+    /// `https://...`, `ssh://...`, `git@host:path` or `file://...`. No credentials in
+    /// it: use `credentials`.
+    #[schemars(length(min = 1))]
+    pub url: String,
+    /// A branch, a tag or a commit sha (with `depth`: a branch, a tag or a full sha);
+    /// the default branch when absent.
+    #[serde(default, rename = "ref", skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
+    pub git_ref: Option<String>,
+    /// A shallow clone of this many commits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub depth: Option<u32>,
+    /// Where the clone's credentials are kept: never shown in the status, logs or events.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials: Option<GitCredentialsSource>,
+}
+
+/// A git clone's credentials: an HTTPS `token` (with an optional `username`, default
+/// `x-access-token`) and/or an `sshPrivateKey`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct GitCredentialsSource {
+    /// A Secret in the resource's namespace (cluster store) with the keys `token`,
+    /// `username` and `sshPrivateKey`, any of them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_ref: Option<SecretReference>,
+    /// A `KEY=VALUE` file relative to the resource's file (directory store), with
+    /// `token` and optionally `username`; keep it out of version control.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
+    pub file: Option<String>,
+    /// An SSH private key file relative to the resource's file (directory store).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
+    pub ssh_private_key_file: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
@@ -441,13 +502,59 @@ pub struct SessionStatus {
     /// applied to a later failure.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restarted_at: Option<String>,
+    /// The workspace: the commit checked out and the files changed since.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<WorkspaceStatus>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+}
+
+/// A Session's workspace as it is: `agentplane diff session/NAME` shows the changes.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkspaceStatus {
+    /// The directory on the sandbox.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// The ref asked for.
+    #[serde(default, rename = "ref", skip_serializing_if = "Option::is_none")]
+    pub git_ref: Option<String>,
+    /// The commit checked out by the clone, which the changes are against.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+    /// Files that differ from `commit` (untracked ones too) as of the last turn's end;
+    /// at most 1,000.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub changed_files: Vec<ChangedFile>,
+    /// More files changed than `changedFiles` lists.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub changed_files_truncated: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ChangedFile {
+    pub path: String,
+    pub status: FileChangeStatus,
+    /// For a renamed file: its path before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum FileChangeStatus {
+    Added,
+    Modified,
+    Deleted,
+    Renamed,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub enum SessionPhase {
     Pending,
+    /// The workspace's git repository is being cloned.
+    Preparing,
     /// The agent's CLI is being installed.
     Installing,
     Starting,

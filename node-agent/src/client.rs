@@ -352,6 +352,32 @@ impl Client {
         self.send(self.request(Method::POST, &["sessions", id, "restart"])).await
     }
 
+    /// The session's workspace against the commit it was cloned at (`text/x-diff`),
+    /// as a stream of bytes: a diff can be as large as the tree.
+    pub async fn session_diff(&self, id: &str) -> ClientResult<impl Stream<Item = ClientResult<bytes::Bytes>> + use<>> {
+        let builder = self.request(Method::GET, &["sessions", id, "diff"]);
+        let (client, request) = builder.build_split();
+        let request = request.map_err(|source| ClientError::Http { url: String::new(), source })?;
+        let url = request.url().to_string();
+        let response =
+            client.execute(request).await.map_err(|source| ClientError::Http { url: url.clone(), source })?;
+        let status = response.status();
+        if !status.is_success() {
+            let bytes = response.bytes().await.map_err(|source| ClientError::Http { url: url.clone(), source })?;
+            return Err(match serde_json::from_slice::<Problem>(&bytes) {
+                Ok(problem) => ClientError::Problem(problem),
+                Err(_) => ClientError::Unexpected {
+                    url,
+                    status: status.as_u16(),
+                    body: String::from_utf8_lossy(&bytes).into_owned(),
+                },
+            });
+        }
+        Ok(response
+            .bytes_stream()
+            .map(move |chunk| chunk.map_err(|source| ClientError::Http { url: url.clone(), source })))
+    }
+
     /// Queues a message; it runs as a turn after those before it.
     pub async fn send_message(&self, id: &str, message: &str) -> ClientResult<SessionInfo> {
         let body = SendMessageRequest { message: message.to_string() };

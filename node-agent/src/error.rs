@@ -41,6 +41,9 @@ pub enum Error {
     AgentNotFound(String),
     #[error("{0}")]
     ModeNotSupported(String),
+    /// A session names MCP servers and its agent cannot take them.
+    #[error("agent {0:?} cannot take MCP servers (see capabilities.mcp in GET /v1/agents)")]
+    McpNotSupported(String),
     /// The agent's CLI is not installed and the request does not install it.
     #[error("{0}")]
     AgentNotInstalled(String),
@@ -129,6 +132,7 @@ impl Error {
             Error::LimitExceeded(_) => "limit_exceeded",
             Error::UnsupportedAgent(_) | Error::AgentNotFound(_) => "unsupported_agent",
             Error::ModeNotSupported(_) => "mode_not_supported",
+            Error::McpNotSupported(_) => "mcp_not_supported",
             Error::AgentNotInstalled(_) => "agent_not_installed",
             Error::InstallFailed(_) => "install_failed",
             Error::AgentProcessExited { .. } => "agent_process_exited",
@@ -156,7 +160,10 @@ impl Error {
 
     pub fn status(&self) -> StatusCode {
         match self {
-            Error::InvalidRequest(_) | Error::UnsupportedAgent(_) | Error::ModeNotSupported(_) => {
+            Error::InvalidRequest(_)
+            | Error::UnsupportedAgent(_)
+            | Error::ModeNotSupported(_)
+            | Error::McpNotSupported(_) => {
                 StatusCode::BAD_REQUEST
             }
             Error::ProcessNotFound(_)
@@ -200,6 +207,7 @@ impl Error {
             Error::LimitExceeded(_) => "Limit exceeded",
             Error::UnsupportedAgent(_) | Error::AgentNotFound(_) => "Unsupported agent",
             Error::ModeNotSupported(_) => "Mode not supported",
+            Error::McpNotSupported(_) => "MCP not supported",
             Error::AgentNotInstalled(_) => "Agent not installed",
             Error::InstallFailed(_) => "Install failed",
             Error::AgentProcessExited { .. } => "Agent process exited",

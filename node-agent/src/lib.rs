@@ -23,6 +23,7 @@ pub mod server;
 pub mod sessions;
 pub mod signals;
 pub mod universal;
+pub mod workspace;
 
 pub use error::{Error, Problem, Result};
 

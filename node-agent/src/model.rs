@@ -410,6 +410,10 @@ pub struct AgentCapabilities {
     pub resume: bool,
     /// Streams text as `item.delta` events before `item.completed`.
     pub streaming_deltas: bool,
+    /// Takes MCP servers (`mcpServers` of a session); an agent that cannot refuses a
+    /// session that names any (`mcp_not_supported`).
+    #[serde(default)]
+    pub mcp: bool,
 }
 
 /// An agent the node agent can drive.
@@ -580,6 +584,49 @@ pub struct CreateSessionRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(max_length = 512)]
     pub label: Option<String>,
+    /// MCP servers the agent is given, written into its own configuration the way it
+    /// takes them (stdio: `command`; HTTP: `url`). Values are resolved (no secret
+    /// references); kept with `env` and, like it, never echoed back or logged.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mcp_servers: Vec<McpServer>,
+}
+
+/// One MCP server of a session: exactly one of `command` (a stdio server the agent
+/// starts, with `args` and `env`) or `url` (a streamable HTTP server, with `headers`).
+#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct McpServer {
+    /// Unique in the session: letters, digits, `_` and `-`, at most 64 (agents name the
+    /// server's tools after it, e.g. Claude's `mcp__<name>__<tool>`).
+    #[schema(max_length = 64)]
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
+    /// The stdio server's environment (added to what the agent passes it).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// `http://` or `https://`: a server speaking MCP's streamable HTTP transport.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// Headers of every request to the HTTP server (`Authorization`, ...).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
+}
+
+impl std::fmt::Debug for McpServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // `env` and `headers` may hold secrets: only their names are shown.
+        f.debug_struct("McpServer")
+            .field("name", &self.name)
+            .field("command", &self.command)
+            .field("args", &self.args)
+            .field("env", &self.env.keys().collect::<Vec<_>>())
+            .field("url", &self.url)
+            .field("headers", &self.headers.keys().collect::<Vec<_>>())
+            .finish()
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]

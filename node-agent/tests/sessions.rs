@@ -132,7 +132,7 @@ async fn the_mock_agent_is_listed_with_its_capabilities() {
     assert!(mock.credentials_available);
     assert_eq!(
         mock.capabilities,
-        AgentCapabilities { permissions: true, questions: true, resume: true, streaming_deltas: true }
+        AgentCapabilities { permissions: true, questions: true, resume: true, streaming_deltas: true, mcp: false }
     );
     assert_eq!(&server.client.get_agent("mock").await.unwrap(), mock);
     let unknown = server.client.get_agent("clippy").await.unwrap_err();

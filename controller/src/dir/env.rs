@@ -137,6 +137,37 @@ pub fn resolve_env(
     Ok(out)
 }
 
+/// A git workspace's credentials from files beside the resource: `file` a `KEY=VALUE`
+/// file with `token` (and `username`), `sshPrivateKeyFile` a key read whole, both
+/// read with the care env files are. A Secret needs the cluster store.
+pub fn resolve_git_credentials(
+    files: &EnvFiles<'_>,
+    source: &agentplane_crds::GitCredentialsSource,
+) -> std::result::Result<agentplane_node_agent::model::GitCredentials, String> {
+    if let Some(secret) = &source.secret_ref {
+        return Err(format!(
+            "workspace.git.credentials.secretRef {:?} needs the cluster store; in a directory use file or sshPrivateKeyFile",
+            secret.name
+        ));
+    }
+    let mut credentials = agentplane_node_agent::model::GitCredentials::default();
+    if let Some(file) = &source.file {
+        let values = files.read(file).map_err(|e| format!("workspace.git.credentials.file {file:?}: {e}"))?;
+        credentials.token = values.get("token").cloned();
+        credentials.username = values.get("username").cloned();
+        if credentials.token.is_none() {
+            return Err(format!("workspace.git.credentials.file {file:?} has no key \"token\""));
+        }
+    }
+    if let Some(key_file) = &source.ssh_private_key_file {
+        let path = files.path_of(key_file);
+        let key = read_confined(files.root, &path)
+            .map_err(|e| format!("workspace.git.credentials.sshPrivateKeyFile {key_file:?}: {e}"))?;
+        credentials.ssh_private_key = Some(key);
+    }
+    Ok(credentials)
+}
+
 /// Every file `env` and `envFrom` of a resource read, as named.
 pub fn referenced_files<'a>(env: &'a [EnvVar], env_from: &'a [EnvFromSource]) -> impl Iterator<Item = &'a str> {
     let from = env_from.iter().filter_map(|s| s.file.as_deref());

@@ -943,8 +943,21 @@ impl Inner {
                     }
                     return self.forget_once_clean(key, session.metadata.uid.clone(), cleaned).await;
                 }
-                let reconciled =
-                    self.sessions.reconcile(SessionInput { session: &session, env, spec_problem: problem }).await;
+                let git_credentials =
+                    match session.spec.workspace.as_ref().and_then(|w| w.git.as_ref()?.credentials.clone()) {
+                        // Files are read off the runtime, as env files are.
+                        Some(source) => {
+                            let (this, s) = (Arc::clone(self), session.clone());
+                            tokio::task::spawn_blocking(move || this.git_credentials(&s, &source).map(Some))
+                                .await
+                                .unwrap_or_else(|e| Err(format!("reading the workspace's credentials: {e}")))
+                        }
+                        None => Ok(None),
+                    };
+                let reconciled = self
+                    .sessions
+                    .reconcile(SessionInput { session: &session, env, spec_problem: problem, git_credentials })
+                    .await;
                 let live = !matches!(
                     reconciled.status.phase,
                     Some(SessionPhase::Ended | SessionPhase::Failed | SessionPhase::Pending) | None
@@ -1082,6 +1095,18 @@ impl Inner {
         };
         self.watch_env_files(key, &object, &files);
         Some((object, problem, env, session))
+    }
+
+    /// A Session's git credentials, from files beside its YAML (read like env files).
+    fn git_credentials(
+        &self,
+        session: &agentplane_crds::Session,
+        source: &agentplane_crds::GitCredentialsSource,
+    ) -> std::result::Result<agentplane_node_agent::model::GitCredentials, String> {
+        let base =
+            source_file(&session.metadata).map(|f| self.dir.join(f)).and_then(|f| f.parent().map(Path::to_path_buf));
+        let files = EnvFiles { root: &self.root, base: base.as_deref().unwrap_or(&self.dir) };
+        super::env::resolve_git_credentials(&files, source)
     }
 
     /// Remembers which files `object` reads, so that their events bring it in.

@@ -62,6 +62,31 @@ async fn secret_once<'a>(
     Ok(&read[name])
 }
 
+/// A git workspace's credentials from a Secret of the namespace: its keys `token`,
+/// `username` and `sshPrivateKey`, any of them. Files beside a YAML need the directory store.
+pub async fn resolve_git_credentials(
+    client: &kube::Client,
+    namespace: &str,
+    source: &agentplane_crds::GitCredentialsSource,
+) -> Result<agentplane_node_agent::model::GitCredentials, String> {
+    let Some(secret) = &source.secret_ref else {
+        return Err("workspace.git.credentials.file and sshPrivateKeyFile read files beside the resource's YAML: \
+                    they work only in the directory store; use secretRef"
+            .into());
+    };
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let data = secret_data(&secrets, &secret.name).await?;
+    let credentials = agentplane_node_agent::model::GitCredentials {
+        token: data.get("token").cloned(),
+        username: data.get("username").cloned(),
+        ssh_private_key: data.get("sshPrivateKey").cloned(),
+    };
+    if credentials.token.is_none() && credentials.ssh_private_key.is_none() {
+        return Err(format!("Secret {:?} has neither key \"token\" nor \"sshPrivateKey\"", secret.name));
+    }
+    Ok(credentials)
+}
+
 /// One key of a Secret, as text.
 pub async fn secret_key(client: &kube::Client, namespace: &str, name: &str, key: &str) -> Result<String, String> {
     let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);

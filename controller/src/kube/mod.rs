@@ -527,7 +527,14 @@ impl Context {
         };
         let mut placed = session.clone();
         let problem = placement.apply(&mut placed.spec.sandbox, &mut placed.spec.sandbox_template);
-        let reconciled = self.sessions.reconcile(SessionInput { session: &placed, env, spec_problem: problem }).await;
+        let git_credentials = match session.spec.workspace.as_ref().and_then(|w| w.git.as_ref()?.credentials.as_ref()) {
+            Some(source) => env::resolve_git_credentials(&self.client, &namespace, source).await.map(Some),
+            None => Ok(None),
+        };
+        let reconciled = self
+            .sessions
+            .reconcile(SessionInput { session: &placed, env, spec_problem: problem, git_credentials })
+            .await;
         let mut status = reconciled.status.clone();
         if let Some(sandbox) = placement.placed() {
             status.sandbox = Some(sandbox.to_string()).filter(|s| *s != session.spec.sandbox);

@@ -33,7 +33,14 @@ pub fn info() -> AgentInfo {
         installed: true,
         version: Some(VERSION.into()),
         path: None,
-        capabilities: AgentCapabilities { permissions: true, questions: true, resume: true, streaming_deltas: true },
+        capabilities: AgentCapabilities {
+            permissions: true,
+            questions: true,
+            resume: true,
+            streaming_deltas: true,
+            // The mock runs no tools of anyone else's, so it would have nothing to do with them.
+            mcp: false,
+        },
         credentials_available: true,
     }
 }

@@ -17,6 +17,7 @@ pub mod codex;
 pub mod convert;
 pub mod gemini;
 pub mod install;
+pub mod mcp;
 pub mod mock;
 pub mod opencode;
 pub mod pi;
@@ -129,6 +130,7 @@ impl AgentId {
 
     /// Checks what a session asks of this agent before it is created.
     pub fn validate(self, request: &CreateSessionRequest) -> Result<()> {
+        mcp::validate(self, &request.mcp_servers)?;
         match self {
             AgentId::Claude => claude::validate(request),
             AgentId::Codex => codex::validate(request),
@@ -213,6 +215,8 @@ pub struct DriverConfig {
     pub variant: Option<String>,
     pub working_dir: Option<String>,
     pub env: std::collections::BTreeMap<String, String>,
+    /// MCP servers to give the agent (checked by [`mcp::validate`]); values may be secrets.
+    pub mcp_servers: Vec<crate::model::McpServer>,
     /// The session's own directory in the data dir (for the agent's HOME, logs, ...).
     pub session_dir: PathBuf,
     pub host: Arc<AgentHost>,
@@ -229,6 +233,7 @@ impl std::fmt::Debug for DriverConfig {
             .field("model", &self.model)
             .field("working_dir", &self.working_dir)
             .field("env", &self.env.keys().collect::<Vec<_>>())
+            .field("mcp_servers", &self.mcp_servers.iter().map(|s| &s.name).collect::<Vec<_>>())
             .finish_non_exhaustive()
     }
 }

@@ -33,6 +33,7 @@ pub(super) fn routes() -> OpenApiRouter<AppState> {
         .routes(utoipa_axum::routes!(get_session, create_session, end_session))
         .routes(utoipa_axum::routes!(send_message))
         .routes(utoipa_axum::routes!(restart_session))
+        .routes(utoipa_axum::routes!(session_diff))
         .routes(utoipa_axum::routes!(session_events))
         .routes(utoipa_axum::routes!(session_events_sse))
         .routes(utoipa_axum::routes!(reply_permission))
@@ -107,6 +108,25 @@ async fn end_session(State(state): State<AppState>, PathId(id): PathId) -> Resul
     ))]
 async fn restart_session(State(state): State<AppState>, PathId(id): PathId) -> Result<Json<SessionInfo>> {
     Ok(Json(state.sessions.restart(&id).await?.info()))
+}
+
+/// The session's workspace against the commit it was cloned at, as a unified diff
+/// (`git diff`, renames detected): changes in the working tree, new commits, and
+/// untracked files as new files (ignored ones not). Streamed as git writes it, never
+/// held whole; cut after 10 minutes. Empty when nothing changed.
+#[utoipa::path(get, path = "/v1/sessions/{id}/diff", tag = "sessions", params(("id" = String, Path)),
+    responses(
+        (status = 200, content_type = "text/x-diff", body = String, description = "The diff"),
+        (status = 404, body = Problem, content_type = "application/problem+json", description = "session_not_found"),
+        (status = 409, body = Problem, content_type = "application/problem+json", description = "conflict: no git workspace, or not cloned yet"),
+        (status = 502, body = Problem, content_type = "application/problem+json", description = "workspace_failed: git could not compare it"),
+    ))]
+async fn session_diff(State(state): State<AppState>, PathId(id): PathId) -> Result<axum::response::Response> {
+    use axum::response::IntoResponse;
+    let (path, commit) = state.sessions.get(&id)?.cloned_workspace()?;
+    let diff = crate::workspace::diff(&path, &commit).await.map_err(|e| Error::WorkspaceFailed(e.to_string()))?;
+    let headers = [(axum::http::header::CONTENT_TYPE, "text/x-diff; charset=utf-8")];
+    Ok((headers, axum::body::Body::from_stream(diff)).into_response())
 }
 
 /// Sends a message: it runs as the next turn, after any before it. Output of

@@ -10,6 +10,7 @@
 //! - when it holds `[[tool:NAME {JSON}]]`, a call of the offered tool NAME with
 //!   that JSON object as its input (how tests make an agent ask a question or
 //!   leave plan mode), loaded first with `ToolSearch` where the CLI defers it;
+//!   `[[tool:*SUFFIX ...]]` calls the offered tool whose name ends with SUFFIX;
 //! - else a text answer saying how many messages were in context
 //!   (`scripted reply: N messages in context`), so that a resumed conversation shows.
 //!
@@ -123,6 +124,15 @@ impl Conversation {
             Err(error) => return (index + 1 == self.messages.len()).then_some(Reply::Text(error)),
         };
         let (name, arguments) = call;
+        // `*SUFFIX`: the offered tool whose name ends with SUFFIX, for a test that does
+        // not know how the agent names a tool (each names an MCP server's its own way:
+        // `mcp__fixture__reveal_secret`, `fixture_reveal_secret`, ...).
+        let name = match name.strip_prefix('*') {
+            Some(suffix) => {
+                self.tools.iter().find(|t| t.name.ends_with(suffix)).map_or(name.clone(), |t| t.name.clone())
+            }
+            None => name,
+        };
         let offered = self.tools.iter().any(|t| t.name == name);
         let since: Vec<&Message> = self
             .messages
@@ -134,17 +144,21 @@ impl Conversation {
             .collect();
         match since.as_slice() {
             [] if offered => Some(Reply::ToolCall { tool: name, arguments }),
-            [] => match self.tools.iter().find(|t| t.name == TOOL_SEARCH) {
+            [] => match self.tools.iter().find(|t| TOOL_SEARCHES.contains(&t.name.as_str())) {
                 Some(search) => {
-                    Some(Reply::ToolCall { tool: TOOL_SEARCH.into(), arguments: tool_search_arguments(search, &name) })
+                    Some(Reply::ToolCall { tool: search.name.clone(), arguments: tool_search_arguments(search, &name) })
                 }
                 None => Some(Reply::Text(format!("no tool {name:?} offered"))),
             },
-            [Message::ToolCall { name: searched }, Message::ToolResult(_)] if searched == TOOL_SEARCH && offered => {
+            [Message::ToolCall { name: searched }, Message::ToolResult(_)]
+                if TOOL_SEARCHES.contains(&searched.as_str()) && offered =>
+            {
                 Some(Reply::ToolCall { tool: name, arguments })
             }
-            [Message::ToolCall { name: searched }, Message::ToolResult(_)] if searched == TOOL_SEARCH => {
-                Some(Reply::Text(format!("no tool {name:?} offered, even after {TOOL_SEARCH}")))
+            [Message::ToolCall { name: searched }, Message::ToolResult(_)]
+                if TOOL_SEARCHES.contains(&searched.as_str()) =>
+            {
+                Some(Reply::Text(format!("no tool {name:?} offered, even after {searched}")))
             }
             _ => None,
         }
@@ -192,11 +206,20 @@ pub fn tool_call_in(text: &str) -> Option<Result<(String, Value), String>> {
 
 /// Claude Code's tool that loads the tools it offers by name only.
 const TOOL_SEARCH: &str = "ToolSearch";
+/// The tools that load deferred tools: Claude Code's, and codex's (for an MCP server's).
+const TOOL_SEARCHES: [&str; 2] = [TOOL_SEARCH, "tool_search"];
 
-/// `ToolSearch`'s arguments selecting one tool: `select:NAME` as its query, and a
-/// result limit when its schema has one.
+/// A search's arguments finding one tool: Claude's `ToolSearch` selects it by name
+/// (`select:NAME`, with a result limit when its schema has one); codex's
+/// `tool_search` searches for the name (without a marker's `*`).
 fn tool_search_arguments(tool: &Tool, name: &str) -> Value {
+    let name = name.trim_start_matches('*');
     let mut arguments = serde_json::Map::new();
+    if tool.name != TOOL_SEARCH {
+        arguments.insert("query".into(), json!(name));
+        arguments.insert("limit".into(), json!(8));
+        return Value::Object(arguments);
+    }
     arguments.insert("query".into(), json!(format!("select:{name}")));
     if tool.schema.get("properties").and_then(|p| p.get("max_results")).is_some() {
         arguments.insert("max_results".into(), json!(5));
@@ -372,6 +395,22 @@ mod tests {
         assert!(matches!(tool_call_in("[[tool:X {\"a\": }]]"), Some(Err(e)) if e.contains("JSON")));
         assert!(matches!(tool_call_in("[[tool:X {} and no end"), Some(Err(_))));
         assert_eq!(tool_call_in("no marker"), None);
+    }
+
+    #[test]
+    fn a_star_names_the_offered_tool_that_ends_so() {
+        let mcp = Tool { name: "mcp__fixture__reveal_secret".into(), schema: json!({}) };
+        let mut conversation =
+            Conversation { messages: vec![Message::User("[[tool:*reveal_secret]]".into())], tools: vec![bash(), mcp] };
+        assert_eq!(
+            conversation.reply(),
+            Reply::ToolCall { tool: "mcp__fixture__reveal_secret".into(), arguments: json!({}) }
+        );
+        conversation.messages.push(Message::ToolCall { name: "mcp__fixture__reveal_secret".into() });
+        conversation.messages.push(Message::ToolResult("the secret is x".into()));
+        assert_eq!(conversation.reply(), Reply::Text("tool said: the secret is x".into()));
+        let none = Conversation { messages: vec![Message::User("[[tool:*nothing]]".into())], tools: vec![bash()] };
+        assert_eq!(none.reply(), Reply::Text("no tool \"*nothing\" offered".into()));
     }
 
     #[test]

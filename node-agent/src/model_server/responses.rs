@@ -29,7 +29,15 @@ pub async fn create(body: Bytes) -> Response {
     let conversation = parse(&request);
     let reply = conversation.reply();
     let model = request.get("model").and_then(Value::as_str).unwrap_or("scripted").to_string();
-    let item = output_item(&reply, &tool_type(&request, &reply));
+    let mut item = output_item(&reply, &tool_type(&request, &reply));
+    // A function `tool_search` loaded is called by its namespace and its own name.
+    if let Reply::ToolCall { tool, .. } = &reply
+        && let Some((_, (Some(namespace), name), _)) =
+            searched_tools(&request).into_iter().find(|(full, ..)| full == tool)
+    {
+        item["namespace"] = json!(namespace);
+        item["name"] = json!(name);
+    }
     let usage = usage(&conversation);
     if request.get("stream").and_then(Value::as_bool).unwrap_or(false) {
         let body = stream(&model, &item, &usage);
@@ -59,21 +67,55 @@ pub fn parse(request: &Value) -> Conversation {
         }
         _ => {}
     }
-    let tools = request
+    let mut tools: Vec<Tool> = request
         .get("tools")
         .and_then(Value::as_array)
         .map(|tools| {
             tools
                 .iter()
                 .filter_map(|tool| {
-                    let name = tool.get("name").and_then(Value::as_str)?;
+                    // Codex's `tool_search` is a tool of its own type, without a name.
+                    let searches = tool.get("type").and_then(Value::as_str) == Some(TOOL_SEARCH);
+                    let name = if searches { TOOL_SEARCH } else { tool.get("name").and_then(Value::as_str)? };
                     let schema = tool.get("parameters").cloned().unwrap_or_else(|| json!({}));
                     Some(Tool { name: name.to_string(), schema })
                 })
                 .collect()
         })
         .unwrap_or_default();
+    // Tools `tool_search` loaded (codex defers an MCP server's tools behind it) are
+    // offered from then on, each named `NAMESPACE__NAME`.
+    tools.extend(searched_tools(request).into_iter().map(|(name, _, schema)| Tool { name, schema }));
     Conversation { messages, tools }
+}
+
+/// Codex's tool that loads deferred tools (an MCP server's) by a query.
+const TOOL_SEARCH: &str = "tool_search";
+
+/// The functions the request's `tool_search_output` items loaded: `(NAMESPACE__NAME,
+/// (namespace, name), schema)`; a function outside a namespace keeps its own name.
+fn searched_tools(request: &Value) -> Vec<(String, (Option<String>, String), Value)> {
+    let mut found = Vec::new();
+    let outputs = request.get("input").and_then(Value::as_array).into_iter().flatten();
+    for output in outputs.filter(|i| i.get("type").and_then(Value::as_str) == Some("tool_search_output")) {
+        for tool in output.get("tools").and_then(Value::as_array).into_iter().flatten() {
+            let namespace = tool.get("name").and_then(Value::as_str).filter(|_| tool.get("tools").is_some());
+            let functions = match tool.get("tools").and_then(Value::as_array) {
+                Some(inner) => inner.iter().collect(),
+                None => vec![tool],
+            };
+            for function in functions {
+                let Some(name) = function.get("name").and_then(Value::as_str) else { continue };
+                let full = match namespace {
+                    Some(namespace) => format!("{namespace}__{}", name.trim_start_matches('_')),
+                    None => name.to_string(),
+                };
+                let schema = function.get("parameters").cloned().unwrap_or_else(|| json!({}));
+                found.push((full, (namespace.map(str::to_string), name.to_string()), schema));
+            }
+        }
+    }
+    found
 }
 
 fn parse_item(item: &Value) -> Option<Message> {
@@ -91,6 +133,8 @@ fn parse_item(item: &Value) -> Option<Message> {
             Some(Message::ToolCall { name: item.get("name").and_then(Value::as_str)?.to_string() })
         }
         "local_shell_call" => Some(Message::ToolCall { name: "local_shell".into() }),
+        "tool_search_call" => Some(Message::ToolCall { name: TOOL_SEARCH.into() }),
+        "tool_search_output" => Some(Message::ToolResult(item.get("tools").map(Value::to_string).unwrap_or_default())),
         "function_call_output" | "custom_tool_call_output" | "local_shell_call_output" => {
             Some(Message::ToolResult(item.get("output").map(content_text).unwrap_or_default()))
         }
@@ -112,6 +156,12 @@ fn content_text(content: &Value) -> String {
 /// The `type` of the tool a reply calls, as the request offered it.
 fn tool_type(request: &Value, reply: &Reply) -> String {
     let Reply::ToolCall { tool, .. } = reply else { return String::new() };
+    let offered = |kind: &str| {
+        request.get("tools").and_then(Value::as_array).is_some_and(|tools| tools.iter().any(|t| t["type"] == kind))
+    };
+    if tool == TOOL_SEARCH && offered(TOOL_SEARCH) {
+        return TOOL_SEARCH.to_string();
+    }
     request
         .get("tools")
         .and_then(Value::as_array)
@@ -127,6 +177,10 @@ fn output_item(reply: &Reply, tool_type: &str) -> Value {
         Reply::Text(text) => json!({
             "id": next_id("msg"), "type": "message", "status": "completed", "role": "assistant",
             "content": [{"type": "output_text", "text": text, "annotations": []}],
+        }),
+        Reply::ToolCall { arguments, .. } if tool_type == TOOL_SEARCH => json!({
+            "id": next_id("tsc"), "type": "tool_search_call", "status": "completed",
+            "call_id": next_id("call"), "execution": "client", "arguments": arguments,
         }),
         Reply::ToolCall { tool, arguments } if tool_type == "custom" => {
             // A freeform tool takes its input as plain text: the command.
@@ -240,6 +294,31 @@ mod tests {
     /// The `data:` payloads of an SSE body.
     fn events(body: &str) -> Vec<Value> {
         body.lines().filter_map(|l| l.strip_prefix("data: ")).map(|d| serde_json::from_str(d).unwrap()).collect()
+    }
+
+    #[test]
+    fn a_deferred_mcp_tool_is_searched_for_then_called_by_namespace_and_name() {
+        // Codex 0.169 offers an MCP server's tools only through `tool_search`.
+        let marker = message("user", "input_text", "[[tool:*reveal_secret]]");
+        let mut request = codex_request(vec![marker.clone()], false);
+        request["tools"].as_array_mut().unwrap().push(json!({"type": "tool_search", "execution": "client", "parameters": {"properties": {"query": {}, "limit": {}}}}));
+        let reply = parse(&request).reply();
+        let search = output_item(&reply, &tool_type(&request, &reply));
+        assert_eq!(search["type"], "tool_search_call");
+        assert_eq!(search["arguments"], json!({"query": "reveal_secret", "limit": 8}));
+        // What codex sent back (seen with 0.169), and the call that follows.
+        let output = json!({"type": "tool_search_output", "call_id": search["call_id"], "execution": "client", "status": "completed", "tools": [
+            {"type": "namespace", "name": "mcp__fixture", "description": "Tools in the mcp__fixture namespace.", "tools": [
+                {"type": "function", "name": "reveal_secret", "defer_loading": true, "parameters": {"type": "object", "properties": {}}}]}]});
+        let mut searched = search.clone();
+        searched.as_object_mut().unwrap().remove("status");
+        request["input"] = json!([marker, searched, output]);
+        let conversation = parse(&request);
+        assert!(conversation.tools.iter().any(|t| t.name == "mcp__fixture__reveal_secret"));
+        let reply = conversation.reply();
+        assert_eq!(reply, Reply::ToolCall { tool: "mcp__fixture__reveal_secret".into(), arguments: json!({}) });
+        let found = searched_tools(&request);
+        assert_eq!(found[0].1, (Some("mcp__fixture".to_string()), "reveal_secret".to_string()));
     }
 
     #[test]

@@ -84,6 +84,10 @@ pub struct SessionRecord {
     working_dir: Option<String>,
     #[serde(default)]
     env: BTreeMap<String, String>,
+    /// Kept, like `env`, in this file of mode 0600 so that a restarted node agent gives
+    /// the agent the same servers; never in `SessionInfo`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    mcp_servers: Vec<crate::model::McpServer>,
     state: SessionState,
     agent_session_id: Option<String>,
     #[serde(with = "time::serde::rfc3339")]
@@ -255,6 +259,7 @@ impl SessionRecord {
             variant: self.variant.clone(),
             working_dir: self.working_dir.clone(),
             env: self.env.clone(),
+            mcp_servers: self.mcp_servers.clone(),
         }
     }
 }
@@ -1126,6 +1131,7 @@ impl SessionManager {
             variant: request.variant,
             working_dir: request.working_dir,
             env: request.env,
+            mcp_servers: request.mcp_servers,
             state: SessionState::Starting,
             agent_session_id: None,
             created_at: OffsetDateTime::now_utc(),

@@ -53,7 +53,7 @@ const STARTUP: Duration = Duration::from_secs(90);
 const GRACE: Duration = Duration::from_secs(3);
 
 pub fn capabilities() -> AgentCapabilities {
-    AgentCapabilities { permissions: false, questions: false, resume: true, streaming_deltas: false }
+    AgentCapabilities { permissions: false, questions: false, resume: true, streaming_deltas: false, mcp: false }
 }
 
 pub fn validate(request: &CreateSessionRequest) -> Result<()> {

@@ -38,7 +38,7 @@ const STOP_GRACE: Duration = Duration::from_secs(3);
 
 pub fn capabilities() -> AgentCapabilities {
     // Questions: plan approval (ExitPlanMode) and AskUserQuestion.
-    AgentCapabilities { permissions: true, questions: true, resume: true, streaming_deltas: true }
+    AgentCapabilities { permissions: true, questions: true, resume: true, streaming_deltas: true, mcp: true }
 }
 
 pub fn validate(request: &CreateSessionRequest) -> Result<()> {
@@ -148,6 +148,11 @@ impl ClaudeDriver {
         if let Some(model) = &self.config.model {
             command.args(["--model", model]);
         }
+        if !self.config.mcp_servers.is_empty() {
+            // A file (written by `spawn`), not JSON on the command line, which any user
+            // can read; strict, so that only the session's servers are there.
+            command.arg("--mcp-config").arg(self.mcp_config_path()).arg("--strict-mcp-config");
+        }
         command.env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1").env("DISABLE_AUTOUPDATER", "1");
         // As root Claude refuses bypassPermissions unless told it runs in a sandbox,
         // which a node agent's session does (the variable means nothing else to it).
@@ -161,8 +166,34 @@ impl ClaudeDriver {
         command
     }
 
+    /// The session's MCP servers as `--mcp-config` reads them.
+    fn mcp_config_path(&self) -> PathBuf {
+        self.config.session_dir.join("claude-mcp.json")
+    }
+
+    /// Writes the `--mcp-config` file, readable by the node agent's user only (it may
+    /// hold the servers' secrets), in the session's own directory.
+    async fn write_mcp_config(&self) -> Result<()> {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let path = self.mcp_config_path();
+        let bytes = serde_json::to_vec(&super::mcp::claude_config(&self.config.mcp_servers))
+            .map_err(|e| Error::InvalidRequest(format!("the MCP configuration: {e}")))?;
+        tokio::task::spawn_blocking(move || {
+            let mut file =
+                std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&path)?;
+            file.write_all(&bytes)
+        })
+        .await
+        .map_err(|e| Error::io("writing claude's MCP configuration", std::io::Error::other(e)))?
+        .map_err(|e| Error::io("writing claude's MCP configuration", e))
+    }
+
     /// Starts `claude` and sends `initialize` (its answer is read with the first turn).
     async fn spawn(&mut self) -> Result<()> {
+        if !self.config.mcp_servers.is_empty() {
+            self.write_mcp_config().await?;
+        }
         let mut child = LineChild::spawn(self.command())?;
         tracing::info!(session = %self.config.session_id, pid = ?child.pid(), resume = self.state.conversation_started, "claude started");
         child.send(&json!({"type": "control_request", "request_id": "initialize", "request": {"subtype": "initialize", "hooks": null}})).await?;

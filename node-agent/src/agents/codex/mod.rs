@@ -43,7 +43,7 @@ const STOP_GRACE: Duration = Duration::from_secs(3);
 const EFFORTS: [&str; 6] = ["none", "minimal", "low", "medium", "high", "xhigh"];
 
 pub fn capabilities() -> AgentCapabilities {
-    AgentCapabilities { permissions: true, questions: true, resume: true, streaming_deltas: true }
+    AgentCapabilities { permissions: true, questions: true, resume: true, streaming_deltas: true, mcp: true }
 }
 
 pub fn validate(request: &CreateSessionRequest) -> Result<()> {
@@ -54,6 +54,7 @@ pub fn validate(request: &CreateSessionRequest) -> Result<()> {
             "codex has no agent mode {mode:?} the node agent can select; use permissionMode plan for a read-only session"
         )));
     }
+    super::mcp::codex_validate(&request.mcp_servers)?;
     if let Some(variant) = &request.variant
         && !EFFORTS.contains(&variant.as_str())
     {
@@ -174,6 +175,7 @@ impl CodexDriver {
         if let Some(variant) = &self.config.variant {
             overrides.push(format!("model_reasoning_effort={}", toml_string(variant)));
         }
+        overrides.extend(super::mcp::codex_overrides(&self.config.mcp_servers).0);
         overrides
     }
 
@@ -201,6 +203,8 @@ impl CodexDriver {
             command.arg("-c").arg(o);
         }
         command.envs(&self.config.env);
+        // The MCP servers' values, named (not held) by the overrides above.
+        command.envs(super::mcp::codex_overrides(&self.config.mcp_servers).1);
         if let Some(dir) = &self.bwrap_dir {
             let path = self.config.env.get("PATH").cloned().or_else(|| std::env::var("PATH").ok()).unwrap_or_default();
             command.env("PATH", format!("{}:{path}", dir.display()));
@@ -217,20 +221,23 @@ impl CodexDriver {
         let (approval, sandbox) = self.policy();
         let params = json!({"cwd": cwd, "approvalPolicy": approval, "sandbox": sandbox});
         let thread_id = self.state.thread_id.clone();
+        let mcp_names: Vec<String> = self.config.mcp_servers.iter().map(|s| s.name.clone()).collect();
         let backlog = &mut self.backlog;
         let opened = tokio::time::timeout(STARTUP, async {
             let client =
                 json!({"name": "agentplane", "title": "agentplane node agent", "version": env!("CARGO_PKG_VERSION")});
             server.request("initialize", json!({ "clientInfo": client }), backlog).await?;
             server.child.send(&json!({"jsonrpc": "2.0", "method": "initialized"})).await?;
-            match thread_id {
+            let result = match thread_id {
                 Some(thread_id) => {
                     let mut params = params;
                     params["threadId"] = json!(thread_id);
                     server.request("thread/resume", params, backlog).await
                 }
                 None => server.request("thread/start", params, backlog).await,
-            }
+            }?;
+            server.settle_mcp(&mcp_names, backlog).await?;
+            Ok(result)
         })
         .await;
         let result = match opened {
@@ -478,6 +485,35 @@ impl CodexDriver {
 }
 
 impl AppServer {
+    /// Reads until every MCP server named has started (or failed to): codex starts them
+    /// in the background, and a turn begun before one is ready is offered none of its
+    /// tools (seen with 0.169: the first turn went without them).
+    async fn settle_mcp(&mut self, names: &[String], backlog: &mut Vec<String>) -> Result<()> {
+        let settled_by = |line: &str| -> Option<String> {
+            let value: Value = serde_json::from_str(line).ok()?;
+            if value.get("method").and_then(Value::as_str) != Some("mcpServer/startupStatus/updated") {
+                return None;
+            }
+            let params = value.get("params")?;
+            let status = params.get("status").and_then(Value::as_str)?;
+            (status != "starting").then(|| params.get("name").and_then(Value::as_str).map(str::to_string)).flatten()
+        };
+        let mut waiting: std::collections::BTreeSet<&str> = names.iter().map(String::as_str).collect();
+        for line in backlog.iter() {
+            if let Some(name) = settled_by(line) {
+                waiting.remove(name.as_str());
+            }
+        }
+        while !waiting.is_empty() {
+            let Some(line) = self.child.next_line().await else { return Err(self.child.exited().await) };
+            if let Some(name) = settled_by(&line) {
+                waiting.remove(name.as_str());
+            }
+            backlog.push(line);
+        }
+        Ok(())
+    }
+
     /// Sends a request and reads until its response; the lines read meanwhile go to `backlog`.
     async fn request(&mut self, method: &str, params: Value, backlog: &mut Vec<String>) -> Result<Value> {
         let id = self.next_id;

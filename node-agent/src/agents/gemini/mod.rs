@@ -49,7 +49,7 @@ const SETTINGS: &str =
     r#"{"security":{"auth":{"selectedType":"gemini-api-key"}},"general":{"sessionRetention":{"enabled":false}}}"#;
 
 pub fn capabilities() -> AgentCapabilities {
-    AgentCapabilities { permissions: true, questions: false, resume: true, streaming_deltas: true }
+    AgentCapabilities { permissions: true, questions: false, resume: true, streaming_deltas: true, mcp: true }
 }
 
 pub fn validate(request: &CreateSessionRequest) -> Result<()> {
@@ -84,6 +84,7 @@ struct Launch {
     env: Vec<(String, String)>,
     cwd: PathBuf,
     home: PathBuf,
+    mcp_servers: Vec<crate::model::McpServer>,
 }
 
 impl Launch {
@@ -111,7 +112,7 @@ impl Launch {
         env.push(("HOME".into(), home.display().to_string()));
         // One process to stop and to wait for, rather than a relaunched child with a larger heap.
         env.push(("GEMINI_CLI_NO_RELAUNCH".into(), "true".into()));
-        Ok(Launch { bin, args, env, cwd, home })
+        Ok(Launch { bin, args, env, cwd, home, mcp_servers: config.mcp_servers.clone() })
     }
 
     fn command(&self) -> Command {
@@ -245,14 +246,17 @@ impl GeminiDriver {
         let capabilities = json!({"fs": {"readTextFile": false, "writeTextFile": false}, "terminal": false});
         acp.call("initialize", json!({"protocolVersion": 1, "clientCapabilities": capabilities})).await?;
         let cwd = self.launch.cwd.display().to_string();
+        // The protocol's own way to give MCP servers, per session: nothing is written
+        // to the user's settings, and values stay off the command line.
+        let mcp_servers = super::mcp::acp_servers(&self.launch.mcp_servers);
         match &self.session_id {
             Some(id) => {
                 avoid_same_minute_clash(&self.launch.home, id).await;
-                acp.call("session/load", json!({"sessionId": id, "cwd": cwd, "mcpServers": []})).await?;
+                acp.call("session/load", json!({"sessionId": id, "cwd": cwd, "mcpServers": mcp_servers})).await?;
                 acp.skip_replay().await?;
             }
             None => {
-                let result = acp.call("session/new", json!({"cwd": cwd, "mcpServers": []})).await?;
+                let result = acp.call("session/new", json!({"cwd": cwd, "mcpServers": mcp_servers})).await?;
                 let id = result.get("sessionId").and_then(Value::as_str);
                 let id = id.ok_or_else(|| {
                     Error::StreamError(format!("gemini's session/new answered no sessionId: {result}"))

@@ -19,7 +19,8 @@
 //! `OPENCODE_CONFIG_CONTENT` itself; without a base URL OpenCode uses its own
 //! configuration and credentials under HOME. Permission modes become the session's
 //! permission rules (`POST /session {permission}`), so sessions of different modes
-//! share a server.
+//! share a server. A session's MCP servers are OpenCode's `mcp` section (`local` or
+//! `remote`), added to that inline configuration.
 
 pub mod convert;
 
@@ -69,7 +70,7 @@ const QUIET: Duration = Duration::from_secs(600);
 const MAX_EVENT: usize = 32 << 20;
 
 pub fn capabilities() -> AgentCapabilities {
-    AgentCapabilities { permissions: true, questions: true, resume: true, streaming_deltas: true }
+    AgentCapabilities { permissions: true, questions: true, resume: true, streaming_deltas: true, mcp: true }
 }
 
 pub fn validate(request: &CreateSessionRequest) -> Result<()> {
@@ -77,6 +78,15 @@ pub fn validate(request: &CreateSessionRequest) -> Result<()> {
         && !MODES.contains(&mode.as_str())
     {
         return Err(Error::ModeNotSupported(format!("opencode has no mode {mode:?} (it has {})", MODES.join(", "))));
+    }
+    // The MCP servers are added to the session's inline configuration: it must be an object.
+    if !request.mcp_servers.is_empty()
+        && let Some(inline) = request.env.get("OPENCODE_CONFIG_CONTENT")
+        && !serde_json::from_str::<Value>(inline).is_ok_and(|v| v.is_object())
+    {
+        return Err(Error::InvalidRequest(
+            "OPENCODE_CONFIG_CONTENT must be a JSON object for mcpServers to be added to it".into(),
+        ));
     }
     Ok(())
 }
@@ -705,6 +715,20 @@ fn environment(config: &DriverConfig) -> (BTreeMap<String, String>, bool) {
             provider_config(&base_url, &api_key, &model_id(config)).to_string(),
         );
         configured = true;
+    }
+    if !config.mcp_servers.is_empty() {
+        // OpenCode's `mcp` section, added to the configuration given inline (the
+        // session's own, or the provider's above), else given alone: OpenCode merges
+        // inline configuration over the user's files. In the environment, not on a
+        // command line; the server's key holds it, so sessions share a server only
+        // when their MCP servers are the same.
+        let mut inline = env
+            .get("OPENCODE_CONFIG_CONTENT")
+            .and_then(|c| serde_json::from_str::<Value>(c).ok())
+            .filter(Value::is_object)
+            .unwrap_or_else(|| json!({}));
+        inline["mcp"] = super::mcp::opencode_config(&config.mcp_servers);
+        env.insert("OPENCODE_CONFIG_CONTENT".into(), inline.to_string());
     }
     env.entry("OPENCODE_DISABLE_MODELS_FETCH".into()).or_insert_with(|| "1".into());
     env.entry("OPENCODE_DISABLE_AUTOUPDATE".into()).or_insert_with(|| "1".into());

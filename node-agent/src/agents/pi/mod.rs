@@ -47,7 +47,7 @@ const STARTUP: Duration = Duration::from_secs(90);
 const GRACE: Duration = Duration::from_secs(3);
 
 pub fn capabilities() -> AgentCapabilities {
-    AgentCapabilities { permissions: false, questions: false, resume: true, streaming_deltas: true }
+    AgentCapabilities { permissions: false, questions: false, resume: true, streaming_deltas: true, mcp: false }
 }
 
 pub fn validate(request: &CreateSessionRequest) -> Result<()> {
