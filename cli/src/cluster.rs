@@ -258,10 +258,12 @@ fn append_patch(version: &str, item: &SpecItem, count: usize) -> serde_json::Val
     serde_json::json!([test, add])
 }
 
+/// Where the store placed it: a sandbox claimed from a template is in its status, as
+/// the directory store reads it too.
 fn sandbox_name(object: &Object) -> &str {
     match object {
-        Object::Process(process) => &process.spec.sandbox,
-        Object::Session(session) => &session.spec.sandbox,
+        Object::Process(process) => process.placed_sandbox(),
+        Object::Session(session) => session.placed_sandbox(),
         Object::Sandbox(sandbox) => sandbox.metadata.name.as_deref().unwrap_or_default(),
         // Not run anywhere: the caller asks only of what runs.
         Object::SandboxTemplate(_) | Object::SandboxWarmPool(_) => "",
