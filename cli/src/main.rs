@@ -13,8 +13,10 @@ mod cluster;
 mod completion;
 mod controller;
 mod convert;
+mod cp;
 mod diff;
 mod edit;
+mod fs;
 mod get;
 mod kubeconfig;
 mod logs;
@@ -25,6 +27,7 @@ mod resources;
 mod restart;
 mod session;
 mod store;
+mod tar_stream;
 mod ui;
 mod up;
 mod workspace;
@@ -58,6 +61,8 @@ enum Command {
     Proc(proc::ProcArgs),
     /// The agents of a node agent: list them, install one, their modes and models.
     Agent(agent::AgentArgs),
+    /// The files of a node agent: ls, cat, put, rm, mkdir, mv.
+    Fs(fs::FsArgs),
     /// List resources with their status: `get processes` (of a watched directory, or
     /// of a cluster with --kubeconfig).
     Get(get::GetArgs),
@@ -72,6 +77,9 @@ enum Command {
     Logs(logs::LogsArgs),
     /// Attach this terminal to a Process's terminal (detach with Ctrl-]).
     Attach(logs::AttachArgs),
+    /// Copy files and directories between this machine and a Process's, Session's or
+    /// Sandbox's node agent: `agentplane cp ./src process/web:/work/src`.
+    Cp(cp::CpArgs),
     /// Print the changes in a Session's git workspace since the commit it was cloned
     /// at, untracked files included: `agentplane diff session/NAME`.
     Diff(diff::DiffArgs),
@@ -156,12 +164,14 @@ fn main() {
             Command::Controller(args) => controller::run(args).await.map(|()| 0),
             Command::Proc(args) => proc::run(args).await,
             Command::Agent(args) => agent::run(args).await,
+            Command::Fs(args) => fs::run(args).await,
             Command::Get(args) => get::get(args).await,
             Command::Describe(args) => get::describe(args).await,
             Command::Apply(args) => apply::apply(args).await,
             Command::Delete(args) => apply::delete(args).await,
             Command::Logs(args) => logs::logs(args).await,
             Command::Attach(args) => logs::attach(args).await,
+            Command::Cp(args) => cp::cp(args).await,
             Command::Diff(args) => diff::diff(args).await,
             Command::Send(args) => session::send(args).await,
             Command::Reply(args) => session::reply(args).await,

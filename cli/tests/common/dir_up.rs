@@ -27,11 +27,18 @@ pub struct DirUp {
 impl DirUp {
     /// `agentplane up --dir DIR ARGS...`, ready once it has written its `up.json`.
     pub fn start(dir: &Path, args: &[&str]) -> DirUp {
+        Self::start_in(Path::new("."), dir, args)
+    }
+
+    /// [`DirUp::start`] in the working directory `cwd`: where its node agent's files
+    /// are (the root of its file API).
+    pub fn start_in(cwd: &Path, dir: &Path, args: &[&str]) -> DirUp {
         fs::create_dir_all(dir).unwrap();
         let log = dir.parent().unwrap().join("up.log");
         let log_file = fs::OpenOptions::new().create(true).append(true).open(&log).unwrap();
         let script = format!("ulimit -v {ADDRESS_SPACE_KIB}; dir=\"$1\"; shift; exec \"$0\" up --dir \"$dir\" \"$@\"");
         let child = Command::new("sh")
+            .current_dir(cwd)
             .args(["-c", &script])
             .arg(super::common::bin())
             .arg(dir)
