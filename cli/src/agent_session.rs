@@ -158,6 +158,7 @@ impl CreateArgs {
             env,
             label: None,
             mcp_servers: Vec::new(),
+            workspace: None,
         })
     }
 }

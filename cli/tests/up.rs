@@ -768,3 +768,41 @@ fn a_process_with_a_session_ref_feeds_its_output_to_that_session() {
         .expect("the mock's reply");
     assert!(reply.contains("fed-to-the-agent"), "the agent got the output with the message: {reply}");
 }
+
+#[test]
+fn mcp_servers_are_resolved_from_files_beside_the_session_and_reach_the_node_agent() {
+    // The mock takes no MCP: its refusal (`McpNotSupported`) is the node agent's answer
+    // to servers that reached it, their values read from a file beside the resource.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("d");
+    let up = Up::start(&dir);
+    let file = dir.join("tools.yaml");
+    let yaml = |servers: &str| {
+        format!(
+            "apiVersion: agentplane.dev/v1alpha1\nkind: Session\nmetadata:\n  name: tools\nspec:\n  agent: mock\n  mcpServers:\n{servers}"
+        )
+    };
+    let from_file = "    - name: fixture\n      command: node\n      env: [{name: TOKEN, valueFrom: {fileKeyRef: {path: mcp.env, key: TOKEN}}}]\n";
+    save(&file, &yaml(from_file));
+    let waiting = wait_session(&up, "tools", "its file to be missing", |r| {
+        condition(r, "Ready")["reason"] == "McpServersNotResolved"
+    });
+    let message = condition(&waiting, "Ready")["message"].as_str().unwrap().to_string();
+    assert!(message.contains("mcpServers \"fixture\" env") && message.contains("mcp.env"), "{message}");
+
+    // Written, the file is read at once and the servers reach the node agent.
+    save(&dir.join("mcp.env"), "TOKEN=s3cret-mcp-value\n");
+    let refused =
+        wait_session(&up, "tools", "the mock's refusal", |r| condition(r, "Ready")["reason"] == "McpNotSupported");
+    assert_eq!(phase(&refused), "Failed");
+    let message = condition(&refused, "Ready")["message"].as_str().unwrap();
+    assert!(message.contains("\"mock\" cannot take MCP servers"), "{message}");
+    assert!(!refused.to_string().contains("s3cret-mcp-value"), "a value shows in the status: {refused}");
+
+    // Both transports at once: a file error, and the last good spec stays in force.
+    save(&file, &yaml("    - name: fixture\n      command: node\n      url: http://127.0.0.1:1/mcp\n"));
+    let broken = wait_session(&up, "tools", "the file error", |r| condition(r, "Valid")["status"] == "False");
+    let message = condition(&broken, "Valid")["message"].as_str().unwrap();
+    assert!(message.starts_with("tools.yaml:") && message.contains("not both"), "{message}");
+    assert_eq!(broken["metadata"]["generation"], 1, "the last good spec stays");
+}

@@ -13,6 +13,7 @@ pub mod dir;
 pub mod envtest;
 pub mod error;
 pub mod kube;
+pub mod mcp;
 pub mod process;
 pub mod queue;
 pub mod register;

@@ -14,8 +14,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentplane_crds::{
-    PendingPermission, PendingQuestion, PermissionDecision, PermissionMode, Question, Session, SessionPhase,
-    SessionStatus,
+    ChangedFile, FileChangeStatus, PendingPermission, PendingQuestion, PermissionDecision, PermissionMode, Question,
+    Session, SessionPhase, SessionStatus, WorkspaceStatus,
 };
 use agentplane_node_agent::client::{Client, ClientError};
 use agentplane_node_agent::model::{
@@ -43,6 +43,11 @@ pub struct SessionInput<'a> {
     pub session: &'a Session,
     pub env: std::result::Result<BTreeMap<String, String>, String>,
     pub spec_problem: Option<String>,
+    /// The workspace's git credentials as the store resolved them (a Secret, or files
+    /// beside the YAML); `Ok(None)` when the spec names none.
+    pub git_credentials: std::result::Result<Option<agentplane_node_agent::model::GitCredentials>, String>,
+    /// `spec.mcpServers` with their values resolved as `env` is (see [`crate::mcp`]).
+    pub mcp_servers: std::result::Result<Vec<agentplane_node_agent::model::McpServer>, String>,
 }
 
 pub struct SessionReconciler {
@@ -55,6 +60,7 @@ fn not_found(e: &ClientError) -> bool {
 
 fn phase_of(state: SessionState) -> SessionPhase {
     match state {
+        SessionState::Preparing => SessionPhase::Preparing,
         SessionState::Installing => SessionPhase::Installing,
         SessionState::Starting => SessionPhase::Starting,
         SessionState::Running => SessionPhase::Running,
@@ -62,6 +68,47 @@ fn phase_of(state: SessionState) -> SessionPhase {
         SessionState::Idle => SessionPhase::Idle,
         SessionState::Ended => SessionPhase::Ended,
         SessionState::Failed => SessionPhase::Failed,
+    }
+}
+
+/// The status's view of a git workspace: what was checked out, what changed since.
+fn workspace_status(info: &agentplane_node_agent::model::WorkspaceInfo) -> WorkspaceStatus {
+    use agentplane_node_agent::model::FileChangeStatus as Node;
+    WorkspaceStatus {
+        path: Some(info.path.clone()),
+        git_ref: info.git_ref.clone(),
+        commit: info.commit.clone(),
+        changed_files: info
+            .changed_files
+            .iter()
+            .map(|f| ChangedFile {
+                path: f.path.clone(),
+                status: match f.status {
+                    Node::Added => FileChangeStatus::Added,
+                    Node::Modified => FileChangeStatus::Modified,
+                    Node::Deleted => FileChangeStatus::Deleted,
+                    Node::Renamed => FileChangeStatus::Renamed,
+                },
+                from: f.from.clone(),
+            })
+            .collect(),
+        changed_files_truncated: info.changed_files_truncated,
+    }
+}
+
+/// The node agent's workspace request for a Session's `spec.workspace`.
+fn workspace_request(
+    workspace: &agentplane_crds::Workspace,
+    credentials: Option<agentplane_node_agent::model::GitCredentials>,
+) -> agentplane_node_agent::model::WorkspaceRequest {
+    agentplane_node_agent::model::WorkspaceRequest {
+        git: workspace.git.as_ref().map(|git| agentplane_node_agent::model::GitSource {
+            url: git.url.clone(),
+            git_ref: git.git_ref.clone(),
+            depth: git.depth,
+            credentials,
+        }),
+        path: workspace.path.clone(),
     }
 }
 
@@ -184,7 +231,11 @@ impl Step<'_> {
                     .collect(),
             })
             .collect();
+        status.workspace = info.workspace.as_ref().filter(|w| w.url.is_some()).map(workspace_status);
         let (ready, reason, message) = match info.state {
+            SessionState::Preparing => {
+                (Status::False, "Preparing", "the workspace's git repository is being cloned".to_string())
+            }
             SessionState::Installing => (Status::False, "Installing", "the agent's CLI is being installed".to_string()),
             SessionState::Starting => (Status::False, "Starting", "the agent is starting".to_string()),
             SessionState::Running => (Status::True, "Running", "a turn is under way".to_string()),
@@ -288,6 +339,22 @@ impl SessionReconciler {
                         return step.done(Some(RETRY_LATER));
                     }
                 };
+                let mcp_servers = match input.mcp_servers {
+                    Ok(servers) => servers,
+                    Err(problem) => {
+                        step.status.phase.get_or_insert(SessionPhase::Pending);
+                        step.ready(false, "McpServersNotResolved", problem);
+                        return step.done(Some(RETRY_LATER));
+                    }
+                };
+                let git_credentials = match input.git_credentials {
+                    Ok(credentials) => credentials,
+                    Err(problem) => {
+                        step.status.phase.get_or_insert(SessionPhase::Pending);
+                        step.ready(false, "CredentialsNotResolved", problem);
+                        return step.done(Some(RETRY_LATER));
+                    }
+                };
                 let agent = serde_json::to_value(spec.agent)
                     .ok()
                     .and_then(|v| v.as_str().map(str::to_string))
@@ -322,7 +389,8 @@ impl SessionReconciler {
                     env,
                     // The node agent's log lines name the resource, not only its uid.
                     label: Some(format!("Session/{resource}")),
-                    mcp_servers: Vec::new(),
+                    workspace: spec.workspace.as_ref().map(|w| workspace_request(w, git_credentials)),
+                    mcp_servers,
                 };
                 match client.create_session(&id, &request).await {
                     Ok(info) => info,
@@ -336,6 +404,7 @@ impl SessionReconciler {
                         Some(
                             code @ ("unsupported_agent"
                             | "mode_not_supported"
+                            | "mcp_not_supported"
                             | "invalid_request"
                             | "agent_not_installed"
                             | "install_failed"),
@@ -343,6 +412,7 @@ impl SessionReconciler {
                             let reason = match code {
                                 "unsupported_agent" => "UnsupportedAgent",
                                 "mode_not_supported" => "ModeNotSupported",
+                                "mcp_not_supported" => "McpNotSupported",
                                 "agent_not_installed" => "AgentNotInstalled",
                                 "install_failed" => "InstallFailed",
                                 _ => "InvalidRequest",

@@ -339,6 +339,11 @@ pub struct SessionSpec {
     /// Environment variables from Secrets or files, all keys at once.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub env_from: Vec<EnvFromSource>,
+    /// MCP servers the agent is given, written into its own configuration (see
+    /// docs/agents.md for which agents take them; the others refuse the session).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub mcp_servers: Vec<McpServerSpec>,
     /// What to say, in order. Append-only: each entry is delivered once.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub messages: Vec<String>,
@@ -348,6 +353,44 @@ pub struct SessionSpec {
     /// End the conversation.
     #[serde(default, skip_serializing_if = "is_false")]
     pub ended: bool,
+}
+
+/// An MCP server of a Session: exactly one of `command` (a stdio server the agent
+/// starts) or `url` (a server speaking MCP's streamable HTTP transport).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct McpServerSpec {
+    /// Unique in the Session; agents name the server's tools after it.
+    #[schemars(length(min = 1, max = 64), regex(pattern = r"^[A-Za-z0-9_-]+$"))]
+    pub name: String,
+    /// The stdio server's program, found on the agent's `PATH` unless it contains a `/`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
+    /// The stdio server's environment: values, or references as in `env`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<EnvVar>,
+    /// The HTTP server's URL (`http://` or `https://`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// Headers of every request to the HTTP server: values, or references as in `env`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub headers: Vec<HttpHeader>,
+}
+
+/// An HTTP header: a value, or a reference to where the value is kept (a Secret's key,
+/// or in the directory store a key of a file beside the resource).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HttpHeader {
+    /// The header's name (`Authorization`, ...).
+    #[schemars(length(min = 1), regex(pattern = r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$"))]
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value_from: Option<EnvVarSource>,
 }
 
 /// A Session's workspace. With `git`, the repository is cloned into `path` (or

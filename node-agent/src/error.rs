@@ -94,6 +94,9 @@ pub enum Error {
     /// A request body past the node agent's limit.
     #[error("{0}")]
     PayloadTooLarge(String),
+    /// A session's workspace could not be prepared (git's message, without credentials).
+    #[error("{0}")]
+    WorkspaceFailed(String),
     /// A file path outside the node agent's file roots, or one that would be
     /// reached through a symlink leading out of them.
     #[error("{0}")]
@@ -149,6 +152,7 @@ impl Error {
             Error::RouteNotFound(_) | Error::NotFound(_) => "not_found",
             Error::MethodNotAllowed => "method_not_allowed",
             Error::PayloadTooLarge(_) => "payload_too_large",
+            Error::WorkspaceFailed(_) => "workspace_failed",
             Error::ForbiddenPath(_) => "forbidden_path",
             Error::NotADirectory(_) => "not_a_directory",
             Error::IsADirectory(_) => "is_a_directory",
@@ -163,9 +167,7 @@ impl Error {
             Error::InvalidRequest(_)
             | Error::UnsupportedAgent(_)
             | Error::ModeNotSupported(_)
-            | Error::McpNotSupported(_) => {
-                StatusCode::BAD_REQUEST
-            }
+            | Error::McpNotSupported(_) => StatusCode::BAD_REQUEST,
             Error::ProcessNotFound(_)
             | Error::RouteNotFound(_)
             | Error::NotFound(_)
@@ -189,6 +191,7 @@ impl Error {
             Error::Forbidden(_) => StatusCode::FORBIDDEN,
             Error::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Error::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Error::WorkspaceFailed(_) => StatusCode::BAD_GATEWAY,
             Error::ForbiddenPath(_) => StatusCode::FORBIDDEN,
             Error::NotADirectory(_) | Error::IsADirectory(_) | Error::DirectoryNotEmpty(_) => StatusCode::CONFLICT,
             Error::InvalidRange(_) => StatusCode::RANGE_NOT_SATISFIABLE,
@@ -224,6 +227,7 @@ impl Error {
             Error::RouteNotFound(_) | Error::NotFound(_) => "Not found",
             Error::MethodNotAllowed => "Method not allowed",
             Error::PayloadTooLarge(_) => "Payload too large",
+            Error::WorkspaceFailed(_) => "Workspace failed",
             Error::ForbiddenPath(_) => "Path outside the file roots",
             Error::NotADirectory(_) => "Not a directory",
             Error::IsADirectory(_) => "Is a directory",

@@ -589,6 +589,10 @@ pub struct CreateSessionRequest {
     /// references); kept with `env` and, like it, never echoed back or logged.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mcp_servers: Vec<McpServer>,
+    /// What the session works on: a git repository cloned before the agent starts
+    /// (state `preparing`), and/or the directory it runs in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<WorkspaceRequest>,
 }
 
 /// One MCP server of a session: exactly one of `command` (a stdio server the agent
@@ -632,6 +636,8 @@ impl std::fmt::Debug for McpServer {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub enum SessionState {
+    /// The workspace is being prepared (its git repository cloned).
+    Preparing,
     /// The agent's CLI is being installed (from the npm registry, pinned).
     Installing,
     /// The agent is being started.
@@ -691,6 +697,9 @@ pub struct SessionInfo {
     pub pending_questions: Vec<crate::universal::QuestionRequest>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Its workspace, when it was created with one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<WorkspaceInfo>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]

@@ -371,6 +371,14 @@ pub fn parse_file(file: &str, text: &str) -> Result<Vec<Declared>, FileError> {
                 return Err(error(Some(at_line), column, format!("spec{}: {message}", path_suffix(&path))));
             }
         }
+        // What the schema cannot say (one transport each, unique names): a file error
+        // too, so that the last good spec stays in force.
+        if let Object::Session(session) = &object
+            && let Err(message) = crate::mcp::check(&session.spec.mcp_servers)
+        {
+            let (at_line, column) = locate(text, line, "/mcpServers");
+            return Err(error(Some(at_line), column, format!("spec.{message}")));
+        }
         if !seen.insert(key.clone()) {
             return Err(error(Some(line), None, format!("{key} is declared twice in this file")));
         }

@@ -956,7 +956,21 @@ impl Inner {
                     };
                 let reconciled = self
                     .sessions
-                    .reconcile(SessionInput { session: &session, env, spec_problem: problem, git_credentials })
+                    .reconcile(SessionInput {
+                        session: &session,
+                        env,
+                        spec_problem: problem,
+                        git_credentials,
+                        mcp_servers: if session.spec.mcp_servers.is_empty() {
+                            Ok(Vec::new())
+                        } else {
+                            // Files are read off the runtime, as env files are.
+                            let (this, s) = (Arc::clone(self), session.clone());
+                            tokio::task::spawn_blocking(move || this.mcp_servers(&s))
+                                .await
+                                .unwrap_or_else(|e| Err(format!("reading the MCP servers' values: {e}")))
+                        },
+                    })
                     .await;
                 let live = !matches!(
                     reconciled.status.phase,
@@ -1097,6 +1111,28 @@ impl Inner {
         Some((object, problem, env, session))
     }
 
+    /// A Session's MCP servers, their `env` and `headers` values from files beside its
+    /// YAML (read like env files).
+    fn mcp_servers(
+        &self,
+        session: &agentplane_crds::Session,
+    ) -> std::result::Result<Vec<agentplane_node_agent::model::McpServer>, String> {
+        let servers = &session.spec.mcp_servers;
+        crate::mcp::check(servers)?;
+        let base =
+            source_file(&session.metadata).map(|f| self.dir.join(f)).and_then(|f| f.parent().map(Path::to_path_buf));
+        let files = EnvFiles { root: &self.root, base: base.as_deref().unwrap_or(&self.dir) };
+        servers
+            .iter()
+            .map(|server| {
+                let env = resolve_env(&files, &server.env, &[]).map_err(|e| crate::mcp::context(server, "env", e))?;
+                let headers = resolve_env(&files, &crate::mcp::header_vars(&server.headers), &[])
+                    .map_err(|e| crate::mcp::context(server, "headers", e))?;
+                Ok(crate::mcp::resolved(server, env, headers))
+            })
+            .collect()
+    }
+
     /// A Session's git credentials, from files beside its YAML (read like env files).
     fn git_credentials(
         &self,
@@ -1114,7 +1150,9 @@ impl Inner {
         let references: Vec<&str> = match object {
             _ if object.meta().deletion_timestamp.is_some() => Vec::new(),
             Object::Process(p) => referenced_files(&p.spec.env, &p.spec.env_from).collect(),
-            Object::Session(s) => referenced_files(&s.spec.env, &s.spec.env_from).collect(),
+            Object::Session(s) => referenced_files(&s.spec.env, &s.spec.env_from)
+                .chain(crate::mcp::referenced_files(&s.spec.mcp_servers))
+                .collect(),
             Object::Sandbox(s) => referenced_files(&s.spec.env, &[]).collect(),
             Object::SandboxTemplate(_) | Object::SandboxWarmPool(_) => Vec::new(),
         };

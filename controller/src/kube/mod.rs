@@ -509,6 +509,27 @@ async fn reconcile_session(session: Arc<Session>, ctx: Arc<Context>) -> std::res
     result.map_err(|e| ReconcileError::Finalizer(Box::new(e)))
 }
 
+/// A Session's MCP servers, their `env` and `headers` values from Secrets of its
+/// namespace (as `env` is resolved).
+async fn mcp_servers(
+    client: &kube::Client,
+    namespace: &str,
+    servers: &[agentplane_crds::McpServerSpec],
+) -> std::result::Result<Vec<agentplane_node_agent::model::McpServer>, String> {
+    crate::mcp::check(servers)?;
+    let mut resolved = Vec::new();
+    for server in servers {
+        let env = env::resolve(client, namespace, &server.env, &[])
+            .await
+            .map_err(|e| crate::mcp::context(server, "env", e))?;
+        let headers = env::resolve(client, namespace, &crate::mcp::header_vars(&server.headers), &[])
+            .await
+            .map_err(|e| crate::mcp::context(server, "headers", e))?;
+        resolved.push(crate::mcp::resolved(server, env, headers));
+    }
+    Ok(resolved)
+}
+
 impl Context {
     async fn apply_session(self: &Context, api: &Api<Session>, session: &Session) -> Result<Action> {
         let namespace = session.namespace().unwrap_or_default();
@@ -533,7 +554,13 @@ impl Context {
         };
         let reconciled = self
             .sessions
-            .reconcile(SessionInput { session: &placed, env, spec_problem: problem, git_credentials })
+            .reconcile(SessionInput {
+                session: &placed,
+                env,
+                spec_problem: problem,
+                git_credentials,
+                mcp_servers: mcp_servers(&self.client, &namespace, &session.spec.mcp_servers).await,
+            })
             .await;
         let mut status = reconciled.status.clone();
         if let Some(sandbox) = placement.placed() {

@@ -88,6 +88,9 @@ pub struct SessionRecord {
     /// the agent the same servers; never in `SessionInfo`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     mcp_servers: Vec<crate::model::McpServer>,
+    /// Its workspace (a git one's credentials kept, like `env`, only until it is cloned).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    workspace: Option<crate::workspace::WorkspaceRecord>,
     state: SessionState,
     agent_session_id: Option<String>,
     #[serde(with = "time::serde::rfc3339")]
@@ -174,7 +177,9 @@ impl SessionRecord {
 
     /// The state that follows from what is pending (a final or starting state stays).
     fn settle(&mut self) {
-        if self.state.is_final() || matches!(self.state, SessionState::Starting | SessionState::Installing) {
+        if self.state.is_final()
+            || matches!(self.state, SessionState::Starting | SessionState::Installing | SessionState::Preparing)
+        {
             return;
         }
         self.state = if !self.pending_permissions.is_empty() || !self.pending_questions.is_empty() {
@@ -326,6 +331,7 @@ impl Session {
             pending_permissions: rec.pending_permissions.clone(),
             pending_questions: rec.pending_questions.clone(),
             error: rec.error.clone(),
+            workspace: rec.workspace.as_ref().map(crate::workspace::WorkspaceRecord::info),
         }
     }
 
@@ -591,12 +597,77 @@ impl Session {
         Ok(resumable)
     }
 
+    /// Clones the session's git workspace when it is not cloned yet (state
+    /// `preparing`); false when the session failed for it or the node agent stops.
+    async fn prepare_workspace(&self, shutdown: &CancellationToken) -> bool {
+        let pending = self.record().workspace.clone().filter(|w| w.needs_clone());
+        let Some(workspace) = pending else { return true };
+        let Some(git) = &workspace.git else { return true };
+        self.set_state_while_starting(SessionState::Preparing).await;
+        let url = crate::workspace::display_url(&git.url);
+        tracing::info!(session = %self.id, label = ?self.label, %url, git_ref = ?git.git_ref, "cloning the workspace");
+        let prepared = tokio::select! {
+            prepared = crate::workspace::prepare(&self.id, git, Path::new(&workspace.path)) => prepared,
+            () = shutdown.cancelled() => return false,
+        };
+        match prepared {
+            Ok(commit) => {
+                tracing::info!(session = %self.id, label = ?self.label, %commit, "workspace cloned");
+                if let Some(workspace) = self.record().workspace.as_mut() {
+                    workspace.cloned(commit);
+                }
+                self.set_state_while_starting(SessionState::Starting).await;
+                true
+            }
+            Err(error) => {
+                let error = Error::WorkspaceFailed(format!("cloning {url}: {error}"));
+                self.fail(error.to_string(), Some(error.code().to_string())).await;
+                false
+            }
+        }
+    }
+
+    /// Lists the files a turn left changed in a cloned workspace; called before
+    /// `turn.ended`, so that whoever reads the session on that event sees them.
+    async fn refresh_changed_files(&self) {
+        let cloned = self.record().workspace.as_ref().and_then(|w| Some((w.path.clone(), w.commit.clone()?)));
+        let Some((path, commit)) = cloned else { return };
+        match crate::workspace::changed_files(Path::new(&path), &commit).await {
+            Ok((files, truncated)) => {
+                if let Some(workspace) = self.record().workspace.as_mut() {
+                    workspace.changed_files = files;
+                    workspace.changed_files_truncated = truncated;
+                }
+            }
+            Err(error) => {
+                tracing::warn!(session = %self.id, label = ?self.label, %error, "could not list the workspace's changes")
+            }
+        }
+    }
+
+    /// The directory and commit of the session's cloned workspace, which its diff compares.
+    pub fn cloned_workspace(&self) -> Result<(PathBuf, String)> {
+        let rec = self.record();
+        match rec.workspace.as_ref() {
+            Some(w) if w.git.is_some() => match &w.commit {
+                Some(commit) => Ok((PathBuf::from(&w.path), commit.clone())),
+                None => Err(Error::Conflict(format!("session {:?}: its workspace is not cloned yet", self.id))),
+            },
+            _ => Err(Error::Conflict(format!(
+                "session {:?} has no git workspace: there is no commit to compare with",
+                self.id
+            ))),
+        }
+    }
+
     /// Moves a session that has not started yet between `Installing` and `Starting`;
     /// false when it is past starting (resumed, or ended).
     async fn set_state_while_starting(&self, state: SessionState) -> bool {
         let changed = {
             let mut rec = self.record();
-            if matches!(rec.state, SessionState::Starting | SessionState::Installing) && rec.state != state {
+            if matches!(rec.state, SessionState::Starting | SessionState::Installing | SessionState::Preparing)
+                && rec.state != state
+            {
                 rec.state = state;
                 true
             } else {
@@ -619,7 +690,7 @@ impl Session {
                     return false;
                 }
                 rec.agent_session_id = agent_session_id.clone();
-                if matches!(rec.state, SessionState::Starting | SessionState::Installing) {
+                if matches!(rec.state, SessionState::Starting | SessionState::Installing | SessionState::Preparing) {
                     rec.state = SessionState::Idle;
                 }
                 rec.settle();
@@ -903,6 +974,9 @@ async fn run(session: Arc<Session>, host: Arc<AgentHost>, shutdown: Cancellation
         let rec = session.record();
         (rec.driver_config(session.dir.clone(), host), rec.driver_state.clone())
     };
+    if !session.prepare_workspace(&shutdown).await {
+        return;
+    }
     // Checked at creation, but it may have gone since (before a restart of the node
     // agent, say): the session fails saying so, the same for every agent, and a
     // restart once it is back resumes the conversation.
@@ -954,6 +1028,7 @@ async fn drive(session: &Session, shutdown: &CancellationToken, ctx: &TurnContex
         let started = Instant::now();
         let outcome = driver.run_turn(ctx, &turn, true).await;
         session.count_turn(&outcome, started);
+        session.refresh_changed_files().await;
         if session.finish_turn(&turn, outcome).await.is_err() {
             return;
         }
@@ -962,6 +1037,7 @@ async fn drive(session: &Session, shutdown: &CancellationToken, ctx: &TurnContex
         let started = Instant::now();
         let outcome = driver.run_turn(ctx, &turn, false).await;
         session.count_turn(&outcome, started);
+        session.refresh_changed_files().await;
         if session.finish_turn(&turn, outcome).await.is_err() {
             return;
         }
@@ -1084,7 +1160,15 @@ impl SessionManager {
                 return Err(Error::InvalidRequest(format!("environment variable name {key:?} is invalid")));
             }
         }
-        if let Some(dir) = &request.working_dir {
+        let mut request = request;
+        // `workspace.path` and `workingDir` are one setting; a git workspace's directory
+        // is made by its clone, so it is not there yet.
+        let workspaces = self.inner.root.parent().unwrap_or(&self.inner.root).join("workspaces");
+        let (working_dir, workspace) =
+            crate::workspace::plan(id, request.workspace.take(), request.working_dir.take(), &workspaces).await?;
+        request.working_dir = working_dir;
+        let cloned_later = workspace.as_ref().is_some_and(|w| w.git.is_some());
+        if let Some(dir) = request.working_dir.as_ref().filter(|_| !cloned_later) {
             let is_dir = tokio::fs::metadata(dir).await.is_ok_and(|m| m.is_dir());
             if !is_dir {
                 return Err(Error::InvalidRequest(format!("working directory {dir:?} does not exist")));
@@ -1106,7 +1190,7 @@ impl SessionManager {
             }
             sessions.reserved.insert(id.to_string());
         }
-        let created = self.create_reserved(id, agent, request).await;
+        let created = self.create_reserved(id, agent, request, workspace).await;
         let mut sessions = self.sessions();
         sessions.reserved.remove(id);
         let session = created?;
@@ -1116,7 +1200,18 @@ impl SessionManager {
         Ok(session)
     }
 
-    async fn create_reserved(&self, id: &str, agent: AgentId, request: CreateSessionRequest) -> Result<Arc<Session>> {
+    async fn create_reserved(
+        &self,
+        id: &str,
+        agent: AgentId,
+        request: CreateSessionRequest,
+        workspace: Option<crate::workspace::WorkspaceRecord>,
+    ) -> Result<Arc<Session>> {
+        let state = if workspace.as_ref().is_some_and(|w| w.needs_clone()) {
+            SessionState::Preparing
+        } else {
+            SessionState::Starting
+        };
         let record = SessionRecord {
             id: id.to_string(),
             label: request.label,
@@ -1132,7 +1227,8 @@ impl SessionManager {
             working_dir: request.working_dir,
             env: request.env,
             mcp_servers: request.mcp_servers,
-            state: SessionState::Starting,
+            workspace,
+            state,
             agent_session_id: None,
             created_at: OffsetDateTime::now_utc(),
             ended_at: None,
