@@ -381,7 +381,7 @@ pub(crate) fn event_lines(event: &UniversalEvent, answer: &dyn Fn(&str, bool) ->
             None => enum_name(reason),
         },
         EventData::TurnStarted { turn } => format!("turn {turn}"),
-        EventData::TurnEnded { turn, status, error } => match error {
+        EventData::TurnEnded { turn, status, error, .. } => match error {
             Some(error) => format!("turn {turn} {}: {error}", enum_name(status)),
             None => format!("turn {turn} {}", enum_name(status)),
         },

@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use crate::error::Error;
 use crate::model::PermissionMode;
-use crate::universal::{EventData, PermissionReply, PermissionRequest, QuestionRequest};
+use crate::universal::{EventData, PermissionReply, PermissionRequest, QuestionRequest, Usage};
 
 /// Why a driver has to stop in the middle of a turn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,19 +38,26 @@ pub struct TurnInput {
 }
 
 /// How a turn ended, as the driver saw it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct TurnOutcome {
     pub failed: bool,
     pub error: Option<String>,
+    /// The turn's tokens, as the agent reported them (`None`: it reported none).
+    pub usage: Option<Usage>,
 }
 
 impl TurnOutcome {
     pub fn completed() -> Self {
-        TurnOutcome { failed: false, error: None }
+        TurnOutcome { failed: false, error: None, usage: None }
     }
 
     pub fn failed(error: impl Into<String>) -> Self {
-        TurnOutcome { failed: true, error: Some(error.into()) }
+        TurnOutcome { failed: true, error: Some(error.into()), usage: None }
+    }
+
+    /// This outcome with the turn's usage.
+    pub fn with_usage(self, usage: Option<Usage>) -> Self {
+        TurnOutcome { usage, ..self }
     }
 }
 
@@ -61,6 +68,13 @@ pub trait Converter: Send {
     /// a line that means nothing to a client still yields an event (`agent.unparsed`
     /// when the converter does not know it).
     fn convert(&mut self, line: &str) -> Vec<EventData>;
+
+    /// The tokens the lines converted since the last call reported, summed (`None`
+    /// when they reported none): the driver takes it at the end of a turn for its
+    /// `turn.ended`.
+    fn take_usage(&mut self) -> Option<Usage> {
+        None
+    }
 }
 
 /// One running conversation with an agent. Object safe, so that the session manager

@@ -691,6 +691,10 @@ pub struct SessionInfo {
     /// Messages accepted so far (each runs as one turn, in order).
     pub messages_received: u64,
     pub turns_completed: u64,
+    /// The tokens of every turn so far, summed (each turn's is on its `turn.ended`);
+    /// zeros while the agent has reported none.
+    #[serde(default)]
+    pub usage: crate::universal::Usage,
     /// The sequence of the newest event (0 when none).
     pub last_sequence: u64,
     pub pending_permissions: Vec<crate::universal::PermissionRequest>,

@@ -146,6 +146,10 @@ pub enum EventData {
         status: TurnStatus,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error: Option<String>,
+        /// The tokens of the turn, as its agent reported them; absent when the agent
+        /// reports none (see docs/agents.md), never zeros in their place.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        usage: Option<Usage>,
     },
     #[serde(rename = "item.started", rename_all = "camelCase")]
     ItemStarted { item: Item },
@@ -213,6 +217,46 @@ pub enum EndReason {
     Requested,
     /// The agent could not start or went away.
     Failed,
+}
+
+/// Tokens used, as the agent reports them: of one turn on `turn.ended`, summed over
+/// a session's turns in its info. The four counts are disjoint, so that they add up
+/// to every token processed: `inputTokens` is the input neither read from nor written
+/// to the prompt cache (an agent that reports cached tokens as part of its input has
+/// them taken out). Reasoning tokens are part of `outputTokens`, as providers bill them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(default, rename_all = "camelCase")]
+pub struct Usage {
+    /// Input tokens neither read from nor written to the prompt cache.
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    /// Input tokens read from the prompt cache.
+    pub cache_read_tokens: u64,
+    /// Input tokens written to the prompt cache.
+    pub cache_write_tokens: u64,
+    /// What the agent says the tokens cost, in US dollars, where it says so.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
+}
+
+impl Usage {
+    /// Adds `other` in; a cost is kept once either side has one.
+    pub fn add(&mut self, other: &Usage) {
+        self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);
+        self.output_tokens = self.output_tokens.saturating_add(other.output_tokens);
+        self.cache_read_tokens = self.cache_read_tokens.saturating_add(other.cache_read_tokens);
+        self.cache_write_tokens = self.cache_write_tokens.saturating_add(other.cache_write_tokens);
+        self.cost_usd = match (self.cost_usd, other.cost_usd) {
+            (Some(a), Some(b)) => Some(a + b),
+            (a, b) => a.or(b),
+        };
+    }
+
+    /// This and `other`, summed.
+    pub fn plus(mut self, other: &Usage) -> Usage {
+        self.add(other);
+        self
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]

@@ -118,6 +118,12 @@ async fn amp_answers_runs_a_tool_under_bypass_and_resumes_after_a_restart() {
     let first = turn_events(&server.client, "amp", 0, 1, TURN_PATIENCE).await;
     assert_nothing_unparsed(&first);
     assert_eq!(turn_status(&first), TurnStatus::Completed, "{first:#?}");
+    // The turn's usage is its assistant messages': what the model server reported to
+    // the conversation's requests. Amp asks Haiku for the thread's title on the side
+    // (with a tool of its own); its stream reports none of that call.
+    let conversation_usage = || model.usage().into_iter().filter(|u| !u.model.contains("haiku")).collect::<Vec<_>>();
+    let first_answers = conversation_usage();
+    assert_eq!(turn_usage(&first), Some(reported_usage(&first_answers)), "{:#?}", model.usage());
     let thread = first
         .iter()
         .find_map(|e| match &e.data {
@@ -148,6 +154,10 @@ async fn amp_answers_runs_a_tool_under_bypass_and_resumes_after_a_restart() {
     assert_eq!(results[0].output.as_deref().map(str::trim), Some("hi"));
     let answer = reply_text(&second);
     assert!(answer.starts_with("tool said: ") && answer.contains("hi"), "{answer}");
+    let answers = conversation_usage();
+    let reported = reported_usage(&answers[first_answers.len()..]);
+    assert_eq!((answers.len(), turn_usage(&second)), (3, Some(reported)), "{:#?}", model.usage());
+    assert_eq!(server.client.get_session("amp").await.unwrap().usage, reported_usage(&answers));
     // The second turn continued the same thread: the first message was in its context.
     assert!(requests_with(&model, "[[run:echo hi]]").iter().any(|m| m.contains("say hello")));
 

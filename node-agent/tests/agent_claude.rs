@@ -164,6 +164,38 @@ fn reply_text(events: &[UniversalEvent]) -> String {
     texts.last().cloned().unwrap_or_else(|| panic!("no assistant message in {events:#?}"))
 }
 
+/// Checks each turn's usage against what the model server reported meanwhile, and
+/// the session's against their sum.
+#[derive(Default)]
+struct UsageCheck {
+    /// Model answers accounted for so far.
+    answers: usize,
+    sum: Usage,
+}
+
+impl UsageCheck {
+    /// A turn's `turn.ended` carries exactly the tokens of the answers since the
+    /// previous turn (every one a call of the conversation's: Claude Code makes no side
+    /// requests with its nonessential traffic off), and a cost: the `result` line's
+    /// `total_cost_usd` counts from the process's start, the turn's is the difference.
+    fn turn(&mut self, model: &ModelServer, events: &[UniversalEvent]) {
+        let answered = model.usage();
+        let reported = reported_usage(&answered[self.answers..]);
+        let usage = turn_usage(events).expect("claude reports usage");
+        assert_eq!(Usage { cost_usd: None, ..usage }, reported, "answers {:#?}", &answered[self.answers..]);
+        assert!(usage.cost_usd.is_some_and(|c| c > 0.0), "{usage:?}");
+        self.answers = answered.len();
+        self.sum.add(&usage);
+    }
+
+    /// The session's usage is the sum of its turns'.
+    fn session(&self, session: &SessionInfo) {
+        assert_eq!(Usage { cost_usd: None, ..session.usage }, Usage { cost_usd: None, ..self.sum });
+        let (cost, sum) = (session.usage.cost_usd.unwrap(), self.sum.cost_usd.unwrap());
+        assert!((cost - sum).abs() < 1e-9, "{cost} != {sum}");
+    }
+}
+
 fn assert_completed(events: &[UniversalEvent]) {
     assert_eq!(status(events), (TurnStatus::Completed, None), "{events:#?}");
 }
@@ -175,9 +207,11 @@ async fn a_text_turn_a_tool_call_and_a_second_message_in_one_process() {
     client.create_session("c1", &setup.request()).await.unwrap();
     let mut events = Events::open(client, "c1", None).await;
 
+    let mut usage = UsageCheck::default();
     client.send_message("c1", "hello claude").await.unwrap();
     let turn = events.turn().await;
     assert_completed(&turn);
+    usage.turn(&setup.model, &turn);
     // The script counts the messages of the request (Claude Code sends its context as one more).
     let first = setup.conversations().last().cloned().expect("claude asked the model");
     assert!(mentions(&first, "hello claude"), "{first:?}");
@@ -206,6 +240,7 @@ async fn a_text_turn_a_tool_call_and_a_second_message_in_one_process() {
     client.send_message("c1", "now [[run:echo hi]]").await.unwrap();
     let turn = events.turn().await;
     assert_completed(&turn);
+    usage.turn(&setup.model, &turn);
     let calls = completed(&turn, ItemKind::ToolCall);
     assert_eq!(calls.len(), 1, "{calls:?}");
     assert_eq!(calls[0].tool.as_deref(), Some("Bash"));
@@ -220,6 +255,8 @@ async fn a_text_turn_a_tool_call_and_a_second_message_in_one_process() {
     client.send_message("c1", "and a third").await.unwrap();
     let turn = events.turn().await;
     assert_completed(&turn);
+    usage.turn(&setup.model, &turn);
+    usage.session(&client.get_session("c1").await.unwrap());
     let conversations = setup.conversations();
     let last = conversations.last().unwrap();
     assert!(mentions(last, "hello claude"), "{last:?}");
@@ -300,18 +337,32 @@ async fn a_conversation_resumes_after_the_node_agent_restarts() {
     let setup_request = Setup::request_with(&model, &home, &work);
     server.client.create_session("r1", &setup_request).await.unwrap();
     let mut events = Events::open(&server.client, "r1", None).await;
+    let mut usage = UsageCheck::default();
     server.client.send_message("r1", "remember the word pelican").await.unwrap();
     let first_turn = events.turn().await;
     assert_completed(&first_turn);
+    usage.turn(&model, &first_turn);
     let before = server.client.get_session("r1").await.unwrap();
     let id = before.agent_session_id.clone().expect("an agent session id");
     drop(events);
 
     let server = server.restart().await;
+    // The usage so far was saved with the session.
+    assert_eq!(server.client.get_session("r1").await.unwrap().usage, before.usage);
     let mut events = Events::open(&server.client, "r1", Some(before.last_sequence)).await;
     server.client.send_message("r1", "what was the word?").await.unwrap();
     let turn = events.turn().await;
     assert_completed(&turn);
+    usage.turn(&model, &turn);
+    usage.session(&server.client.get_session("r1").await.unwrap());
+    // The resumed claude's total goes on from the first process's: the turn cost the difference.
+    let total = turn
+        .iter()
+        .filter_map(|e| serde_json::from_str::<serde_json::Value>(e.raw.as_deref()?).ok())
+        .find_map(|line| line["total_cost_usd"].as_f64())
+        .expect("a result line with a total cost");
+    let costs = (turn_usage(&first_turn).unwrap().cost_usd.unwrap(), turn_usage(&turn).unwrap().cost_usd.unwrap());
+    assert!((costs.0 + costs.1 - total).abs() < 1e-9 && costs.1 < total, "{costs:?}, total {total}");
     assert!(turn.iter().any(|e| matches!(&e.data, EventData::SessionStarted { resumed: true, agent_session_id: Some(a), .. } if *a == id)), "{turn:#?}");
     assert_eq!(server.client.get_session("r1").await.unwrap().agent_session_id, Some(id));
     let requests: Vec<Conversation> = model

@@ -174,6 +174,10 @@ async fn a_text_turn_streams_and_a_second_message_sees_the_first() {
     let mut events = Events::open(&server.client, "text").await;
     server.client.send_message("text", "hello codex").await.unwrap();
     let turn = events.turn().await;
+    // The turn's usage is what the model server reported to the turn's calls (codex
+    // makes no others), its cached input counted apart.
+    let first_usage = fixture.model.usage();
+    assert_eq!(turn_usage(&turn), Some(reported_usage(&first_usage)), "{first_usage:#?}");
 
     let text = answer(&turn);
     assert!(text.starts_with("scripted reply: "), "{text}");
@@ -202,6 +206,11 @@ async fn a_text_turn_streams_and_a_second_message_sees_the_first() {
 
     server.client.send_message("text", "and a second message").await.unwrap();
     let second = events.turn().await;
+    let answered = fixture.model.usage();
+    assert_eq!(turn_usage(&second), Some(reported_usage(&answered[first_usage.len()..])), "{answered:#?}");
+    // The session's usage is both turns'.
+    let session = server.client.get_session("text").await.unwrap();
+    assert_eq!(session.usage, reported_usage(&answered));
     let inputs = fixture.responses_inputs();
     let last = inputs.last().unwrap();
     assert!(last.contains("hello codex") && last.contains(&text) && last.contains("and a second message"), "{last}");
@@ -229,6 +238,9 @@ async fn a_tool_call_runs_and_the_answer_quotes_its_output() {
     assert!(turn.iter().all(|e| e.kind() != EventType::PermissionRequested), "bypass asks nothing");
     let text = answer(&turn);
     assert!(text.starts_with("tool said: ") && text.contains("hi-from-the-shell"), "{text}");
+    // Two model calls, the call and the answer: the turn's usage is both.
+    let answered = fixture.model.usage();
+    assert_eq!((answered.len(), turn_usage(&turn)), (2, Some(reported_usage(&answered))), "{answered:#?}");
     events.record("e2e-bypass-tool");
     events.assert_all_parsed();
     server.stop().await;

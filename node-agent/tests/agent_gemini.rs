@@ -116,6 +116,31 @@ fn permission_request(events: &[UniversalEvent]) -> PermissionRequest {
         .expect("a permission request")
 }
 
+/// What Gemini CLI reports of a turn's usage over ACP: the input and output tokens
+/// of the model calls since the previous turn, its input counting the cached tokens
+/// in (it reports no cached count of its own).
+#[derive(Default)]
+struct GeminiUsage {
+    answers: usize,
+    sum: Usage,
+}
+
+impl GeminiUsage {
+    fn turn(&mut self, model: &ModelServer, events: &[UniversalEvent]) {
+        let answered = model.usage();
+        let reported = reported_usage(&answered[self.answers..]);
+        let expected = Usage {
+            input_tokens: reported.input_tokens + reported.cache_read_tokens,
+            output_tokens: reported.output_tokens,
+            ..Usage::default()
+        };
+        let usage = turn_usage(events);
+        assert_eq!(usage, Some(expected), "answers {:#?}", &answered[self.answers..]);
+        self.answers = answered.len();
+        self.sum.add(&expected);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_text_turn_a_tool_call_and_a_resume_after_a_restart() {
     let setup = Setup::new().await;
@@ -132,6 +157,8 @@ async fn a_text_turn_a_tool_call_and_a_resume_after_a_restart() {
 
     let first = turn(&server.client, "g", "hello gemini").await;
     assert_eq!(turn_status(&first), TurnStatus::Completed, "{first:#?}");
+    let mut usage = GeminiUsage::default();
+    usage.turn(&setup.model, &first);
     let text = assistant_text(&first);
     assert_eq!(text, "scripted reply: 1 messages in context");
     let deltas: String = first
@@ -148,6 +175,7 @@ async fn a_text_turn_a_tool_call_and_a_resume_after_a_restart() {
 
     let second = turn(&server.client, "g", "please [[run:echo hi]]").await;
     assert_eq!(turn_status(&second), TurnStatus::Completed, "{second:#?}");
+    usage.turn(&setup.model, &second);
     let calls = items(&second, ItemKind::ToolCall);
     assert_eq!(calls.len(), 1, "{second:#?}");
     assert_eq!(
@@ -162,6 +190,7 @@ async fn a_text_turn_a_tool_call_and_a_resume_after_a_restart() {
     assert_eq!(assistant_text(&second), "tool said: hi", "the model saw the command's output");
     assert!(second.iter().all(|e| e.kind() != EventType::PermissionRequested), "bypass never asks");
     let before = server.client.get_session("g").await.unwrap();
+    assert_eq!(before.usage, usage.sum, "the session's usage is its turns'");
 
     let server = server.restart().await;
     let resumed = until(&server.client, "g", before.last_sequence, "the resumed start", |e| {

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use agentplane_node_agent::client::Client;
 use agentplane_node_agent::model::*;
-use agentplane_node_agent::model_server::{LoggedRequest, ModelServer};
+use agentplane_node_agent::model_server::{LoggedRequest, ModelServer, ReportedUsage};
 use agentplane_node_agent::universal::*;
 use common::*;
 use serde_json::Value;
@@ -77,6 +77,11 @@ impl Fixture {
             .collect()
     }
 
+    /// The usage the model server reported to the conversation's requests (those that offer tools).
+    fn conversation_usage(&self) -> Vec<ReportedUsage> {
+        self.model.usage().into_iter().filter(|u| u.tools > 0).collect()
+    }
+
     /// `opencode serve` processes started with this fixture's environment.
     fn servers(&self) -> Vec<u32> {
         live_processes()
@@ -134,7 +139,7 @@ fn turn_status(events: &[UniversalEvent], turn: u64) -> (TurnStatus, Option<Stri
     events
         .iter()
         .find_map(|e| match &e.data {
-            EventData::TurnEnded { turn: t, status, error } if *t == turn => Some((*status, error.clone())),
+            EventData::TurnEnded { turn: t, status, error, .. } if *t == turn => Some((*status, error.clone())),
             _ => None,
         })
         .unwrap_or_else(|| panic!("turn {turn} did not end: {events:#?}"))
@@ -171,6 +176,10 @@ async fn text_streams_and_a_second_message_continues_the_conversation() {
     client.send_message("text", "hello there").await.unwrap();
     let events = until_turn_ended(client, "text", 1).await;
     assert_eq!(turn_status(&events, 1), (TurnStatus::Completed, None), "{events:#?}");
+    // The turn's usage is its steps': what the model server reported to the
+    // conversation's requests (the title request, which offers no tools, is not one).
+    let first = fx.conversation_usage();
+    assert_eq!(turn_usage(&events).map(|u| Usage { cost_usd: None, ..u }), Some(reported_usage(&first)), "{first:#?}");
     let turn = turn_events(&events, 1);
     assert_eq!(assistant_texts(&turn), ["scripted reply: 1 messages in context"]);
     // Streamed: the message started, came in several deltas, then completed.
@@ -196,6 +205,11 @@ async fn text_streams_and_a_second_message_continues_the_conversation() {
     client.send_message("text", "and again").await.unwrap();
     let events = until_turn_ended(client, "text", 2).await;
     assert_eq!(turn_status(&events, 2), (TurnStatus::Completed, None));
+    let both = fx.conversation_usage();
+    let second = turn_usage(&events).map(|u| Usage { cost_usd: None, ..u });
+    assert_eq!(second, Some(reported_usage(&both[first.len()..])), "{both:#?}");
+    let usage = client.get_session("text").await.unwrap().usage;
+    assert_eq!(Usage { cost_usd: None, ..usage }, reported_usage(&both), "the session's usage is both turns'");
     assert_eq!(assistant_texts(&turn_events(&events, 2)), ["scripted reply: 3 messages in context"]);
     let last = fx.agent_requests().pop().expect("a model request");
     assert_eq!(last.uri, "/v1/chat/completions");
@@ -224,6 +238,12 @@ async fn a_tool_call_runs_and_its_result_reaches_the_model() {
     assert_eq!(results[0].output.as_deref().map(str::trim), Some("hi"));
     assert_eq!(assistant_texts(&events).last().map(String::as_str), Some("tool said: hi"));
     assert!(fx.agent_requests().iter().all(|r| r.body["model"] == "scripted-model"));
+    // Two steps, the call and the answer: the turn's usage is both, and OpenCode's cost
+    // of a model it has no price for is 0.
+    let answered = fx.conversation_usage();
+    let usage = turn_usage(&events).expect("opencode reports usage");
+    assert_eq!((answered.len(), Usage { cost_usd: None, ..usage }), (2, reported_usage(&answered)), "{answered:#?}");
+    assert_eq!(usage.cost_usd, Some(0.0));
     // Bypass: nothing was asked.
     assert!(!events.iter().any(|e| e.kind() == EventType::PermissionRequested));
     assert_nothing_unparsed(&events);

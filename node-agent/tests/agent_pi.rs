@@ -99,6 +99,10 @@ async fn pi_answers_runs_a_tool_and_resumes_after_a_restart() {
     let first = turn_events(&server.client, "pi", 0, 1, INSTALL_PATIENCE).await;
     assert_nothing_unparsed(&first);
     assert_eq!(turn_end(&first), (TurnStatus::Completed, None), "{first:#?}");
+    // The turn's usage: exactly what the model server reported to it.
+    let no_cost = |usage: Usage| Usage { cost_usd: None, ..usage };
+    let first_answers = model.usage();
+    assert_eq!(turn_usage(&first).map(no_cost), Some(reported_usage(&first_answers)), "{first_answers:#?}");
     let started = first.iter().find_map(|e| match &e.data {
         EventData::SessionStarted { agent_session_id, resumed, .. } => Some((agent_session_id.clone(), *resumed)),
         _ => None,
@@ -138,6 +142,12 @@ async fn pi_answers_runs_a_tool_and_resumes_after_a_restart() {
     assert_eq!(results[0].call_id.as_deref(), Some(calls[0].id.as_str()));
     assert_eq!(results[0].output.as_deref().map(str::trim), Some("hi"));
     assert_eq!(reply_text(&second), "tool said: hi");
+    // Two model calls, the tool call and the answer; the session's usage is both turns'.
+    let answers = model.usage();
+    let reported = reported_usage(&answers[first_answers.len()..]);
+    assert_eq!((answers.len(), turn_usage(&second).map(no_cost)), (3, Some(reported)), "{answers:#?}");
+    let info = server.client.get_session("pi").await.unwrap();
+    assert_eq!(no_cost(info.usage), reported_usage(&answers));
 
     // The node agent restarts: pi resumes its session, with the conversation in context.
     let server = server.restart().await;

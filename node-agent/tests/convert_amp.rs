@@ -1,7 +1,7 @@
 //! Amp's converter on the recorded `--stream-json` transcripts of the pure-JS CLI.
 
 use agentplane_node_agent::agents::AgentId;
-use agentplane_node_agent::universal::{EventData, EventType, Item, ItemKind, ItemStatus};
+use agentplane_node_agent::universal::{EventData, EventType, Item, ItemKind, ItemStatus, Usage};
 
 fn convert(name: &str) -> Vec<(String, Vec<EventData>)> {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/agent-transcripts").join(name);
@@ -85,4 +85,21 @@ fn a_refused_approval_is_permission_denied_and_unknown_lines_unparsed() {
         assert_eq!(events.len(), 1, "{line}");
         assert_eq!(events[0].kind(), EventType::AgentUnparsed, "{line}");
     }
+}
+
+#[test]
+fn the_assistant_messages_usage_is_the_turns() {
+    let usage = |name: &str| {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/agent-transcripts").join(name);
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+        let mut converter = AgentId::Amp.converter();
+        for line in text.lines().filter(|l| !l.trim().is_empty()) {
+            converter.convert(line);
+        }
+        converter.take_usage()
+    };
+    let tokens = |input, output| Some(Usage { input_tokens: input, output_tokens: output, ..Default::default() });
+    assert_eq!(usage("amp-old-text.jsonl"), tokens(10, 5));
+    // The tool call and the answer: two model calls.
+    assert_eq!(usage("amp-old-tool.jsonl"), tokens(20, 10));
 }

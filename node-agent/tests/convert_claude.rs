@@ -184,3 +184,35 @@ fn the_pinned_cli_s_own_transcripts_hold_the_calls_and_the_denial() {
     assert_eq!(results[1].status, Some(ItemStatus::Failed));
     assert!(results[1].output.as_deref().unwrap_or_default().contains("did not allow"));
 }
+
+/// The usage the converter collected by the end of each turn (each `result` line).
+fn turn_usages(name: &str) -> Vec<Option<Usage>> {
+    let mut converter = AgentId::Claude.converter();
+    let mut usages = Vec::new();
+    for line in transcript(name).lines().filter(|l| !l.trim().is_empty()) {
+        converter.convert(line);
+        if line.contains(r#""type":"result""#) {
+            usages.push(converter.take_usage());
+        }
+    }
+    usages
+}
+
+#[test]
+fn each_result_gives_its_turns_tokens_and_what_it_added_to_the_cost() {
+    // One process, three turns: `usage` is each turn's, `total_cost_usd` the process's
+    // so far (0.010376, 0.031608..., 0.042516...).
+    let usage = |input, output, cost| Usage {
+        input_tokens: input,
+        output_tokens: output,
+        cost_usd: Some(cost),
+        ..Default::default()
+    };
+    assert_eq!(
+        turn_usages("claude-2.1.330-text-tool.jsonl"),
+        [Some(usage(2549, 9, 0.010376)), Some(usage(5233, 15, 0.021232)), Some(usage(2682, 9, 0.010908))]
+    );
+    // Nothing was reported before the first result, nor after the last.
+    let mut converter = AgentId::Claude.converter();
+    assert_eq!(converter.take_usage(), None);
+}

@@ -147,3 +147,31 @@ fn a_recorded_bypass_run_has_the_shell_output_as_the_result_of_its_call() {
     assert_eq!(result.call_id.as_ref(), Some(&call.id));
     assert_eq!(result.output.as_deref(), Some("hi-from-the-shell\n"));
 }
+
+#[test]
+fn token_usage_is_summed_per_turn_as_data_not_text() {
+    // Two model calls in the first turn (10 in, 5 out each, as `last` says), one in the
+    // second; `total` is the thread's so far and is not added up.
+    let mut converter = AgentId::Codex.converter();
+    let mut usages = Vec::new();
+    for line in transcript("codex-appserver-approve.jsonl") {
+        for event in converter.convert(&line) {
+            if let EventData::ItemCompleted { item } = &event {
+                let text = item.text.as_deref().unwrap_or_default();
+                assert!(!text.contains("tokens:") && !text.contains(" input,"), "usage as text: {text}");
+            }
+        }
+        if line.contains(r#""method":"turn/completed""#) {
+            usages.push(converter.take_usage());
+        }
+    }
+    let usage = |input, output| Usage { input_tokens: input, output_tokens: output, ..Default::default() };
+    assert_eq!(usages, [Some(usage(20, 10)), Some(usage(10, 5))]);
+    // Cached input is part of codex's `inputTokens`: it is counted apart.
+    let line = r#"{"method":"thread/tokenUsage/updated","params":{"threadId":"t","turnId":"u","tokenUsage":{"total":{"totalTokens":999,"inputTokens":900,"cachedInputTokens":0,"outputTokens":99},"last":{"totalTokens":4236,"inputTokens":4202,"cachedInputTokens":4001,"cacheWriteInputTokens":0,"outputTokens":31,"reasoningOutputTokens":0}}}}"#;
+    converter.convert(line);
+    assert_eq!(
+        converter.take_usage(),
+        Some(Usage { input_tokens: 201, output_tokens: 31, cache_read_tokens: 4001, ..Default::default() })
+    );
+}

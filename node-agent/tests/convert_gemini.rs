@@ -162,3 +162,31 @@ fn lines_it_does_not_know_are_unparsed_never_dropped() {
         assert!(matches!(&events[..], [EventData::AgentUnparsed { reason: Some(_) }]), "{line}: {events:?}");
     }
 }
+
+/// The usage the converter collected by the end of each turn (`ends` says which line ends one).
+fn turn_usages(name: &str, ends: impl Fn(&str) -> bool) -> Vec<Option<Usage>> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/agent-transcripts").join(name);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    let mut converter = AgentId::Gemini.converter();
+    let mut usages = Vec::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        converter.convert(line);
+        if ends(line) {
+            usages.push(converter.take_usage());
+        }
+    }
+    usages
+}
+
+#[test]
+fn each_prompts_answer_and_each_headless_result_give_the_turns_tokens() {
+    let usage = |input, output| Some(Usage { input_tokens: input, output_tokens: output, ..Default::default() });
+    // ACP: the CLI's `_meta.quota.token_count` on each `session/prompt` answer.
+    assert_eq!(
+        turn_usages("gemini-acp-permission.jsonl", |l| l.contains("stopReason")),
+        [usage(20, 10), usage(40, 20), usage(40, 20), usage(40, 20)]
+    );
+    // Headless stream-json: the `result` line's stats (`input` is the uncached input).
+    assert_eq!(turn_usages("gemini-text.jsonl", |l| l.contains(r#""type":"result""#)), [usage(20, 10)]);
+    assert_eq!(turn_usages("gemini-tool-yolo.jsonl", |l| l.contains(r#""type":"result""#)), [usage(30, 15)]);
+}

@@ -178,3 +178,16 @@ fn questions_and_their_answers_convert() {
         vec![EventData::QuestionResolved { id: "que_1".into(), outcome: QuestionOutcome::Rejected, answers: None }]
     );
 }
+
+#[test]
+fn the_steps_tokens_and_cost_are_the_turns_usage_each_step_counted_once() {
+    // Three steps (the call, the answer, the second message's answer), 10 in and 5 out
+    // each; the bus repeats parts, which are counted once.
+    let mut converter = AgentId::Opencode.converter();
+    for line in lines("opencode-serve-permission-once.sse") {
+        converter.convert(&line);
+    }
+    let usage = Usage { input_tokens: 30, output_tokens: 15, cost_usd: Some(0.0), ..Default::default() };
+    assert_eq!(converter.take_usage(), Some(usage));
+    assert_eq!(converter.take_usage(), None, "taken");
+}

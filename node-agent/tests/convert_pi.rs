@@ -1,7 +1,7 @@
 //! pi's converter on the recorded native transcripts (`pi --mode rpc`, `pi -p --mode json`).
 
 use agentplane_node_agent::agents::AgentId;
-use agentplane_node_agent::universal::{EventData, EventType, Item, ItemKind, ItemStatus};
+use agentplane_node_agent::universal::{EventData, EventType, Item, ItemKind, ItemStatus, Usage};
 
 fn transcript(name: &str) -> String {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/agent-transcripts").join(name);
@@ -128,4 +128,27 @@ fn errors_become_error_events_and_unknown_lines_unparsed() {
         assert_eq!(events.len(), 1, "{line}");
         assert_eq!(events[0].kind(), EventType::AgentUnparsed, "{line}");
     }
+}
+
+#[test]
+fn the_assistant_messages_usage_and_cost_are_the_turns() {
+    // One model call of 10 input and 5 output tokens, which pi prices at 0 (its model
+    // configuration gives no price).
+    let mut converter = AgentId::Pi.converter();
+    for line in transcript("pi-text.jsonl").lines().filter(|l| !l.trim().is_empty()) {
+        converter.convert(line);
+    }
+    let recorded = Usage { input_tokens: 10, output_tokens: 5, cost_usd: Some(0.0), ..Default::default() };
+    assert_eq!(converter.take_usage(), Some(recorded));
+    // A message_end with counts (pi's `input` leaves the cached tokens out).
+    let line = r#"{"type":"message_end","message":{"role":"assistant","content":[{"type":"text","text":"hi"}],"usage":{"input":201,"output":31,"cacheRead":4001,"cacheWrite":501,"totalTokens":4734,"cost":{"input":0.001,"output":0.002,"cacheRead":0.0004,"cacheWrite":0.0001,"total":0.0035}},"stopReason":"stop"}}"#;
+    converter.convert(line);
+    let usage = Usage {
+        input_tokens: 201,
+        output_tokens: 31,
+        cache_read_tokens: 4001,
+        cache_write_tokens: 501,
+        cost_usd: Some(0.0035),
+    };
+    assert_eq!(converter.take_usage(), Some(usage));
 }

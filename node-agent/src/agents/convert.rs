@@ -5,7 +5,7 @@
 //! Converters are stateful (an item's id across its deltas, a tool call's name when
 //! its result comes), so one lives as long as the stream it reads.
 
-use crate::universal::{EventData, Item, ItemKind, ItemStatus, Role};
+use crate::universal::{EventData, Item, ItemKind, ItemStatus, Role, Usage};
 
 pub use crate::driver::Converter;
 
@@ -26,6 +26,23 @@ pub fn status(id: String, text: impl Into<String>) -> EventData {
         ..Default::default()
     };
     EventData::ItemCompleted { item }
+}
+
+/// Adds one report of usage to what a converter collected for the turn so far.
+pub fn add_usage(collected: &mut Option<Usage>, usage: Usage) {
+    *collected = Some(collected.unwrap_or_default().plus(&usage));
+}
+
+/// A token count at `path` in a native object: 0 when absent (agents leave out a
+/// count they have none of).
+pub fn count_at(value: &serde_json::Value, path: &str) -> u64 {
+    value.pointer(path).and_then(serde_json::Value::as_u64).unwrap_or(0)
+}
+
+/// A dollar amount rid of the tail that subtracting floating-point totals leaves
+/// (0.04344 - 0.021224 is 0.022216000000000005): to the nanodollar.
+pub fn dollars(amount: f64) -> f64 {
+    (amount * 1e9).round() / 1e9
 }
 
 /// The converter of an agent that has no native output (the mock).

@@ -8,6 +8,7 @@
 //! `permission` (a `bash` tool call behind a permission request; the command is what
 //! follows `run `), `question` (a yes/no question), then `fail` (an `error` and a failed
 //! turn) or else a streamed answer `mock reply #N to: <message>`, N being the turn.
+//! A completed turn reports the same [`USAGE`] every time.
 
 use std::collections::BTreeSet;
 
@@ -20,12 +21,16 @@ use crate::driver::QuestionAnswer;
 use crate::error::{Error, Result};
 use crate::model::{AgentCapabilities, AgentInfo, CreateSessionRequest, PermissionMode};
 use crate::universal::{
-    EventData, Item, ItemKind, ItemStatus, PermissionReply, PermissionRequest, Question, QuestionRequest, Role,
+    EventData, Item, ItemKind, ItemStatus, PermissionReply, PermissionRequest, Question, QuestionRequest, Role, Usage,
 };
 
 const VERSION: &str = env!("CARGO_PKG_VERSION");
 const MODES: [&str; 2] = ["build", "plan"];
 const TOOL: &str = "bash";
+/// What the mock says each completed turn used: fixed, so that tests of what sums
+/// usage (the session's info, a Session's status) know what to expect.
+pub const USAGE: Usage =
+    Usage { input_tokens: 100, output_tokens: 20, cache_read_tokens: 30, cache_write_tokens: 4, cost_usd: Some(0.25) };
 
 pub fn info() -> AgentInfo {
     AgentInfo {
@@ -210,7 +215,7 @@ impl MockDriver {
             progress.step += 1;
         }
         self.done(ctx);
-        Ok(TurnOutcome::completed())
+        Ok(TurnOutcome::completed().with_usage(Some(USAGE)))
     }
 
     fn done(&mut self, ctx: &TurnContext) {

@@ -8,11 +8,12 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use axum::body::{Body, Bytes};
+use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
-use super::{Conversation, Message, Reply, Tool};
+use super::{Conversation, Message, Reply, ReportedUsage, Shared, Tool};
 
 /// Numbers the ids of responses and tool calls, so that each is unique per process.
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -22,7 +23,7 @@ fn next_id(prefix: &str) -> String {
 }
 
 /// `POST /v1/messages`.
-pub async fn messages(body: Bytes) -> Response {
+pub async fn messages(State(shared): State<Shared>, body: Bytes) -> Response {
     let request: Value = match serde_json::from_slice(&body) {
         Ok(request) => request,
         Err(e) => {
@@ -32,13 +33,13 @@ pub async fn messages(body: Bytes) -> Response {
     let conversation = conversation(&request);
     let reply = conversation.reply();
     let model = request.get("model").and_then(Value::as_str).unwrap_or("scripted-model");
-    let input_tokens = estimate_tokens(&request);
+    let usage = shared.report_usage("anthropic", model, conversation.tools.len(), true);
     if request.get("stream").and_then(Value::as_bool).unwrap_or(false) {
-        let body = render_stream(&reply, model, input_tokens);
+        let body = render_stream(&reply, model, &usage);
         ([(header::CONTENT_TYPE, "text/event-stream"), (header::CACHE_CONTROL, "no-cache")], Body::from(body))
             .into_response()
     } else {
-        axum::Json(render_message(&reply, model, input_tokens)).into_response()
+        axum::Json(render_message(&reply, model, &usage)).into_response()
     }
 }
 
@@ -137,8 +138,16 @@ fn content_block(reply: &Reply) -> (Value, &'static str) {
     }
 }
 
+/// The Messages API's `usage` of an answer (Anthropic counts cached input apart).
+fn usage_json(usage: &ReportedUsage) -> Value {
+    json!({
+        "input_tokens": usage.input, "output_tokens": usage.output,
+        "cache_creation_input_tokens": usage.cache_write, "cache_read_input_tokens": usage.cache_read,
+    })
+}
+
 /// The reply as one Messages API response.
-pub fn render_message(reply: &Reply, model: &str, input_tokens: u64) -> Value {
+pub fn render_message(reply: &Reply, model: &str, usage: &ReportedUsage) -> Value {
     let (block, stop_reason) = content_block(reply);
     json!({
         "id": next_id("msg"),
@@ -148,21 +157,17 @@ pub fn render_message(reply: &Reply, model: &str, input_tokens: u64) -> Value {
         "content": [block],
         "stop_reason": stop_reason,
         "stop_sequence": null,
-        "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens(reply)},
+        "usage": usage_json(usage),
     })
 }
 
-fn output_tokens(reply: &Reply) -> u64 {
-    let bytes = match reply {
-        Reply::Text(text) => text.len(),
-        Reply::ToolCall { arguments, .. } => arguments.to_string().len(),
-    };
-    (bytes as u64 / 4).max(1)
-}
-
 /// The reply as Anthropic's server-sent events, the whole stream.
-pub fn render_stream(reply: &Reply, model: &str, input_tokens: u64) -> String {
+/// As the API does, `message_start` has the input counts (and one output token so
+/// far) and `message_delta` the output count of the whole answer.
+pub fn render_stream(reply: &Reply, model: &str, usage: &ReportedUsage) -> String {
     let (block, stop_reason) = content_block(reply);
+    let mut start_usage = usage_json(usage);
+    start_usage["output_tokens"] = json!(1);
     let mut out = String::new();
     let mut event = |name: &str, data: Value| {
         out.push_str(&format!("event: {name}\ndata: {data}\n\n"));
@@ -171,7 +176,7 @@ pub fn render_stream(reply: &Reply, model: &str, input_tokens: u64) -> String {
         "message_start",
         json!({"type": "message_start", "message": {
             "id": next_id("msg"), "type": "message", "role": "assistant", "model": model, "content": [],
-            "stop_reason": null, "stop_sequence": null, "usage": {"input_tokens": input_tokens, "output_tokens": 1},
+            "stop_reason": null, "stop_sequence": null, "usage": start_usage,
         }}),
     );
     let (start, deltas) = match reply {
@@ -199,7 +204,7 @@ pub fn render_stream(reply: &Reply, model: &str, input_tokens: u64) -> String {
     event("content_block_stop", json!({"type": "content_block_stop", "index": 0}));
     event(
         "message_delta",
-        json!({"type": "message_delta", "delta": {"stop_reason": stop_reason, "stop_sequence": null}, "usage": {"output_tokens": output_tokens(reply)}}),
+        json!({"type": "message_delta", "delta": {"stop_reason": stop_reason, "stop_sequence": null}, "usage": {"output_tokens": usage.output}}),
     );
     event("message_stop", json!({"type": "message_stop"}));
     out
@@ -223,6 +228,18 @@ fn split_at_chars(text: &str, n: usize) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn usage() -> ReportedUsage {
+        ReportedUsage {
+            api: "anthropic",
+            model: "m".into(),
+            tools: 0,
+            input: 1,
+            output: 2,
+            cache_read: 3,
+            cache_write: 4,
+        }
+    }
 
     fn bash_tool() -> Value {
         json!({"name": "Bash", "description": "runs", "input_schema": {"type": "object", "properties": {"command": {"type": "string"}, "description": {"type": "string"}}}})
@@ -264,15 +281,19 @@ mod tests {
     fn a_marker_gets_a_tool_use_and_the_message_renders_whole() {
         let request = json!({"messages": [{"role": "user", "content": [{"type": "text", "text": "do [[run:touch f]]"}]}], "tools": [bash_tool()]});
         let reply = conversation(&request).reply();
-        let message = render_message(&reply, "m", 3);
+        let message = render_message(&reply, "m", &usage());
         assert_eq!(message["stop_reason"], "tool_use");
         assert_eq!(message["content"][0]["type"], "tool_use");
         assert_eq!(message["content"][0]["name"], "Bash");
         assert_eq!(message["content"][0]["input"]["command"], "touch f");
         assert!(message["content"][0]["id"].as_str().unwrap().starts_with("toolu_"));
-        let text = render_message(&Reply::Text("hello there".into()), "m", 3);
+        let text = render_message(&Reply::Text("hello there".into()), "m", &usage());
         assert_eq!(text["content"], json!([{"type": "text", "text": "hello there"}]));
         assert_eq!(text["stop_reason"], "end_turn");
+        assert_eq!(
+            text["usage"],
+            json!({"input_tokens": 1, "output_tokens": 2, "cache_read_input_tokens": 3, "cache_creation_input_tokens": 4})
+        );
     }
 
     /// The `data:` payloads of a stream, with their `event:` names checked against `type`.
@@ -291,7 +312,8 @@ mod tests {
 
     #[test]
     fn text_streams_in_several_deltas() {
-        let events = events(&render_stream(&Reply::Text("scripted reply: 1 messages in context".into()), "m", 5));
+        let events =
+            events(&render_stream(&Reply::Text("scripted reply: 1 messages in context".into()), "m", &usage()));
         let types: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
         assert_eq!(types[0], "message_start");
         assert_eq!(types[1], "content_block_start");
@@ -300,12 +322,19 @@ mod tests {
         assert!(deltas.len() >= 2, "{deltas:?}");
         assert_eq!(deltas.concat(), "scripted reply: 1 messages in context");
         assert_eq!(events[types.len() - 2]["delta"]["stop_reason"], "end_turn");
+        // The input counts come first, the output count of the whole answer last.
+        let start = &events[0]["message"]["usage"];
+        assert_eq!(
+            (&start["input_tokens"], &start["cache_read_input_tokens"], &start["cache_creation_input_tokens"]),
+            (&json!(1), &json!(3), &json!(4))
+        );
+        assert_eq!(events[types.len() - 2]["usage"]["output_tokens"], 2);
     }
 
     #[test]
     fn a_tool_call_streams_its_input_as_json_deltas() {
         let reply = Reply::ToolCall { tool: "Bash".into(), arguments: json!({"command": "echo hi"}) };
-        let events = events(&render_stream(&reply, "m", 5));
+        let events = events(&render_stream(&reply, "m", &usage()));
         assert_eq!(events[1]["content_block"]["type"], "tool_use");
         assert_eq!(events[1]["content_block"]["input"], json!({}));
         let json: String = events.iter().filter_map(|e| e["delta"]["partial_json"].as_str()).collect();

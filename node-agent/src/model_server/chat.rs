@@ -10,13 +10,14 @@
 //! script answers it with text like any other.
 
 use axum::body::Bytes;
+use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
-use super::{Conversation, Message, Reply, Tool};
+use super::{Conversation, Message, Reply, ReportedUsage, Shared, Tool};
 
-pub async fn completions(body: Bytes) -> Response {
+pub async fn completions(State(shared): State<Shared>, body: Bytes) -> Response {
     let request: Value = match serde_json::from_slice(&body) {
         Ok(request) => request,
         Err(e) => {
@@ -27,18 +28,23 @@ pub async fn completions(body: Bytes) -> Response {
                 .into_response();
         }
     };
-    let reply = conversation(&request).reply();
+    let conversation = conversation(&request);
+    let reply = conversation.reply();
+    let tools = conversation.tools.len();
     let model = request.get("model").and_then(Value::as_str).unwrap_or("scripted").to_string();
     if request.get("stream").and_then(Value::as_bool).unwrap_or(false) {
+        // Usage is reported (and logged) only when the client asks for it.
         let include_usage = request.pointer("/stream_options/include_usage").and_then(Value::as_bool).unwrap_or(false);
-        let body: String = stream_chunks(&reply, &model, include_usage)
+        let usage = include_usage.then(|| shared.report_usage("chat", &model, tools, false));
+        let body: String = stream_chunks(&reply, &model, usage.as_ref())
             .iter()
             .map(|chunk| format!("data: {chunk}\n\n"))
             .chain(std::iter::once("data: [DONE]\n\n".to_string()))
             .collect();
         ([(header::CONTENT_TYPE, "text/event-stream"), (header::CACHE_CONTROL, "no-cache")], body).into_response()
     } else {
-        axum::Json(completion(&reply, &model)).into_response()
+        let usage = shared.report_usage("chat", &model, tools, false);
+        axum::Json(completion(&reply, &model, &usage)).into_response()
     }
 }
 
@@ -97,8 +103,13 @@ fn content_text(content: &Value) -> String {
 
 const CALL_ID: &str = "call_scripted_1";
 
-fn usage() -> Value {
-    json!({"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15})
+/// Chat Completions' `usage`: its prompt count includes the cached tokens.
+fn usage_json(usage: &ReportedUsage) -> Value {
+    let prompt = usage.input + usage.cache_read;
+    json!({
+        "prompt_tokens": prompt, "completion_tokens": usage.output, "total_tokens": prompt + usage.output,
+        "prompt_tokens_details": {"cached_tokens": usage.cache_read},
+    })
 }
 
 fn chunk(model: &str, delta: Value, finish_reason: Option<&str>) -> Value {
@@ -111,8 +122,9 @@ fn chunk(model: &str, delta: Value, finish_reason: Option<&str>) -> Value {
     })
 }
 
-/// The streamed chunks of a reply, without the closing `[DONE]`.
-pub fn stream_chunks(reply: &Reply, model: &str, include_usage: bool) -> Vec<Value> {
+/// The streamed chunks of a reply, without the closing `[DONE]`; with `usage`, a
+/// last chunk carries it (as `stream_options.include_usage` asks).
+pub fn stream_chunks(reply: &Reply, model: &str, usage: Option<&ReportedUsage>) -> Vec<Value> {
     let mut chunks = vec![chunk(model, json!({"role": "assistant", "content": ""}), None)];
     let finish = match reply {
         Reply::Text(text) => {
@@ -133,10 +145,10 @@ pub fn stream_chunks(reply: &Reply, model: &str, include_usage: bool) -> Vec<Val
         }
     };
     chunks.push(chunk(model, json!({}), Some(finish)));
-    if include_usage {
+    if let Some(usage) = usage {
         let mut last = chunk(model, json!({}), None);
         last["choices"] = json!([]);
-        last["usage"] = usage();
+        last["usage"] = usage_json(usage);
         chunks.push(last);
     }
     chunks
@@ -149,7 +161,7 @@ fn text_pieces(text: &str) -> Vec<String> {
 }
 
 /// The non-streaming answer to a reply.
-pub fn completion(reply: &Reply, model: &str) -> Value {
+pub fn completion(reply: &Reply, model: &str, usage: &ReportedUsage) -> Value {
     let (message, finish) = match reply {
         Reply::Text(text) => (json!({"role": "assistant", "content": text}), "stop"),
         Reply::ToolCall { tool, arguments } => (
@@ -167,7 +179,7 @@ pub fn completion(reply: &Reply, model: &str) -> Value {
         "created": 0,
         "model": model,
         "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-        "usage": usage(),
+        "usage": usage_json(usage),
     })
 }
 
@@ -242,7 +254,7 @@ mod tests {
 
     #[test]
     fn text_streams_in_several_chunks_then_stop() {
-        let chunks = stream_chunks(&Reply::Text("scripted reply: 1 messages in context".into()), "m", false);
+        let chunks = stream_chunks(&Reply::Text("scripted reply: 1 messages in context".into()), "m", None);
         let text_chunks = chunks
             .iter()
             .filter(|c| c["choices"][0]["delta"]["content"].as_str().is_some_and(|t| !t.is_empty()))
@@ -258,22 +270,45 @@ mod tests {
     #[test]
     fn a_tool_call_streams_its_id_name_and_arguments_then_usage() {
         let reply = Reply::ToolCall { tool: "bash".into(), arguments: json!({"command": "echo hi"}) };
-        let chunks = stream_chunks(&reply, "m", true);
+        let usage = ReportedUsage {
+            api: "chat",
+            model: "m".into(),
+            tools: 0,
+            input: 1,
+            output: 2,
+            cache_read: 3,
+            cache_write: 0,
+        };
+        let chunks = stream_chunks(&reply, "m", Some(&usage));
         let (text, name, arguments, finish) = assemble(&chunks);
         assert_eq!(text, "");
         assert_eq!(name, "bash");
         assert_eq!(serde_json::from_str::<Value>(&arguments).unwrap(), json!({"command": "echo hi"}));
         assert_eq!(finish.as_deref(), Some("tool_calls"));
         assert!(chunks.iter().any(|c| c["choices"][0]["delta"]["tool_calls"][0]["id"] == CALL_ID));
-        assert_eq!(chunks.last().unwrap()["usage"]["total_tokens"], 15);
+        // The prompt count includes the cached tokens.
+        assert_eq!(
+            chunks.last().unwrap()["usage"],
+            json!({"prompt_tokens": 4, "completion_tokens": 2, "total_tokens": 6, "prompt_tokens_details": {"cached_tokens": 3}})
+        );
     }
 
     #[test]
     fn a_completion_without_streaming_is_one_object() {
-        let text = completion(&Reply::Text("hi".into()), "m");
+        let usage = ReportedUsage {
+            api: "chat",
+            model: "m".into(),
+            tools: 0,
+            input: 1,
+            output: 2,
+            cache_read: 3,
+            cache_write: 0,
+        };
+        let text = completion(&Reply::Text("hi".into()), "m", &usage);
         assert_eq!(text["choices"][0]["message"]["content"], "hi");
         assert_eq!(text["choices"][0]["finish_reason"], "stop");
-        let call = completion(&Reply::ToolCall { tool: "bash".into(), arguments: json!({"command": "ls"}) }, "m");
+        let call =
+            completion(&Reply::ToolCall { tool: "bash".into(), arguments: json!({"command": "ls"}) }, "m", &usage);
         assert_eq!(call["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"], r#"{"command":"ls"}"#);
         assert_eq!(call["choices"][0]["finish_reason"], "tool_calls");
     }
@@ -304,5 +339,8 @@ mod tests {
         assert_eq!(plain["choices"][0]["message"]["content"], "scripted reply: 1 messages in context");
         assert_eq!(server.requests().len(), 2);
         assert_eq!(server.requests()[1].uri, "/chat/completions");
+        // The streamed request did not ask for usage: only the plain answer reported one.
+        assert_eq!(server.usage().len(), 1);
+        assert_eq!(plain["usage"]["prompt_tokens"], 201 + 4001);
     }
 }

@@ -7,17 +7,17 @@
 //! `tools[].functionDeclarations` its [`Tool`]s.
 
 use axum::body::{Body, Bytes};
-use axum::extract::Path;
+use axum::extract::{Path, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
-use super::{Conversation, Message, Reply, Tool};
+use super::{Conversation, Message, Reply, ReportedUsage, Shared, Tool};
 
 /// The model version the answers name when the request's model is unreadable.
 const DEFAULT_MODEL: &str = "gemini-2.5-pro";
 
-pub async fn generate(Path(rest): Path<String>, body: Bytes) -> Response {
+pub async fn generate(State(shared): State<Shared>, Path(rest): Path<String>, body: Bytes) -> Response {
     let (model, method) = match rest.rsplit_once(':') {
         Some((model, method)) => (model.to_string(), method.to_string()),
         None => (DEFAULT_MODEL.to_string(), String::new()),
@@ -28,9 +28,15 @@ pub async fn generate(Path(rest): Path<String>, body: Bytes) -> Response {
     };
     let conversation = conversation(&request);
     match method.as_str() {
-        "streamGenerateContent" => stream(&model, &conversation.reply()),
+        "streamGenerateContent" => {
+            let usage = shared.report_usage("gemini", &model, conversation.tools.len(), false);
+            stream(&model, &conversation.reply(), &usage)
+        }
         "generateContent" => {
-            axum::Json(response(&model, answer_parts(&conversation.reply()), Some("STOP"))).into_response()
+            let usage = shared.report_usage("gemini", &model, conversation.tools.len(), false);
+            let mut answer = response(&model, answer_parts(&conversation.reply()), Some("STOP"));
+            answer["usageMetadata"] = usage_json(&usage);
+            axum::Json(answer).into_response()
         }
         "countTokens" => axum::Json(json!({"totalTokens": token_estimate(&request)})).into_response(),
         other => error(
@@ -116,6 +122,16 @@ fn answer_parts(reply: &Reply) -> Vec<Value> {
     }
 }
 
+/// Gemini's `usageMetadata`: its prompt count includes the cached tokens.
+fn usage_json(usage: &ReportedUsage) -> Value {
+    let prompt = usage.input + usage.cache_read;
+    json!({
+        "promptTokenCount": prompt, "candidatesTokenCount": usage.output,
+        "cachedContentTokenCount": usage.cache_read, "totalTokenCount": prompt + usage.output,
+    })
+}
+
+/// One answer (or chunk of one), without usage.
 fn response(model: &str, parts: Vec<Value>, finish_reason: Option<&str>) -> Value {
     let mut candidate = json!({"content": {"role": "model", "parts": parts}, "index": 0});
     if let Some(reason) = finish_reason {
@@ -123,15 +139,15 @@ fn response(model: &str, parts: Vec<Value>, finish_reason: Option<&str>) -> Valu
     }
     json!({
         "candidates": [candidate],
-        "usageMetadata": {"promptTokenCount": 20, "candidatesTokenCount": 10, "totalTokenCount": 30},
         "modelVersion": model,
     })
 }
 
 /// An SSE answer: text in two chunks (so that deltas show), a tool call in one; the
-/// last chunk says `STOP`.
-fn stream(model: &str, reply: &Reply) -> Response {
-    let chunks = match reply {
+/// last chunk says `STOP` and carries the usage of the whole answer (on that one
+/// only, so that a client summing chunks and one taking the last agree).
+fn stream(model: &str, reply: &Reply, usage: &ReportedUsage) -> Response {
+    let mut chunks = match reply {
         Reply::Text(text) => {
             let half = text.char_indices().map(|(i, _)| i).find(|&i| i >= text.len() / 2).unwrap_or(text.len());
             let (first, second) = text.split_at(half);
@@ -142,6 +158,9 @@ fn stream(model: &str, reply: &Reply) -> Response {
         }
         call @ Reply::ToolCall { .. } => vec![response(model, answer_parts(call), Some("STOP"))],
     };
+    if let Some(last) = chunks.last_mut() {
+        last["usageMetadata"] = usage_json(usage);
+    }
     let body: String = chunks.iter().map(|chunk| format!("data: {chunk}\r\n\r\n")).collect();
     Response::builder()
         .status(StatusCode::OK)
@@ -245,6 +264,12 @@ mod tests {
         assert_eq!(joined, "scripted reply: 1 messages in context");
         assert_eq!(chunks[1]["candidates"][0]["finishReason"], "STOP");
         assert!(chunks[0]["candidates"][0].get("finishReason").is_none());
+        // The last chunk carries the answer's usage, the prompt count with the cached tokens.
+        assert!(chunks[0].get("usageMetadata").is_none());
+        assert_eq!(
+            chunks[1]["usageMetadata"],
+            json!({"promptTokenCount": 201 + 4001, "candidatesTokenCount": 31, "cachedContentTokenCount": 4001, "totalTokenCount": 201 + 4001 + 31})
+        );
 
         let url = format!("{}/v1beta/models/gemini-2.5-pro:generateContent", server.url());
         let one: Value = client.post(&url).json(&body).send().await.unwrap().json().await.unwrap();
@@ -255,5 +280,8 @@ mod tests {
         let requests = server.requests();
         assert_eq!(requests.len(), 3);
         assert_eq!(requests[0].uri, "/v1beta/models/gemini-2.5-pro:streamGenerateContent?alt=sse");
+        let usage = server.usage();
+        assert_eq!(usage.len(), 2, "countTokens reports no usage: {usage:?}");
+        assert_eq!((usage[1].api, usage[1].model.as_str(), usage[1].input), ("gemini", "gemini-2.5-pro", 202));
     }
 }

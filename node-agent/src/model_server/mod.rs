@@ -14,7 +14,10 @@
 //! - else a text answer saying how many messages were in context
 //!   (`scripted reply: N messages in context`), so that a resumed conversation shows.
 //!
-//! Every request is logged (method, path and query, JSON body) for tests to read.
+//! Every request is logged (method, path and query, JSON body) for tests to read,
+//! and so is the token usage each answer reports ([`ModelServer::usage`]): counts
+//! that differ per answer and per field, so that a test can tell which answers an
+//! agent summed into what it reports.
 
 pub mod amp;
 pub mod anthropic;
@@ -69,6 +72,25 @@ pub enum Message {
 pub struct Tool {
     pub name: String,
     pub schema: Value,
+}
+
+/// The token usage the server reported with one answer, in the one sense of the
+/// universal `Usage`: `input` is the input neither read from nor written to the
+/// cache (an API whose input count includes cached tokens was sent `input +
+/// cache_read`), `cache_write` is 0 for an API without such a field.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReportedUsage {
+    /// The API that answered: `anthropic`, `responses`, `chat` or `gemini`.
+    pub api: &'static str,
+    /// The model the request asked for.
+    pub model: String,
+    /// How many tools the request offered: none in an agent's side requests (a
+    /// title, a summary), which it may not count as the conversation's.
+    pub tools: usize,
+    pub input: u64,
+    pub output: u64,
+    pub cache_read: u64,
+    pub cache_write: u64,
 }
 
 /// What the script answers.
@@ -250,9 +272,11 @@ pub fn shell_arguments(tool: &Tool, command: &str) -> Value {
     Value::Object(arguments)
 }
 
-#[derive(Clone)]
+#[derive(Clone, Default)]
 pub struct Shared {
     log: Arc<Mutex<Vec<LoggedRequest>>>,
+    /// The usage reported with each answer, oldest first.
+    usage: Arc<Mutex<Vec<ReportedUsage>>>,
     /// The threads amp syncs to its server (see the amp module).
     amp_threads: amp::Threads,
 }
@@ -260,6 +284,27 @@ pub struct Shared {
 impl Shared {
     fn record(&self, request: LoggedRequest) {
         self.log.lock().unwrap_or_else(|e| e.into_inner()).push(request);
+    }
+
+    /// The usage of the next answer, logged: the Nth answer of this server reports
+    /// `200 + N` input, `30 + N` output, `4000 + N` cache read and (where the API
+    /// has the field) `500 + N` cache write tokens. Every field differs from the
+    /// others and from answer to answer, so a sum names the answers in it; and they
+    /// stay small, far from any agent's context window (none compacts because of them).
+    fn report_usage(&self, api: &'static str, model: &str, tools: usize, cache_write: bool) -> ReportedUsage {
+        let mut log = self.usage.lock().unwrap_or_else(|e| e.into_inner());
+        let n = log.len() as u64 + 1;
+        let usage = ReportedUsage {
+            api,
+            model: model.to_string(),
+            tools,
+            input: 200 + n,
+            output: 30 + n,
+            cache_read: 4000 + n,
+            cache_write: if cache_write { 500 + n } else { 0 },
+        };
+        log.push(usage.clone());
+        usage
     }
 }
 
@@ -279,7 +324,7 @@ impl ModelServer {
     pub async fn bind(addr: SocketAddr) -> std::io::Result<ModelServer> {
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
-        let shared = Shared { log: Arc::new(Mutex::new(Vec::new())), amp_threads: amp::Threads::default() };
+        let shared = Shared::default();
         let shutdown = CancellationToken::new();
         let app = router(shared.clone());
         let stop = shutdown.clone();
@@ -301,6 +346,11 @@ impl ModelServer {
     /// Every request so far, oldest first.
     pub fn requests(&self) -> Vec<LoggedRequest> {
         self.shared.log.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The usage reported with every answer so far, oldest first.
+    pub fn usage(&self) -> Vec<ReportedUsage> {
+        self.shared.usage.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// Serves until `shutdown` fires (for `agentplane node-agent model-server`).

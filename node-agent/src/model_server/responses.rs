@@ -8,11 +8,12 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use axum::body::Bytes;
+use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
-use super::{Conversation, Message, Reply, Tool};
+use super::{Conversation, Message, Reply, ReportedUsage, Shared, Tool};
 
 /// Ids of responses and their items, unique within this process.
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -21,7 +22,7 @@ fn next_id(prefix: &str) -> String {
     format!("{prefix}_{:06}", NEXT_ID.fetch_add(1, Ordering::Relaxed))
 }
 
-pub async fn create(body: Bytes) -> Response {
+pub async fn create(State(shared): State<Shared>, body: Bytes) -> Response {
     let request: Value = match serde_json::from_slice(&body) {
         Ok(request) => request,
         Err(e) => return error(StatusCode::BAD_REQUEST, &format!("the body is not JSON: {e}")),
@@ -38,7 +39,7 @@ pub async fn create(body: Bytes) -> Response {
         item["namespace"] = json!(namespace);
         item["name"] = json!(name);
     }
-    let usage = usage(&conversation);
+    let usage = usage_json(&shared.report_usage("responses", &model, conversation.tools.len(), false));
     if request.get("stream").and_then(Value::as_bool).unwrap_or(false) {
         let body = stream(&model, &item, &usage);
         ([(header::CONTENT_TYPE, "text/event-stream"), (header::CACHE_CONTROL, "no-cache")], body).into_response()
@@ -195,12 +196,13 @@ fn output_item(reply: &Reply, tool_type: &str) -> Value {
     }
 }
 
-/// Token counts that grow with the conversation (codex shows them as usage).
-fn usage(conversation: &Conversation) -> Value {
-    let input = 10 * conversation.messages.len().max(1) as u64;
+/// The Responses API's `usage`: its input count includes the cached tokens.
+fn usage_json(usage: &ReportedUsage) -> Value {
+    let input = usage.input + usage.cache_read;
     json!({
-        "input_tokens": input, "input_tokens_details": {"cached_tokens": 0},
-        "output_tokens": 5, "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": input + 5,
+        "input_tokens": input, "input_tokens_details": {"cached_tokens": usage.cache_read},
+        "output_tokens": usage.output, "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": input + usage.output,
     })
 }
 
@@ -358,7 +360,7 @@ mod tests {
     #[tokio::test]
     async fn a_text_reply_streams_in_deltas_and_completes_with_usage() {
         let request = codex_request(vec![message("user", "input_text", "hello there")], true);
-        let response = create(Bytes::from(request.to_string())).await;
+        let response = create(State(Shared::default()), Bytes::from(request.to_string())).await;
         assert_eq!(response.headers()[header::CONTENT_TYPE], "text/event-stream");
         let body = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap();
         let events = events(std::str::from_utf8(&body).unwrap());
@@ -374,14 +376,21 @@ mod tests {
         assert_eq!(deltas.concat(), "scripted reply: 1 messages in context");
         let done = events.iter().find(|e| e["type"] == "response.output_item.done").unwrap();
         assert_eq!(done["item"]["content"][0]["text"], "scripted reply: 1 messages in context");
-        assert_eq!(events.last().unwrap()["response"]["usage"]["total_tokens"], 15);
+        // The first answer's usage; the input count includes the cached tokens.
+        let usage = &events.last().unwrap()["response"]["usage"];
+        assert_eq!((&usage["input_tokens"], &usage["output_tokens"]), (&json!(201 + 4001), &json!(31)));
+        assert_eq!(usage["input_tokens_details"]["cached_tokens"], 4001);
     }
 
     #[tokio::test]
     async fn a_run_marker_calls_the_shell_function_with_its_schema() {
         let request = codex_request(vec![message("user", "input_text", "please [[run:touch x]]")], true);
-        let body =
-            axum::body::to_bytes(create(Bytes::from(request.to_string())).await.into_body(), usize::MAX).await.unwrap();
+        let body = axum::body::to_bytes(
+            create(State(Shared::default()), Bytes::from(request.to_string())).await.into_body(),
+            usize::MAX,
+        )
+        .await
+        .unwrap();
         let events = events(std::str::from_utf8(&body).unwrap());
         let done = events.iter().find(|e| e["type"] == "response.output_item.done").unwrap();
         assert_eq!(done["item"]["type"], "function_call");
@@ -406,13 +415,16 @@ mod tests {
             ],
             false,
         );
-        let response = create(Bytes::from(request.to_string())).await;
+        let response = create(State(Shared::default()), Bytes::from(request.to_string())).await;
         assert_eq!(response.status(), StatusCode::OK);
         let body: Value =
             serde_json::from_slice(&axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap()).unwrap();
         assert_eq!(body["object"], "response");
         assert_eq!(body["output"][0]["content"][0]["text"], "tool said: hi");
-        assert_eq!(create(Bytes::from_static(b"{not json")).await.status(), StatusCode::BAD_REQUEST);
+        assert_eq!(
+            create(State(Shared::default()), Bytes::from_static(b"{not json")).await.status(),
+            StatusCode::BAD_REQUEST
+        );
     }
 
     #[test]

@@ -36,7 +36,7 @@ use crate::metrics::{AgentLabel, Metrics};
 use crate::model::{CreateSessionRequest, PermissionMode, SessionInfo, SessionState};
 use crate::universal::{
     EndReason, EventData, EventSource, Item, ItemKind, PermissionReply, PermissionRequest, QuestionOutcome,
-    QuestionRequest, Role, TurnStatus,
+    QuestionRequest, Role, TurnStatus, Usage,
 };
 use log::{EventDraft, EventLog};
 
@@ -100,6 +100,9 @@ pub struct SessionRecord {
     messages_received: u64,
     turns_started: u64,
     turns_completed: u64,
+    /// The tokens of the turns so far, summed (a record from before usage has none).
+    #[serde(default)]
+    usage: Usage,
     /// The newest event sequence when this was written: sequences continue past it.
     last_sequence: u64,
     #[serde(default)]
@@ -327,6 +330,7 @@ impl Session {
             ended_at: rec.ended_at,
             messages_received: rec.messages_received,
             turns_completed: rec.turns_completed,
+            usage: rec.usage,
             last_sequence: self.log.latest(),
             pending_permissions: rec.pending_permissions.clone(),
             pending_questions: rec.pending_questions.clone(),
@@ -500,7 +504,12 @@ impl Session {
                 if let Some(turn) = rec.current_turn.take() {
                     batch.push(rec.draft(
                         EventSource::Daemon,
-                        EventData::TurnEnded { turn: turn.number, status: TurnStatus::Interrupted, error: None },
+                        EventData::TurnEnded {
+                            turn: turn.number,
+                            status: TurnStatus::Interrupted,
+                            error: None,
+                            usage: None,
+                        },
                     ));
                 }
                 for request in std::mem::take(&mut rec.pending_permissions) {
@@ -803,10 +812,13 @@ impl Session {
                     ));
                 }
                 rec.settle();
+                if let Some(usage) = &outcome.usage {
+                    rec.usage.add(usage);
+                }
                 let status = if outcome.failed { TurnStatus::Failed } else { TurnStatus::Completed };
                 batch.push(rec.draft(
                     EventSource::Daemon,
-                    EventData::TurnEnded { turn: turn.number, status, error: outcome.error },
+                    EventData::TurnEnded { turn: turn.number, status, error: outcome.error, usage: outcome.usage },
                 ));
                 true
             })
@@ -1235,6 +1247,7 @@ impl SessionManager {
             messages_received: 0,
             turns_started: 0,
             turns_completed: 0,
+            usage: Usage::default(),
             last_sequence: 0,
             pending_permissions: Vec::new(),
             pending_questions: Vec::new(),

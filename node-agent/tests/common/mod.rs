@@ -443,3 +443,28 @@ pub fn assert_nothing_unparsed(events: &[agentplane_node_agent::universal::Unive
     let unparsed: Vec<_> = events.iter().filter(|e| e.kind() == EventType::AgentUnparsed).collect();
     assert!(unparsed.is_empty(), "unparsed: {unparsed:#?}");
 }
+
+/// The usage a scripted model server reported with `answers`, summed as the
+/// universal `Usage` counts it (no cost: the server names none).
+pub fn reported_usage(
+    answers: &[agentplane_node_agent::model_server::ReportedUsage],
+) -> agentplane_node_agent::universal::Usage {
+    let mut sum = agentplane_node_agent::universal::Usage::default();
+    for answer in answers {
+        sum.input_tokens += answer.input;
+        sum.output_tokens += answer.output;
+        sum.cache_read_tokens += answer.cache_read;
+        sum.cache_write_tokens += answer.cache_write;
+    }
+    sum
+}
+
+/// The usage on a turn's `turn.ended` (the last of `events`).
+pub fn turn_usage(
+    events: &[agentplane_node_agent::universal::UniversalEvent],
+) -> Option<agentplane_node_agent::universal::Usage> {
+    match events.last().map(|e| &e.data) {
+        Some(agentplane_node_agent::universal::EventData::TurnEnded { usage, .. }) => *usage,
+        other => panic!("not a turn.ended: {other:?}"),
+    }
+}

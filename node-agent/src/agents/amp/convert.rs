@@ -1,11 +1,15 @@
 //! Amp's `--stream-json` lines (the pure-JS CLI's Claude-Code-like format) into
 //! universal events: `system/init`, `user` (the prompt, or tool results), `assistant`
 //! (whole messages: amp does not stream deltas in this format) and `result`.
+//!
+//! Each `assistant` message carries the usage of its model call (Anthropic's counts,
+//! cached input apart); a `result` carries none, so the turn's usage is their sum
+//! (see [`Converter::take_usage`]).
 
 use serde_json::Value;
 
-use crate::agents::convert::unparsed;
-use crate::universal::{EventData, Item, ItemKind, ItemStatus, Role};
+use crate::agents::convert::{add_usage, count_at, unparsed};
+use crate::universal::{EventData, Item, ItemKind, ItemStatus, Role, Usage};
 
 /// What amp says in a `result` when a tool needs an approval `-x` cannot ask for.
 pub const APPROVAL_REQUIRED: &str = "require user approval";
@@ -15,6 +19,8 @@ pub struct Converter {
     /// Prefixes item ids; the driver sets one per turn (`amp` for a lone transcript).
     prefix: String,
     counter: u64,
+    /// The usage of the `assistant` messages since the driver last took it.
+    usage: Option<Usage>,
 }
 
 impl Converter {
@@ -44,7 +50,19 @@ impl Converter {
                 _ => None,
             },
             "user" => self.user(line.pointer("/message/content")?),
-            "assistant" => self.assistant(line.pointer("/message/content")?.as_array()?),
+            "assistant" => {
+                if let Some(usage) = line.pointer("/message/usage").filter(|u| u.is_object()) {
+                    let usage = Usage {
+                        input_tokens: count_at(usage, "/input_tokens"),
+                        output_tokens: count_at(usage, "/output_tokens"),
+                        cache_read_tokens: count_at(usage, "/cache_read_input_tokens"),
+                        cache_write_tokens: count_at(usage, "/cache_creation_input_tokens"),
+                        cost_usd: None,
+                    };
+                    add_usage(&mut self.usage, usage);
+                }
+                self.assistant(line.pointer("/message/content")?.as_array()?)
+            }
             "result" => Some(vec![self.result(line)]),
             _ => None,
         }
@@ -167,5 +185,9 @@ impl crate::agents::convert::Converter for Converter {
                 None => "an amp line without a type".to_string(),
             })],
         }
+    }
+
+    fn take_usage(&mut self) -> Option<Usage> {
+        self.usage.take()
     }
 }

@@ -36,6 +36,7 @@ use serde_json::Value;
 use tokio::process::Command;
 
 use super::child::LineChild;
+use super::convert::Converter as _;
 use super::{AgentDriver, AgentId, DriverConfig, Interrupted, TurnContext, TurnInput, TurnOutcome};
 use crate::error::{Error, Result};
 use crate::model::{AgentCapabilities, CreateSessionRequest, PermissionMode};
@@ -173,6 +174,8 @@ impl AmpDriver {
     }
 
     async fn turn(&mut self, ctx: &TurnContext, turn: &TurnInput, resume: bool) -> Result<TurnOutcome, Interrupted> {
+        // Usage of an earlier turn cut short is not this turn's.
+        self.converter.take_usage();
         self.converter.set_prefix(if resume {
             format!("turn-{}-resumed", turn.number)
         } else {
@@ -240,7 +243,7 @@ impl AmpDriver {
         }
         let exited = child.exited().await;
         match result {
-            Some(outcome) => Ok(outcome),
+            Some(outcome) => Ok(outcome.with_usage(self.converter.take_usage())),
             // Its output ended without a result: it died.
             None => self.fail(ctx, exited).await,
         }

@@ -10,6 +10,11 @@
 //! completes it (Claude sends it before the block's `content_block_stop`); without
 //! partial messages it is the only line of the block.
 //!
+//! A `result` line's `usage` is the turn's tokens (summed over its model calls) and
+//! its `total_cost_usd` what the conversation has cost so far (a resumed `claude`
+//! restores the total of the process before it): the turn's cost is the difference
+//! from the previous `result`'s total (see [`Converter::take_usage`]).
+//!
 //! `control_request can_use_tool` becomes `permission.requested`, except for
 //! `ExitPlanMode` (plan approval) and `AskUserQuestion`, which become
 //! `question.requested`; the driver answers them (see the parent module).
@@ -18,9 +23,9 @@ use std::collections::{HashMap, HashSet};
 
 use serde_json::{Value, json};
 
-use crate::agents::convert::unparsed;
+use crate::agents::convert::{add_usage, count_at, dollars, unparsed};
 use crate::universal::{
-    EventData, Item, ItemKind, ItemStatus, PermissionReply, PermissionRequest, Question, QuestionRequest, Role,
+    EventData, Item, ItemKind, ItemStatus, PermissionReply, PermissionRequest, Question, QuestionRequest, Role, Usage,
 };
 
 /// The tool whose call asks the user to approve a plan.
@@ -60,12 +65,27 @@ pub struct Converter {
     /// ...after this converter's random tag, so that a converter of the same session
     /// after a restart names none the same.
     tag: Option<String>,
+    /// The usage of the `result` lines since the driver last took it.
+    usage: Option<Usage>,
+    /// `total_cost_usd` at the previous `result`.
+    cost_so_far: f64,
 }
 
 impl Converter {
     /// Claude's id of the conversation, once a line said it.
     pub fn session_id(&self) -> Option<&str> {
         self.session_id.as_deref()
+    }
+
+    /// `total_cost_usd` as of the last `result` (for the driver to save)...
+    pub fn cost_so_far(&self) -> f64 {
+        self.cost_so_far
+    }
+
+    /// ...and to give a converter of the same conversation after a restart (0 for a
+    /// conversation that starts afresh).
+    pub fn set_cost_so_far(&mut self, total: f64) {
+        self.cost_so_far = total;
     }
 
     /// The user rejected the tool call `tool_use_id`: its result is a denial.
@@ -408,6 +428,23 @@ impl Converter {
         if !denials.is_empty() {
             text.push_str(&format!("; permission denied for {}", denials.join(", ")));
         }
+        if let Some(usage) = line.get("usage").filter(|u| u.is_object()) {
+            let cost = line.get("total_cost_usd").and_then(Value::as_f64).map(|total| {
+                // A total below the last one is a `claude` that counts from zero again
+                // (it restores the total only when it resumes the conversation it saved).
+                let turn = if total >= self.cost_so_far { total - self.cost_so_far } else { total };
+                self.cost_so_far = total;
+                dollars(turn)
+            });
+            let usage = Usage {
+                input_tokens: count_at(usage, "/input_tokens"),
+                output_tokens: count_at(usage, "/output_tokens"),
+                cache_read_tokens: count_at(usage, "/cache_read_input_tokens"),
+                cache_write_tokens: count_at(usage, "/cache_creation_input_tokens"),
+                cost_usd: cost,
+            };
+            add_usage(&mut self.usage, usage);
+        }
         let status = if is_error { ItemStatus::Failed } else { ItemStatus::Completed };
         let id = self.line_id(line, "result");
         let mut events = vec![EventData::ItemCompleted { item: status_item(id, text, status) }];
@@ -465,6 +502,10 @@ impl crate::agents::convert::Converter for Converter {
             Ok(_) => vec![unparsed("a claude line that is not a JSON object")],
             Err(e) => vec![unparsed(format!("a claude line that is not JSON: {e}"))],
         }
+    }
+
+    fn take_usage(&mut self) -> Option<Usage> {
+        self.usage.take()
     }
 }
 

@@ -61,13 +61,9 @@ pub fn start<'a>(config: &'a DriverConfig, saved: Option<Value>) -> BoxFuture<'a
                 .map_err(|e| Error::InvalidRequest(format!("claude's saved state is unreadable: {e}")))?,
             None => ClaudeState { agent_session_id: new_uuid(), ..Default::default() },
         };
-        let mut driver = ClaudeDriver {
-            config: config.clone(),
-            bin: installed.bin,
-            state,
-            child: None,
-            converter: Converter::default(),
-        };
+        let mut converter = Converter::default();
+        converter.set_cost_so_far(state.cost_so_far);
+        let mut driver = ClaudeDriver { config: config.clone(), bin: installed.bin, state, child: None, converter };
         driver.spawn().await?;
         Ok(Box::new(driver) as Box<dyn AgentDriver>)
     })
@@ -84,6 +80,10 @@ struct ClaudeState {
     always_allowed: BTreeSet<String>,
     /// A permission request open when the state was saved.
     pending: Option<PendingPermission>,
+    /// Claude's `total_cost_usd` at its last `result`: a resumed `claude` goes on
+    /// from it, and a turn's cost is what it adds.
+    #[serde(default)]
+    cost_so_far: f64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -198,10 +198,14 @@ impl ClaudeDriver {
         tracing::info!(session = %self.config.session_id, pid = ?child.pid(), resume = self.state.conversation_started, "claude started");
         child.send(&json!({"type": "control_request", "request_id": "initialize", "request": {"subtype": "initialize", "hooks": null}})).await?;
         self.child = Some(child);
+        if !self.state.conversation_started {
+            self.converter.set_cost_so_far(0.0);
+        }
         Ok(())
     }
 
-    fn save(&self, ctx: &TurnContext) {
+    fn save(&mut self, ctx: &TurnContext) {
+        self.state.cost_so_far = self.converter.cost_so_far();
         ctx.save_state(serde_json::to_value(&self.state).expect("claude's state serializes"));
     }
 
@@ -466,7 +470,12 @@ impl AgentDriver for ClaudeDriver {
         turn: &'a TurnInput,
         resume: bool,
     ) -> BoxFuture<'a, Result<TurnOutcome, Interrupted>> {
-        Box::pin(self.turn(ctx, turn, resume))
+        Box::pin(async move {
+            // Usage of an earlier turn cut short is not this turn's.
+            self.converter.take_usage();
+            let outcome = self.turn(ctx, turn, resume).await?;
+            Ok(outcome.with_usage(self.converter.take_usage()))
+        })
     }
 
     fn stop(&mut self) -> BoxFuture<'_, ()> {

@@ -7,14 +7,19 @@
 //! - `codex exec --json` events (`{"type": "item.completed", "item": ...}`).
 //!
 //! Items keep codex's ids (a tool call's result is `<id>-result`). Lines that only
-//! report state (token usage, thread status, rate limits, warnings) become `status`
-//! items, so that every line is kept in the stream with its meaning.
+//! report state (thread status, rate limits, warnings) become `status` items, so that
+//! every line is kept in the stream with its meaning. Token usage is data, not text:
+//! `thread/tokenUsage/updated` comes after each model call with its counts (`last`;
+//! `total` is the thread's so far), and their sum is the turn's usage, which the
+//! driver puts on `turn.ended` (see [`Converter::take_usage`]); the line itself is a
+//! status item that says only that usage was reported. Codex counts cached input as
+//! part of `inputTokens`: it is taken out, as the universal `Usage` counts it apart.
 
 use serde_json::{Value, json};
 
-use crate::agents::convert::unparsed;
+use crate::agents::convert::{add_usage, count_at, unparsed};
 use crate::universal::{
-    EventData, Item, ItemKind, ItemStatus, PermissionReply, PermissionRequest, Question, QuestionRequest, Role,
+    EventData, Item, ItemKind, ItemStatus, PermissionReply, PermissionRequest, Question, QuestionRequest, Role, Usage,
 };
 
 /// The tool name of codex's shell commands in permission requests and tool calls.
@@ -29,6 +34,8 @@ pub struct Converter {
     statuses: u64,
     /// Result items of commands whose output is streaming (started, not yet completed).
     streaming_results: std::collections::HashSet<String>,
+    /// The usage reported since the driver last took it.
+    usage: Option<Usage>,
 }
 
 impl Default for Converter {
@@ -45,11 +52,31 @@ impl crate::agents::convert::Converter for Converter {
             Err(e) => vec![unparsed(format!("not JSON: {e}"))],
         }
     }
+
+    fn take_usage(&mut self) -> Option<Usage> {
+        self.usage.take()
+    }
+}
+
+/// Codex's counts of one model call (app-server camelCase, or `codex exec`'s
+/// snake_case), its cached input taken out of its input.
+fn codex_usage(counts: &Value) -> Usage {
+    let either = |camel: &str, snake: &str| count_at(counts, camel).max(count_at(counts, snake));
+    let input = either("/inputTokens", "/input_tokens");
+    let cache_read = either("/cachedInputTokens", "/cached_input_tokens");
+    let cache_write = either("/cacheWriteInputTokens", "/cache_write_input_tokens");
+    Usage {
+        input_tokens: input.saturating_sub(cache_read).saturating_sub(cache_write),
+        output_tokens: either("/outputTokens", "/output_tokens"),
+        cache_read_tokens: cache_read,
+        cache_write_tokens: cache_write,
+        cost_usd: None,
+    }
 }
 
 impl Converter {
     pub fn with_prefix(prefix: impl Into<String>) -> Converter {
-        Converter { prefix: prefix.into(), statuses: 0, streaming_results: Default::default() }
+        Converter { prefix: prefix.into(), statuses: 0, streaming_results: Default::default(), usage: None }
     }
 
     pub fn convert_value(&mut self, value: &Value) -> Vec<EventData> {
@@ -162,14 +189,10 @@ impl Converter {
                 events
             }
             "thread/tokenUsage/updated" => {
-                let total = params.pointer("/tokenUsage/total");
-                let count = |key: &str| total.and_then(|t| t.get(key)).and_then(Value::as_u64).unwrap_or(0);
-                vec![self.status(format!(
-                    "tokens: {} in total ({} input, {} output)",
-                    count("totalTokens"),
-                    count("inputTokens"),
-                    count("outputTokens")
-                ))]
+                if let Some(last) = params.pointer("/tokenUsage/last") {
+                    add_usage(&mut self.usage, codex_usage(last));
+                }
+                vec![self.status("token usage reported (the turn's is on its turn.ended)")]
             }
             "account/rateLimits/updated" => vec![self.status("rate limits updated")],
             "serverRequest/resolved" => {
@@ -292,13 +315,11 @@ impl Converter {
             }
             "turn.started" => vec![self.status("turn started")],
             "turn.completed" => {
-                let usage = value.get("usage");
-                let count = |key: &str| usage.and_then(|u| u.get(key)).and_then(Value::as_u64).unwrap_or(0);
-                vec![self.status(format!(
-                    "turn completed ({} input, {} output tokens)",
-                    count("input_tokens"),
-                    count("output_tokens")
-                ))]
+                // `codex exec`'s usage is the turn's.
+                if let Some(usage) = value.get("usage").filter(|u| u.is_object()) {
+                    add_usage(&mut self.usage, codex_usage(usage));
+                }
+                vec![self.status("turn completed")]
             }
             "turn.failed" => {
                 let message =

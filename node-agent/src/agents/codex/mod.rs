@@ -546,7 +546,13 @@ impl AgentDriver for CodexDriver {
         turn: &'a TurnInput,
         resume: bool,
     ) -> BoxFuture<'a, Result<TurnOutcome, Interrupted>> {
-        Box::pin(self.turn(ctx, turn, resume))
+        Box::pin(async move {
+            let outcome = self.turn(ctx, turn, resume).await?;
+            // What codex reported while this turn ran (an app-server that died with the
+            // turn took its counts along).
+            let usage = self.server.as_mut().and_then(|server| server.converter.take_usage());
+            Ok(outcome.with_usage(usage))
+        })
     }
 
     fn stop(&mut self) -> BoxFuture<'_, ()> {

@@ -15,8 +15,8 @@ use std::collections::HashMap;
 
 use serde_json::{Value, json};
 
-use crate::agents::convert::unparsed;
-use crate::universal::{EventData, Item, ItemKind, ItemStatus, PermissionReply, PermissionRequest, Role};
+use crate::agents::convert::{add_usage, count_at, unparsed};
+use crate::universal::{EventData, Item, ItemKind, ItemStatus, PermissionReply, PermissionRequest, Role, Usage};
 
 /// A text item under way (an answer or reasoning), built from chunks.
 struct Open {
@@ -35,6 +35,8 @@ pub struct Converter {
     open: Option<Open>,
     /// Tool calls seen, by id: what a later update or result lacks.
     calls: HashMap<String, Item>,
+    /// The usage of the prompts answered since the driver last took it.
+    usage: Option<Usage>,
 }
 
 impl Converter {
@@ -274,6 +276,9 @@ impl Converter {
         if let Some(reason) = result.get("stopReason").and_then(Value::as_str) {
             // The end of a prompt: the next prompt's items get the next turn's ids.
             self.turn += 1;
+            if let Some(usage) = prompt_usage(result) {
+                add_usage(&mut self.usage, usage);
+            }
             if events.is_empty() {
                 events.push(self.status(format!("stop reason: {reason}")));
             }
@@ -369,6 +374,21 @@ impl Converter {
             }
             "result" => {
                 self.close(&mut events);
+                if let Some(stats) = message.get("stats").filter(|s| s.is_object()) {
+                    // `input` is the input that was not cached (`input_tokens` counts it in).
+                    let cached = count_at(stats, "/cached");
+                    let input = match stats.get("input").and_then(Value::as_u64) {
+                        Some(input) => input,
+                        None => count_at(stats, "/input_tokens").saturating_sub(cached),
+                    };
+                    let usage = Usage {
+                        input_tokens: input,
+                        output_tokens: count_at(stats, "/output_tokens"),
+                        cache_read_tokens: cached,
+                        ..Usage::default()
+                    };
+                    add_usage(&mut self.usage, usage);
+                }
                 match str_of("status") {
                     Some("success") | None => {
                         if events.is_empty() {
@@ -396,6 +416,29 @@ impl Converter {
     }
 }
 
+/// The usage of a `session/prompt` answer: ACP's `usage` where the CLI gives it
+/// (its `inputTokens` counts the cached ones in: they are taken out), else Gemini
+/// CLI's own `_meta.quota.token_count`, which has no cached count.
+fn prompt_usage(result: &Value) -> Option<Usage> {
+    if let Some(usage) = result.get("usage").filter(|u| u.is_object()) {
+        let cache_read = count_at(usage, "/cachedReadTokens");
+        let cache_write = count_at(usage, "/cachedWriteTokens");
+        return Some(Usage {
+            input_tokens: count_at(usage, "/inputTokens").saturating_sub(cache_read).saturating_sub(cache_write),
+            output_tokens: count_at(usage, "/outputTokens"),
+            cache_read_tokens: cache_read,
+            cache_write_tokens: cache_write,
+            cost_usd: None,
+        });
+    }
+    let counts = result.pointer("/_meta/quota/token_count").filter(|c| c.is_object())?;
+    Some(Usage {
+        input_tokens: count_at(counts, "/input_tokens"),
+        output_tokens: count_at(counts, "/output_tokens"),
+        ..Usage::default()
+    })
+}
+
 impl crate::agents::convert::Converter for Converter {
     fn convert(&mut self, line: &str) -> Vec<EventData> {
         let message: Value = match serde_json::from_str(line) {
@@ -412,6 +455,10 @@ impl crate::agents::convert::Converter for Converter {
             }
             None => vec![unparsed("neither a JSON-RPC message nor a stream-json event")],
         }
+    }
+
+    fn take_usage(&mut self) -> Option<Usage> {
+        self.usage.take()
     }
 }
 

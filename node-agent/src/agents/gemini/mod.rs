@@ -364,7 +364,7 @@ impl GeminiDriver {
                     let events = self.converter.convert(&line);
                     emit_all(ctx, events, &line).await?;
                     if native.get("id").and_then(Value::as_u64) == Some(prompt_id) && method.is_none() {
-                        return Ok(outcome_of(&native));
+                        return Ok(outcome_of(&native).with_usage(self.converter.take_usage()));
                     }
                 }
             }

@@ -12,15 +12,21 @@
 //! the node agent), status items by the bus event's id. Bus events that mean nothing
 //! to a client (a session's metadata changed, a plugin loaded) become status items;
 //! an event type this module does not know becomes `agent.unparsed`.
+//!
+//! Each `step-finish` part holds the tokens and cost of one model call (OpenCode
+//! counts cached input apart from `input`, and reasoning apart from `output`: it is
+//! added back, as the universal `Usage` counts reasoning as output); summed, once a
+//! part however often it is updated, they are the turn's usage (see
+//! [`Converter::take_usage`]).
 
 use std::collections::HashMap;
 
 use serde_json::Value;
 
-use crate::agents::convert::unparsed;
+use crate::agents::convert::{add_usage, count_at, unparsed};
 use crate::universal::{
     EventData, Item, ItemKind, ItemStatus, PermissionReply, PermissionRequest, Question, QuestionOutcome,
-    QuestionRequest, Role,
+    QuestionRequest, Role, Usage,
 };
 
 /// Bus events that change nothing a client follows; each becomes a status item.
@@ -72,6 +78,10 @@ pub struct Converter {
     calls: HashMap<String, String>,
     /// Numbers status items of lines that carry no id of their own.
     anonymous: u64,
+    /// The usage of the `step-finish` parts since the driver last took it...
+    usage: Option<Usage>,
+    /// ...each part counted once (by its id).
+    steps_counted: std::collections::HashSet<String>,
 }
 
 impl super::super::convert::Converter for Converter {
@@ -95,6 +105,10 @@ impl super::super::convert::Converter for Converter {
             self.run_line(kind, &value)
         };
         if events.is_empty() { vec![unparsed("an opencode line with nothing in it to convert")] } else { events }
+    }
+
+    fn take_usage(&mut self) -> Option<Usage> {
+        self.usage.take()
     }
 }
 
@@ -302,7 +316,21 @@ impl Converter {
             }
             "tool" => self.tool(part, &part_id, status_id),
             "step-start" => vec![self.status(Some(status_id), "step started")],
-            "step-finish" => vec![self.status(Some(status_id), format!("step finished: {}", field("reason")))],
+            "step-finish" => {
+                if let Some(tokens) = part.get("tokens").filter(|t| t.is_object())
+                    && self.steps_counted.insert(part_id.clone())
+                {
+                    let usage = Usage {
+                        input_tokens: count_at(tokens, "/input"),
+                        output_tokens: count_at(tokens, "/output").saturating_add(count_at(tokens, "/reasoning")),
+                        cache_read_tokens: count_at(tokens, "/cache/read"),
+                        cache_write_tokens: count_at(tokens, "/cache/write"),
+                        cost_usd: part.get("cost").and_then(Value::as_f64),
+                    };
+                    add_usage(&mut self.usage, usage);
+                }
+                vec![self.status(Some(status_id), format!("step finished: {}", field("reason")))]
+            }
             "patch" => part
                 .get("files")
                 .and_then(Value::as_array)

@@ -592,10 +592,12 @@ impl OpencodeDriver {
                         }
                     }
                     if idle {
-                        return Ok(match failure {
+                        let outcome = match failure {
                             Some(error) => TurnOutcome::failed(error),
                             None => TurnOutcome::completed(),
-                        });
+                        };
+                        // The converter lives for this turn: its usage is the turn's steps'.
+                        return Ok(outcome.with_usage(converter.take_usage()));
                     }
                 }
                 Some(answer) = replies.next() => {

@@ -14,13 +14,17 @@
 //! execution. Lines that carry nothing for a client's transcript (agent and turn
 //! boundaries, the echo of the user's message, rpc acknowledgements) become `status`
 //! items, so that every line is accounted for.
+//!
+//! An assistant message's `message_end` carries the usage of its model call (input
+//! without the cached tokens, `cacheRead`, `cacheWrite`, `output`, and `cost.total`
+//! in dollars); their sum is the turn's usage (see [`Converter::take_usage`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
 
-use crate::agents::convert::unparsed;
-use crate::universal::{EventData, Item, ItemKind, ItemStatus, Role};
+use crate::agents::convert::{add_usage, count_at, unparsed};
+use crate::universal::{EventData, Item, ItemKind, ItemStatus, Role, Usage};
 
 /// What the converter remembers of the assistant message under way.
 #[derive(Default)]
@@ -44,6 +48,8 @@ pub struct Converter {
     message: Option<Message>,
     /// Tool output emitted so far, by call id.
     tool_output: BTreeMap<String, String>,
+    /// The usage of the assistant messages that ended since the driver last took it.
+    usage: Option<Usage>,
 }
 
 impl Converter {
@@ -251,7 +257,18 @@ impl Converter {
     fn message_end(&mut self, message: &Value) -> Option<Vec<EventData>> {
         let role = message.get("role")?.as_str()?;
         match role {
-            "assistant" => {}
+            "assistant" => {
+                if let Some(usage) = message.get("usage").filter(|u| u.is_object()) {
+                    let usage = Usage {
+                        input_tokens: count_at(usage, "/input"),
+                        output_tokens: count_at(usage, "/output"),
+                        cache_read_tokens: count_at(usage, "/cacheRead"),
+                        cache_write_tokens: count_at(usage, "/cacheWrite"),
+                        cost_usd: usage.pointer("/cost/total").and_then(Value::as_f64),
+                    };
+                    add_usage(&mut self.usage, usage);
+                }
+            }
             "user" => return Some(vec![self.status("the user's message is in the conversation")]),
             "toolResult" => return Some(vec![self.status("tool result is in the conversation")]),
             _ => return None,
@@ -380,5 +397,9 @@ impl crate::agents::convert::Converter for Converter {
                 None => "a pi line without a type".to_string(),
             })],
         }
+    }
+
+    fn take_usage(&mut self) -> Option<Usage> {
+        self.usage.take()
     }
 }

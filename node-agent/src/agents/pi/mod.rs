@@ -29,6 +29,7 @@ use serde_json::{Value, json};
 use tokio::process::Command;
 
 use super::child::LineChild;
+use super::convert::Converter as _;
 use super::{AgentDriver, AgentId, DriverConfig, Interrupted, TurnContext, TurnInput, TurnOutcome};
 use crate::error::{Error, Result};
 use crate::model::{AgentCapabilities, CreateSessionRequest, PermissionMode};
@@ -255,6 +256,8 @@ impl PiDriver {
     }
 
     async fn turn(&mut self, ctx: &TurnContext, turn: &TurnInput, resume: bool) -> Result<TurnOutcome, Interrupted> {
+        // Usage of an earlier turn cut short is not this turn's.
+        self.converter.take_usage();
         // A turn run again after a restart gets ids of its own.
         self.converter.set_prefix(if resume {
             format!("turn-{}-resumed", turn.number)
@@ -304,7 +307,7 @@ impl PiDriver {
                     let error = value.get("error").and_then(Value::as_str).unwrap_or("no reason given");
                     return Ok(TurnOutcome::failed(format!("pi refused the prompt: {error}")));
                 }
-                Some("agent_end") => return Ok(outcome_of(&value)),
+                Some("agent_end") => return Ok(outcome_of(&value).with_usage(self.converter.take_usage())),
                 _ => {}
             }
         }
