@@ -487,6 +487,12 @@ fn a_mock_session_gets_each_message_once_across_restarts_of_up_and_takes_replies
         wait_session(&up, "chat", "idle after two", |r| phase(r) == "Idle" && r["status"]["deliveredMessages"] == 2);
     assert_eq!(idle["status"]["agentSessionId"], agent_session, "the same conversation, resumed");
     assert_eq!(user_messages(&up, &idle), ["first message", "second message"]);
+    // The mock reports the same usage for every turn: the status has both turns', the
+    // first's kept by the node agent across the restart.
+    assert_eq!(
+        idle["status"]["usage"],
+        serde_json::json!({"inputTokens": 200, "outputTokens": 40, "cacheReadTokens": 60, "cacheWriteTokens": 8, "costUsd": 0.5})
+    );
 
     // kill -9 right after a third is saved: delivered once whether or not the killed
     // controller got to it.

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use agentplane_crds::{
     ChangedFile, FileChangeStatus, PendingPermission, PendingQuestion, PermissionDecision, PermissionMode, Question,
-    Session, SessionPhase, SessionStatus, WorkspaceStatus,
+    Session, SessionPhase, SessionStatus, SessionUsage, WorkspaceStatus,
 };
 use agentplane_node_agent::client::{Client, ClientError};
 use agentplane_node_agent::model::{
@@ -232,6 +232,14 @@ impl Step<'_> {
             })
             .collect();
         status.workspace = info.workspace.as_ref().filter(|w| w.url.is_some()).map(workspace_status);
+        let usage = &info.usage;
+        status.usage = (*usage != Default::default()).then_some(SessionUsage {
+            input_tokens: usage.input_tokens,
+            output_tokens: usage.output_tokens,
+            cache_read_tokens: usage.cache_read_tokens,
+            cache_write_tokens: usage.cache_write_tokens,
+            cost_usd: usage.cost_usd,
+        });
         let (ready, reason, message) = match info.state {
             SessionState::Preparing => {
                 (Status::False, "Preparing", "the workspace's git repository is being cloned".to_string())

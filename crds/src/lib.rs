@@ -548,8 +548,31 @@ pub struct SessionStatus {
     /// The workspace: the commit checked out and the files changed since.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workspace: Option<WorkspaceStatus>,
+    /// Tokens the agent reported, summed over the session's turns (absent until it
+    /// reports any; some agents never do, see docs/agents.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<SessionUsage>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+}
+
+/// Tokens of a Session's turns, summed, as its agent reported them. The four counts
+/// are disjoint: `inputTokens` is the input neither read from nor written to the
+/// prompt cache.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionUsage {
+    #[serde(default)]
+    pub input_tokens: u64,
+    #[serde(default)]
+    pub output_tokens: u64,
+    #[serde(default)]
+    pub cache_read_tokens: u64,
+    #[serde(default)]
+    pub cache_write_tokens: u64,
+    /// What the agent says the tokens cost, in US dollars, where it says so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
 }
 
 /// A Session's workspace as it is: `agentplane diff session/NAME` shows the changes.
