@@ -742,6 +742,7 @@ pub async fn describe(args: DescribeArgs) -> anyhow::Result<i32> {
                 out.optional(1, "Observed generation", status.observed_generation.map(|g| g.to_string()));
                 out.optional(1, "Agent session", status.agent_session_id.clone());
                 out.field(1, "Delivered", format!("{} of {}", status.delivered_messages, spec.messages.len()));
+                out.optional(1, "Tokens", status.usage.map(|u| tokens_line(&u)));
                 for question in &status.pending_questions {
                     let texts: Vec<&str> = question.questions.iter().map(|q| q.question.as_str()).collect();
                     out.field(
@@ -998,6 +999,18 @@ impl Describe {
             }
         }
     }
+}
+
+/// A Session's usage in one line: `1200 in, 340 out, 5000 cache read, 0 cache write, $0.0123`.
+fn tokens_line(usage: &agentplane_crds::SessionUsage) -> String {
+    let mut line = format!(
+        "{} in, {} out, {} cache read, {} cache write",
+        usage.input_tokens, usage.output_tokens, usage.cache_read_tokens, usage.cache_write_tokens
+    );
+    if let Some(cost) = usage.cost_usd {
+        line.push_str(&format!(", ${cost:.4}"));
+    }
+    line
 }
 
 #[cfg(test)]

@@ -493,6 +493,9 @@ fn a_mock_session_gets_each_message_once_across_restarts_of_up_and_takes_replies
         idle["status"]["usage"],
         serde_json::json!({"inputTokens": 200, "outputTokens": 40, "cacheReadTokens": 60, "cacheWriteTokens": 8, "costUsd": 0.5})
     );
+    let described = Command::new(BIN).args(["describe", "session/chat", "--dir"]).arg(&dir).output().unwrap();
+    let described = String::from_utf8_lossy(&described.stdout);
+    assert!(described.contains("200 in, 40 out, 60 cache read, 8 cache write, $0.5000"), "{described}");
 
     // kill -9 right after a third is saved: delivered once whether or not the killed
     // controller got to it.
