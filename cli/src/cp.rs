@@ -170,14 +170,19 @@ fn waiting_for_sandbox(object: &Object) -> Option<&str> {
     template.filter(|_| placed.is_none())
 }
 
-/// Where a relative PATH is taken: a Process's `cwd`, a Session's `workingDir`.
+/// Where a relative PATH is taken: a Process's `cwd`; a Session's `workingDir` (or
+/// `workspace.path`, the same setting), else where its workspace was cloned.
 fn working_dir(object: &Object) -> Option<&str> {
+    fn nonempty(dir: &Option<String>) -> Option<&str> {
+        dir.as_deref().filter(|d| !d.is_empty())
+    }
     match object {
-        Object::Process(p) => p.spec.cwd.as_deref(),
-        Object::Session(s) => s.spec.working_dir.as_deref(),
+        Object::Process(p) => nonempty(&p.spec.cwd),
+        Object::Session(s) => nonempty(&s.spec.working_dir)
+            .or_else(|| s.spec.workspace.as_ref().and_then(|w| nonempty(&w.path)))
+            .or_else(|| s.status.as_ref()?.workspace.as_ref().and_then(|w| nonempty(&w.path))),
         _ => None,
     }
-    .filter(|dir| !dir.is_empty())
 }
 
 /// PATH as the node agent takes it: absolute as it is; relative, in the working
