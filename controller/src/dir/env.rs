@@ -277,6 +277,37 @@ mod tests {
         assert!(resolve_env(&files(&root), &[], &from_file("gone.env")).is_err());
     }
 
+    #[test]
+    fn git_credentials_come_from_files_beside_the_resource_and_never_from_a_secret() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        fs::write(root.join("git.env"), "token=t0k\nusername=oauth2\n").unwrap();
+        fs::write(
+            root.join("id_test"),
+            "-----BEGIN OPENSSH PRIVATE KEY-----\nAAAA\n-----END OPENSSH PRIVATE KEY-----\n",
+        )
+        .unwrap();
+        fs::write(root.join("empty.env"), "OTHER=1\n").unwrap();
+        let source = |json: serde_json::Value| -> agentplane_crds::GitCredentialsSource {
+            serde_json::from_value(json).unwrap()
+        };
+        let both = resolve_git_credentials(
+            &files(&root),
+            &source(serde_json::json!({"file": "git.env", "sshPrivateKeyFile": "id_test"})),
+        )
+        .unwrap();
+        assert_eq!(both.token.as_deref(), Some("t0k"));
+        assert_eq!(both.username.as_deref(), Some("oauth2"));
+        assert!(both.ssh_private_key.unwrap().contains("\nAAAA\n"), "the key is read whole, lines and all");
+        let no_token = resolve_git_credentials(&files(&root), &source(serde_json::json!({"file": "empty.env"})));
+        assert!(no_token.unwrap_err().contains("no key \"token\""));
+        let outside =
+            resolve_git_credentials(&files(&root), &source(serde_json::json!({"sshPrivateKeyFile": "/etc/hostname"})));
+        assert!(outside.unwrap_err().contains("outside the watched folder"));
+        let secret = resolve_git_credentials(&files(&root), &source(serde_json::json!({"secretRef": {"name": "git"}})));
+        assert!(secret.unwrap_err().contains("needs the cluster store"));
+    }
+
     /// A FIFO with no writer: a plain read would block for ever. Run on a thread, so a
     /// regression fails the test instead of hanging it.
     #[test]
