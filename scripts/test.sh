@@ -83,6 +83,7 @@ cargo build --locked -p agentplane
 )
 
 AGENTPLANE_BENCH_MIB=16 cargo bench --locked -p agentplane --bench pty_throughput
+AGENTPLANE_BENCH_FS_MIB=256 cargo bench --locked -p agentplane --bench fs_throughput
 cargo bench --locked -p agentplane --bench up_converge
 cargo bench --locked -p agentplane --bench kube_converge
 cargo bench --locked -p agentplane --bench sandboxes

@@ -367,6 +367,16 @@ async fn the_openapi_document_describes_every_route() {
         ("/v1/resources", "get"),
         ("/v1/resources/sse", "get"),
         ("/metrics", "get"),
+        ("/v1/fs/entries", "get"),
+        ("/v1/fs/stat", "get"),
+        ("/v1/fs/file", "get"),
+        ("/v1/fs/file", "put"),
+        ("/v1/fs/mkdir", "post"),
+        ("/v1/fs/move", "post"),
+        ("/v1/fs/entry", "delete"),
+        ("/v1/fs/upload", "post"),
+        ("/v1/fs/download", "get"),
+        ("/v1/fs/watch", "get"),
     ] {
         assert!(paths[path][method].is_object(), "{method} {path} is documented");
     }
@@ -401,7 +411,7 @@ async fn the_openapi_document_describes_every_route() {
                 .count()
         })
         .sum();
-    assert_eq!(documented, 35, "operations documented: every method of every route in `api::router`");
+    assert_eq!(documented, 46, "operations documented: every method of every route in `api::router`");
     // The routes that need no token say so; every other inherits the bearer scheme.
     for (path, method) in [("/v1/health", "get"), ("/v1/auth/exchange", "post")] {
         assert_eq!(paths[path][method]["security"], serde_json::json!([{}]), "{method} {path}");
@@ -430,6 +440,7 @@ async fn a_data_directory_serves_one_node_agent_at_a_time() {
         data_dir: server.data_dir(),
         cors_origins: vec![],
         limits: Limits::default(),
+        fs_roots: Vec::new(),
     };
     let second = agentplane_node_agent::Server::bind(config, tokio_util::sync::CancellationToken::new()).await;
     let error = second.err().expect("a second node agent on the same data directory is refused").to_string();

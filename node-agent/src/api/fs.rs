@@ -371,33 +371,45 @@ async fn upload_tar(
     let path = roots.resolve(&query.path)?;
     let (sender, receiver) = mpsc::channel::<io::Result<Bytes>>(WRITE_QUEUE);
     let extractor = tokio::task::spawn_blocking(move || {
-        crate::fs::tar::extract(&roots, &path, ChannelReader { receiver, current: Bytes::new() })
+        crate::fs::tar::extract(&roots, &path, ChannelReader { receiver, current: Bytes::new(), ended: false })
     });
     let mut stream = body.into_data_stream();
     while let Some(chunk) = stream.next().await {
         let chunk = chunk.map_err(|e| io::Error::other(format!("reading the request body: {e}")));
+        if chunk.as_ref().is_ok_and(Bytes::is_empty) {
+            continue; // empty is the end marker below
+        }
         let failed = chunk.is_err();
         if sender.send(chunk).await.is_err() || failed {
             break; // the extractor stopped (its answer is below), or the body broke
         }
     }
+    // The end, said: a channel closed without it (this handler dropped when the client
+    // went) is a cut-off stream, not an archive that ended where the cut fell.
+    let _ = sender.send(Ok(Bytes::new())).await;
     drop(sender);
     let result = extractor.await.map_err(|e| Error::io("extracting a tar stream", io::Error::other(e)))??;
     Ok(Json(result))
 }
 
-/// The request body as a blocking reader for the tar crate.
+/// The request body as a blocking reader for the tar crate; an empty chunk marks
+/// its end.
 struct ChannelReader {
     receiver: mpsc::Receiver<io::Result<Bytes>>,
     current: Bytes,
+    ended: bool,
 }
 
 impl Read for ChannelReader {
     fn read(&mut self, buffer: &mut [u8]) -> io::Result<usize> {
         while self.current.is_empty() {
+            if self.ended {
+                return Ok(0);
+            }
             match self.receiver.blocking_recv() {
+                Some(Ok(chunk)) if chunk.is_empty() => self.ended = true,
                 Some(chunk) => self.current = chunk?,
-                None => return Ok(0),
+                None => return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "the upload was cut off")),
             }
         }
         let size = buffer.len().min(self.current.len());

@@ -20,7 +20,7 @@ use std::io;
 use std::path::{Component, Path, PathBuf};
 
 use cap_fs_ext::{DirExt, FollowSymlinks, OpenOptionsFollowExt};
-use cap_std::fs::{Dir, Metadata, MetadataExt, OpenOptions};
+use cap_std::fs::{Dir, Metadata, MetadataExt, OpenOptions, OpenOptionsExt};
 
 use crate::error::{Error, Result};
 use crate::model::{FsEntry, FsEntryType};
@@ -202,7 +202,11 @@ impl FsRoots {
         if path.is_root() {
             return Err(Error::IsADirectory(format!("{} is a directory", path.display)));
         }
-        let file = self.root_dir(path).open(path.relative()).map_err(|e| fs_error(e, path.display()))?;
+        // Non-blocking: opening a FIFO for reading would otherwise wait for a writer
+        // forever (it is refused below); a regular file ignores the flag.
+        let mut options = OpenOptions::new();
+        options.read(true).custom_flags(nix::libc::O_NONBLOCK);
+        let file = self.root_dir(path).open_with(path.relative(), &options).map_err(|e| fs_error(e, path.display()))?;
         let metadata = file.metadata().map_err(|e| fs_error(e, path.display()))?;
         if metadata.is_dir() {
             return Err(Error::IsADirectory(format!("{} is a directory", path.display)));

@@ -309,7 +309,8 @@ fn pack_entry<W: Write>(
     } else if file_type.is_file() {
         let options = super::nofollow({
             let mut options = cap_std::fs::OpenOptions::new();
-            options.read(true);
+            // Non-blocking: a FIFO swapped in since the look would block the open.
+            options.read(true).custom_flags(nix::libc::O_NONBLOCK);
             options
         });
         let file = match dir.open_with(name, &options) {
@@ -317,9 +318,13 @@ fn pack_entry<W: Write>(
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
             Err(e) => return Err(fs_error(e, shown)),
         };
+        let opened = file.metadata().map_err(|e| fs_error(e, shown))?;
+        if !opened.is_file() {
+            return Ok(()); // swapped for something else since the look: not a file to copy
+        }
         // The size the header promises is the size at opening; a file that grows or
         // shrinks meanwhile is cut or padded to it, so the archive stays whole.
-        let size = file.metadata().map_err(|e| fs_error(e, shown))?.len();
+        let size = opened.len();
         header.set_entry_type(tar::EntryType::Regular);
         header.set_size(size);
         let reader = ExactSize { inner: file.into_std().take(size), remaining: size };

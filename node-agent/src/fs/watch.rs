@@ -156,3 +156,69 @@ impl Forwarder {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use notify::event::{CreateKind, DataChange, RemoveKind};
+
+    use super::*;
+
+    fn forwarder(capacity: usize) -> (Forwarder, mpsc::Receiver<FsEvent>) {
+        let (sender, receiver) = mpsc::channel(capacity);
+        let forwarder =
+            Forwarder { sender, watched: "/r".into(), root: PathBuf::from("/r"), lost: 0, pending_from: None };
+        (forwarder, receiver)
+    }
+
+    fn event(kind: EventKind, paths: &[&str], tracker: Option<usize>) -> notify::Result<notify::Event> {
+        let mut event = notify::Event::new(kind);
+        for path in paths {
+            event = event.add_path(PathBuf::from(path));
+        }
+        if let Some(tracker) = tracker {
+            event = event.set_tracker(tracker);
+        }
+        Ok(event)
+    }
+
+    fn drain(receiver: &mut mpsc::Receiver<FsEvent>) -> Vec<(FsEventType, String, Option<String>, Option<u64>)> {
+        std::iter::from_fn(|| receiver.try_recv().ok()).map(|e| (e.kind, e.path, e.from, e.missed)).collect()
+    }
+
+    #[test]
+    fn a_rename_is_one_event_and_a_move_out_is_a_removal() {
+        let (mut f, mut events) = forwarder(16);
+        let name = |mode| EventKind::Modify(ModifyKind::Name(mode));
+        f.handle(event(EventKind::Create(CreateKind::File), &["/r/a"], None));
+        f.handle(event(name(RenameMode::From), &["/r/a"], Some(7)));
+        f.handle(event(name(RenameMode::To), &["/r/b"], Some(7)));
+        f.handle(event(name(RenameMode::Both), &["/r/a", "/r/b"], Some(7)));
+        f.handle(event(name(RenameMode::From), &["/r/b"], Some(8)));
+        f.handle(event(EventKind::Remove(RemoveKind::File), &["/r/c"], None));
+        f.handle(event(EventKind::Create(CreateKind::File), &["/elsewhere/x"], None));
+        assert_eq!(
+            drain(&mut events),
+            vec![
+                (FsEventType::Created, "/r/a".into(), None, None),
+                (FsEventType::Renamed, "/r/b".into(), Some("/r/a".into()), None),
+                (FsEventType::Removed, "/r/b".into(), None, None),
+                (FsEventType::Removed, "/r/c".into(), None, None),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_slow_client_is_told_of_a_gap_where_it_fell() {
+        let (mut f, mut events) = forwarder(2);
+        let modified = |path: &str| event(EventKind::Modify(ModifyKind::Data(DataChange::Content)), &[path], None);
+        for path in ["/r/1", "/r/2", "/r/3", "/r/4", "/r/5"] {
+            f.handle(modified(path));
+        }
+        assert_eq!(drain(&mut events).len(), 2);
+        f.handle(modified("/r/6"));
+        assert_eq!(
+            drain(&mut events),
+            vec![(FsEventType::Gap, "/r".into(), None, Some(3)), (FsEventType::Modified, "/r/6".into(), None, None)]
+        );
+    }
+}

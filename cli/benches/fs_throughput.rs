@@ -1,0 +1,407 @@
+//! File API benchmark of the node agent: a large file written with `PUT /v1/fs/file`
+//! and read back with `GET /v1/fs/file`, against `cp` of the same file on the same
+//! disk in the same run, and the node agent's memory while it streams.
+//!
+//! Against the `agentplane node-agent` binary started as a separate process on
+//! 127.0.0.1, with its file root in a scratch directory beside the target directory
+//! (the same disk as the copies):
+//!
+//! 1. **Write**: the file uploaded from this process (read in 1 MiB chunks), the node
+//!    agent streaming it into a temporary file, syncing it and renaming it into place;
+//!    against `cp` followed by `sync` of the copy (the same durability: a `PUT` answers
+//!    only once its file is on disk). Plain `cp` is printed too.
+//! 2. **Read**: the file downloaded into a local file, against plain `cp`.
+//! 3. **Memory**: the node agent's peak RSS during both transfers, sampled from
+//!    `/proc/PID/status` every 5 ms, and its `VmHWM` at the end: over 64 MiB fails the
+//!    run (streaming must not hold the file: a correctness bound, not a speed figure).
+//!
+//! Both copies are checked against the source with SHA-256.
+//!
+//! ```text
+//! cargo bench -p agentplane --bench fs_throughput
+//! AGENTPLANE_BENCH_FS_MIB=256 cargo bench -p agentplane --bench fs_throughput   # a quicker run
+//! ```
+//!
+//! A missed speed target prints MISSED and fails the run only with `BENCH_STRICT=1`;
+//! a wrong byte or the memory bound fails it always.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use agentplane_node_agent::client::Client;
+use agentplane_node_agent::model::FsWriteOptions;
+use anyhow::{Context, bail, ensure};
+use futures_util::StreamExt;
+use sha2::{Digest, Sha256};
+
+const TOKEN: &str = "fs-bench-token";
+/// Size of the file, overridable with `AGENTPLANE_BENCH_FS_MIB`.
+const DEFAULT_MIB: u64 = 1024;
+/// Chunks the upload is read in, and how many may wait for the socket: this process's
+/// own buffering, kept small and out of the node agent's figures.
+const UPLOAD_CHUNK: usize = 1 << 20;
+const UPLOAD_AHEAD: usize = 4;
+/// Downloaded chunks (tens of KiB each) waiting for this process's file writer.
+const DOWNLOAD_AHEAD: usize = 64;
+/// Speed targets: at least half of `cp` each way.
+const TARGET_RATIO: f64 = 0.5;
+/// The memory bound: the node agent's peak RSS while it streams a file of any size.
+const RSS_BOUND_MIB: f64 = 64.0;
+
+fn main() {
+    // Two workers: the socket's reads and writes go on while a chunk is handed over.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("the tokio runtime starts");
+    match runtime.block_on(run()) {
+        Ok(true) => {}
+        Ok(false) => {
+            eprintln!("fs_throughput: a speed target was missed (BENCH_STRICT=1)");
+            std::process::exit(1);
+        }
+        Err(error) => {
+            eprintln!("fs_throughput: {error:#}");
+            std::process::exit(1);
+        }
+    }
+}
+
+/// `Ok(false)`: a speed target missed under `BENCH_STRICT=1`.
+async fn run() -> anyhow::Result<bool> {
+    let mib = match std::env::var("AGENTPLANE_BENCH_FS_MIB") {
+        Ok(value) => value
+            .trim()
+            .parse::<u64>()
+            .ok()
+            .filter(|&n| n > 0)
+            .with_context(|| format!("AGENTPLANE_BENCH_FS_MIB={value:?}: expected a positive number of MiB"))?,
+        Err(_) => DEFAULT_MIB,
+    };
+    let size = mib << 20;
+    // Beside the target directory, not in /tmp (which may be memory): the disk the
+    // node agent would serve a workspace from. Removed when dropped, even on failure.
+    let scratch = tempfile::Builder::new()
+        .prefix("fs-bench-")
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .context("creating a scratch directory")?;
+    let root = scratch.path().join("root");
+    std::fs::create_dir(&root)?;
+    let source = scratch.path().join("source.bin");
+    let digest = write_payload(&source, size)?;
+
+    let agent = NodeAgent::start(&scratch.path().join("data"), &root)?;
+    let client = Client::new(&agent.url, Some(TOKEN.into()))?;
+    let idle_rss = agent.status_kib("VmRSS")? as f64 / 1024.0;
+
+    eprintln!("{mib} MiB: cp, cp + sync, PUT /v1/fs/file, GET /v1/fs/file into a local file");
+    let cp_copy = scratch.path().join("cp.bin");
+    let started = Instant::now();
+    run_command(Command::new("cp").arg(&source).arg(&cp_copy))?;
+    let cp_plain = started.elapsed();
+    std::fs::remove_file(&cp_copy)?;
+    let started = Instant::now();
+    run_command(Command::new("cp").arg(&source).arg(&cp_copy))?;
+    run_command(Command::new("sync").arg(&cp_copy))?;
+    let cp_synced = started.elapsed();
+    std::fs::remove_file(&cp_copy)?;
+
+    let sampler = RssSampler::start(agent.pid());
+    let started = Instant::now();
+    let entry = client
+        .fs_write("big.bin", upload_body(&source), &FsWriteOptions { mode: None, parents: false })
+        .await
+        .context("PUT /v1/fs/file")?;
+    let put = started.elapsed();
+    ensure!(entry.size == size, "the node agent reports {} bytes written, not {size}", entry.size);
+
+    let downloaded = scratch.path().join("downloaded.bin");
+    let started = Instant::now();
+    let mut stream = client.fs_read("big.bin", None).await.context("GET /v1/fs/file")?;
+    // Written on a thread of its own, as `cp` writes while it reads: this process's
+    // file writes must not slow its reading of the socket.
+    let (chunks, to_disk) = std::sync::mpsc::sync_channel::<bytes::Bytes>(DOWNLOAD_AHEAD);
+    let writer = {
+        let mut out = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&downloaded)?);
+        std::thread::spawn(move || -> std::io::Result<()> {
+            for chunk in to_disk {
+                out.write_all(&chunk)?;
+            }
+            out.flush()
+        })
+    };
+    let mut received = 0u64;
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.context("reading the download")?;
+        received += chunk.len() as u64;
+        chunks.send(chunk).context("the download's writer stopped")?;
+    }
+    drop(chunks);
+    writer.join().map_err(|_| anyhow::anyhow!("the download's writer panicked"))??;
+    let get = started.elapsed();
+    let sampled_peak = sampler.stop() as f64 / 1024.0;
+    let hwm = agent.status_kib("VmHWM")? as f64 / 1024.0;
+    agent.stop()?;
+
+    let written_ok = sha256(&root.join("big.bin"))? == digest;
+    let read_ok = received == size && sha256(&downloaded)? == digest;
+
+    let speed = |d: Duration| mib as f64 / d.as_secs_f64();
+    let (put_ratio, get_ratio) =
+        (cp_synced.as_secs_f64() / put.as_secs_f64(), cp_plain.as_secs_f64() / get.as_secs_f64());
+    let peak = sampled_peak.max(hwm);
+    let verdict = |met: bool| if met { "MET" } else { "MISSED" };
+    println!();
+    println!("agentplane file API benchmark: {mib} MiB, one run each, same disk");
+    println!("  cp                          {:>8.1} MiB/s", speed(cp_plain));
+    println!("  cp + sync                   {:>8.1} MiB/s", speed(cp_synced));
+    println!(
+        "  PUT /v1/fs/file (synced)    {:>8.1} MiB/s   {put_ratio:.2}x cp + sync  (target >= {TARGET_RATIO}x: {})",
+        speed(put),
+        verdict(put_ratio >= TARGET_RATIO)
+    );
+    println!(
+        "  GET /v1/fs/file             {:>8.1} MiB/s   {get_ratio:.2}x cp         (target >= {TARGET_RATIO}x: {})",
+        speed(get),
+        verdict(get_ratio >= TARGET_RATIO)
+    );
+    println!("  node agent RSS idle         {idle_rss:>8.1} MiB");
+    println!(
+        "  node agent RSS peak         {peak:>8.1} MiB   (sampled {sampled_peak:.1}, VmHWM {hwm:.1}; bound <= {RSS_BOUND_MIB} MiB: {})",
+        if peak <= RSS_BOUND_MIB { "ok" } else { "FAIL" }
+    );
+    println!("  SHA-256 written / read back  {} / {}", ok(written_ok), ok(read_ok));
+
+    ensure!(written_ok, "the file the node agent wrote differs from the source");
+    ensure!(read_ok, "the file read back differs from the source ({received} of {size} bytes)");
+    ensure!(
+        peak <= RSS_BOUND_MIB,
+        "the node agent's RSS reached {peak:.1} MiB streaming a file (bound {RSS_BOUND_MIB})"
+    );
+    let strict = std::env::var("BENCH_STRICT").is_ok_and(|v| v == "1");
+    Ok(!strict || (put_ratio >= TARGET_RATIO && get_ratio >= TARGET_RATIO))
+}
+
+fn ok(good: bool) -> &'static str {
+    if good { "equal" } else { "DIFFERENT" }
+}
+
+/// Writes `size` pseudo-random bytes (xorshift64*, fixed seed) to `path`, answering
+/// their SHA-256.
+fn write_payload(path: &Path, size: u64) -> anyhow::Result<Vec<u8>> {
+    let mut file = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(path)?);
+    let mut hasher = Sha256::new();
+    let mut state: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut block = vec![0u8; 1 << 20];
+    let mut left = size;
+    while left > 0 {
+        for word in block.chunks_exact_mut(8) {
+            state ^= state >> 12;
+            state ^= state << 25;
+            state ^= state >> 27;
+            word.copy_from_slice(&state.wrapping_mul(0x2545_f491_4f6c_dd1d).to_le_bytes());
+        }
+        let n = left.min(block.len() as u64) as usize;
+        file.write_all(&block[..n])?;
+        hasher.update(&block[..n]);
+        left -= n as u64;
+    }
+    file.flush()?;
+    Ok(hasher.finalize().to_vec())
+}
+
+fn sha256(path: &Path) -> anyhow::Result<Vec<u8>> {
+    let mut file = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let mut hasher = Sha256::new();
+    let mut block = vec![0u8; 1 << 20];
+    loop {
+        let n = file.read(&mut block)?;
+        if n == 0 {
+            return Ok(hasher.finalize().to_vec());
+        }
+        hasher.update(&block[..n]);
+    }
+}
+
+/// The file as a request body, read on a thread in 1 MiB chunks a few ahead.
+fn upload_body(path: &Path) -> reqwest::Body {
+    let (sender, receiver) = tokio::sync::mpsc::channel::<std::io::Result<bytes::Bytes>>(UPLOAD_AHEAD);
+    let path = path.to_path_buf();
+    std::thread::spawn(move || {
+        let mut file = match std::fs::File::open(&path) {
+            Ok(file) => file,
+            Err(error) => {
+                let _ = sender.blocking_send(Err(error));
+                return;
+            }
+        };
+        loop {
+            let mut chunk = vec![0u8; UPLOAD_CHUNK];
+            match file.read(&mut chunk) {
+                Ok(0) => return,
+                Ok(n) => {
+                    chunk.truncate(n);
+                    if sender.blocking_send(Ok(chunk.into())).is_err() {
+                        return;
+                    }
+                }
+                Err(error) => {
+                    let _ = sender.blocking_send(Err(error));
+                    return;
+                }
+            }
+        }
+    });
+    let stream = futures_util::stream::unfold(receiver, |mut receiver| async move {
+        receiver.recv().await.map(|chunk| (chunk, receiver))
+    });
+    reqwest::Body::wrap_stream(stream)
+}
+
+fn run_command(command: &mut Command) -> anyhow::Result<()> {
+    let status = command.status().with_context(|| format!("running {command:?}"))?;
+    ensure!(status.success(), "{command:?} failed: {status}");
+    Ok(())
+}
+
+/// The highest `VmRSS` of a process, sampled on a thread until stopped.
+struct RssSampler {
+    stop: Arc<AtomicBool>,
+    peak_kib: Arc<AtomicU64>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl RssSampler {
+    fn start(pid: u32) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let peak_kib = Arc::new(AtomicU64::new(0));
+        let thread = {
+            let (stop, peak_kib) = (stop.clone(), peak_kib.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    if let Ok(kib) = status_kib(pid, "VmRSS") {
+                        peak_kib.fetch_max(kib, Ordering::Relaxed);
+                    }
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            })
+        };
+        RssSampler { stop, peak_kib, thread }
+    }
+
+    /// The peak, in KiB.
+    fn stop(self) -> u64 {
+        self.stop.store(true, Ordering::Relaxed);
+        let _ = self.thread.join();
+        self.peak_kib.load(Ordering::Relaxed)
+    }
+}
+
+/// A `kB` field of `/proc/PID/status`, in KiB.
+fn status_kib(pid: u32, field: &str) -> anyhow::Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|value| value.trim().strip_suffix("kB")?.trim().parse().ok())
+        .with_context(|| format!("no {field} in /proc/{pid}/status"))
+}
+
+struct NodeAgent {
+    child: Child,
+    url: String,
+}
+
+impl NodeAgent {
+    fn start(data_dir: &Path, root: &Path) -> anyhow::Result<Self> {
+        let binary = PathBuf::from(env!("CARGO_BIN_EXE_agentplane"));
+        let mut child = Command::new(&binary)
+            .args(["node-agent", "--listen", "127.0.0.1:0", "--token", TOKEN, "--data-dir"])
+            .arg(data_dir)
+            .arg("--fs-root")
+            .arg(root)
+            .env("RUST_LOG", "info,tower_http=warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("starting {}", binary.display()))?;
+        // The port from the ready line; stderr drained after it so the node agent
+        // never blocks on a full pipe.
+        let stderr = child.stderr.take().expect("stderr is piped");
+        let (port_tx, port_rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut port_tx = Some(port_tx);
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if let Some(tx) = &port_tx {
+                    let _ = tx.send((line.contains("node agent ready"), line.clone()));
+                    if line.contains("node agent ready") {
+                        port_tx = None;
+                    }
+                }
+            }
+        });
+        let mut agent = NodeAgent { child, url: String::new() };
+        let deadline = Instant::now() + Duration::from_secs(15);
+        let mut log = String::new();
+        let port = loop {
+            match port_rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                Ok((true, line)) => break ready_port(&line).context("no port in the node agent's ready line")?,
+                Ok((false, line)) => {
+                    log.push_str(&line);
+                    log.push('\n');
+                }
+                Err(_) => bail!("the node agent did not report ready; it logged:\n{log}"),
+            }
+        };
+        agent.url = format!("http://127.0.0.1:{port}");
+        Ok(agent)
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn status_kib(&self, field: &str) -> anyhow::Result<u64> {
+        status_kib(self.pid(), field)
+    }
+
+    /// SIGTERM, then a clean exit.
+    fn stop(mut self) -> anyhow::Result<()> {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.pid() as i32), nix::sys::signal::Signal::SIGTERM)?;
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                ensure!(status.success(), "the node agent exited with {status} after SIGTERM");
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                bail!("the node agent did not stop within 15 s of SIGTERM");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for NodeAgent {
+    fn drop(&mut self) {
+        // A run that failed half-way leaves no node agent behind.
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn ready_port(line: &str) -> Option<u16> {
+    let listen = line.split_whitespace().find_map(|word| word.strip_prefix("listen="))?;
+    listen.rsplit_once(':')?.1.parse().ok()
+}
