@@ -430,16 +430,25 @@ fn nofollow(mut options: OpenOptions) -> OpenOptions {
     options
 }
 
+/// The ending of a temporary file that will become a new file.
+pub const TEMPORARY_NEW: &str = ".agentplane-new";
+/// The ending of a temporary file that will replace a file.
+pub const TEMPORARY_REPLACING: &str = ".agentplane-part";
+
 /// Creates a new file for writing in `dir` under a fresh hidden name next to `name`
 /// (where a later rename makes it `name` atomically); answers the file and the name.
+/// The name's ending says whether `name` is there already ([`TEMPORARY_REPLACING`]) or
+/// not ([`TEMPORARY_NEW`]), so a watch can tell the rename that ends a write as the
+/// creation or change of `name` it is (see [`watch`]).
 pub fn create_temporary(dir: &Dir, name: &str) -> io::Result<(std::fs::File, String)> {
+    let ending = if dir.symlink_metadata(name).is_ok() { TEMPORARY_REPLACING } else { TEMPORARY_NEW };
     let mut options = OpenOptions::new();
     options.write(true).create_new(true);
     let options = nofollow(options);
     for _ in 0..8 {
         // Short enough for a name of 255 bytes plus the suffix to stay a valid name.
         let stem: String = name.chars().take(200).collect();
-        let temporary = format!(".{stem}.{}.agentplane-part", crate::random::hex(6));
+        let temporary = format!(".{stem}.{}{ending}", crate::random::hex(6));
         match dir.open_with(&temporary, &options) {
             Ok(file) => return Ok((file.into_std(), temporary)),
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,

@@ -125,6 +125,16 @@ impl Forwarder {
         if !path.starts_with(&self.root) || from.is_some_and(|from| !from.starts_with(&self.root)) {
             return;
         }
+        // The file API's own temporary files are not news; the rename that ends a
+        // write is the creation or the change of the file written.
+        if temporary(path).is_some() {
+            return;
+        }
+        let (kind, from) = match from.and_then(temporary) {
+            Some(TemporaryKind::New) => (FsEventType::Created, None),
+            Some(TemporaryKind::Replacing) => (FsEventType::Modified, None),
+            None => (kind, from),
+        };
         let event = FsEvent {
             kind,
             path: path.to_string_lossy().into_owned(),
@@ -154,6 +164,25 @@ impl Forwarder {
             Ok(()) | Err(TrySendError::Closed(_)) => {}
             Err(TrySendError::Full(_)) => self.lost += 1,
         }
+    }
+}
+
+enum TemporaryKind {
+    New,
+    Replacing,
+}
+
+/// What a temporary file of the file API's writes is for; `None` for any other path.
+fn temporary(path: &Path) -> Option<TemporaryKind> {
+    let name = path.file_name()?.to_str()?;
+    if !name.starts_with('.') {
+        None
+    } else if name.ends_with(super::TEMPORARY_NEW) {
+        Some(TemporaryKind::New)
+    } else if name.ends_with(super::TEMPORARY_REPLACING) {
+        Some(TemporaryKind::Replacing)
+    } else {
+        None
     }
 }
 
@@ -204,6 +233,27 @@ mod tests {
                 (FsEventType::Removed, "/r/b".into(), None, None),
                 (FsEventType::Removed, "/r/c".into(), None, None),
             ]
+        );
+    }
+
+    #[test]
+    fn a_write_through_a_temporary_file_is_a_create_or_a_change_of_the_file_written() {
+        let (mut f, mut events) = forwarder(16);
+        let name = |mode| EventKind::Modify(ModifyKind::Name(mode));
+        let written = EventKind::Modify(ModifyKind::Data(DataChange::Content));
+        for (temporary, tracker) in [("/r/.a.0123ab.agentplane-new", 1), ("/r/.a.4567cd.agentplane-part", 2)] {
+            f.handle(event(EventKind::Create(CreateKind::File), &[temporary], None));
+            f.handle(event(written, &[temporary], None));
+            f.handle(event(name(RenameMode::From), &[temporary], Some(tracker)));
+            f.handle(event(name(RenameMode::To), &["/r/a"], Some(tracker)));
+            f.handle(event(name(RenameMode::Both), &[temporary, "/r/a"], Some(tracker)));
+        }
+        // A failed write's temporary file goes unseen too.
+        f.handle(event(EventKind::Create(CreateKind::File), &["/r/.b.89abef.agentplane-new"], None));
+        f.handle(event(EventKind::Remove(RemoveKind::File), &["/r/.b.89abef.agentplane-new"], None));
+        assert_eq!(
+            drain(&mut events),
+            vec![(FsEventType::Created, "/r/a".into(), None, None), (FsEventType::Modified, "/r/a".into(), None, None)]
         );
     }
 
