@@ -1,6 +1,7 @@
 import type { operations } from "./generated/openapi.js";
 import { AgentPlaneError, parseProblem } from "./errors.js";
 import { follow } from "./follow.js";
+import { Files } from "./files.js";
 import { type Fetch, Http, type Loose } from "./http.js";
 import { parseSse } from "./sse.js";
 import { Terminal, type TerminalOptions, type WebSocketConstructor } from "./terminal.js";
@@ -88,6 +89,8 @@ export class AgentPlane implements AsyncDisposable {
   readonly agents: Agents;
   /** The resources of `agentplane up`'s store (its embedded node agent serves them). */
   readonly resources: Resources;
+  /** The node agent's files (`/v1/fs/*`), confined to its roots. */
+  readonly files: Files;
   /** The node agent's process id, when `start()` made it. */
   readonly pid: number | undefined;
   /** The bearer token: the one given to `connect()`, or the one `start()` made up. */
@@ -102,6 +105,7 @@ export class AgentPlane implements AsyncDisposable {
     this.sessions = new Sessions(this.#http);
     this.agents = new Agents(this.#http);
     this.resources = new Resources(this.#http);
+    this.files = new Files(this.#http);
     this.pid = launched?.pid;
     this.token = options.token;
     this.#stop = launched?.stop;

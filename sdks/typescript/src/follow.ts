@@ -61,7 +61,7 @@ export async function* follow<T>(spec: FollowSpec<T>, signal?: AbortSignal): Asy
 }
 
 /** Worth another try: no answer, a broken body, or the server (or a proxy) failing. */
-function retriable(error: unknown): boolean {
+export function retriable(error: unknown): boolean {
   if (error instanceof AgentPlaneError) return error.status >= 500 || error.status === 429;
   if (error instanceof AgentPlaneNetworkError) return true;
   // A body that stops mid-read is a TypeError ("terminated") from fetch.

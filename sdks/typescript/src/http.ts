@@ -33,6 +33,8 @@ export type Loose<T> = { [K in keyof T]?: T[K] | undefined };
 export type CallOptions<O> = ([PathParams<O>] extends [never | undefined] ? { path?: never } : { path: PathParams<O> }) & {
   query?: QueryParams<O>;
   body?: JsonRequest<O>;
+  /** A body that is not JSON (a file's bytes, a tar stream), sent as it is. */
+  raw?: { body: BodyInit; contentType: string } | undefined;
   signal?: AbortSignal | undefined;
   headers?: Record<string, string>;
 };
@@ -84,6 +86,13 @@ export class Http {
     if (options.body !== undefined) {
       headers["content-type"] = "application/json";
       init.body = JSON.stringify(options.body);
+    } else if (options.raw !== undefined) {
+      headers["content-type"] = options.raw.contentType;
+      init.body = options.raw.body;
+      // A stream is sent as it is read (Node's fetch needs to be told).
+      if (typeof ReadableStream !== "undefined" && options.raw.body instanceof ReadableStream) {
+        (init as RequestInit & { duplex: "half" }).duplex = "half";
+      }
     }
     if (options.signal) init.signal = options.signal;
     let response: Response;

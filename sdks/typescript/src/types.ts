@@ -28,6 +28,13 @@ export type InstallRequest = Schemas["InstallRequest"];
 export type InstallProgress = Schemas["InstallProgress"];
 export type InstallResult = Schemas["InstallResult"];
 
+export type FsEntry = Schemas["FsEntry"];
+export type FsEntryType = Schemas["FsEntryType"];
+export type FsEntries = Schemas["FsEntries"];
+export type FsEvent = Schemas["FsEvent"];
+export type FsEventType = Schemas["FsEventType"];
+export type FsUploadResult = Schemas["FsUploadResult"];
+
 export type CreateSessionRequest = Schemas["CreateSessionRequest"];
 export type SessionInfo = Schemas["SessionInfo"];
 export type SessionState = Schemas["SessionState"];

@@ -182,6 +182,178 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/fs/download": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A tar stream of a directory (entries relative to it) or of one file: symlinks as
+         *     symlinks, modes and times kept.
+         */
+        get: operations["download_tar"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/fs/entries": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The entries of a directory, by name (symlinks as symlinks). */
+        get: operations["list_entries"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/fs/entry": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /** Deletes a file, a symlink (never what it points to) or a directory. */
+        delete: operations["delete_entry"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/fs/file": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A file's bytes, streamed. `Range: bytes=a-b`, `a-` or `-n` answers 206 with that
+         *     part; a range past the end answers 416.
+         */
+        get: operations["read_file"];
+        /**
+         * Writes a file from the raw request body: into a temporary file beside it, synced,
+         *     then renamed over it, so a reader sees the old file or the new one, never a mix.
+         *     An upload that fails or is cut off leaves nothing behind.
+         */
+        put: operations["write_file"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/fs/mkdir": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Creates a directory and its missing parents: 201, or 200 when it already was one. */
+        post: operations["make_directory"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/fs/move": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Renames `from` to `to` (across directories and roots of one filesystem). */
+        post: operations["move_entry"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/fs/stat": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** One entry, as `lstat` sees it: a symlink is reported with its target, not followed. */
+        get: operations["stat_entry"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/fs/upload": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Extracts a tar stream into the directory `path` (made when missing): modes, times,
+         *     directories and symlinks kept. An entry that would land outside the root (an
+         *     absolute name, `..`, through a symlink, a symlink pointing out) fails the request.
+         */
+        post: operations["upload_tar"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/fs/watch": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Changes under `path` as server-sent events (`created`, `modified`, `removed`,
+         *     `renamed` with `from`; `gap` when events were lost), in order. The watch is in
+         *     place when the response starts.
+         */
+        get: operations["watch"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/health": {
         parameters: {
             query?: never;
@@ -476,6 +648,28 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/sessions/{id}/diff": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The session's workspace against the commit it was cloned at, as a unified diff
+         *     (`git diff`, renames detected): changes in the working tree, new commits, and
+         *     untracked files as new files (ignored ones not). Streamed as git writes it, never
+         *     held whole; cut after 10 minutes. Empty when nothing changed.
+         */
+        get: operations["session_diff"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/sessions/{id}/events": {
         parameters: {
             query?: never;
@@ -623,6 +817,11 @@ export interface components {
     schemas: {
         /** @description What a driver can do; clients hide what an agent does not offer. */
         AgentCapabilities: {
+            /**
+             * @description Takes MCP servers (`mcpServers` of a session); an agent that cannot refuses a
+             *     session that names any (`mcp_not_supported`).
+             */
+            mcp?: boolean;
             /** @description Asks before running tools (`permission.requested`). */
             permissions: boolean;
             /** @description Asks the user questions (`question.requested`). */
@@ -683,6 +882,14 @@ export interface components {
              *     until the node agent stops; the 64 newest are kept.
              */
             token: string;
+        };
+        /** @description A file that differs from the workspace's commit. */
+        ChangedFile: {
+            /** @description For a renamed file: where it was. */
+            from?: string | null;
+            /** @description Relative to the workspace. */
+            path: string;
+            status: components["schemas"]["FileChangeStatus"];
         };
         /** @description JSON control messages of the terminal WebSocket (text frames), both directions. */
         ControlMessage: {
@@ -789,11 +996,18 @@ export interface components {
              *     characters.
              */
             label?: string | null;
+            /**
+             * @description MCP servers the agent is given, written into its own configuration the way it
+             *     takes them (stdio: `command`; HTTP: `url`). Values are resolved (no secret
+             *     references); kept with `env` and, like it, never echoed back or logged.
+             */
+            mcpServers?: components["schemas"]["McpServer"][];
             model?: string | null;
             permissionMode?: null | components["schemas"]["PermissionMode"];
             variant?: string | null;
             /** @description An existing directory; the node agent's own when absent. */
             workingDir?: string | null;
+            workspace?: null | components["schemas"]["WorkspaceRequest"];
         };
         /** @enum {string} */
         EndReason: "requested" | "failed";
@@ -831,6 +1045,7 @@ export interface components {
                 status: components["schemas"]["TurnStatus"];
                 /** Format: int64 */
                 turn: number;
+                usage?: null | components["schemas"]["Usage"];
             };
             /** @enum {string} */
             type: "turn.ended";
@@ -909,6 +1124,8 @@ export interface components {
             /** @description A code from `POST /v1/auth/codes` (or the `inspector:` line `agentplane up` prints). */
             code: string;
         };
+        /** @enum {string} */
+        FileChangeStatus: "added" | "modified" | "deleted" | "renamed";
         /**
          * @description Why a file of the watched folder was not taken (it keeps its resources at their
          *     last good spec).
@@ -928,12 +1145,122 @@ export interface components {
             line?: number | null;
             message: string;
         };
+        /** @description Answer of `GET /v1/fs/entries`. */
+        FsEntries: {
+            /** @description By name. */
+            entries: components["schemas"]["FsEntry"][];
+            /** @description The directory listed, absolute. */
+            path: string;
+        };
+        /** @description One file, directory or symlink. */
+        FsEntry: {
+            /**
+             * Format: int32
+             * @description The permission bits (`0o644` is 420).
+             */
+            mode: number;
+            /** @description Last modification, RFC 3339. */
+            mtime: string;
+            /** @description The last component of `path` (empty for a root). */
+            name: string;
+            /** @description Absolute and inside a root: how a client addresses it. */
+            path: string;
+            /**
+             * Format: int64
+             * @description In bytes (a symlink's: the length of its target).
+             */
+            size: number;
+            /** @description The symlink's target as stored, for symlinks only. */
+            target?: string | null;
+            type: components["schemas"]["FsEntryType"];
+        };
+        /**
+         * @description What a directory entry is, as `lstat` sees it: a symlink is never followed.
+         * @enum {string}
+         */
+        FsEntryType: "file" | "directory" | "symlink" | "other";
+        /** @description One event of `GET /v1/fs/watch`. */
+        FsEvent: {
+            /** @description The old path of a rename. */
+            from?: string | null;
+            /**
+             * Format: int64
+             * @description For a gap: how many events were dropped (0 when the kernel's count is unknown).
+             */
+            missed?: number | null;
+            /** @description Absolute (for a gap: the watched path). */
+            path: string;
+            type: components["schemas"]["FsEventType"];
+        };
+        /**
+         * @description What happened to a watched path.
+         * @enum {string}
+         */
+        FsEventType: "created" | "modified" | "removed" | "renamed" | "gap";
+        /** @description Body of `POST /v1/fs/move`. */
+        FsMoveRequest: {
+            from: string;
+            /** @description Replace what is at `to` (a file, a symlink or an empty directory). */
+            overwrite?: boolean;
+            to: string;
+        };
+        /** @description Answer of `POST /v1/fs/upload`. */
+        FsUploadResult: {
+            /**
+             * Format: int64
+             * @description Bytes of file content written.
+             */
+            bytes: number;
+            /**
+             * Format: int64
+             * @description Tar entries extracted (files, directories, symlinks, hard links).
+             */
+            entries: number;
+        };
         /** @description A range of output that was lost to the client: overwritten before it was read. */
         Gap: {
             /** Format: int64 */
             from: number;
             /** Format: int64 */
             to: number;
+        };
+        /** @description How to authenticate a clone. Neither secret is ever put in a command line or a URL. */
+        GitCredentials: {
+            /**
+             * @description An SSH private key (OpenSSH or PEM text), written to a private file for the
+             *     clone's `ssh -i` and removed after it.
+             */
+            sshPrivateKey?: string | null;
+            /**
+             * @description An HTTPS token, sent as HTTP basic authentication (`username`:`token`) through
+             *     git's `http.extraHeader`, set in git's environment.
+             */
+            token?: string | null;
+            /**
+             * @description The user name sent with `token` (default `x-access-token`, which GitHub takes;
+             *     GitLab takes `oauth2`).
+             */
+            username?: string | null;
+        };
+        /** @description A git repository to clone with the `git` CLI. */
+        GitSource: {
+            credentials?: null | components["schemas"]["GitCredentials"];
+            /**
+             * Format: int32
+             * @description A shallow clone of this many commits.
+             */
+            depth?: number | null;
+            /**
+             * @description A branch, a tag or a commit sha (with `depth`: a branch, a tag or a full sha);
+             *     the repository's default branch when absent.
+             */
+            ref?: string | null;
+            /**
+             * @description What `git clone` takes: `https://...`, `ssh://...`, `git@host:path`, `file://...`
+             *     (not `ext::`). Put no credentials in it (a password in it is shown as `***`, but
+             *     git keeps the URL in the clone's config): use `credentials`.
+             */
+            url: string;
         };
         Health: {
             status: string;
@@ -1053,6 +1380,29 @@ export interface components {
             code: string;
             /** Format: date-time */
             expiresAt: string;
+        };
+        /**
+         * @description One MCP server of a session: exactly one of `command` (a stdio server the agent
+         *     starts, with `args` and `env`) or `url` (a streamable HTTP server, with `headers`).
+         */
+        McpServer: {
+            args?: string[];
+            command?: string | null;
+            /** @description The stdio server's environment (added to what the agent passes it). */
+            env?: {
+                [key: string]: string;
+            };
+            /** @description Headers of every request to the HTTP server (`Authorization`, ...). */
+            headers?: {
+                [key: string]: string;
+            };
+            /**
+             * @description Unique in the session: letters, digits, `_` and `-`, at most 64 (agents name the
+             *     server's tools after it, e.g. Claude's `mcp__<name>__<tool>`).
+             */
+            name: string;
+            /** @description `http://` or `https://`: a server speaking MCP's streamable HTTP transport. */
+            url?: string | null;
         };
         /** @description One model a session's `model` may name. */
         ModelInfo: {
@@ -1330,14 +1680,20 @@ export interface components {
             state: components["schemas"]["SessionState"];
             /** Format: int64 */
             turnsCompleted: number;
+            /**
+             * @description The tokens of every turn so far, summed (each turn's is on its `turn.ended`);
+             *     zeros while the agent has reported none.
+             */
+            usage?: components["schemas"]["Usage"];
             variant?: string | null;
             workingDir?: string | null;
+            workspace?: null | components["schemas"]["WorkspaceInfo"];
         };
         SessionList: {
             sessions: components["schemas"]["SessionInfo"][];
         };
         /** @enum {string} */
-        SessionState: "installing" | "starting" | "running" | "awaitingInput" | "idle" | "ended" | "failed";
+        SessionState: "preparing" | "installing" | "starting" | "running" | "awaitingInput" | "idle" | "ended" | "failed";
         SignalRequest: {
             /** @description A signal name (`SIGINT`, `INT`) or number. */
             signal: string;
@@ -1371,6 +1727,76 @@ export interface components {
             source: components["schemas"]["EventSource"];
             /** Format: date-time */
             time: string;
+        };
+        /**
+         * @description Tokens used, as the agent reports them: of one turn on `turn.ended`, summed over
+         *     a session's turns in its info. The four counts are disjoint, so that they add up
+         *     to every token processed: `inputTokens` is the input neither read from nor written
+         *     to the prompt cache (an agent that reports cached tokens as part of its input has
+         *     them taken out). Reasoning tokens are part of `outputTokens`, as providers bill them.
+         */
+        Usage: {
+            /**
+             * Format: int64
+             * @description Input tokens read from the prompt cache.
+             * @default 0
+             */
+            cacheReadTokens: number;
+            /**
+             * Format: int64
+             * @description Input tokens written to the prompt cache.
+             * @default 0
+             */
+            cacheWriteTokens: number;
+            /**
+             * Format: double
+             * @description What the agent says the tokens cost, in US dollars, where it says so.
+             * @default null
+             */
+            costUsd: number | null;
+            /**
+             * Format: int64
+             * @description Input tokens neither read from nor written to the prompt cache.
+             * @default 0
+             */
+            inputTokens: number;
+            /**
+             * Format: int64
+             * @default 0
+             */
+            outputTokens: number;
+        };
+        /** @description A session's workspace as it is now (`SessionInfo.workspace`). */
+        WorkspaceInfo: {
+            /**
+             * @description Files that differ from `commit` (untracked ones too, ignored ones not), as of
+             *     the end of the last turn; at most 1,000.
+             */
+            changedFiles?: components["schemas"]["ChangedFile"][];
+            /** @description More files changed than `changedFiles` lists. */
+            changedFilesTruncated?: boolean;
+            /** @description The commit checked out, once cloned: what `changedFiles` and the diff compare with. */
+            commit?: string | null;
+            /** @description The directory the session runs in. */
+            path: string;
+            /** @description The ref asked for. */
+            ref?: string | null;
+            /** @description The repository cloned (a password in it shown as `***`). */
+            url?: string | null;
+        };
+        /**
+         * @description `workspace` of a session: `git` is cloned (by this node agent, inside its sandbox)
+         *     into `path`, or the session's `workingDir`, or else `<data dir>/workspaces/<id>`;
+         *     without `git`, `path` is the directory the session runs in, as `workingDir` is
+         *     (giving both, they must name the same directory).
+         */
+        WorkspaceRequest: {
+            git?: null | components["schemas"]["GitSource"];
+            /**
+             * @description An absolute directory. With `git`: where the clone goes (it must not exist, or
+             *     be empty; its parent must exist). Without: an existing directory.
+             */
+            path?: string | null;
         };
     };
     responses: never;
@@ -1710,6 +2136,504 @@ export interface operations {
                 };
                 content: {
                     "text/event-stream": components["schemas"]["LifecycleEvent"];
+                };
+            };
+            /** @description An RFC 7807 problem document; `type` is `urn:agentplane:error:<code>` */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    download_tar: {
+        parameters: {
+            query: {
+                path: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A tar stream */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/x-tar": number[];
+                };
+            };
+            /** @description not_found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description An RFC 7807 problem document; `type` is `urn:agentplane:error:<code>` */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    list_entries: {
+        parameters: {
+            query: {
+                path: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FsEntries"];
+                };
+            };
+            /** @description forbidden_path */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description not_found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description An RFC 7807 problem document; `type` is `urn:agentplane:error:<code>` */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    delete_entry: {
+        parameters: {
+            query: {
+                path: string;
+                /** @description Delete a directory with everything in it. */
+                recursive?: boolean;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description forbidden_path (a root itself, or outside the roots) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description directory_not_empty without `recursive` */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description An RFC 7807 problem document; `type` is `urn:agentplane:error:<code>` */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    read_file: {
+        parameters: {
+            query: {
+                path: string;
+            };
+            header?: {
+                /** @description One byte range: `bytes=a-b`, `bytes=a-` or `bytes=-n` */
+                Range?: string | null;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The whole file */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/octet-stream": number[];
+                };
+            };
+            /** @description The range asked for, with `Content-Range` */
+            206: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/octet-stream": number[];
+                };
+            };
+            /** @description is_a_directory */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description invalid_range */
+            416: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description An RFC 7807 problem document; `type` is `urn:agentplane:error:<code>` */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    write_file: {
+        parameters: {
+            query: {
+                path: string;
+                /** @description Octal permission bits (`0644`, `755`); default: the replaced file's, else 0644. */
+                mode?: string;
+                /** @description Create missing parent directories. */
+                parents?: boolean;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description The file's new content */
+        requestBody: {
+            content: {
+                "application/octet-stream": number[];
+            };
+        };
+        responses: {
+            /** @description Replaced */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FsEntry"];
+                };
+            };
+            /** @description Created */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FsEntry"];
+                };
+            };
+            /** @description forbidden_path */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description not_found: the directory is missing (see `parents`) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description is_a_directory */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description An RFC 7807 problem document; `type` is `urn:agentplane:error:<code>` */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    make_directory: {
+        parameters: {
+            query: {
+                path: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Already a directory */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FsEntry"];
+                };
+            };
+            /** @description Created */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FsEntry"];
+                };
+            };
+            /** @description conflict: something else is there */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description An RFC 7807 problem document; `type` is `urn:agentplane:error:<code>` */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    move_entry: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["FsMoveRequest"];
+            };
+        };
+        responses: {
+            /** @description The entry at `to` */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FsEntry"];
+                };
+            };
+            /** @description conflict: `to` exists and `overwrite` is false; directory_not_empty; is_a_directory; not_a_directory */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description An RFC 7807 problem document; `type` is `urn:agentplane:error:<code>` */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    stat_entry: {
+        parameters: {
+            query: {
+                path: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FsEntry"];
+                };
+            };
+            /** @description forbidden_path */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description not_found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description An RFC 7807 problem document; `type` is `urn:agentplane:error:<code>` */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    upload_tar: {
+        parameters: {
+            query: {
+                path: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description A tar stream */
+        requestBody: {
+            content: {
+                "application/x-tar": number[];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FsUploadResult"];
+                };
+            };
+            /** @description forbidden_path, naming the entry */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description An RFC 7807 problem document; `type` is `urn:agentplane:error:<code>` */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    watch: {
+        parameters: {
+            query: {
+                path: string;
+                /** @description Watch the whole tree below `path` (the default), not just its entries. */
+                recursive?: boolean;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/event-stream": components["schemas"]["FsEvent"];
+                };
+            };
+            /** @description not_found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
             /** @description An RFC 7807 problem document; `type` is `urn:agentplane:error:<code>` */
@@ -2505,6 +3429,64 @@ export interface operations {
             };
             /** @description session_not_found */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description An RFC 7807 problem document; `type` is `urn:agentplane:error:<code>` */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    session_diff: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The diff */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/x-diff": string;
+                };
+            };
+            /** @description session_not_found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description conflict: no git workspace, or not cloned yet */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description workspace_failed: git could not compare it */
+            502: {
                 headers: {
                     [name: string]: unknown;
                 };
