@@ -724,6 +724,10 @@ pub async fn describe(args: DescribeArgs) -> anyhow::Result<i32> {
                 spec.sandbox_template.as_ref().map_or_else(|| spec.sandbox.clone(), |t| format!("from template {t}")),
             );
             out.optional(1, "Working dir", spec.working_dir.clone());
+            if let Some(git) = spec.workspace.as_ref().and_then(|w| w.git.as_ref()) {
+                let at = git.git_ref.as_deref().map(|r| format!(" at {r}")).unwrap_or_default();
+                out.field(1, "Workspace", format!("{}{at}", git.url));
+            }
             let env: Vec<&str> = spec.env.iter().map(|e| e.name.as_str()).collect();
             if !env.is_empty() {
                 out.field(1, "Env", env.join(", "));
@@ -743,6 +747,17 @@ pub async fn describe(args: DescribeArgs) -> anyhow::Result<i32> {
                 out.optional(1, "Agent session", status.agent_session_id.clone());
                 out.field(1, "Delivered", format!("{} of {}", status.delivered_messages, spec.messages.len()));
                 out.optional(1, "Tokens", status.usage.map(|u| tokens_line(&u)));
+                if let Some(workspace) = &status.workspace {
+                    out.optional(1, "Workspace", workspace.path.clone());
+                    out.optional(2, "Commit", workspace.commit.clone());
+                    for file in &workspace.changed_files {
+                        let from = file.from.as_deref().map(|f| format!(" (from {f})")).unwrap_or_default();
+                        out.field(2, "Changed", format!("{} {}{from}", enum_word(&file.status), file.path));
+                    }
+                    if workspace.changed_files_truncated {
+                        out.field(2, "Changed", "... more (agentplane diff shows them all)".into());
+                    }
+                }
                 for question in &status.pending_questions {
                     let texts: Vec<&str> = question.questions.iter().map(|q| q.question.as_str()).collect();
                     out.field(

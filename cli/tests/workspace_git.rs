@@ -122,7 +122,7 @@ fn claude_edits_a_clone_at_a_tag_and_diff_shows_it() {
     // The bad URL: Failed with git's message, nothing half-cloned.
     let bad = up.wait_status(Kind::Session, "bad", "Failed", |r| phase(r) == "Failed");
     let (reason, message) = ready(&bad);
-    assert_eq!(reason, "AgentFailed", "{bad:#}");
+    assert_eq!(reason, "CloneFailed", "{bad:#}");
     assert!(message.contains("does not appear to be a git repository"), "{message}");
     assert_eq!(std::fs::read_dir(&bad_target).unwrap().count(), 0, "nothing left where the clone was to go");
 
@@ -139,6 +139,12 @@ fn claude_edits_a_clone_at_a_tag_and_diff_shows_it() {
     assert_eq!(workspace["changedFiles"][0], serde_json::json!({"path": "README.md", "status": "modified"}));
     let path = PathBuf::from(workspace["path"].as_str().unwrap());
     assert_eq!(std::fs::read_to_string(path.join("README.md")).unwrap(), "hello\nchanged\n");
+
+    let out = up.cli(&["describe", "session", "edit"]);
+    let described = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(described.contains("Commit:") && described.contains(tagged.as_str()), "{described}");
+    assert!(described.contains("modified README.md"), "{described}");
 
     let out = up.cli(&["diff", "session/edit"]);
     let diff = String::from_utf8_lossy(&out.stdout);

@@ -256,7 +256,10 @@ impl Step<'_> {
             SessionState::Idle => (Status::True, "Idle", "every message so far was answered".to_string()),
             SessionState::Ended => (Status::False, "Ended", "the session has ended".to_string()),
             SessionState::Failed => {
-                (Status::False, "AgentFailed", info.error.clone().unwrap_or_else(|| "the agent failed".to_string()))
+                // Failed before a commit was checked out: the clone, not the agent.
+                let cloning = info.workspace.as_ref().is_some_and(|w| w.url.is_some() && w.commit.is_none());
+                let reason = if cloning { "CloneFailed" } else { "AgentFailed" };
+                (Status::False, reason, info.error.clone().unwrap_or_else(|| "the agent failed".to_string()))
             }
         };
         self.ready(ready, reason, message);
