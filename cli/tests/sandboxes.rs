@@ -336,44 +336,13 @@ fn an_allowlist_lets_through_only_what_it_names() {
     assert_eq!(up.sandbox("net").status.unwrap().last_denied, [format!("127.0.0.1:{denied}")]);
 }
 
-/// The scripted model server, as a person would run it.
-struct ModelServer {
-    child: Child,
-    port: u16,
-}
-
-impl ModelServer {
-    fn start() -> ModelServer {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let mut child = Command::new(common::bin())
-            .args(["node-agent", "model-server", "--listen", &format!("127.0.0.1:{port}")])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        // Its first line says it listens.
-        let mut first = String::new();
-        std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.as_mut().unwrap()), &mut first).unwrap();
-        assert!(first.contains("scripted model server"), "{first}");
-        ModelServer { child, port }
-    }
-}
-
-impl Drop for ModelServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn agents_dir() -> PathBuf {
     Path::new(env!("CARGO_TARGET_TMPDIR")).join("agents")
 }
 
 #[test]
 fn claude_in_bypass_mode_told_to_escape_changes_nothing_on_the_host() {
-    let model = ModelServer::start();
+    let model = common::ModelServer::start();
     let marker = agentplane_node_agent::random::hex(6);
     let escape_etc = format!("/etc/agentplane-escape-{marker}");
     let escape_home = host_home().join(format!("agentplane-escape-{marker}"));

@@ -11,7 +11,7 @@ mod common;
 mod dir_up;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use agentplane_controller::dir::parse::Kind;
@@ -32,37 +32,6 @@ fn git(dir: &Path, args: &[&str]) -> String {
         .expect("git runs");
     assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
-/// The scripted model server, as a person would run it.
-struct ModelServer {
-    child: Child,
-    port: u16,
-}
-
-impl ModelServer {
-    fn start() -> ModelServer {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let mut child = Command::new(common::bin())
-            .args(["node-agent", "model-server", "--listen", &format!("127.0.0.1:{port}")])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        // Its first line says it listens.
-        let mut first = String::new();
-        std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.as_mut().unwrap()), &mut first).unwrap();
-        assert!(first.contains("scripted model server"), "{first}");
-        ModelServer { child, port }
-    }
-}
-
-impl Drop for ModelServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 fn session_yaml(name: &str, workspace: &str, model_port: u16, messages: &str) -> String {
@@ -92,7 +61,7 @@ fn claude_edits_a_clone_at_a_tag_and_diff_shows_it() {
     git(scratch.path(), &["clone", "-q", "--bare", "src", "repo.git"]);
     let url = format!("file://{}", scratch.path().join("repo.git").display());
 
-    let model = ModelServer::start();
+    let model = common::ModelServer::start();
     let dir = scratch.path().join("resources");
     std::fs::create_dir(&dir).unwrap();
     // Where a clone that fails would go: it must stay empty.

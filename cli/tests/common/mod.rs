@@ -122,3 +122,36 @@ pub fn into_closed_pipe(args: &[&str], env: &[(&str, &str)], stdin: Option<&std:
     drop(command);
     child.wait_with_output().unwrap()
 }
+
+/// The scripted model server, as a person would run it.
+#[allow(dead_code)]
+pub struct ModelServer {
+    child: std::process::Child,
+    pub port: u16,
+}
+
+#[allow(dead_code)]
+impl ModelServer {
+    pub fn start() -> ModelServer {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let mut child = std::process::Command::new(bin())
+            .args(["node-agent", "model-server", "--listen", &format!("127.0.0.1:{port}")])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        // Its first line says it listens.
+        let mut first = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.as_mut().unwrap()), &mut first).unwrap();
+        assert!(first.contains("scripted model server"), "{first}");
+        ModelServer { child, port }
+    }
+}
+
+impl Drop for ModelServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
