@@ -204,20 +204,7 @@ impl Cluster {
     }
 
     fn kubectl(&self, args: &[&str], stdin: Option<&str>) -> String {
-        let mut child = self
-            .server
-            .kubectl()
-            .args(["-n", &self.ns])
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        child.stdin.take().unwrap().write_all(stdin.unwrap_or_default().as_bytes()).unwrap();
-        let out = child.wait_with_output().unwrap();
-        assert!(out.status.success(), "kubectl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-        String::from_utf8(out.stdout).unwrap()
+        self.server.kubectl_in(&self.ns, args, stdin)
     }
 
     fn create(&self, kind: &str, name: &str, spec: serde_json::Value) {

@@ -329,21 +329,7 @@ fn restart_runs_a_backing_off_process_again_at_once_in_the_cluster_store() {
         server.namespace("restart").await
     });
     let agent = common::NodeAgent::start();
-    let kubectl = |args: &[&str], stdin: Option<String>| {
-        let mut child = server
-            .kubectl()
-            .args(["-n", &ns])
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        std::io::Write::write_all(&mut child.stdin.take().unwrap(), stdin.unwrap_or_default().as_bytes()).unwrap();
-        let out = child.wait_with_output().unwrap();
-        assert!(out.status.success(), "kubectl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-        String::from_utf8(out.stdout).unwrap()
-    };
+    let kubectl = |args: &[&str], stdin: Option<String>| server.kubectl_in(&ns, args, stdin.as_deref());
     let tmp = tempfile::tempdir().unwrap();
     let log = tmp.path().join("runs");
     let manifest = format!(

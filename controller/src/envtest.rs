@@ -283,6 +283,29 @@ impl ApiServer {
         cmd
     }
 
+    /// Runs `kubectl -n NAMESPACE ARGS` as the administrator with `stdin` (or none) on
+    /// its standard input and returns its stdout; a failure panics with its stderr.
+    pub fn kubectl_in(&self, namespace: &str, args: &[&str], stdin: Option<&str>) -> String {
+        let mut child = self
+            .kubectl()
+            .args(["-n", namespace])
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("kubectl runs");
+        child
+            .stdin
+            .take()
+            .expect("stdin is piped")
+            .write_all(stdin.unwrap_or_default().as_bytes())
+            .expect("kubectl reads its input");
+        let out = child.wait_with_output().expect("kubectl runs");
+        assert!(out.status.success(), "kubectl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).expect("kubectl prints UTF-8")
+    }
+
     /// Writes a kubeconfig for `token` into the server's directory and returns its path.
     pub fn kubeconfig_for(&self, name: &str, token: &str, namespace: &str) -> PathBuf {
         let path = self.dir.join(format!("{name}.kubeconfig"));
