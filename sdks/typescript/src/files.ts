@@ -1,6 +1,7 @@
 import type { Http } from "./http.js";
 import { AgentPlaneNetworkError } from "./errors.js";
-import { follow } from "./follow.js";
+import { retriable, sleep } from "./follow.js";
+import { parseSse } from "./sse.js";
 import type { FsEntries, FsEntry, FsEvent, FsUploadResult } from "./types.js";
 
 /** What a file's bytes may be given as: every body `fetch` takes. */
@@ -114,21 +115,40 @@ export class Files {
    * the connection drops, a `gap` item says so and the watch starts again (list the
    * directory to catch up). An error answer (`not_found`, ...) is thrown.
    */
-  watch(path: string, options: { recursive?: boolean | undefined; signal?: AbortSignal | undefined } = {}): AsyncGenerator<FsEvent> {
-    const http = this.#http;
-    return follow<FsEvent>(
-      {
-        open(_lastEventId, signal) {
-          const query = { path, recursive: options.recursive ?? true };
-          return http.send("get", "/v1/fs/watch", { query, headers: { accept: "text/event-stream" }, signal });
-        },
-        decode(message) {
-          return message.data ? (JSON.parse(message.data) as FsEvent) : undefined;
-        },
-        reopened: () => ({ type: "gap", path }) as FsEvent,
-      },
-      options.signal,
-    );
+  async *watch(path: string, options: { recursive?: boolean | undefined; signal?: AbortSignal | undefined } = {}): AsyncGenerator<FsEvent> {
+    const { signal } = options;
+    let delay = 100;
+    let connected = false;
+    for (;;) {
+      if (signal?.aborted) return;
+      const connection = new AbortController();
+      const stop = () => connection.abort(signal?.reason);
+      signal?.addEventListener("abort", stop, { once: true });
+      try {
+        const response = await this.#http.send("get", "/v1/fs/watch", {
+          query: { path, recursive: options.recursive ?? true },
+          headers: { accept: "text/event-stream" },
+          signal: connection.signal,
+        });
+        if (connected) yield { type: "gap", path } as FsEvent;
+        connected = true;
+        if (!response.body) throw new AgentPlaneNetworkError("GET /v1/fs/watch", new Error("the answer has no body"));
+        for await (const message of parseSse(response.body)) {
+          if (!message.data) continue;
+          delay = 100;
+          yield JSON.parse(message.data) as FsEvent;
+          if (signal?.aborted) return;
+        }
+      } catch (error) {
+        if (signal?.aborted) return;
+        if (!retriable(error)) throw error;
+      } finally {
+        signal?.removeEventListener("abort", stop);
+        connection.abort();
+      }
+      await sleep(delay, signal);
+      delay = Math.min(delay * 2, 5_000);
+    }
   }
 }
 

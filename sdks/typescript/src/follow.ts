@@ -14,11 +14,6 @@ export interface FollowSpec<T> {
    * was the end (nothing more will come), false to reconnect.
    */
   endedCleanly?(lastEventId: string | undefined): Promise<boolean>;
-  /**
-   * An item to yield each time the stream is open again after a drop, before what
-   * it sends: for a stream that cannot resume, the notice that something was missed.
-   */
-  reopened?(): T | undefined;
 }
 
 const FIRST_DELAY_MS = 100;
@@ -34,7 +29,6 @@ const MAX_DELAY_MS = 5_000;
 export async function* follow<T>(spec: FollowSpec<T>, signal?: AbortSignal): AsyncGenerator<T> {
   let lastEventId: string | undefined;
   let delay = FIRST_DELAY_MS;
-  let opened = false;
   for (;;) {
     if (signal?.aborted) return;
     const connection = new AbortController();
@@ -43,9 +37,6 @@ export async function* follow<T>(spec: FollowSpec<T>, signal?: AbortSignal): Asy
     try {
       const response = await spec.open(lastEventId, connection.signal);
       if (!response.body) throw new AgentPlaneNetworkError("event stream", new Error("the answer has no body"));
-      const notice = opened ? spec.reopened?.() : undefined;
-      opened = true;
-      if (notice !== undefined) yield notice;
       for await (const message of parseSse(response.body)) {
         if (message.id !== undefined && message.id !== "") lastEventId = message.id;
         const item = spec.decode(message);
@@ -70,7 +61,7 @@ export async function* follow<T>(spec: FollowSpec<T>, signal?: AbortSignal): Asy
 }
 
 /** Worth another try: no answer, a broken body, or the server (or a proxy) failing. */
-function retriable(error: unknown): boolean {
+export function retriable(error: unknown): boolean {
   if (error instanceof AgentPlaneError) return error.status >= 500 || error.status === 429;
   if (error instanceof AgentPlaneNetworkError) return true;
   // A body that stops mid-read is a TypeError ("terminated") from fetch.
