@@ -78,7 +78,9 @@ cd "$work"
 
 log "fetching Debian's kubernetes source package"
 apt-get source -qq kubernetes >&2
-src=$(find . -maxdepth 1 -type d -name 'kubernetes-*' | head -n1)
+# `find -print -quit`, never `find | head`: under pipefail, head exiting early
+# kills the writer with SIGPIPE (exit 141) and the whole script with it.
+src=$(find . -maxdepth 1 -type d -name 'kubernetes-*' -print -quit)
 [ -n "$src" ] || { log "apt-get source kubernetes unpacked nothing"; exit 1; }
 
 reflect2=/usr/share/gocode/src/github.com/modern-go/reflect2
@@ -93,7 +95,7 @@ log "building kube-apiserver (about 7 minutes on 2 cores)"
   export GOCACHE="$work/go-cache" GOPATH="$work/go"
   make WHAT=cmd/kube-apiserver >&2
 )
-apiserver=$(find "$src/_output" -type f -name kube-apiserver -perm -u+x | head -n1)
+apiserver=$(find "$src/_output" -type f -name kube-apiserver -perm -u+x -print -quit)
 [ -n "$apiserver" ] || { log "the build left no kube-apiserver binary"; exit 1; }
 
 log "unpacking kubectl from kubernetes-client"
@@ -109,7 +111,7 @@ cp "$kubectl" "$staged/kubectl"
 cp "$(command -v etcd || echo /usr/bin/etcd)" "$staged/etcd"
 chmod 0755 "$staged"/*
 "$staged/kube-apiserver" --version >&2
-"$staged/etcd" --version | head -n1 >&2
+"$staged/etcd" --version >&2
 "$staged/kubectl" version --client --short >&2
 
 rm -rf "$assets"
