@@ -821,6 +821,10 @@ pub struct SandboxLimits {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub pids: Option<u32>,
+    /// The size of the private `/tmp` (a tmpfs, whose pages are memory): `256Mi` by
+    /// default, or a quarter of `memory` when that is less.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tmp: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -877,10 +881,19 @@ pub struct SandboxStatus {
     /// Managed: how many times the node agent was started again after it died.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub restarts: u32,
-    /// Managed: each limit of the spec, and whether it is enforced (`memory: 512Mi`)
-    /// or why not (`memory: not applied: ...`). Never silently none.
+    /// Managed: each limit of the spec, and how it is enforced (`memory: 512Mi
+    /// (cgroup v2 memory.max)`). A limit that cannot be enforced keeps the sandbox from
+    /// starting: never a running sandbox without its limits.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub applied_limits: Vec<String>,
+    /// Managed, isolated: the host uid its processes run as (uid 1000 inside a user
+    /// namespace of its own): one of its own when the controller runs as root, the
+    /// controller's user otherwise. Never 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_uid: Option<u32>,
+    /// Managed, isolated: the seccomp filter in force, and what it refuses.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seccomp: Option<String>,
     /// Managed, `network: allowlist`: connections the proxy refused.
     #[serde(default, skip_serializing_if = "is_zero_u64")]
     pub denied_connections: u64,
