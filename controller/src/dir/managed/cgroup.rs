@@ -1,14 +1,27 @@
 //! A managed sandbox's limits (memory, CPU, process count) through cgroups, v1 or v2,
-//! in a group of its own under the controller's. What could not be applied is said,
-//! never silently dropped: each limit comes back as enforced or as why not.
+//! in a group of its own under the controller's, and the size of its private `/tmp`.
+//! Every quantity is checked before anything is made (a CPU count that overflows is a
+//! spec error, not a panic), and a limit that cannot be enforced keeps the sandbox from
+//! starting: the groups made for it are removed, and the reason is said.
 //!
-//! Joining the group happens in the child before it execs bubblewrap
+//! Joining the group happens in the launcher before it execs bubblewrap
 //! (`agentplane sandbox-exec`), so nothing of the sandbox ever runs outside it.
 
 use std::fs;
 use std::path::{Path, PathBuf};
 
 use agentplane_crds::SandboxLimits;
+
+/// The most CPUs a sandbox may ask for: more than any machine has, few enough that
+/// every product below stays far from overflowing.
+const MAX_CPU_MILLIS: u64 = 4096 * 1000;
+/// The CFS period the CPU quota is written against, in microseconds.
+const CPU_PERIOD_US: u64 = 100_000;
+/// The private `/tmp` when the spec names no size: its pages are memory (the host's,
+/// or the sandbox's own limit's), so it is small by default.
+pub const DEFAULT_TMP_BYTES: u64 = 256 << 20;
+/// The smallest `/tmp` worth having.
+const MIN_TMP_BYTES: u64 = 1 << 20;
 
 /// Limits as numbers.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -22,6 +35,9 @@ pub struct Wanted {
 impl Wanted {
     pub fn from_spec(limits: Option<&SandboxLimits>) -> Result<Wanted, String> {
         let Some(limits) = limits else { return Ok(Wanted::default()) };
+        if limits.pids == Some(0) {
+            return Err("pids 0: at least 1 (the node agent is one)".into());
+        }
         Ok(Wanted {
             memory_bytes: limits.memory.as_deref().map(parse_bytes).transpose()?,
             cpu_millis: limits.cpu.as_deref().map(parse_cpu).transpose()?,
@@ -34,9 +50,36 @@ impl Wanted {
     }
 }
 
+/// The size of the private `/tmp`: the spec's `tmp`, else the default or a quarter of
+/// the memory limit, whichever is less (a full `/tmp` must not be what OOM-kills the
+/// node agent).
+pub fn tmp_bytes(limits: Option<&SandboxLimits>) -> Result<u64, String> {
+    let memory = limits.and_then(|l| l.memory.as_deref()).map(parse_bytes).transpose()?;
+    match limits.and_then(|l| l.tmp.as_deref()) {
+        Some(text) => {
+            let bytes = parse_quantity(text, "tmp")?;
+            if bytes < MIN_TMP_BYTES {
+                return Err(format!("tmp {text:?}: at least 1Mi"));
+            }
+            Ok(bytes)
+        }
+        None => Ok(memory.map_or(DEFAULT_TMP_BYTES, |m| (m / 4).clamp(MIN_TMP_BYTES, DEFAULT_TMP_BYTES))),
+    }
+}
+
 /// A Kubernetes memory quantity: `512Mi`, `1Gi`, `500M`, `1000000`.
 pub fn parse_bytes(text: &str) -> Result<u64, String> {
-    let bad = || format!("memory {text:?}: write a size such as 512Mi or 2Gi");
+    let bytes = parse_quantity(text, "memory")?;
+    // Below this nothing starts, not even the node agent.
+    if bytes < 16 << 20 {
+        return Err(format!("memory {text:?}: at least 16Mi, the node agent alone needs about 10"));
+    }
+    Ok(bytes)
+}
+
+/// A Kubernetes byte quantity, for the field named `what`.
+fn parse_quantity(text: &str, what: &str) -> Result<u64, String> {
+    let bad = || format!("{what} {text:?}: write a size such as 512Mi or 2Gi");
     let t = text.trim();
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (digits, suffix) = t.split_at(split);
@@ -53,12 +96,7 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
         "Ti" => 1 << 40,
         _ => return Err(bad()),
     };
-    let bytes = n.checked_mul(factor).ok_or_else(bad)?;
-    // Below this nothing starts, not even the node agent.
-    if bytes < 16 << 20 {
-        return Err(format!("memory {text:?}: at least 16Mi, the node agent alone needs about 10"));
-    }
-    Ok(bytes)
+    n.checked_mul(factor).ok_or_else(bad)
 }
 
 /// A Kubernetes CPU quantity: `1`, `0.5`, `500m`.
@@ -69,15 +107,23 @@ pub fn parse_cpu(text: &str) -> Result<u64, String> {
         m.parse::<u64>().map_err(|_| bad())?
     } else {
         let value: f64 = t.parse().map_err(|_| bad())?;
-        if !value.is_finite() || value <= 0.0 || value > 4096.0 {
-            return Err(bad());
+        if !value.is_finite() || value <= 0.0 || value > (MAX_CPU_MILLIS / 1000) as f64 {
+            return Err(format!("cpu {text:?}: at most {} CPUs", MAX_CPU_MILLIS / 1000));
         }
         (value * 1000.0).round() as u64
     };
     if millis < 10 {
         return Err(format!("cpu {text:?}: at least 10m"));
     }
+    if millis > MAX_CPU_MILLIS {
+        return Err(format!("cpu {text:?}: at most {} CPUs", MAX_CPU_MILLIS / 1000));
+    }
     Ok(millis)
+}
+
+/// The CFS quota for `millis` thousandths of a CPU, per `CPU_PERIOD_US`.
+fn cpu_quota_us(millis: u64) -> Result<u64, String> {
+    millis.checked_mul(CPU_PERIOD_US / 1000).ok_or_else(|| format!("cpu {millis}m overflows a CFS quota"))
 }
 
 /// The groups made for one sandbox, one per hierarchy (v1) or one (v2).
@@ -88,9 +134,24 @@ pub struct Groups {
     pub applied: Vec<String>,
 }
 
-/// Makes the groups named `name` under this process's own and writes the limits.
-/// Returns no group at all when nothing is asked.
-pub fn create(name: &str, wanted: &Wanted, spec: Option<&SandboxLimits>) -> Groups {
+/// Makes the groups named `name` under this process's own and writes the limits;
+/// returns no group at all when nothing is asked. When any limit cannot be enforced,
+/// the groups made are removed and the answer says, for each limit, how it went.
+pub fn create(name: &str, wanted: &Wanted, spec: Option<&SandboxLimits>) -> Result<Groups, String> {
+    let groups = create_groups(name, wanted, spec);
+    let failed: Vec<&String> = groups.applied.iter().filter(|a| a.contains(NOT_APPLIED)).collect();
+    if failed.is_empty() {
+        return Ok(groups);
+    }
+    let why = failed.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("; ");
+    remove(&groups);
+    Err(why)
+}
+
+/// How a limit that could not be enforced is said.
+const NOT_APPLIED: &str = " not applied: ";
+
+fn create_groups(name: &str, wanted: &Wanted, spec: Option<&SandboxLimits>) -> Groups {
     let mut groups = Groups::default();
     if wanted.is_empty() {
         return groups;
@@ -101,7 +162,7 @@ pub fn create(name: &str, wanted: &Wanted, spec: Option<&SandboxLimits>) -> Grou
     let mut limit = |what: &str, shown: String, result: Result<String, String>| {
         groups.applied.push(match result {
             Ok(how) => format!("{what}: {shown} ({how})"),
-            Err(why) => format!("{what}: {shown} not applied: {why}"),
+            Err(why) => format!("{what}: {shown}{NOT_APPLIED}{why}"),
         })
     };
     if let Some(path) = unified {
@@ -115,7 +176,8 @@ pub fn create(name: &str, wanted: &Wanted, spec: Option<&SandboxLimits>) -> Grou
             limit("memory", spec.memory.clone().unwrap_or_default(), write("memory.max", bytes.to_string()));
         }
         if let Some(millis) = wanted.cpu_millis {
-            limit("cpu", spec.cpu.clone().unwrap_or_default(), write("cpu.max", format!("{} 100000", millis * 100)));
+            let written = cpu_quota_us(millis).and_then(|q| write("cpu.max", format!("{q} {CPU_PERIOD_US}")));
+            limit("cpu", spec.cpu.clone().unwrap_or_default(), written);
         }
         if let Some(pids) = wanted.pids {
             limit("pids", pids.to_string(), write("pids.max", pids.to_string()));
@@ -150,7 +212,9 @@ pub fn create(name: &str, wanted: &Wanted, spec: Option<&SandboxLimits>) -> Grou
         limit("memory", spec.memory.clone().unwrap_or_default(), r);
     }
     if let Some(millis) = wanted.cpu_millis {
-        let r = v1("cpu", &[("cpu.cfs_period_us", "100000".into()), ("cpu.cfs_quota_us", (millis * 100).to_string())]);
+        let r = cpu_quota_us(millis).and_then(|quota| {
+            v1("cpu", &[("cpu.cfs_period_us", CPU_PERIOD_US.to_string()), ("cpu.cfs_quota_us", quota.to_string())])
+        });
         limit("cpu", spec.cpu.clone().unwrap_or_default(), r);
     }
     if let Some(pids) = wanted.pids {
@@ -213,6 +277,28 @@ pub fn remove(groups: &Groups) {
     }
 }
 
+/// Removes every group named `name` this process could have made, whatever got
+/// made: after a setup that did not finish (a panic), where `Groups` was never
+/// returned.
+pub fn remove_named(name: &str) {
+    if name.is_empty() || name.contains('/') {
+        return;
+    }
+    let own = fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    let mut dirs = Vec::new();
+    if let Some(path) = own.lines().find_map(|l| l.strip_prefix("0::")) {
+        dirs.push(Path::new("/sys/fs/cgroup").join(path.trim_start_matches('/')).join(name));
+    }
+    for controller in ["memory", "cpu", "pids"] {
+        if let (Some(own_path), Some(mount)) = (own_path_of(&own, controller), mount_of(controller)) {
+            dirs.push(mount.join(own_path.trim_start_matches('/')).join(name));
+        }
+    }
+    dirs.sort();
+    dirs.dedup();
+    remove(&Groups { dirs, applied: Vec::new() });
+}
+
 /// Moves the calling process into each group (`cgroup.procs` takes 0 as "me").
 pub fn join(dirs: &[PathBuf]) -> std::io::Result<()> {
     for dir in dirs {
@@ -239,5 +325,31 @@ mod tests {
         assert!(parse_cpu("-1").is_err());
         assert!(parse_cpu("1m").is_err());
         assert!(parse_cpu("NaN").is_err());
+    }
+
+    #[test]
+    fn a_cpu_count_that_would_overflow_is_a_spec_error() {
+        // The quantity a hostile review used: it made `millis * 100` overflow.
+        assert!(parse_cpu("184467440737095517m").unwrap_err().contains("at most 4096 CPUs"));
+        assert!(parse_cpu("4096001m").is_err());
+        assert_eq!(parse_cpu("4096000m"), Ok(4_096_000));
+        assert!(parse_cpu("4097").unwrap_err().contains("at most 4096"));
+        assert_eq!(cpu_quota_us(MAX_CPU_MILLIS), Ok(409_600_000));
+        assert!(cpu_quota_us(u64::MAX).is_err());
+        let limits = SandboxLimits { cpu: Some("184467440737095517m".into()), ..Default::default() };
+        assert!(Wanted::from_spec(Some(&limits)).is_err());
+        assert!(Wanted::from_spec(Some(&SandboxLimits { pids: Some(0), ..Default::default() })).is_err());
+    }
+
+    #[test]
+    fn tmp_is_small_by_default_and_never_more_than_a_quarter_of_memory() {
+        assert_eq!(tmp_bytes(None), Ok(DEFAULT_TMP_BYTES));
+        let memory = |m: &str| SandboxLimits { memory: Some(m.into()), ..Default::default() };
+        assert_eq!(tmp_bytes(Some(&memory("512Mi"))), Ok(128 << 20));
+        assert_eq!(tmp_bytes(Some(&memory("8Gi"))), Ok(DEFAULT_TMP_BYTES));
+        let tmp = SandboxLimits { tmp: Some("2Gi".into()), memory: Some("512Mi".into()), ..Default::default() };
+        assert_eq!(tmp_bytes(Some(&tmp)), Ok(2 << 30));
+        assert!(tmp_bytes(Some(&SandboxLimits { tmp: Some("10k".into()), ..Default::default() })).is_err());
+        assert!(tmp_bytes(Some(&SandboxLimits { tmp: Some("lots".into()), ..Default::default() })).is_err());
     }
 }
