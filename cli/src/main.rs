@@ -100,33 +100,18 @@ enum Command {
     /// `agentplane completion zsh > "${fpath[1]}/_agentplane"`,
     /// `agentplane completion fish > ~/.config/fish/completions/agentplane.fish`.
     Completion(completion::CompletionArgs),
-    /// Join cgroups, then exec a program: how `up` starts a managed sandbox, so that
-    /// nothing of it runs outside its limits.
+    /// Start a managed sandbox from the launch plan `up` wrote: join its cgroups, bind
+    /// its node agent's socket, drop to its user, exec bubblewrap (see
+    /// agentplane_controller::dir::managed::launch).
     #[command(hide = true)]
     SandboxExec(SandboxExecArgs),
 }
 
 #[derive(clap::Args, Debug)]
 struct SandboxExecArgs {
-    /// A cgroup directory to join first (repeatable).
-    #[arg(long = "cgroup")]
-    cgroups: Vec<std::path::PathBuf>,
-    /// The program and its arguments.
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
-    command: Vec<std::ffi::OsString>,
-}
-
-/// `sandbox-exec`: returns only on failure.
-fn sandbox_exec(args: SandboxExecArgs) -> i32 {
-    use std::os::unix::process::CommandExt;
-    if let Err(e) = agentplane_controller::dir::managed::cgroup::join(&args.cgroups) {
-        eprintln!("agentplane sandbox-exec: cannot join the sandbox's cgroups: {e}");
-        return 1;
-    }
-    let (program, rest) = args.command.split_first().expect("clap requires a command");
-    let error = std::process::Command::new(program).args(rest).exec();
-    eprintln!("agentplane sandbox-exec: cannot run {}: {error}", program.to_string_lossy());
-    127
+    /// The launch plan (JSON, written by `up` in the sandbox's folder).
+    #[arg(long = "launch", value_name = "FILE")]
+    launch: std::path::PathBuf,
 }
 
 fn main() {
@@ -139,7 +124,18 @@ fn main() {
         }
     };
     let cli = match cli.command {
-        Command::SandboxExec(args) => std::process::exit(sandbox_exec(args)),
+        Command::SandboxExec(args) => {
+            std::process::exit(agentplane_controller::dir::managed::launch::exec(&args.launch))
+        }
+        // The socket handed over by a launcher is taken while this process has one
+        // thread: taking it edits the environment.
+        Command::NodeAgent(mut args) => {
+            if let Err(error) = args.take_inherited_listener() {
+                eprintln!("error: {error:#}");
+                std::process::exit(1);
+            }
+            Cli { command: Command::NodeAgent(args) }
+        }
         command => Cli { command },
     };
     // One thread for all async work: every blocking read, write and wait of the node
@@ -179,7 +175,7 @@ fn main() {
             Command::AgentSession(args) => agent_session::run(args).await,
             Command::Ui(args) => ui::run(args).await,
             Command::Completion(args) => completion::run(args, Cli::command()),
-            Command::SandboxExec(args) => Ok(sandbox_exec(args)),
+            Command::SandboxExec(args) => Ok(agentplane_controller::dir::managed::launch::exec(&args.launch)),
         };
         match result {
             Ok(code) => code,

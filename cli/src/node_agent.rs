@@ -24,6 +24,14 @@ pub struct NodeAgentArgs {
     /// Listen on this Unix socket instead of --listen.
     #[arg(long, env = "AGENTPLANE_LISTEN_UNIX", value_name = "PATH", conflicts_with = "register")]
     listen_unix: Option<PathBuf>,
+    /// Serve on the Unix socket the starting process handed over (systemd's
+    /// LISTEN_FDS protocol): how `up` starts a managed sandbox's node agent, whose
+    /// socket is bound where nothing in the sandbox can replace it.
+    #[arg(long, conflicts_with_all = ["listen_unix", "register"])]
+    listen_inherited: bool,
+    /// The socket taken by `take_inherited_listener`.
+    #[arg(skip)]
+    inherited: Option<std::os::unix::net::UnixListener>,
     /// Bearer token every client must present (at least 8 characters).
     #[arg(long, env = "AGENTPLANE_TOKEN", hide_env_values = true, conflicts_with_all = ["no_token", "token_stdin"])]
     token: Option<String>,
@@ -89,6 +97,24 @@ pub struct NodeAgentArgs {
     slow_client_timeout_ms: u64,
     #[command(flatten)]
     registration: RegisterArgs,
+}
+
+impl NodeAgentArgs {
+    /// With --listen-inherited, takes the socket handed over and removes the variables
+    /// that named it, so no program the node agent runs sees them. Called while the
+    /// process has one thread (it edits the environment).
+    pub fn take_inherited_listener(&mut self) -> anyhow::Result<()> {
+        if !self.listen_inherited || self.command.is_some() {
+            return Ok(());
+        }
+        let mut fds = listenfd::ListenFd::from_env();
+        let listener = fds
+            .take_unix_listener(0)
+            .context("--listen-inherited: the socket handed over is not a listening Unix socket")?
+            .context("--listen-inherited: no socket was handed over (LISTEN_FDS)")?;
+        self.inherited = Some(listener);
+        Ok(())
+    }
 }
 
 /// Tools that run without a node agent.
@@ -287,7 +313,7 @@ fn local_url(addr: SocketAddr) -> String {
     format!("http://{}", SocketAddr::new(ip, addr.port()))
 }
 
-pub async fn run(args: NodeAgentArgs) -> anyhow::Result<()> {
+pub async fn run(mut args: NodeAgentArgs) -> anyhow::Result<()> {
     init_logging();
     let token = match (args.token, args.no_token, args.token_stdin) {
         (Some(token), false, false) => Some(token),
@@ -336,7 +362,12 @@ pub async fn run(args: NodeAgentArgs) -> anyhow::Result<()> {
         max_sessions: usize::try_from(args.max_sessions).unwrap_or(usize::MAX),
         ..Default::default()
     };
-    let server = Server::bind_with(config.clone(), sessions, shutdown.clone()).await?;
+    let inherited = args.inherited.take();
+    let inherited_url = inherited.as_ref().and_then(|l| l.local_addr().ok()?.as_pathname().map(|p| p.to_path_buf()));
+    let server = match inherited {
+        Some(listener) => Server::bind_inherited(config.clone(), sessions, listener, shutdown.clone()).await?,
+        None => Server::bind_with(config.clone(), sessions, shutdown.clone()).await?,
+    };
     if let Some(socket) = &args.proxy_socket {
         serve_proxy_bridges(socket, &args.tunnels, &shutdown).await?;
     }
@@ -346,7 +377,7 @@ pub async fn run(args: NodeAgentArgs) -> anyhow::Result<()> {
     }
     // The log says `listen=ADDR` as it always has (scripts and benches read it);
     // `--announce-ready` prints a URL.
-    let (listen, url) = match (server.local_addr(), &args.listen_unix) {
+    let (listen, url) = match (server.local_addr(), args.listen_unix.as_ref().or(inherited_url.as_ref())) {
         (Some(addr), _) => (addr.to_string(), format!("http://{addr}")),
         (None, Some(path)) => (format!("unix:{}", path.display()), format!("unix:{}", path.display())),
         (None, None) => (String::new(), String::new()),

@@ -31,6 +31,9 @@ pub use error::{Error, Problem, Result};
 /// what it runs: a program holding its node agent's token could answer its own
 /// permission requests.
 pub const TOKEN_VARIABLE: &str = "AGENTPLANE_TOKEN";
+/// Set by the controller in a managed sandbox's environment: the isolation around this
+/// node agent (`bubblewrap`), for drivers whose agent would sandbox itself.
+pub const ISOLATION_VARIABLE: &str = "AGENTPLANE_ISOLATION";
 pub use process::Limits;
 pub use server::{Config, Server};
 pub use sessions::SessionOptions;

@@ -55,6 +55,26 @@ impl Server {
 
     /// [`Server::bind`] with session options other than the defaults.
     pub async fn bind_with(config: Config, sessions: SessionOptions, shutdown: CancellationToken) -> Result<Self> {
+        Self::bind_on(config, sessions, None, shutdown).await
+    }
+
+    /// [`Server::bind_with`], serving on a Unix socket someone else bound and handed
+    /// over (a managed sandbox's, bound where nothing inside can replace it).
+    pub async fn bind_inherited(
+        config: Config,
+        sessions: SessionOptions,
+        listener: std::os::unix::net::UnixListener,
+        shutdown: CancellationToken,
+    ) -> Result<Self> {
+        Self::bind_on(config, sessions, Some(listener), shutdown).await
+    }
+
+    async fn bind_on(
+        config: Config,
+        sessions: SessionOptions,
+        inherited: Option<std::os::unix::net::UnixListener>,
+        shutdown: CancellationToken,
+    ) -> Result<Self> {
         if let Some(token) = &config.token
             && token.len() < 8
         {
@@ -74,8 +94,15 @@ impl Server {
         tokio::fs::create_dir_all(&config.data_dir)
             .await
             .map_err(|e| Error::io(format!("creating the data directory {}", config.data_dir.display()), e))?;
-        let listener = match &config.listen_unix {
-            Some(path) => {
+        let listener = match (inherited, &config.listen_unix) {
+            (Some(listener), _) => {
+                listener.set_nonblocking(true).map_err(|e| Error::io("using the socket handed over", e))?;
+                Listener::Unix(
+                    tokio::net::UnixListener::from_std(listener)
+                        .map_err(|e| Error::io("using the socket handed over", e))?,
+                )
+            }
+            (None, Some(path)) => {
                 // A socket left by a node agent that died is in the way; a live one
                 // holds the data directory's lock, taken below, so two never serve.
                 match std::fs::remove_file(path) {
@@ -88,7 +115,7 @@ impl Server {
                         .map_err(|e| Error::io(format!("listening on {}", path.display()), e))?,
                 )
             }
-            None => Listener::Tcp(
+            (None, None) => Listener::Tcp(
                 tokio::net::TcpListener::bind(config.listen)
                     .await
                     .map_err(|e| Error::io(format!("listening on {}", config.listen), e))?,

@@ -1,31 +1,70 @@
 //! The bubblewrap command line of a managed sandbox, computed from its plan alone (no
-//! I/O but listing `/`), so that what the sandbox can reach is readable in one place
-//! and checked by unit tests.
+//! I/O), so that what the sandbox can reach is readable in one place and checked by
+//! unit tests. The launcher (`launch`) opens what the plan names and runs it.
 //!
-//! The shape follows Anthropic's sandbox-runtime and Codex's Linux sandbox: the host's
-//! top-level folders bound read-only on a fresh tmpfs root, the places that hold the
-//! host user's secrets masked (every HOME, the watched folder, the state directory),
-//! a writable workspace and HOME of the sandbox's own, a private `/tmp`, `/proc` and
-//! `/dev` of its own, new PID, IPC and UTS namespaces (and network, unless `host`),
-//! every capability dropped, no new privileges (bubblewrap always sets it), and an
-//! environment holding only what the plan declares.
+//! The shape follows Anthropic's sandbox-runtime and Codex's Linux sandbox, and closes
+//! what a hostile review found open with the controller running as root:
+//! - a user namespace of its own: inside, every process is uid 1000 with no
+//!   capability; outside, an unprivileged uid (never 0), so no sysctl is writable and
+//!   no root-only file readable; no further user namespace can be made inside;
+//! - the host's top-level folders bound read-only on a fresh tmpfs root; the places
+//!   that hold the host user's secrets masked (every HOME, the watched folder, the
+//!   state directory); `/proc/sys` read-only, and the `/proc` and `/sys` entries that
+//!   describe the host (or other sandboxes' cgroups) hidden, as Docker does;
+//! - the sandbox's own folders bound from where the launcher staged them (see
+//!   `launch`: a host path the sandbox's user could not reach still binds); the folder
+//!   with the proxy's socket read-only, so the sandbox cannot replace the socket the
+//!   host serves;
+//! - a private `/tmp` of a fixed size; new PID, IPC, UTS and cgroup namespaces (and
+//!   network, unless `host`); the seccomp programs of `seccomp`; no new privileges
+//!   (bubblewrap always sets it); the environment is the launcher's, which holds only
+//!   what the plan declares (never on this command line, which any host user can read).
 
-use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use agentplane_crds::NetworkMode;
 
+use super::identity::INSIDE_UID;
+
 /// Where the sandbox's own directories appear inside.
 pub const WORKSPACE: &str = "/workspace";
 pub const HOME: &str = "/home/agent";
-/// The node agent's data (sessions, its lock), and the sockets shared with the host.
+/// The node agent's data (sessions, its lock).
 pub const DATA: &str = "/.agentplane/data";
+/// The controller's proxy socket (with `network: allowlist`), read-only.
 pub const RUN: &str = "/run/agentplane";
+/// Where the node agent's binary appears (the root is a tmpfs, so the mount point can
+/// be made there).
+pub const BINARY: &str = "/.agentplane/bin/agentplane";
 
 /// Top-level host entries never bound in: the sandbox gets its own (`proc`, `dev`,
 /// `tmp`, `run`), they hold the host users' files (`home`, `root`), or they are noise.
 const NOT_BOUND: &[&str] = &["proc", "dev", "tmp", "run", "home", "root", "lost+found"];
+
+/// `/proc` files that describe the host, hidden behind `/dev/null` (Docker's list).
+pub const PROC_FILES_MASKED: &[&str] = &[
+    "/proc/kcore",
+    "/proc/keys",
+    "/proc/latency_stats",
+    "/proc/timer_list",
+    "/proc/timer_stats",
+    "/proc/sched_debug",
+    "/proc/sysrq-trigger",
+];
+/// `/proc` and `/sys` folders hidden behind an empty tmpfs: Docker's, and the host's
+/// cgroup tree, which names every other sandbox's group.
+pub const FOLDERS_MASKED: &[&str] =
+    &["/proc/acpi", "/proc/asound", "/proc/scsi", "/sys/firmware", "/sys/devices/virtual/powercap", "/sys/fs/cgroup"];
+
+/// A host folder or file bound in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bind {
+    /// Where bubblewrap finds it (the launcher's staging folder, or the host path).
+    pub source: PathBuf,
+    pub inside: PathBuf,
+    pub writable: bool,
+}
 
 /// Everything the command line depends on.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,21 +72,19 @@ pub struct Plan {
     /// The sandbox's hostname.
     pub hostname: String,
     pub network: NetworkMode,
-    /// Host directories of the sandbox's own, bound writable.
-    pub workspace: PathBuf,
-    pub home: PathBuf,
-    pub data: PathBuf,
-    /// Holds the node agent's socket (and the proxy's, with an allowlist).
-    pub run: PathBuf,
-    /// The shared agent CLIs, bound read-only at the same path.
-    pub agents_dir: PathBuf,
     /// Host paths hidden behind an empty tmpfs (the watched folder, the state directory,
-    /// the host user's HOME when it is not under `/home` or `/root`).
+    /// the host user's HOME when it is not under `/home` or `/root`): only those the
+    /// sandbox's user could reach at all (the others are hidden already).
     pub masked: Vec<PathBuf>,
-    /// Host paths the spec binds: (host, inside, writable).
-    pub binds: Vec<(PathBuf, PathBuf, bool)>,
-    /// The whole environment inside.
-    pub env: BTreeMap<String, String>,
+    /// Of `PROC_FILES_MASKED` and `FOLDERS_MASKED`, those this kernel has.
+    pub proc_files: Vec<PathBuf>,
+    pub folders: Vec<PathBuf>,
+    /// Bound in, in this order (later ones over earlier ones).
+    pub binds: Vec<Bind>,
+    /// The size of the private `/tmp`.
+    pub tmp_bytes: u64,
+    /// Seccomp programs (descriptors), installed in this order.
+    pub seccomp: Vec<i32>,
 }
 
 /// `bwrap` arguments running `command` inside, for a host whose `/` holds `top`
@@ -56,6 +93,8 @@ pub fn args(plan: &Plan, top: &[(String, Option<PathBuf>)], command: &[OsString]
     let mut a = Args::default();
     // Killed with its parent (the controller): nothing of a sandbox outlives `up`.
     a.push(["--die-with-parent", "--new-session"]);
+    let inside = INSIDE_UID.to_string();
+    a.push(["--unshare-user", "--disable-userns", "--uid", &inside, "--gid", &inside]);
     a.push(["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]);
     if plan.network != NetworkMode::Host {
         a.push(["--unshare-net"]);
@@ -72,28 +111,28 @@ pub fn args(plan: &Plan, top: &[(String, Option<PathBuf>)], command: &[OsString]
             None => a.push(["--ro-bind"]).path(&at).path(&at),
         };
     }
-    a.push(["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--tmpfs", "/run"]);
+    a.push(["--dev", "/dev", "--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys"]);
+    for file in &plan.proc_files {
+        a.push(["--ro-bind", "/dev/null"]).path(file);
+    }
+    let tmp = plan.tmp_bytes.to_string();
+    a.push(["--size", &tmp, "--perms", "1777", "--tmpfs", "/tmp", "--tmpfs", "/run"]);
     a.push(["--dir", "/root", "--dir", "/home"]);
-    for masked in &plan.masked {
+    for masked in plan.masked.iter().chain(&plan.folders) {
         a.push(["--tmpfs"]).path(masked);
     }
-    a.push(["--ro-bind"]).path(&plan.agents_dir).path(&plan.agents_dir);
-    for (host, inside, writable) in &plan.binds {
-        a.push([if *writable { "--bind" } else { "--ro-bind" }]).path(host).path(inside);
+    for bind in &plan.binds {
+        a.push([if bind.writable { "--bind" } else { "--ro-bind" }]).path(&bind.source).path(&bind.inside);
     }
-    a.push(["--bind"]).path(&plan.workspace).path(WORKSPACE);
-    a.push(["--bind"]).path(&plan.home).path(HOME);
-    a.push(["--bind"]).path(&plan.data).path(DATA);
-    a.push(["--bind"]).path(&plan.run).path(RUN);
-    // Nothing outside the sandbox's own folders, /tmp and /run is writable: not the
-    // tmpfs root (where /root and /home are empty folders), not the masks.
-    for masked in &plan.masked {
+    // Nothing outside the sandbox's own folders and /tmp is writable: not the tmpfs
+    // root (where /root and /home are empty folders), not the masks, not /run.
+    for masked in plan.masked.iter().chain(&plan.folders) {
         a.push(["--remount-ro"]).path(masked);
     }
-    a.push(["--remount-ro", "/"]);
-    a.push(["--chdir", WORKSPACE, "--clearenv"]);
-    for (name, value) in &plan.env {
-        a.push(["--setenv"]).path(name).path(value);
+    a.push(["--remount-ro", "/run", "--remount-ro", "/"]);
+    a.push(["--chdir", WORKSPACE]);
+    for fd in &plan.seccomp {
+        a.push(["--add-seccomp-fd", &fd.to_string()]);
     }
     a.push(["--"]);
     a.0.extend(command.iter().cloned());
@@ -145,14 +184,16 @@ mod tests {
         Plan {
             hostname: "sbx".into(),
             network,
-            workspace: "/state/s/workspace".into(),
-            home: "/state/s/home".into(),
-            data: "/state/s/data".into(),
-            run: "/state/s/run".into(),
-            agents_dir: "/state/node-agent/agents".into(),
             masked: vec!["/work/dir".into(), "/work/dir/.agentplane".into()],
-            binds: vec![("/srv/data".into(), "/data".into(), false)],
-            env: BTreeMap::from([("PATH".into(), "/usr/bin:/bin".into())]),
+            proc_files: vec!["/proc/kcore".into()],
+            folders: vec!["/sys/fs/cgroup".into()],
+            binds: vec![
+                Bind { source: "/stage/0".into(), inside: "/data".into(), writable: false },
+                Bind { source: "/stage/1".into(), inside: WORKSPACE.into(), writable: true },
+                Bind { source: "/stage/2".into(), inside: HOME.into(), writable: true },
+            ],
+            tmp_bytes: 256 << 20,
+            seccomp: vec![8, 9],
         }
     }
 
@@ -178,18 +219,29 @@ mod tests {
         assert!(t.contains("--ro-bind /etc /etc --ro-bind /usr /usr --ro-bind /work /work"), "{t}");
         assert!(t.contains("--symlink usr/bin /bin"), "{t}");
         assert!(
-            !t.contains("--ro-bind /home") && !t.contains("--ro-bind /root") && !t.contains("--ro-bind /proc"),
+            !t.contains("--ro-bind /home") && !t.contains("--ro-bind /root") && !t.contains("--ro-bind /proc /proc"),
             "{t}"
         );
         assert!(t.contains("--tmpfs /work/dir --tmpfs /work/dir/.agentplane"), "{t}");
-        assert!(t.contains("--cap-drop ALL") && t.contains("--die-with-parent") && t.contains("--clearenv"), "{t}");
-        assert!(t.contains("--ro-bind /srv/data /data"), "{t}");
-        assert!(t.contains("--bind /state/s/workspace /workspace --bind /state/s/home /home/agent"), "{t}");
-        assert!(t.ends_with("--setenv PATH /usr/bin:/bin -- sh"), "{t}");
+        assert!(t.contains("--cap-drop ALL") && t.contains("--die-with-parent"), "{t}");
+        assert!(t.contains("--ro-bind /stage/0 /data"), "{t}");
+        assert!(t.contains("--bind /stage/1 /workspace --bind /stage/2 /home/agent"), "{t}");
+        assert!(t.ends_with("--add-seccomp-fd 8 --add-seccomp-fd 9 -- sh"), "{t}");
         // Masks come after the read-only binds they hide parts of, and the sandbox's own
         // directories after the masks (a workspace under the state directory stays visible).
         assert!(t.find("--tmpfs /work/dir").unwrap() > t.find("--ro-bind /work /work").unwrap());
-        assert!(t.find("/state/s/workspace").unwrap() > t.find("--tmpfs /work/dir/.agentplane").unwrap());
+        assert!(t.find("--bind /stage/1").unwrap() > t.find("--tmpfs /work/dir/.agentplane").unwrap());
+    }
+
+    #[test]
+    fn nothing_inside_is_root_or_can_become_it() {
+        let t = text(&args(&plan(NetworkMode::None), &top(), &["sh".into()]));
+        assert!(t.contains("--unshare-user --disable-userns --uid 1000 --gid 1000"), "{t}");
+        // No value of the environment ever on the command line.
+        assert!(!t.contains("--setenv") && !t.contains("--clearenv"), "{t}");
+        assert!(t.contains("--proc /proc --ro-bind /proc/sys /proc/sys --ro-bind /dev/null /proc/kcore"), "{t}");
+        assert!(t.contains("--tmpfs /sys/fs/cgroup"), "{t}");
+        assert!(t.contains(&format!("--size {} --perms 1777 --tmpfs /tmp", 256 << 20)), "{t}");
     }
 
     #[test]

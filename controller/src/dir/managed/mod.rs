@@ -1,23 +1,28 @@
 //! Managed sandboxes in the directory store: one node agent process per Sandbox that
-//! names no `endpoint`, started under bubblewrap (see `bwrap`) with its limits (see
-//! `cgroup`), watched, started again when it dies, and removed with everything it
-//! made when the Sandbox goes.
+//! names no `endpoint`, started under bubblewrap (see `bwrap`) by a launcher of its own
+//! (see `launch`), as an unprivileged user (see `identity`), behind a seccomp filter
+//! (see `seccomp`) and with its limits (see `cgroup`); watched, started again when it
+//! dies, and removed with everything it made when the Sandbox goes.
 //!
-//! The node agent inside listens on a Unix socket in a folder bound out of the sandbox
-//! (a network namespace of its own has no route to the host); a TCP forwarder on the
+//! The node agent inside serves on a Unix socket the launcher binds in the sandbox's
+//! folder on the host, which is never bound in: the node agent gets the socket itself,
+//! so nothing in the sandbox can put another in its place. A TCP forwarder on the
 //! host's loopback makes it an ordinary `http://127.0.0.1:PORT` endpoint for the
 //! controller, the CLI and browsers. With `network: allowlist` the only way out is the
-//! allowlisting proxy served here, outside, on a second socket bound in.
+//! allowlisting proxy served here, outside, on a socket in a folder bound in read-only.
 //!
 //! The token is generated per start of `up`, handed to the node agent on its standard
 //! input (in no environment and no command line inside), and kept for the CLI in the
-//! state directory (mode 0600), which every sandbox has masked.
+//! sandbox's folder (mode 0700, never bound in) under the state directory, which every
+//! sandbox has masked.
 
 pub mod bwrap;
 pub mod cgroup;
+pub mod identity;
+pub mod launch;
+pub mod seccomp;
 
 use std::collections::{BTreeMap, HashMap};
-use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -31,14 +36,12 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use crate::dir::sandbox_writes::SandboxWrites;
 use crate::sandboxes::Sandboxes;
 
 /// Where HTTP(S)_PROXY points inside a sandbox with `network: allowlist`: the node
 /// agent serves the proxy's socket there (`--proxy-socket`).
 pub const SANDBOX_PROXY_ADDR: &str = "127.0.0.1:3128";
-/// Where the node agent's binary appears inside a sandbox (the root is a tmpfs, so the
-/// mount point can be made there).
-const BINARY_INSIDE: &str = "/.agentplane/bin/agentplane";
 /// A node agent that has not said `ready` by then is killed and started again.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long the node agent gets to stop its processes before SIGKILL.
@@ -91,6 +94,10 @@ pub struct Observed {
     pub started_at: Option<Time>,
     pub restarts: u32,
     pub applied_limits: Vec<String>,
+    /// The host uid its processes run as, when isolated.
+    pub host_uid: Option<u32>,
+    /// The seccomp filter in force, when isolated.
+    pub seccomp: Option<&'static str>,
     pub denied: u64,
     pub last_denied: Vec<String>,
     pub isolation: &'static str,
@@ -107,6 +114,8 @@ impl Observed {
             started_at: None,
             restarts: 0,
             applied_limits: Vec::new(),
+            host_uid: None,
+            seccomp: None,
             denied: 0,
             last_denied: Vec::new(),
             isolation: match isolation {
@@ -130,6 +139,8 @@ struct Running {
 pub struct Managed {
     config: LaunchConfig,
     sandboxes: Arc<Sandboxes>,
+    /// Where the folders a sandbox can write are recorded before it starts.
+    writes: Arc<SandboxWrites>,
     running: Mutex<HashMap<String, Running>>,
     /// Told the sandbox's name whenever what is observed changes (the store requeues it
     /// and what runs on it).
@@ -137,8 +148,13 @@ pub struct Managed {
 }
 
 impl Managed {
-    pub fn new(config: LaunchConfig, sandboxes: Arc<Sandboxes>, changed: Arc<dyn Fn(&str) + Send + Sync>) -> Managed {
-        Managed { config, sandboxes, running: Mutex::new(HashMap::new()), changed }
+    pub fn new(
+        config: LaunchConfig,
+        sandboxes: Arc<Sandboxes>,
+        writes: Arc<SandboxWrites>,
+        changed: Arc<dyn Fn(&str) + Send + Sync>,
+    ) -> Managed {
+        Managed { config, sandboxes, writes, running: Mutex::new(HashMap::new()), changed }
     }
 
     pub fn dir_of(&self, name: &str, uid: &str) -> PathBuf {
@@ -173,6 +189,7 @@ impl Managed {
             desired: desired.clone(),
             config: self.config.clone(),
             sandboxes: Arc::clone(&self.sandboxes),
+            writes: Arc::clone(&self.writes),
             changed: Arc::clone(&self.changed),
             observed: tx,
             stop: stop.clone(),
@@ -245,6 +262,7 @@ struct Supervisor {
     desired: Desired,
     config: LaunchConfig,
     sandboxes: Arc<Sandboxes>,
+    writes: Arc<SandboxWrites>,
     changed: Arc<dyn Fn(&str) + Send + Sync>,
     observed: watch::Sender<Observed>,
     stop: CancellationToken,
@@ -255,7 +273,18 @@ struct Dirs {
     workspace: PathBuf,
     home: PathBuf,
     data: PathBuf,
-    run: PathBuf,
+    /// Holds the proxy's socket; bound in read-only.
+    proxy: PathBuf,
+}
+
+/// What a start needs that stays the same from one start to the next.
+struct Prepared {
+    dirs: Dirs,
+    identity: Option<identity::Identity>,
+    groups: cgroup::Groups,
+    tmp_bytes: u64,
+    /// The allowlist proxy's socket, and the loopback services tunnelled through it.
+    proxy: Option<Vec<(String, u16)>>,
 }
 
 impl Supervisor {
@@ -301,64 +330,20 @@ impl Supervisor {
             },
             Isolation::None => None,
         };
-        let dirs = match self.prepare() {
-            Ok(dirs) => dirs,
-            Err(e) => return self.fail("CannotPrepare", e),
+        let group_name =
+            self.dir.file_name().map(|n| format!("agentplane-{}", n.to_string_lossy())).unwrap_or_default();
+        let prepared = match self.prepare(bwrap.is_some(), &group_name).await {
+            Ok(prepared) => prepared,
+            Err((reason, message)) => return self.fail(reason, message),
         };
         let token = agentplane_node_agent::random::hex(24);
         if let Err(e) = write_private(&token_path(&self.dir), &token) {
             return self.fail("CannotPrepare", format!("cannot keep the token: {e}"));
         }
-        let wanted = match cgroup::Wanted::from_spec(self.desired.limits.as_ref()) {
-            Ok(wanted) => wanted,
-            Err(e) => return self.fail("InvalidLimits", e),
-        };
-        let group_name =
-            self.dir.file_name().map(|n| format!("agentplane-{}", n.to_string_lossy())).unwrap_or_default();
-        let limits = self.desired.limits.clone();
-        let groups = tokio::task::spawn_blocking(move || cgroup::create(&group_name, &wanted, limits.as_ref()))
-            .await
-            .unwrap_or_default();
-        self.update(|o| o.applied_limits = groups.applied.clone());
 
-        // The proxy, outside, for the whole life of the supervisor.
-        let mut proxy_socket = None;
-        if self.desired.network == NetworkMode::Allowlist {
-            let allow = match Allowlist::parse(&self.desired.allow) {
-                Ok(allow) => allow,
-                Err(e) => return self.fail("InvalidAllowlist", e.to_string()),
-            };
-            let path = dirs.run.join("proxy.sock");
-            let _ = std::fs::remove_file(&path);
-            let listener = match tokio::net::UnixListener::bind(&path) {
-                Ok(listener) => listener,
-                Err(e) => return self.fail("CannotPrepare", format!("cannot serve the proxy: {e}")),
-            };
-            let proxy = Arc::new(Proxy::new(allow.clone()));
-            tokio::spawn(Arc::clone(&proxy).serve(listener, self.stop.clone()));
-            let mut denials = proxy.subscribe();
-            let (sender, name, changed, stop) =
-                (self.observed.clone(), self.name.clone(), Arc::clone(&self.changed), self.stop.clone());
-            tokio::spawn(async move {
-                loop {
-                    tokio::select! {
-                        _ = stop.cancelled() => break,
-                        r = denials.changed() => if r.is_err() { break },
-                    }
-                    let denied = *denials.borrow_and_update();
-                    let last = proxy.last_denied();
-                    sender.send_modify(|o| {
-                        o.denied = denied;
-                        o.last_denied = last;
-                    });
-                    changed(&name);
-                }
-            });
-            proxy_socket = Some((path, netproxy::loopback_tunnels(&allow)));
-        }
-
-        // The host's end of the node agent's socket.
-        let api_socket = dirs.run.join("api.sock");
+        // The host's end of the node agent's socket: in the sandbox's folder, which
+        // is never bound in.
+        let api_socket = self.dir.join("api.sock");
         let forwarder = match tokio::net::TcpListener::bind("127.0.0.1:0").await {
             Ok(listener) => listener,
             Err(e) => return self.fail("CannotPrepare", format!("cannot listen on the loopback: {e}")),
@@ -379,9 +364,12 @@ impl Supervisor {
             if self.stop.is_cancelled() {
                 break;
             }
-            let command = self.command(bwrap.as_deref(), &dirs, &groups.dirs, proxy_socket.as_ref());
             let started = std::time::Instant::now();
-            match self.start(command, &token).await {
+            let launched = match self.launch_plan(bwrap.as_deref(), &prepared, &api_socket) {
+                Ok(plan) => self.start(plan, &token).await,
+                Err(e) => Err(e),
+            };
+            match launched {
                 Ok(mut child) => {
                     let pid = child.id();
                     let installer = self.sandboxes.local_client();
@@ -435,36 +423,110 @@ impl Supervisor {
             }
             delay = (delay * 2).min(RESTART_MAX);
         }
-        let groups_left = groups.clone();
+        let groups_left = prepared.groups.clone();
         let _ = tokio::task::spawn_blocking(move || cgroup::remove(&groups_left)).await;
         let _ = std::fs::remove_file(&api_socket);
     }
 
-    /// Makes the sandbox's own folders.
-    fn prepare(&self) -> Result<Dirs, String> {
-        let make = |path: &Path| {
-            std::fs::create_dir_all(path)
-                .map_err(|e| format!("cannot create {}: {e}", path.display()))
-                .map(|()| path.to_path_buf())
+    /// Everything made once per supervisor: the folders (given to the sandbox's
+    /// user), its cgroups with their limits, the allowlist proxy. An error is a
+    /// reason and a message, and leaves no group behind.
+    async fn prepare(&self, isolated: bool, group_name: &str) -> Result<Prepared, (&'static str, String)> {
+        let wanted = cgroup::Wanted::from_spec(self.desired.limits.as_ref()).map_err(|e| ("InvalidLimits", e))?;
+        let tmp_bytes = cgroup::tmp_bytes(self.desired.limits.as_ref()).map_err(|e| ("InvalidLimits", e))?;
+        let (dir, root, seed) = (self.dir.clone(), self.config.root.clone(), self.dir_seed());
+        let (agents_dir, workspace) = (self.config.agents_dir.clone(), self.desired.workspace.clone());
+        let writable: Vec<PathBuf> = self.desired.binds.iter().filter(|b| b.2).map(|b| b.0.clone()).collect();
+        let (writes, name) = (Arc::clone(&self.writes), self.name.clone());
+        let made = tokio::task::spawn_blocking(move || {
+            // Recorded before the sandbox can write there: never read as desired state.
+            for folder in workspace.iter().chain(&writable) {
+                writes
+                    .grant(&name, folder)
+                    .map_err(|e| format!("recording {} as the sandbox's: {e}", folder.display()))?;
+            }
+            make_dirs(&dir, &agents_dir, workspace, isolated, &root, &seed, &writable)
+        })
+        .await
+        .unwrap_or_else(|e| Err(format!("preparing the sandbox's folders: {e}")));
+        let (dirs, identity) = made.map_err(|e| ("CannotPrepare", e))?;
+        if let Some(identity) = identity {
+            self.update(|o| {
+                o.host_uid = Some(identity.uid);
+                o.seccomp = Some(seccomp::DESCRIPTION);
+            });
+        }
+
+        let limits = self.desired.limits.clone();
+        let name = group_name.to_string();
+        let groups = match tokio::task::spawn_blocking(move || cgroup::create(&name, &wanted, limits.as_ref())).await {
+            Ok(Ok(groups)) => groups,
+            Ok(Err(why)) => {
+                return Err(("LimitsNotApplied", format!("the sandbox's limits cannot be enforced: {why}")));
+            }
+            Err(panicked) => {
+                let name = group_name.to_string();
+                let _ = tokio::task::spawn_blocking(move || cgroup::remove_named(&name)).await;
+                return Err(("LimitsNotApplied", format!("setting the sandbox's limits failed: {panicked}")));
+            }
         };
-        make(&self.dir)?;
-        // Bound in read-only: it must exist before the embedded node agent installs anything.
-        make(&self.config.agents_dir)?;
+        self.update(|o| o.applied_limits = groups.applied.clone());
+
+        // The proxy, outside, for the whole life of the supervisor.
+        let mut proxy = None;
+        if self.desired.network == NetworkMode::Allowlist {
+            let served = self.serve_proxy(&dirs.proxy);
+            match served {
+                Ok(tunnels) => proxy = Some(tunnels),
+                Err(e) => {
+                    cgroup::remove(&groups);
+                    return Err(e);
+                }
+            }
+        }
+        Ok(Prepared { dirs, identity, groups, tmp_bytes, proxy })
+    }
+
+    /// A stable seed for the sandbox's host uid: its folder's name holds its uid.
+    fn dir_seed(&self) -> String {
+        self.dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+    }
+
+    /// Serves the allowlist proxy on `folder/proxy.sock`; answers the loopback services
+    /// to tunnel.
+    fn serve_proxy(&self, folder: &Path) -> Result<Vec<(String, u16)>, (&'static str, String)> {
+        let allow = Allowlist::parse(&self.desired.allow).map_err(|e| ("InvalidAllowlist", e.to_string()))?;
+        let path = folder.join("proxy.sock");
+        let _ = std::fs::remove_file(&path);
+        let listener = tokio::net::UnixListener::bind(&path)
+            .map_err(|e| ("CannotPrepare", format!("cannot serve the proxy: {e}")))?;
         {
             use std::os::unix::fs::PermissionsExt;
-            // Its token is in there: the folder is the controller's user's alone.
-            let _ = std::fs::set_permissions(&self.dir, std::fs::Permissions::from_mode(0o700));
+            // Connecting needs write permission on the socket; the folder is read-only inside.
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666))
+                .map_err(|e| ("CannotPrepare", format!("cannot serve the proxy: {e}")))?;
         }
-        let workspace = match &self.desired.workspace {
-            Some(path) => path.clone(),
-            None => make(&self.dir.join("workspace"))?,
-        };
-        Ok(Dirs {
-            workspace,
-            home: make(&self.dir.join("home"))?,
-            data: make(&self.dir.join("data"))?,
-            run: make(&self.dir.join("run"))?,
-        })
+        let proxy = Arc::new(Proxy::new(allow.clone()));
+        tokio::spawn(Arc::clone(&proxy).serve(listener, self.stop.clone()));
+        let mut denials = proxy.subscribe();
+        let (sender, name, changed, stop) =
+            (self.observed.clone(), self.name.clone(), Arc::clone(&self.changed), self.stop.clone());
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => break,
+                    r = denials.changed() => if r.is_err() { break },
+                }
+                let denied = *denials.borrow_and_update();
+                let last = proxy.last_denied();
+                sender.send_modify(|o| {
+                    o.denied = denied;
+                    o.last_denied = last;
+                });
+                changed(&name);
+            }
+        });
+        Ok(netproxy::loopback_tunnels(&allow))
     }
 
     /// The environment inside: the spec's, over the few variables every sandbox has.
@@ -477,9 +539,10 @@ impl Supervisor {
             ("USER".to_string(), "agent".to_string()),
         ]);
         if self.desired.isolation == Isolation::Bubblewrap {
-            // What Claude Code asks for before it runs as root with `bypassPermissions`:
-            // this is the sandbox it means.
+            // What Claude Code asks for before it skips permissions: this is the
+            // sandbox it means. Codex's driver turns its own sandbox off for it too.
             env.insert("IS_SANDBOX".into(), "1".into());
+            env.insert(agentplane_node_agent::ISOLATION_VARIABLE.into(), "bubblewrap".into());
         }
         if let Ok(filter) = std::env::var("RUST_LOG") {
             env.insert("RUST_LOG".into(), filter);
@@ -498,78 +561,69 @@ impl Supervisor {
         env
     }
 
-    fn command(
+    /// What the launcher is to do for one start.
+    fn launch_plan(
         &self,
         bwrap: Option<&Path>,
-        dirs: &Dirs,
-        groups: &[PathBuf],
-        proxy: Option<&(PathBuf, Vec<(String, u16)>)>,
-    ) -> tokio::process::Command {
-        let mut exec: Vec<OsString> = vec!["sandbox-exec".into()];
-        for group in groups {
-            exec.push("--cgroup".into());
-            exec.push(group.into());
-        }
-        exec.push("--".into());
+        prepared: &Prepared,
+        api_socket: &Path,
+    ) -> Result<launch::Launch, String> {
+        let dirs = &prepared.dirs;
         let (binary, data, run): (PathBuf, PathBuf, PathBuf) = match bwrap {
-            Some(_) => (BINARY_INSIDE.into(), bwrap::DATA.into(), bwrap::RUN.into()),
-            None => (self.config.binary.clone(), dirs.data.clone(), dirs.run.clone()),
+            Some(_) => (bwrap::BINARY.into(), bwrap::DATA.into(), bwrap::RUN.into()),
+            None => (self.config.binary.clone(), dirs.data.clone(), dirs.proxy.clone()),
         };
-        let mut node_agent: Vec<OsString> = vec![
-            binary.into(),
+        let text = |p: &Path| p.to_str().map(str::to_string).ok_or_else(|| format!("{} is not UTF-8", p.display()));
+        let mut command = vec![
+            text(&binary)?,
             "node-agent".into(),
-            "--listen-unix".into(),
-            run.join("api.sock").into(),
+            "--listen-inherited".into(),
             "--token-stdin".into(),
             "--announce-ready".into(),
             "--data-dir".into(),
-            data.into(),
+            text(&data)?,
             "--agents-dir".into(),
-            self.config.agents_dir.clone().into(),
+            text(&self.config.agents_dir)?,
         ];
-        if let Some((_, tunnels)) = proxy {
-            node_agent.push("--proxy-socket".into());
-            node_agent.push(run.join("proxy.sock").into());
+        if let Some(tunnels) = &prepared.proxy {
+            command.push("--proxy-socket".into());
+            command.push(text(&run.join("proxy.sock"))?);
             for (host, port) in tunnels {
-                node_agent.push("--tunnel".into());
-                node_agent.push(
-                    if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") }.into(),
-                );
+                command.push("--tunnel".into());
+                command.push(if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") });
             }
         }
-        let mut command = tokio::process::Command::new(&self.config.binary);
-        command.args(&exec);
-        match bwrap {
-            Some(bwrap) => {
-                let env = self.environment(Path::new(bwrap::HOME), Path::new("/tmp"), proxy.is_some());
-                let plan = bwrap::Plan {
-                    hostname: self.name.clone(),
-                    network: self.desired.network,
-                    workspace: dirs.workspace.clone(),
-                    home: dirs.home.clone(),
-                    data: dirs.data.clone(),
-                    run: dirs.run.clone(),
-                    agents_dir: self.config.agents_dir.clone(),
-                    masked: self.masked(),
-                    binds: self
-                        .desired
-                        .binds
-                        .iter()
-                        .cloned()
-                        .chain(std::iter::once((self.config.binary.clone(), PathBuf::from(BINARY_INSIDE), false)))
-                        .collect(),
-                    env,
-                };
-                let top = bwrap::host_top().unwrap_or_default();
-                command.arg(bwrap).args(bwrap::args(&plan, &top, &node_agent));
-                command.env_clear();
+        let isolated = bwrap.map(|bwrap| {
+            let mut binds: Vec<(PathBuf, PathBuf, bool)> =
+                vec![(self.config.agents_dir.clone(), self.config.agents_dir.clone(), false)];
+            binds.extend(self.desired.binds.iter().cloned());
+            binds.push((self.config.binary.clone(), PathBuf::from(bwrap::BINARY), false));
+            binds.push((dirs.workspace.clone(), PathBuf::from(bwrap::WORKSPACE), true));
+            binds.push((dirs.home.clone(), PathBuf::from(bwrap::HOME), true));
+            binds.push((dirs.data.clone(), PathBuf::from(bwrap::DATA), true));
+            binds.push((dirs.proxy.clone(), PathBuf::from(bwrap::RUN), false));
+            launch::Isolated {
+                bwrap: bwrap.to_path_buf(),
+                hostname: self.name.clone(),
+                network: self.desired.network,
+                masked: self.masked(),
+                binds,
+                tmp_bytes: prepared.tmp_bytes,
             }
-            None => {
-                let env = self.environment(&dirs.home, &std::env::temp_dir(), false);
-                command.args(&node_agent).env_clear().envs(env).current_dir(&dirs.workspace);
-            }
-        }
-        command
+        });
+        let env = match bwrap {
+            Some(_) => self.environment(Path::new(bwrap::HOME), Path::new("/tmp"), prepared.proxy.is_some()),
+            None => self.environment(&dirs.home, &std::env::temp_dir(), false),
+        };
+        Ok(launch::Launch {
+            api_socket: api_socket.to_path_buf(),
+            cgroups: prepared.groups.dirs.clone(),
+            switch_to: prepared.identity.filter(|i| i.switch).map(|i| (i.uid, i.gid)),
+            command,
+            env,
+            workdir: dirs.workspace.clone(),
+            isolated,
+        })
     }
 
     /// Every HOME of the host besides `/home` and `/root` (which are never bound), and
@@ -587,14 +641,19 @@ impl Supervisor {
         masked
     }
 
-    /// Starts the node agent and waits until it says it serves.
-    async fn start(&self, mut command: tokio::process::Command, token: &str) -> Result<tokio::process::Child, String> {
+    /// Starts the node agent through the launcher and waits until it says it serves.
+    async fn start(&self, plan: launch::Launch, token: &str) -> Result<tokio::process::Child, String> {
+        let plan_path = self.dir.join("launch.json");
+        launch::write(&plan_path, &plan).map_err(|e| format!("cannot write {}: {e}", plan_path.display()))?;
         let log_path = self.dir.join("node-agent.log");
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(&log_path)
             .map_err(|e| format!("cannot open {}: {e}", log_path.display()))?;
+        let log_start = log.metadata().map(|m| m.len()).unwrap_or(0);
+        let mut command = tokio::process::Command::new(&self.config.binary);
+        command.arg("sandbox-exec").arg("--launch").arg(&plan_path).env_clear();
         command.stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).stderr(log).kill_on_drop(true);
         let mut child = command.spawn().map_err(|e| format!("cannot start {}: {e}", self.config.binary.display()))?;
         if let Some(mut stdin) = child.stdin.take() {
@@ -619,13 +678,80 @@ impl Supervisor {
             }
             Ok(_) => {
                 let status = child.wait().await.map(|s| s.to_string()).unwrap_or_default();
-                Err(format!("the node agent exited before serving ({status}): see {}", log_path.display()))
+                let said = last_lines(&log_path, log_start);
+                Err(format!("the node agent exited before serving ({status}){said}: see {}", log_path.display()))
             }
             Err(_) => {
                 terminate(&mut child).await;
                 Err(format!("the node agent did not serve within {READY_TIMEOUT:?}: see {}", log_path.display()))
             }
         }
+    }
+}
+
+/// Makes the sandbox's folders and gives them (with what the spec grants writable) to
+/// its host user; answers them and that user (none when not isolated).
+fn make_dirs(
+    dir: &Path,
+    agents_dir: &Path,
+    workspace: Option<PathBuf>,
+    isolated: bool,
+    root: &Path,
+    seed: &str,
+    writable: &[PathBuf],
+) -> Result<(Dirs, Option<identity::Identity>), String> {
+    let make = |path: &Path| {
+        std::fs::create_dir_all(path)
+            .map_err(|e| format!("cannot create {}: {e}", path.display()))
+            .map(|()| path.to_path_buf())
+    };
+    make(dir)?;
+    // Bound in read-only: it must exist before the embedded node agent installs anything.
+    make(agents_dir)?;
+    {
+        use std::os::unix::fs::PermissionsExt;
+        // Its token, its socket and its launch plan are in there: the folder is the
+        // controller's user's alone.
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+            .map_err(|e| format!("cannot restrict {}: {e}", dir.display()))?;
+    }
+    let workspace = match workspace {
+        Some(path) => path,
+        None => make(&dir.join("workspace"))?,
+    };
+    let dirs = Dirs {
+        workspace,
+        home: make(&dir.join("home"))?,
+        data: make(&dir.join("data"))?,
+        proxy: make(&dir.join("run"))?,
+    };
+    if !isolated {
+        return Ok((dirs, None));
+    }
+    let identity = identity::for_sandbox(root, dir, seed).map_err(|e| format!("choosing the sandbox's user: {e}"))?;
+    for folder in [&dirs.workspace, &dirs.home, &dirs.data].into_iter().chain(writable) {
+        identity::give(folder, identity)
+            .map_err(|e| format!("giving {} to the sandbox's user {}: {e}", folder.display(), identity.uid))?;
+    }
+    Ok((dirs, Some(identity)))
+}
+
+/// The last lines the log got since `from` (bounded), to say why a start failed.
+fn last_lines(log: &Path, from: u64) -> String {
+    use std::io::{Read, Seek};
+    const MOST: u64 = 2048;
+    let Ok(mut file) = std::fs::File::open(log) else { return String::new() };
+    let end = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let start = from.max(end.saturating_sub(MOST));
+    let mut bytes = Vec::new();
+    if file.seek(std::io::SeekFrom::Start(start)).is_err() || file.take(MOST).read_to_end(&mut bytes).is_err() {
+        return String::new();
+    }
+    let text = String::from_utf8_lossy(&bytes);
+    let said: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    match said.last() {
+        Some(last) => format!(": {}", last.trim()),
+        None => String::new(),
     }
 }
 

@@ -4,6 +4,9 @@
 
 use super::*;
 
+/// The condition on a Sandbox that names its workspace.
+const WORKSPACE: &str = "Workspace";
+
 /// Resolves a host path a Sandbox names (relative to its file's folder), refusing one
 /// that leads into the state directory, where every sandbox's token is kept.
 fn sandbox_host_path(base: &Path, state: &Path, written: &str, what: &str) -> std::result::Result<PathBuf, String> {
@@ -27,6 +30,34 @@ struct Folders {
     root: PathBuf,
     /// The state directory, canonical.
     state: PathBuf,
+}
+
+/// A folder a sandbox may write must be one of its own: not the watched folder, not one
+/// holding it, not the one holding the Sandbox's own file. What a sandbox can write is
+/// never read as resources (see `sandbox_writes`), so any of those would hide the
+/// user's resources, or the Sandbox itself.
+fn own_folder(
+    folders: &Folders,
+    sandbox: &agentplane_crds::Sandbox,
+    real: &Path,
+    what: &str,
+) -> std::result::Result<(), String> {
+    if folders.root.starts_with(real) {
+        return Err(format!(
+            "{what} is the watched folder {} or holds it: a sandbox writes only a folder of its own (such as ./{}-workspace), \
+             and what it can write is never read as resources",
+            folders.root.display(),
+            sandbox.metadata.name.as_deref().unwrap_or("sandbox")
+        ));
+    }
+    if let Some(file) = source_file(&sandbox.metadata)
+        && folders.root.join(file).starts_with(real)
+    {
+        return Err(format!(
+            "{what} holds this Sandbox's own file {file}: what a sandbox can write is never read as resources"
+        ));
+    }
+    Ok(())
 }
 
 /// What a managed Sandbox's spec asks for, its host paths resolved and confined:
@@ -65,6 +96,9 @@ fn desired_of(
             Some(path) => return Err(format!("binds.path {path:?}: write an absolute path")),
             None => host.clone(),
         };
+        if bind.writable {
+            own_folder(folders, sandbox, &host, &format!("binds.hostPath {:?}", bind.host_path))?;
+        }
         binds.push((host, inside, bind.writable));
     }
     let workspace = match &spec.workspace {
@@ -77,6 +111,7 @@ fn desired_of(
                     folders.root.display()
                 ));
             }
+            own_folder(folders, sandbox, &real, &format!("workspace {written:?}"))?;
             Some(real)
         }
         None => None,
@@ -153,6 +188,7 @@ impl Inner {
                 return status;
             }
         };
+        let workspace = desired.workspace.clone();
         let observed = managed.ensure(name, &uid, desired).await;
         status.phase = Some(observed.phase);
         status.endpoint = observed.endpoint;
@@ -161,6 +197,8 @@ impl Inner {
         status.started_at = observed.started_at;
         status.restarts = observed.restarts;
         status.applied_limits = observed.applied_limits;
+        status.host_uid = observed.host_uid;
+        status.seccomp = observed.seccomp.map(str::to_string);
         status.denied_connections = observed.denied;
         status.last_denied = observed.last_denied;
         status.node_agent_version = Some(env!("CARGO_PKG_VERSION").to_string());
@@ -178,7 +216,39 @@ impl Inner {
             }
         }
         conditions::set(&mut status.conditions, READY, ready, observed.reason, observed.message, generation);
+        self.set_workspace_condition(&mut status, workspace.as_deref(), generation);
         status
+    }
+
+    /// `Workspace`, for a Sandbox that names its workspace: the folder is the sandbox's,
+    /// and what lies there is never read as resources; `False` when resource files that
+    /// were there are no longer read because of it.
+    fn set_workspace_condition(&self, status: &mut SandboxStatus, workspace: Option<&Path>, generation: Option<i64>) {
+        let Some(workspace) = workspace else {
+            status.conditions.retain(|c| c.type_ != WORKSPACE);
+            return;
+        };
+        let held: Vec<String> = self
+            .hidden_resources
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter(|(_, granted)| granted.as_path() == workspace)
+            .map(|(relative, _)| relative.clone())
+            .collect();
+        let shown = workspace.strip_prefix(&self.root).unwrap_or(workspace).display().to_string();
+        if held.is_empty() {
+            let message = format!("{shown} is this sandbox's own: what lies there is never read as resources");
+            conditions::set(&mut status.conditions, WORKSPACE, true, "OwnFolder", message, generation);
+        } else {
+            let message = format!(
+                "{} resource file(s) in {shown} are not read ({}): what a sandbox can write is never read as \
+                 resources; move them out of its workspace",
+                held.len(),
+                held.iter().take(5).cloned().collect::<Vec<_>>().join(", ")
+            );
+            conditions::set(&mut status.conditions, WORKSPACE, false, "HoldsResources", message, generation);
+        }
     }
 
     pub(super) async fn reconcile_sandbox(

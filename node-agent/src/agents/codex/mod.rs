@@ -127,6 +127,44 @@ enum Waiting {
     Question(String),
 }
 
+/// Whether this node agent runs in an agentplane sandbox (the controller says so in
+/// its environment): codex's own sandbox, bubblewrap in a user namespace, cannot start
+/// in one (no further user namespace can be made there), and the outer one is the
+/// boundary.
+pub(crate) fn inside_a_sandbox() -> bool {
+    std::env::var_os(crate::ISOLATION_VARIABLE).is_some_and(|v| v == "bubblewrap")
+}
+
+/// Codex's approval policy and sandbox for a permission mode. Inside an agentplane
+/// sandbox codex's own is off (`danger-full-access`); what needs a person's approval
+/// still does, and a plan, which codex would keep read-only, asks before anything it
+/// does not know to be read-only.
+fn policy(mode: PermissionMode, sandboxed: bool) -> (&'static str, &'static str) {
+    match (mode, sandboxed) {
+        (PermissionMode::Default, false) => ("untrusted", "workspace-write"),
+        // Read-only, and nothing to approve: under `untrusted` an approved command runs
+        // outside the sandbox (seen with 0.169: `touch` wrote its file), which would let
+        // a plan change things.
+        (PermissionMode::Plan, false) => ("never", "read-only"),
+        (PermissionMode::Default | PermissionMode::Plan, true) => ("untrusted", "danger-full-access"),
+        (PermissionMode::Bypass, _) => ("never", "danger-full-access"),
+    }
+}
+
+#[cfg(test)]
+mod policy_tests {
+    use super::*;
+
+    #[test]
+    fn inside_an_agentplane_sandbox_codex_sandboxes_nothing_but_still_asks() {
+        assert_eq!(policy(PermissionMode::Default, false), ("untrusted", "workspace-write"));
+        assert_eq!(policy(PermissionMode::Plan, false), ("never", "read-only"));
+        assert_eq!(policy(PermissionMode::Default, true), ("untrusted", "danger-full-access"));
+        assert_eq!(policy(PermissionMode::Plan, true), ("untrusted", "danger-full-access"));
+        assert_eq!(policy(PermissionMode::Bypass, true), ("never", "danger-full-access"));
+    }
+}
+
 /// One running app-server.
 struct AppServer {
     child: LineChild,
@@ -180,14 +218,7 @@ impl CodexDriver {
     }
 
     fn policy(&self) -> (&'static str, &'static str) {
-        match self.config.permission_mode {
-            PermissionMode::Default => ("untrusted", "workspace-write"),
-            // Read-only, and nothing to approve: under `untrusted` an approved command runs
-            // outside the sandbox (seen with 0.169: `touch` wrote its file), which would let
-            // a plan change things.
-            PermissionMode::Plan => ("never", "read-only"),
-            PermissionMode::Bypass => ("never", "danger-full-access"),
-        }
+        policy(self.config.permission_mode, inside_a_sandbox())
     }
 
     fn working_dir(&self) -> Option<String> {
