@@ -30,6 +30,12 @@ pub enum EnvFileError {
     TooLarge { path: PathBuf },
     #[error("{}:{line}: {message}", path.display())]
     Syntax { path: PathBuf, line: usize, message: &'static str },
+    #[error(
+        "{} {}: what a sandbox can write is never read as desired state",
+        path.display(),
+        folder.as_ref().map_or_else(|| "belongs to a sandbox's user".to_string(), |f| format!("lies in {}, which a sandbox can write", f.display()))
+    )]
+    SandboxWritable { path: PathBuf, folder: Option<PathBuf> },
 }
 
 fn outside(path: &Path, real: &Path, root: &Path) -> String {
@@ -48,6 +54,8 @@ pub struct EnvFiles<'a> {
     pub root: &'a Path,
     /// The folder of the resource's own file: relative paths start there.
     pub base: &'a Path,
+    /// What sandboxes can write: never read (see `sandbox_writes`).
+    pub sandbox_writable: Option<&'a super::sandbox_writes::Writable>,
 }
 
 impl EnvFiles<'_> {
@@ -59,7 +67,7 @@ impl EnvFiles<'_> {
     /// Reads and parses the env file `reference` names.
     pub fn read(&self, reference: &str) -> Result<BTreeMap<String, String>, EnvFileError> {
         let path = self.path_of(reference);
-        let text = read_confined(self.root, &path)?;
+        let text = read_confined(self.root, self.sandbox_writable, &path)?;
         parse_env(&text).map_err(|(line, message)| EnvFileError::Syntax { path, line, message })
     }
 
@@ -161,7 +169,7 @@ pub fn resolve_git_credentials(
     }
     if let Some(key_file) = &source.ssh_private_key_file {
         let path = files.path_of(key_file);
-        let key = read_confined(files.root, &path)
+        let key = read_confined(files.root, files.sandbox_writable, &path)
             .map_err(|e| format!("workspace.git.credentials.sshPrivateKeyFile {key_file:?}: {e}"))?;
         credentials.ssh_private_key = Some(key);
     }
@@ -178,8 +186,12 @@ pub fn referenced_files<'a>(env: &'a [EnvVar], env_from: &'a [EnvFromSource]) ->
 /// The text of a regular file under `root` (canonical), refusing anything else without
 /// ever blocking: FIFOs and devices are opened non-blocking and refused by what `fstat`
 /// says, before any read.
-fn read_confined(root: &Path, path: &Path) -> Result<String, EnvFileError> {
-    use std::os::unix::fs::FileTypeExt;
+fn read_confined(
+    root: &Path,
+    sandbox_writable: Option<&super::sandbox_writes::Writable>,
+    path: &Path,
+) -> Result<String, EnvFileError> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
 
     use super::read::{self, Refused};
     let unreadable = |e: std::io::Error| EnvFileError::Unreadable { path: path.to_path_buf(), reason: e.to_string() };
@@ -188,8 +200,14 @@ fn read_confined(root: &Path, path: &Path) -> Result<String, EnvFileError> {
     if !real.starts_with(root) {
         return Err(EnvFileError::OutsideFolder { path: path.to_path_buf(), real, root: root.to_path_buf() });
     }
+    if let Some(granted) = sandbox_writable.and_then(|w| w.covering(&real, None)) {
+        return Err(EnvFileError::SandboxWritable { path: path.to_path_buf(), folder: Some(granted.path.clone()) });
+    }
     // Not following a final symlink: one swapped in since the check is refused (ELOOP).
     let file = read::open(&real, false).map_err(unreadable)?;
+    if file.metadata().is_ok_and(|m| super::sandbox_writes::Writable::owned_by_sandbox(m.uid())) {
+        return Err(EnvFileError::SandboxWritable { path: path.to_path_buf(), folder: None });
+    }
     // A folder on the way swapped for a symlink since the check: what was opened is
     // what the kernel says it is.
     if let Ok(opened) = fs::read_link(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&file)))
@@ -249,7 +267,7 @@ mod tests {
     use super::*;
 
     fn files(root: &Path) -> EnvFiles<'_> {
-        EnvFiles { root, base: root }
+        EnvFiles { root, base: root, sandbox_writable: None }
     }
 
     fn from_file(file: &str) -> Vec<EnvFromSource> {
@@ -348,7 +366,7 @@ mod tests {
         // A symlink that stays inside is followed.
         assert_eq!(env.read("alias.env").unwrap()["A"], "1");
         let sub = root.join("sub");
-        let from_sub = EnvFiles { root: &root, base: &sub };
+        let from_sub = EnvFiles { root: &root, base: &sub, sandbox_writable: None };
         assert_eq!(from_sub.read("../sub/in.env").unwrap()["A"], "1");
         assert!(matches!(from_sub.read("sub"), Err(EnvFileError::Unreadable { .. })));
         assert!(matches!(env.read("sub"), Err(EnvFileError::NotRegular { what: "a directory", .. })));

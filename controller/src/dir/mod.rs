@@ -3,6 +3,7 @@ pub mod managed;
 pub mod parse;
 pub mod pools;
 pub mod read;
+pub mod sandbox_writes;
 pub mod state;
 pub mod store;
 pub mod watch;

@@ -9,7 +9,7 @@
 //! process stopped) before it is forgotten, even when the file went away while no
 //! controller was running: the state directory remembers it.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -26,6 +26,7 @@ use tracing::{debug, info, warn};
 
 use super::env::{EnvFiles, EnvWatch, referenced_files, resolve_env};
 use super::parse::{Declared, FileError, Key, Kind, Object, parse_file};
+use super::sandbox_writes::{SandboxWrites, Writable};
 use super::state::StateDir;
 use crate::conditions::{self, READY};
 use crate::process::{Backoff, ProcessInput, ProcessReconciler};
@@ -183,6 +184,13 @@ struct Inner {
     env_watch: Mutex<EnvWatch<Key>>,
     /// The symlinks the last walk skipped (see `report_skipped`).
     skipped: Mutex<BTreeSet<PathBuf>>,
+    /// What sandboxes can write: never read (see `sandbox_writes`).
+    writes: Arc<SandboxWrites>,
+    /// What the last walk did not read because a sandbox can write it.
+    sandbox_written: Mutex<BTreeMap<PathBuf, Option<PathBuf>>>,
+    /// Resource files that were read until a sandbox could write them (relative path,
+    /// and the folder given to the sandbox).
+    hidden_resources: Mutex<BTreeMap<String, PathBuf>>,
     state: StateDir,
     index: Mutex<Index>,
     queue: Arc<WorkQueue<Key>>,
@@ -221,6 +229,7 @@ impl DirStore {
                 Err(e) => warn!(error = %e, "a state record could not be read; it is ignored"),
             }
         }
+        let writes = Arc::new(SandboxWrites::load(state.root()));
         let mut processes = ProcessReconciler::new(Arc::clone(&sandboxes));
         processes.backoff = config.backoff;
         // One slot: a pending wake-up already means "rescan".
@@ -234,12 +243,20 @@ impl DirStore {
                         inner.sandbox_changed(name);
                     }
                 });
-                let _ = managed.set(super::managed::Managed::new(launch, Arc::clone(&sandboxes), changed));
+                let _ = managed.set(super::managed::Managed::new(
+                    launch,
+                    Arc::clone(&sandboxes),
+                    Arc::clone(&writes),
+                    changed,
+                ));
             }
             Inner {
                 root: fs::canonicalize(&config.dir).unwrap_or_else(|_| config.dir.clone()),
                 dir: config.dir.clone(),
                 skipped: Mutex::new(BTreeSet::new()),
+                writes: Arc::clone(&writes),
+                sandbox_written: Mutex::new(BTreeMap::new()),
+                hidden_resources: Mutex::new(BTreeMap::new()),
                 real_state: fs::canonicalize(&config.state_dir).unwrap_or_else(|_| config.state_dir.clone()),
                 env_watch: Mutex::new(EnvWatch::default()),
                 state,
@@ -449,7 +466,8 @@ fn parse_resource(value: &str) -> Option<Key> {
 /// The files the store reads under `dir` (see `walk`), by path relative to `dir`: what
 /// a tool editing the directory must look at to see what the store will see.
 pub fn yaml_files(dir: &Path, skip: &Path) -> BTreeMap<String, PathBuf> {
-    walk(dir, skip).files.into_iter().map(|(relative, (path, _))| (relative, path)).collect()
+    let writes = SandboxWrites::load(skip);
+    walk(dir, skip, &writes).files.into_iter().map(|(relative, (path, _))| (relative, path)).collect()
 }
 
 /// A directory or file as the kernel knows it: (device, inode). Two paths with the same
@@ -466,6 +484,21 @@ struct Walked {
     /// Symlinks that lead to a directory already walked (a loop, or an alias), with the
     /// path that directory was walked by: skipped.
     skipped: BTreeMap<PathBuf, PathBuf>,
+    /// Folders and files skipped because a sandbox can write them (or wrote them), with
+    /// the folder given to the sandbox that covers them (or none: owned by a sandbox).
+    sandbox_written: BTreeMap<PathBuf, Option<PathBuf>>,
+    /// The identities of the folders given to sandboxes that the walk came across.
+    writable_seen: HashSet<FileId>,
+}
+
+/// Whether what the walk found at `path` (canonical `real`, identity `id`, owner `uid`)
+/// is a sandbox's to write: answers the folder given to it (or none when only its owner
+/// says so).
+fn sandbox_written(writes: &SandboxWrites, real: &Path, id: FileId, uid: u32) -> Option<Option<PathBuf>> {
+    if let Some(granted) = writes.snapshot().covering(real, Some(id)) {
+        return Some(Some(granted.path.clone()));
+    }
+    Writable::owned_by_sandbox(uid).then_some(None)
 }
 
 /// A directory waiting to be walked. Ordered so that the walk is the same whatever
@@ -486,8 +519,9 @@ struct Pending {
 /// Kubernetes volume) are skipped; symlinks are followed, but each real directory is
 /// walked once (by the path with the fewest symlinks, then the first in path order) and
 /// each real file is taken once (the same way), so a link to a parent is not a loop and
-/// an alias of a folder does not declare its resources twice.
-fn walk(dir: &Path, skip: &Path) -> Walked {
+/// an alias of a folder does not declare its resources twice. What a sandbox can write
+/// (see `sandbox_writes`) is never taken, whatever path leads there.
+fn walk(dir: &Path, skip: &Path, writes: &SandboxWrites) -> Walked {
     use std::os::unix::fs::MetadataExt;
     let mut walked = Walked::default();
     let Ok(root) = fs::metadata(dir) else { return walked };
@@ -526,13 +560,20 @@ fn walk(dir: &Path, skip: &Path) -> Walked {
             let Ok(meta) = fs::metadata(&path) else { continue };
             let links = current.links + usize::from(is_link);
             let id = (meta.dev(), meta.ino());
+            let real = if is_link {
+                let Ok(real) = fs::canonicalize(&path) else { continue };
+                real
+            } else {
+                current.real.join(&name)
+            };
+            if let Some(granted) = sandbox_written(writes, &real, id, meta.uid()) {
+                if meta.is_dir() {
+                    walked.writable_seen.insert(id);
+                }
+                walked.sandbox_written.insert(path, granted);
+                continue;
+            }
             if meta.is_dir() {
-                let real = if is_link {
-                    let Ok(real) = fs::canonicalize(&path) else { continue };
-                    real
-                } else {
-                    current.real.join(&name)
-                };
                 // The state directory, whatever path leads to it.
                 if real.starts_with(&real_skip) || current.depth >= MAX_DEPTH {
                     continue;
@@ -594,8 +635,10 @@ impl Inner {
 
     fn scan_now(&self) -> (Vec<Key>, BTreeMap<FileId, PathBuf>) {
         let started = std::time::Instant::now();
-        let walked = walk(&self.dir, self.state.root());
+        let walked = walk(&self.dir, self.state.root(), &self.writes);
         self.report_skipped(&walked.skipped);
+        self.report_sandbox_written(&walked.sandbox_written);
+        self.writes.prune(&walked.writable_seen);
         let mut dirs: BTreeMap<FileId, PathBuf> = walked.dirs.into_iter().map(|(id, (_, real))| (id, real)).collect();
         // The folders of env files are watched too, walked or not (`.secrets/`).
         for folder in self.env_watch.lock().unwrap_or_else(|e| e.into_inner()).folders() {
@@ -609,6 +652,27 @@ impl Inner {
         let changed = self.take(walked.files);
         debug!(changed = changed.len(), elapsed_ms = started.elapsed().as_secs_f64() * 1000.0, "scanned");
         (changed, dirs)
+    }
+
+    /// Says once (not at every rescan) what is not read because a sandbox can write it.
+    fn report_sandbox_written(&self, written: &BTreeMap<PathBuf, Option<PathBuf>>) {
+        let mut reported = self.sandbox_written.lock().unwrap_or_else(|e| e.into_inner());
+        for (path, granted) in written {
+            if !reported.contains_key(path) {
+                match granted {
+                    Some(folder) => info!(
+                        path = %path.display(),
+                        folder = %folder.display(),
+                        "not read: a sandbox can write there (what a sandbox writes is never desired state)"
+                    ),
+                    None => warn!(
+                        path = %path.display(),
+                        "not read: a sandbox's user owns it (what a sandbox writes is never desired state)"
+                    ),
+                }
+            }
+        }
+        *reported = written.clone();
     }
 
     /// Says once (not at every rescan) which symlinks lead to a folder already walked.
@@ -628,8 +692,38 @@ impl Inner {
 
     /// Takes the directory's files as they are now; returns the resources that changed.
     fn take(&self, found: BTreeMap<String, (PathBuf, Stamp)>) -> Vec<Key> {
+        // Looked at again with what is granted now: a sandbox started while the walk
+        // ran may have written there since.
+        let writes = self.writes.snapshot();
+        let found: BTreeMap<String, (PathBuf, Stamp)> = found
+            .into_iter()
+            .filter(|(_, (path, _))| {
+                use std::os::unix::fs::MetadataExt;
+                let real = fs::canonicalize(path);
+                let meta = fs::metadata(path);
+                match (real, meta) {
+                    (Ok(real), Ok(meta)) => {
+                        writes.covering(&real, None).is_none() && !Writable::owned_by_sandbox(meta.uid())
+                    }
+                    _ => true,
+                }
+            })
+            .collect();
         let mut index = self.lock();
         let index = &mut *index;
+        {
+            // Resource files read before that a sandbox can write now: no longer read,
+            // and said so on the Sandbox (its `Workspace` condition).
+            let mut hidden = self.hidden_resources.lock().unwrap_or_else(|e| e.into_inner());
+            hidden.retain(|relative, _| self.dir.join(relative).exists());
+            for relative in index.files.keys().filter(|r| !found.contains_key(*r)) {
+                if let Ok(real) = fs::canonicalize(self.dir.join(relative))
+                    && let Some(granted) = writes.covering(&real, None)
+                {
+                    hidden.insert(relative.clone(), granted.path.clone());
+                }
+            }
+        }
         index.files.retain(|path, _| found.contains_key(path));
         for (relative, (path, stamp)) in &found {
             if index.files.get(relative).is_some_and(|f| f.stamp == *stamp) {
@@ -1100,7 +1194,12 @@ impl Inner {
         }
         crate::restart::Requests::new(self.state.root()).overlay(object.meta_mut());
         let base = source_file(object.meta()).map(|f| self.dir.join(f)).and_then(|f| f.parent().map(Path::to_path_buf));
-        let files = EnvFiles { root: &self.root, base: base.as_deref().unwrap_or(&self.dir) };
+        let writable = self.writes.snapshot();
+        let files = EnvFiles {
+            root: &self.root,
+            base: base.as_deref().unwrap_or(&self.dir),
+            sandbox_writable: Some(&writable),
+        };
         let env = match &object {
             Object::Process(p) => resolve_env(&files, &p.spec.env, &p.spec.env_from),
             Object::Session(s) => resolve_env(&files, &s.spec.env, &s.spec.env_from),
@@ -1121,7 +1220,12 @@ impl Inner {
         crate::mcp::check(servers)?;
         let base =
             source_file(&session.metadata).map(|f| self.dir.join(f)).and_then(|f| f.parent().map(Path::to_path_buf));
-        let files = EnvFiles { root: &self.root, base: base.as_deref().unwrap_or(&self.dir) };
+        let writable = self.writes.snapshot();
+        let files = EnvFiles {
+            root: &self.root,
+            base: base.as_deref().unwrap_or(&self.dir),
+            sandbox_writable: Some(&writable),
+        };
         servers
             .iter()
             .map(|server| {
@@ -1141,7 +1245,12 @@ impl Inner {
     ) -> std::result::Result<agentplane_node_agent::model::GitCredentials, String> {
         let base =
             source_file(&session.metadata).map(|f| self.dir.join(f)).and_then(|f| f.parent().map(Path::to_path_buf));
-        let files = EnvFiles { root: &self.root, base: base.as_deref().unwrap_or(&self.dir) };
+        let writable = self.writes.snapshot();
+        let files = EnvFiles {
+            root: &self.root,
+            base: base.as_deref().unwrap_or(&self.dir),
+            sandbox_writable: Some(&writable),
+        };
         super::env::resolve_git_credentials(&files, source)
     }
 
@@ -1261,7 +1370,7 @@ mod tests {
         symlink("sub", d.join("alias")).unwrap();
         symlink("web.yaml", d.join("link.yaml")).unwrap();
         symlink(".agentplane", d.join("state")).unwrap();
-        let walked = walk(&d, &d.join(".agentplane"));
+        let walked = walk(&d, &d.join(".agentplane"), &SandboxWrites::load(&d.join(".agentplane")));
         assert_eq!(walked.files.keys().collect::<Vec<_>>(), ["sub/x.yaml", "web.yaml"]);
         let mut dirs: Vec<&PathBuf> = walked.dirs.values().map(|(path, _)| path).collect();
         dirs.sort();
