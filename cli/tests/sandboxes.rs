@@ -595,3 +595,230 @@ fn no_token_is_ever_in_a_file_git_would_take() {
     );
     assert!(agentplane_controller::dir::managed::token_path(&sandbox_dir).is_file(), "the token is kept for the CLI");
 }
+
+// The escapes a hostile review found with `up` run as root, each closed at its root:
+// sandboxed code is an unprivileged user in a user namespace of its own, behind a
+// seccomp filter, whose writes are never read as desired state, whose sockets the
+// host never follows by path, and whose limits and /tmp are bounded.
+
+/// Puts a host sysctl back, whatever the test found, when dropped.
+struct Sysctl {
+    path: &'static str,
+    was: String,
+}
+
+impl Sysctl {
+    fn keep(path: &'static str) -> Sysctl {
+        Sysctl { path, was: fs::read_to_string(path).unwrap() }
+    }
+
+    fn now(&self) -> String {
+        fs::read_to_string(self.path).unwrap()
+    }
+}
+
+impl Drop for Sysctl {
+    fn drop(&mut self) {
+        if self.now() != self.was {
+            let _ = fs::write(self.path, &self.was);
+        }
+    }
+}
+
+#[test]
+fn sandboxed_code_is_not_host_root_and_writes_no_sysctl() {
+    let core_pattern = Sysctl::keep("/proc/sys/kernel/core_pattern");
+    let marker = agentplane_node_agent::random::hex(6);
+    // A file only the host's root may read, somewhere the sandbox sees (read-only).
+    let root_only = PathBuf::from(format!("/var/tmp/agentplane-root-only-{marker}"));
+    fs::write(&root_only, "root secret\n").unwrap();
+    fs::set_permissions(&root_only, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let escaped = PathBuf::from(format!("/var/tmp/agentplane-core-helper-ran-{marker}"));
+    let up = Up::start(&[("iso.yaml", &sandbox_yaml("iso", "  network: none\n"))], &[]);
+    up.wait_sandbox("iso", "ready", ready);
+    let script = format!(
+        "echo uid=$(id -u); cat {root_only} 2>&1; \
+         printf '#!/bin/sh\\ntouch {escaped}\\n' > /workspace/helper.sh; chmod +x /workspace/helper.sh; \
+         echo '|/workspace/helper.sh %p' > /proc/sys/kernel/core_pattern && echo core-pattern-written; \
+         echo 1 > /proc/sys/vm/overcommit_memory && echo overcommit-written; \
+         echo 0 > /proc/sys/fs/protected_symlinks && echo protected-symlinks-written; \
+         ulimit -c unlimited; sleep 30 & kill -SEGV $!; wait; exit 0",
+        root_only = root_only.display(),
+        escaped = escaped.display(),
+    );
+    fs::write(up.dir.join("probe.yaml"), process_yaml("probe", "iso", &script)).unwrap();
+    let (code, out) = up.finished("probe");
+    let pattern_after = core_pattern.now();
+    fs::remove_file(&root_only).unwrap();
+    let _ = fs::remove_file(&escaped);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(pattern_after, core_pattern.was, "the host's core_pattern was changed from inside:\n{out}");
+    for written in ["core-pattern-written", "overcommit-written", "protected-symlinks-written"] {
+        assert!(!out.contains(written), "a sysctl was written from inside:\n{out}");
+    }
+    assert!(!out.contains("uid=0"), "sandboxed code runs as uid 0:\n{out}");
+    assert!(out.contains("uid=1000"), "{out}");
+    assert!(!out.contains("root secret"), "a root-only host file was read:\n{out}");
+    assert!(out.contains("Permission denied"), "{out}");
+    // Who it is on the host: an unprivileged uid of its own, named in its status.
+    let status = up.sandbox("iso").status.unwrap();
+    let host_uid = status.host_uid.expect("status.hostUid");
+    assert_ne!(host_uid, 0);
+    let pid = runs_on_pid(&up.sandbox("iso"));
+    let uid_line = fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let uids = uid_line.lines().find(|l| l.starts_with("Uid:")).unwrap().to_string();
+    assert!(uids.split_whitespace().skip(1).all(|u| u == host_uid.to_string()), "{uids} vs {host_uid}");
+}
+
+#[test]
+fn yaml_a_sandbox_writes_into_its_workspace_is_never_taken() {
+    let marker = agentplane_node_agent::random::hex(6);
+    let escaped = PathBuf::from(format!("/var/tmp/agentplane-yaml-escape-{marker}"));
+    let pwn = format!(
+        "apiVersion: agentplane.dev/v1alpha1\nkind: Process\nmetadata:\n  name: pwn\nspec:\n  command: touch\n  \
+         args: [\"{}\"]\n",
+        escaped.display()
+    );
+    let mut up = Up::start(&[("box.yaml", &sandbox_yaml("box", "  workspace: ./proj\n"))], &[]);
+    fs::create_dir_all(up.dir.join("proj")).unwrap();
+    // Saved after the folder exists: the workspace resolves.
+    fs::write(up.dir.join("box.yaml"), sandbox_yaml("box", "  workspace: ./proj\n")).unwrap();
+    up.wait_sandbox("box", "ready", ready);
+    let writer = format!(
+        "cat > /workspace/pwn.yaml <<'EOF'\n{pwn}EOF\nmkdir -p /workspace/deep && cp /workspace/pwn.yaml /workspace/deep/pwn2.yaml && sed -i s/name:\\ pwn/name:\\ pwn2/ /workspace/deep/pwn2.yaml; exit 0"
+    );
+    fs::write(up.dir.join("writer.yaml"), process_yaml("writer", "box", &writer)).unwrap();
+    assert_eq!(up.finished("writer").0, 0);
+    assert!(up.dir.join("proj/pwn.yaml").is_file(), "the sandbox wrote its file");
+    // A file saved after the sandbox's: the folder was scanned since.
+    fs::write(up.dir.join("after.yaml"), process_yaml("after", "local", "exit 0")).unwrap();
+    up.finished("after");
+    assert!(up.process("pwn").is_none() && up.process("pwn2").is_none(), "a sandbox's file was taken:\n{}", up.log());
+    assert!(!escaped.exists(), "a sandbox's file ran on the host");
+    // The sandbox says why its workspace's files are not read.
+    let (_, message) = condition(&up.sandbox("box").status.unwrap(), "Workspace");
+    assert!(message.contains("never read as resources"), "{message}");
+    // Not after a restart of `up` either, nor once the sandbox is gone.
+    let dir = up.dir.clone();
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(up.child.id() as i32), nix::sys::signal::Signal::SIGTERM);
+    let _ = up.child.wait();
+    fs::remove_file(dir.join("box.yaml")).unwrap();
+    let log = fs::File::create(dir.parent().unwrap().join("up.log")).unwrap();
+    up.child = Command::new(common::bin())
+        .arg("up")
+        .arg("--dir")
+        .arg(&dir)
+        .env_remove("AGENTPLANE_DIR")
+        .env_remove("AGENTPLANE_TOKEN")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    fs::write(dir.join("after2.yaml"), process_yaml("after2", "local", "exit 0")).unwrap();
+    up.finished("after2");
+    assert!(up.process("pwn").is_none() && up.process("pwn2").is_none(), "taken after a restart:\n{}", up.log());
+    assert!(!escaped.exists(), "a sandbox's file ran on the host");
+}
+
+#[test]
+fn no_setuid_or_setgid_bit_is_set_from_inside() {
+    let up = Up::start(&[("box.yaml", &sandbox_yaml("box", ""))], &[]);
+    up.wait_sandbox("box", "ready", ready);
+    let script = "cp /bin/bash /workspace/rootbash; chmod 4755 /workspace/rootbash 2>&1; \
+                  chmod g+s /workspace/rootbash 2>&1; install -m 6755 /bin/true /workspace/installed 2>&1; \
+                  python3 -c 'import os; os.close(os.open(\"/workspace/created\", os.O_CREAT|os.O_WRONLY, 0o4755))' 2>&1; \
+                  mkdir /workspace/d && chmod 2775 /workspace/d 2>&1; \
+                  stat -c '%n %a' /workspace/rootbash /workspace/created; exit 0";
+    fs::write(up.dir.join("probe.yaml"), process_yaml("probe", "box", script)).unwrap();
+    let (_, out) = up.finished("probe");
+    let workspace = agentplane_controller::dir::managed::sandbox_dir(
+        &up.state().sandboxes_dir(),
+        "box",
+        up.sandbox("box").metadata.uid.as_deref().unwrap(),
+    )
+    .join("workspace");
+    use std::os::unix::fs::PermissionsExt;
+    for name in ["rootbash", "created", "installed", "d"] {
+        let Ok(meta) = fs::metadata(workspace.join(name)) else { continue };
+        assert_eq!(meta.permissions().mode() & 0o6000, 0, "{name} has a set-id bit on the host:\n{out}");
+    }
+    assert!(workspace.join("rootbash").is_file(), "{out}");
+    assert!(out.contains("Operation not permitted"), "{out}");
+}
+
+#[test]
+fn a_symlinked_api_socket_reaches_nothing_of_the_host() {
+    let tmp = tempfile::tempdir().unwrap();
+    // A Unix socket on the host, where the sandbox cannot see: it counts who connects.
+    let host_socket = tmp.path().join("host.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&host_socket).unwrap();
+    let connected = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    {
+        let connected = std::sync::Arc::clone(&connected);
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                connected.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                drop(stream);
+            }
+        });
+    }
+    let up = Up::start(&[("box.yaml", &sandbox_yaml("box", "  network: host\n"))], &[]);
+    up.wait_sandbox("box", "ready", ready);
+    // Every socket the sandbox can reach is swapped for a link to the host's.
+    let script = format!(
+        "for s in $(find / -xdev -type s 2>/dev/null) $(find /run /.agentplane /tmp -type s 2>/dev/null); do \
+         rm -f \"$s\" && ln -s {host} \"$s\" && echo swapped \"$s\"; done; exit 0",
+        host = host_socket.display()
+    );
+    fs::write(up.dir.join("swap.yaml"), process_yaml("swap", "box", &script)).unwrap();
+    let (_, out) = up.finished("swap");
+    // The node agent is still the one answering on the sandbox's endpoint.
+    let after = "after.yaml";
+    fs::write(up.dir.join(after), process_yaml("after", "box", "echo still-the-node-agent")).unwrap();
+    let (code, logs) = up.finished("after");
+    assert_eq!(code, 0, "{logs}");
+    assert!(logs.contains("still-the-node-agent"), "{logs}");
+    assert_eq!(
+        connected.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "the host connected to the sandbox's link:\n{out}"
+    );
+}
+
+#[test]
+fn an_overflowing_limit_is_refused_and_leaves_no_group() {
+    let up = Up::start(
+        &[(
+            "big.yaml",
+            &sandbox_yaml("big", "  limits:\n    memory: 64Mi\n    cpu: \"184467440737095517m\"\n    pids: 32\n"),
+        )],
+        &[],
+    );
+    up.wait_sandbox("big", "refused", |s| s.conditions.iter().any(|c| c.type_ == "Ready" && c.reason == "InvalidSpec"));
+    let status = up.sandbox("big").status.unwrap();
+    assert_eq!(status.phase, Some(agentplane_crds::SandboxPhase::Pending), "{status:?}");
+    assert!(condition(&status, "Ready").1.contains("cpu"), "{status:?}");
+    assert!(status.runs_on.is_none() && status.applied_limits.is_empty(), "{status:?}");
+    // No group of it anywhere.
+    let uid = up.sandbox("big").metadata.uid.unwrap();
+    let name = format!("agentplane-big-{}", &uid[..8]);
+    let found = Command::new("find").args(["/sys/fs/cgroup", "-maxdepth", "6", "-name", &name]).output().unwrap();
+    assert!(String::from_utf8_lossy(&found.stdout).trim().is_empty(), "{}", String::from_utf8_lossy(&found.stdout));
+}
+
+#[test]
+fn a_filled_tmp_hits_its_size_not_the_host() {
+    let up = Up::start(&[("box.yaml", &sandbox_yaml("box", "  limits:\n    memory: 512Mi\n"))], &[]);
+    up.wait_sandbox("box", "ready", ready);
+    let script = "df -k --output=size /tmp | tail -1; dd if=/dev/zero of=/tmp/fill bs=1M count=1024 2>&1 | grep -v records; \
+                  du -sm /tmp/fill; exit 0";
+    fs::write(up.dir.join("fill.yaml"), process_yaml("fill", "box", script)).unwrap();
+    let (_, out) = up.finished("fill");
+    assert!(out.contains("No space left on device"), "1 GiB fitted in /tmp:\n{out}");
+    let size_kib: u64 = out.lines().next().and_then(|l| l.trim().parse().ok()).expect("df's size");
+    // The default: 256Mi, or a quarter of the memory limit when that is less.
+    assert_eq!(size_kib, 128 * 1024, "{out}");
+    // The node agent was not killed for it.
+    assert_eq!(up.sandbox("box").status.unwrap().restarts, 0);
+}
