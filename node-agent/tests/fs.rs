@@ -536,3 +536,30 @@ async fn errors_are_problems_and_the_token_is_required() {
         assert!(problem["type"].as_str().unwrap().starts_with("urn:agentplane:error:"), "{problem}");
     }
 }
+
+/// No set-user-id or set-group-id bit is made through the API: a mode that asks for
+/// them is written without them, and a rewrite that keeps the old file's mode keeps
+/// it without them.
+#[tokio::test]
+async fn set_id_bits_are_never_set_through_the_file_api() {
+    let fx = fixture().await;
+    let http = reqwest::Client::new();
+    let put = |path: &str, query: &str| {
+        http.put(format!("{}/v1/fs/file?path={path}{query}", fx.server.url)).bearer_auth(TOKEN).body("#!/bin/sh\n")
+    };
+    let mode_of = |name: &str| std::fs::metadata(fx.root.join(name)).unwrap().permissions().mode() & 0o7777;
+    let response = put("tool", "&mode=6755").send().await.unwrap();
+    assert_eq!(response.status(), 201);
+    assert_eq!(mode_of("tool"), 0o755, "PUT mode=6755");
+    let entry: FsEntry = response.json().await.unwrap();
+    assert_eq!(entry.mode, 0o755);
+    // A set-id file that is there already (made by a program in the sandbox), rewritten
+    // without a mode.
+    std::fs::write(fx.root.join("old"), "old").unwrap();
+    std::fs::set_permissions(fx.root.join("old"), PermissionsExt::from_mode(0o6750)).unwrap();
+    assert_eq!(mode_of("old"), 0o6750, "this filesystem keeps set-id bits");
+    assert_eq!(put("old", "").send().await.unwrap().status(), 200);
+    assert_eq!(mode_of("old"), 0o750, "a rewrite kept the old file's set-id bits");
+    let written = fx.server.client.fs_write("old", "again".into(), &options(Some(0o4700), false)).await.unwrap();
+    assert_eq!((written.mode, mode_of("old")), (0o700, 0o700));
+}

@@ -25,6 +25,14 @@ use cap_std::fs::{Dir, Metadata, MetadataExt, OpenOptions, OpenOptionsExt};
 use crate::error::{Error, Result};
 use crate::model::{FsEntry, FsEntryType};
 
+/// The set-user-id and set-group-id bits, which the file API never sets: a set-id
+/// file runs as its owner (the node agent's user) or group for whoever executes it,
+/// so one made through the API would lend that identity to anyone who can run it,
+/// not only to whom the API let write it. Dropped from a mode given (`PUT ?mode=`),
+/// from the mode a rewrite keeps of the file it replaces (bits a program in the
+/// sandbox set do not pass to bytes written through the API), and from tar entries.
+pub const SET_ID_BITS: u32 = 0o6000;
+
 /// The directories this node agent serves files from, opened at start.
 #[derive(Debug)]
 pub struct FsRoots {
