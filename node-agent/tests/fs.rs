@@ -537,6 +537,78 @@ async fn errors_are_problems_and_the_token_is_required() {
     }
 }
 
+/// The header block of a tar extension entry (`L`, `K`: GNU long name and long link;
+/// `x`, `g`: PAX) that declares `size` bytes of data, as a hostile client writes it.
+fn extension_header(kind: u8, size: u64) -> Bytes {
+    let (mut header, name) = match kind {
+        b'L' | b'K' => (tar::Header::new_gnu(), "././@LongLink"),
+        _ => (tar::Header::new_ustar(), "PaxHeaders.0/x"),
+    };
+    header.as_old_mut().name[..name.len()].copy_from_slice(name.as_bytes());
+    header.set_entry_type(tar::EntryType::new(kind));
+    header.set_mode(0o644);
+    header.set_size(size);
+    header.set_cksum();
+    Bytes::copy_from_slice(header.as_bytes())
+}
+
+/// A body that is that header and then its `size` bytes, made as they are pulled (a
+/// GiB is never held), counting in `pulled` what the client was asked for. Past
+/// `cut_off` bytes it ends early: a test that got there has failed already, and the
+/// rest would only fill this machine's memory.
+fn extension_body(
+    kind: u8,
+    size: u64,
+    pulled: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    cut_off: u64,
+) -> reqwest::Body {
+    use std::sync::atomic::Ordering;
+    let filler = Bytes::from(vec![b'a'; 64 << 10]);
+    let chunks = (size as usize).div_ceil(filler.len());
+    let stream = std::iter::once(extension_header(kind, size))
+        .chain(std::iter::repeat_n(filler, chunks))
+        .take_while(move |chunk| pulled.fetch_add(chunk.len() as u64, Ordering::SeqCst) < cut_off)
+        .map(Ok::<_, std::io::Error>);
+    reqwest::Body::wrap_stream(futures_util::stream::iter(stream))
+}
+
+/// An upload whose GNU long-name, long-link or PAX header declares a GiB is refused
+/// from that header: 400 with a short problem, before the node agent reads (and
+/// holds) the GiB. What the client was asked for is at most what the connection's
+/// buffers hold; the tar reader itself stops at the header (see `fs::tar_guard`).
+#[tokio::test]
+async fn an_upload_with_a_gib_extension_header_is_refused_from_its_header() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let fx = fixture().await;
+    let http = reqwest::Client::new();
+    const GIB: u64 = 1 << 30;
+    // Loopback socket buffers and the body queue hold a few MiB that the node agent
+    // may be sent but never reads; a GiB is what it would read without the limit.
+    const PULLED_AT_MOST: u64 = 32 << 20;
+    for kind in [b'L', b'K', b'x', b'g'] {
+        let pulled = std::sync::Arc::new(AtomicU64::new(0));
+        let body = extension_body(kind, GIB, pulled.clone(), 4 * PULLED_AT_MOST);
+        let url = format!("{}/v1/fs/upload?path=hostile", fx.server.url);
+        let response = within("the upload's answer", http.post(url).bearer_auth(TOKEN).body(body).send()).await;
+        let pulled = pulled.load(Ordering::SeqCst);
+        eprintln!("{}: {pulled} bytes of the body pulled", kind as char);
+        assert!(pulled < PULLED_AT_MOST, "{}: the node agent took {pulled} bytes of the body", kind as char);
+        let response = response.unwrap();
+        assert_eq!(response.status(), 400, "{}", kind as char);
+        assert_eq!(response.headers()["content-type"], "application/problem+json");
+        let body = response.bytes().await.unwrap();
+        assert!(body.len() < 1024, "{}: a problem of {} bytes", kind as char, body.len());
+        let problem: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        let detail = problem["detail"].as_str().unwrap();
+        assert!(detail.contains("65536"), "{}: {detail}", kind as char);
+    }
+    assert!(!fx.root.join("hostile").read_dir().is_ok_and(|mut d| d.next().is_some()), "something was extracted");
+    fx.outside_is_empty();
+    // For the record only: other tests share this process when run together.
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    eprintln!("{}", status.lines().find(|l| l.starts_with("VmHWM")).unwrap_or_default());
+}
+
 /// No set-user-id or set-group-id bit is made through the API: a mode that asks for
 /// them is written without them, and a rewrite that keeps the old file's mode keeps
 /// it without them.

@@ -11,9 +11,12 @@
 //! what is reported back are the same absolute path.
 //!
 //! Everything here blocks: callers run it on `spawn_blocking` or their own thread.
-//! [`tar`] packs and unpacks trees through the same handles, [`watch`] reports changes.
+//! [`tar`] packs and unpacks trees through the same handles, [`watch`] reports changes;
+//! [`tar_guard`] bounds what a tar stream from elsewhere can make its reader hold
+//! (the CLI reads downloads through it too).
 
 pub mod tar;
+pub mod tar_guard;
 pub mod watch;
 
 use std::io;
