@@ -609,6 +609,45 @@ async fn an_upload_with_a_gib_extension_header_is_refused_from_its_header() {
     eprintln!("{}", status.lines().find(|l| l.starts_with("VmHWM")).unwrap_or_default());
 }
 
+/// A recursive watch stays in its root: `link -> outside` is not followed, so what is
+/// made outside is not reported, and what is made inside still is. The file outside
+/// is made first: inotify keeps one queue, so had its event come, it would come first.
+#[tokio::test]
+async fn a_recursive_watch_does_not_follow_a_symlink_out_of_its_root() {
+    let fx = fixture().await;
+    std::fs::create_dir(fx.outside.join("deeper")).unwrap();
+    symlink(&fx.outside, fx.root.join("link")).unwrap();
+    let mut events = Box::pin(fx.server.client.fs_watch(".", true).await.unwrap());
+    std::fs::write(fx.outside.join("secret.txt"), "outside").unwrap();
+    std::fs::write(fx.outside.join("deeper/secret.txt"), "outside").unwrap();
+    let inside = fx.abs("inside.txt");
+    std::fs::write(&inside, "inside").unwrap();
+    let mut seen = Vec::new();
+    within("the event of the file inside", async {
+        while let Some(event) = events.next().await {
+            let event = event.unwrap();
+            // As paths: the string is checked below.
+            let done = event.kind == FsEventType::Created && Path::new(&event.path) == Path::new(&inside);
+            seen.push(event);
+            if done {
+                break;
+            }
+        }
+    })
+    .await;
+    let outside = fx.outside.to_string_lossy().into_owned();
+    let through_link = fx.abs("link/");
+    let leaked: Vec<_> = seen
+        .iter()
+        .filter(|e| e.path.contains("secret") || e.path.starts_with(&outside) || e.path.starts_with(&through_link))
+        .collect();
+    assert!(leaked.is_empty(), "events from outside the root: {leaked:?}");
+    // Named as every other answer names it (the root watched as `.`, too).
+    assert_eq!(seen.last().unwrap().path, inside);
+    std::fs::remove_file(fx.outside.join("secret.txt")).unwrap();
+    std::fs::remove_dir_all(fx.outside.join("deeper")).unwrap();
+}
+
 /// No set-user-id or set-group-id bit is made through the API: a mode that asks for
 /// them is written without them, and a rewrite that keeps the old file's mode keeps
 /// it without them.

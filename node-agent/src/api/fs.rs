@@ -485,12 +485,7 @@ async fn watch(
     let roots: Arc<FsRoots> = state.fs.clone();
     let path = roots.resolve(&query.path)?;
     let recursive = query.recursive;
-    let watch = blocking(move || {
-        let real = roots.watch_path(&path)?;
-        let root = roots.paths()[path.root_index()].to_path_buf();
-        crate::fs::watch::start(real, root, recursive)
-    })
-    .await?;
+    let watch = blocking(move || crate::fs::watch::start(roots.watch_path(&path)?, recursive)).await?;
     struct Cursor {
         watch: crate::fs::watch::FsWatch,
         sequence: u64,

@@ -327,7 +327,9 @@ impl FsRoots {
     pub fn watch_path(&self, path: &FsPath) -> Result<PathBuf> {
         let root = &self.roots[path.root];
         let real = root.dir.canonicalize(path.relative()).map_err(|e| fs_error(e, path.display()))?;
-        Ok(root.path.join(real))
+        // Through `components`: the root itself comes back as `.`, which would
+        // otherwise name every event `/root/./x`.
+        Ok(root.path.join(real).components().collect())
     }
 }
 
