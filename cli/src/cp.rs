@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 
 use agentplane_controller::dir::parse::{Key, Kind, Object};
 use agentplane_node_agent::client::{Client, ClientError};
+use agentplane_node_agent::fs::tar_guard::{clipped, quoted};
 use agentplane_node_agent::model::{FsEntry, FsEntryType, FsWriteOptions};
 use anyhow::{Context, anyhow, bail};
 use clap::Args;
@@ -88,14 +89,15 @@ impl Remote {
     }
 
     /// The node agent's error about this path, saying which path of which resource.
+    /// Its words are cut short: the node agent may be the sandbox's, and say anything.
     fn error(&self, error: ClientError) -> anyhow::Error {
         match error {
             // The node agent's words name the path already, most of the time.
             ClientError::Problem(problem) if problem.detail.contains(&self.path) => {
-                anyhow!("{}: {}", self.resource, problem.detail)
+                anyhow!("{}: {}", self.resource, clipped(&problem.detail))
             }
-            ClientError::Problem(problem) => anyhow!("{}: {}", self.shown(), problem.detail),
-            other => anyhow!(other).context(format!("{} (its node agent)", self.resource)),
+            ClientError::Problem(problem) => anyhow!("{}: {}", self.shown(), clipped(&problem.detail)),
+            other => anyhow!("{}", clipped(&other.to_string())).context(format!("{} (its node agent)", self.resource)),
         }
     }
 
@@ -320,11 +322,18 @@ async fn download(remote: &Remote, local: &Path) -> anyhow::Result<()> {
 }
 
 /// The remote entry's name as a local file name: one plain component, whatever the
-/// node agent says (a name with a `/` or a `..` would put the file elsewhere).
+/// node agent says (a name with a `/` or a `..` would put the file elsewhere), and no
+/// longer than a file name can be here.
 fn entry_name(entry: &FsEntry) -> anyhow::Result<&str> {
+    /// NAME_MAX of Linux filesystems.
+    const LONGEST: usize = 255;
     let name = if entry.name.is_empty() { entry.path.rsplit('/').next().unwrap_or_default() } else { &entry.name };
-    if name.is_empty() || name == "." || name == ".." || name.contains(['/', '\0']) {
-        bail!("the node agent named {:?} {name:?}: not a name to write here; name the destination in full", entry.path);
+    if name.is_empty() || name == "." || name == ".." || name.contains(['/', '\0']) || name.len() > LONGEST {
+        bail!(
+            "the node agent named {} {}: not a name to write here; name the destination in full",
+            quoted(&entry.path),
+            quoted(name)
+        );
     }
     Ok(name)
 }
@@ -423,5 +432,8 @@ mod tests {
         for (name, path) in [("..", "/w/.."), ("../x", "/x"), ("a/b", "/a/b"), ("", "/")] {
             assert!(entry_name(&entry(name, path)).is_err(), "{name:?}");
         }
+        let long = "n".repeat(100_000);
+        let error = entry_name(&entry(&long, &format!("/w/{long}"))).unwrap_err().to_string();
+        assert!(error.len() < 700 && error.contains("(100000 bytes)"), "{error}");
     }
 }

@@ -8,7 +8,11 @@
 //! passes through a symlink (one the archive itself made a moment ago, or one that was
 //! there), is refused and ends the copy; a file never replaces a directory, and
 //! replaces a symlink rather than writing through it; set-id bits are dropped. A
-//! malicious node agent cannot write outside the destination.
+//! malicious node agent cannot write outside the destination. Nor can it make this
+//! side hold much: the download is read through the node agent's
+//! [`TarGuard`](agentplane_node_agent::fs::tar_guard), which refuses a long-name or
+//! PAX header declaring more than 64 KiB before the tar crate reads it whole, and
+//! the names it sends are quoted and cut short in every message.
 
 use std::fs;
 use std::io::{self, Read, Write};
@@ -16,6 +20,7 @@ use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
 use std::time::{Duration, UNIX_EPOCH};
 
+use agentplane_node_agent::fs::tar_guard::{TarGuard, clipped, quoted, refusal};
 use anyhow::{Context, anyhow, bail};
 use bytes::Bytes;
 use futures_util::Stream;
@@ -187,15 +192,16 @@ pub fn unpack_from(reader: impl Read, root: &Path) -> anyhow::Result<Unpacked> {
         }
         Err(e) => return Err(anyhow!(e).context(format!("reading {}", root.display()))),
     }
-    let mut archive = tar::Archive::new(reader);
+    let mut archive = tar::Archive::new(TarGuard::new(reader));
     let mut unpacked = Unpacked::default();
     // Directory modes are set last, deepest first: a directory without write
     // permission would refuse what the archive puts in it after it.
     let mut directories: Vec<(PathBuf, u32)> = Vec::new();
-    for entry in archive.entries().context("reading the archive")? {
-        let mut entry = entry.context("reading the archive")?;
-        let shown = String::from_utf8_lossy(&entry.path_bytes()).into_owned();
-        let refuse = |why: String| anyhow!("the node agent sent the tar entry {shown:?}, {why}: refused");
+    for entry in archive.entries().map_err(unreadable)? {
+        let mut entry = entry.map_err(unreadable)?;
+        // Up to 64 KiB long (the guard's limit), and anything at all: cut and escaped.
+        let shown = quoted(&String::from_utf8_lossy(&entry.path_bytes()));
+        let refuse = |why: String| anyhow!("the node agent sent the tar entry {shown}, {why}: refused");
         let relative =
             confined(&entry.path().map_err(|e| refuse(format!("whose name cannot be read ({e})")))?).map_err(refuse)?;
         let header = entry.header();
@@ -213,11 +219,11 @@ pub fn unpack_from(reader: impl Read, root: &Path) -> anyhow::Result<Unpacked> {
                     Ok(meta) if meta.file_type().is_symlink() => {
                         return Err(refuse("which is a symlink here: nothing is written through one".into()));
                     }
-                    Ok(_) => bail!("{}: cannot replace a file with a directory", path.display()),
+                    Ok(_) => bail!("{}: cannot replace a file with a directory", named(&path)),
                     Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                        fs::create_dir(&path).with_context(|| format!("creating {}", path.display()))?
+                        fs::create_dir(&path).with_context(|| format!("creating {}", named(&path)))?
                     }
-                    Err(e) => return Err(anyhow!(e).context(format!("reading {}", path.display()))),
+                    Err(e) => return Err(anyhow!(e).context(format!("reading {}", named(&path)))),
                 }
                 directories.push((path, mode));
             }
@@ -229,10 +235,10 @@ pub fn unpack_from(reader: impl Read, root: &Path) -> anyhow::Result<Unpacked> {
                     .create_new(true)
                     .mode(0o600)
                     .open(&path)
-                    .with_context(|| format!("creating {}", path.display()))?;
-                let written = io::copy(&mut entry, &mut file).with_context(|| format!("writing {}", path.display()))?;
+                    .with_context(|| format!("creating {}", named(&path)))?;
+                let written = io::copy(&mut entry, &mut file).with_context(|| format!("writing {}", named(&path)))?;
                 file.set_permissions(fs::Permissions::from_mode(mode))
-                    .with_context(|| format!("setting the mode of {}", path.display()))?;
+                    .with_context(|| format!("setting the mode of {}", named(&path)))?;
                 if let Some(mtime) = mtime {
                     let _ = file.set_modified(UNIX_EPOCH + Duration::from_secs(mtime));
                 }
@@ -251,12 +257,13 @@ pub fn unpack_from(reader: impl Read, root: &Path) -> anyhow::Result<Unpacked> {
                 // link to `/usr/bin/python3` is still worth having.
                 let depth = relative.components().count().saturating_sub(1);
                 if !stays_inside(&target, depth) {
-                    unpacked.skipped.push((format!("{shown} -> {}", target.display()), "it leads outside the copy"));
+                    let target = quoted(&target.to_string_lossy());
+                    unpacked.skipped.push((format!("{shown} -> {target}"), "it leads outside the copy"));
                     continue;
                 }
                 let path = file_path(root, &relative).map_err(refuse)?;
                 clear(&path)?;
-                std::os::unix::fs::symlink(&target, &path).with_context(|| format!("creating {}", path.display()))?;
+                std::os::unix::fs::symlink(&target, &path).with_context(|| format!("creating {}", named(&path)))?;
             }
             tar::EntryType::Link => {
                 let target = entry
@@ -269,11 +276,11 @@ pub fn unpack_from(reader: impl Read, root: &Path) -> anyhow::Result<Unpacked> {
                 let original =
                     file_path(root, &target).map_err(|why| refuse(format!("a hard link to a name {why}")))?;
                 if !fs::symlink_metadata(&original).is_ok_and(|m| m.is_file()) {
-                    return Err(refuse(format!("a hard link to {}, which is not a file it sent", target.display())));
+                    return Err(refuse(format!("a hard link to {}, which is not a file it sent", named(&target))));
                 }
                 let path = file_path(root, &relative).map_err(refuse)?;
                 clear(&path)?;
-                fs::hard_link(&original, &path).with_context(|| format!("creating {}", path.display()))?;
+                fs::hard_link(&original, &path).with_context(|| format!("creating {}", named(&path)))?;
             }
             _ => {
                 unpacked.skipped.push((shown, "not a file, directory or link"));
@@ -284,9 +291,23 @@ pub fn unpack_from(reader: impl Read, root: &Path) -> anyhow::Result<Unpacked> {
     }
     for (path, mode) in directories.iter().rev() {
         fs::set_permissions(path, fs::Permissions::from_mode(*mode))
-            .with_context(|| format!("setting the mode of {}", path.display()))?;
+            .with_context(|| format!("setting the mode of {}", named(path)))?;
     }
     Ok(unpacked)
+}
+
+/// A download that cannot be read as an archive: the guard's refusal as the one
+/// line it is, anything else the tar crate says cut short.
+fn unreadable(error: io::Error) -> anyhow::Error {
+    match refusal(&error) {
+        Some(refused) => anyhow!("the node agent's tar stream is refused: {refused}"),
+        None => anyhow!("reading the archive: {}", clipped(&error.to_string())),
+    }
+}
+
+/// A local path holding a name from the archive, for a message: quoted, cut short.
+fn named(path: &Path) -> String {
+    quoted(&path.to_string_lossy())
 }
 
 /// An archive name as a path relative to the destination, or why it is refused.
@@ -338,12 +359,13 @@ fn beneath(root: &Path, relative: &Path) -> Result<PathBuf, String> {
         match fs::symlink_metadata(&path) {
             Ok(meta) if meta.is_dir() => {}
             Ok(meta) if meta.file_type().is_symlink() => {
-                return Err(format!("whose path passes through the symlink {}", path.display()));
+                return Err(format!("whose path passes through the symlink {}", named(&path)));
             }
-            Ok(_) => return Err(format!("whose path passes through the file {}", path.display())),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => fs::create_dir(&path)
-                .map_err(|e| format!("whose directory {} cannot be created: {e}", path.display()))?,
-            Err(e) => return Err(format!("whose directory {} cannot be read: {e}", path.display())),
+            Ok(_) => return Err(format!("whose path passes through the file {}", named(&path))),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                fs::create_dir(&path).map_err(|e| format!("whose directory {} cannot be created: {e}", named(&path)))?
+            }
+            Err(e) => return Err(format!("whose directory {} cannot be read: {e}", named(&path))),
         }
     }
     Ok(path)
@@ -361,10 +383,10 @@ fn file_path(root: &Path, relative: &Path) -> Result<PathBuf, String> {
 /// a directory. A symlink there is removed, not followed.
 fn clear(path: &Path) -> anyhow::Result<()> {
     match fs::symlink_metadata(path) {
-        Ok(meta) if meta.is_dir() => bail!("{}: cannot replace a directory with a file", path.display()),
-        Ok(_) => fs::remove_file(path).with_context(|| format!("replacing {}", path.display())),
+        Ok(meta) if meta.is_dir() => bail!("{}: cannot replace a directory with a file", named(path)),
+        Ok(_) => fs::remove_file(path).with_context(|| format!("replacing {}", named(path))),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(anyhow!(e).context(format!("reading {}", path.display()))),
+        Err(e) => Err(anyhow!(e).context(format!("reading {}", named(path)))),
     }
 }
 
@@ -421,9 +443,13 @@ mod tests {
     }
 
     fn refused(entries: &[(&str, tar::EntryType, &[u8], Option<&str>)]) -> (String, tempfile::TempDir) {
+        refused_bytes(&archive(entries))
+    }
+
+    fn refused_bytes(archive: &[u8]) -> (String, tempfile::TempDir) {
         let scratch = tempfile::tempdir().unwrap();
         let root = scratch.path().join("dst");
-        let error = unpack_from(&archive(entries)[..], &root).expect_err("refused");
+        let error = unpack_from(archive, &root).expect_err("refused");
         (format!("{error:#}"), scratch)
     }
 
@@ -464,6 +490,54 @@ mod tests {
         assert!(!fs::symlink_metadata(root.join("f")).unwrap().file_type().is_symlink());
     }
 
+    /// A node agent's archive whose GNU long-name header declares a GiB: refused at
+    /// that header, in one short line, having read the header and no more of it.
+    #[test]
+    fn a_gib_long_name_is_refused_at_its_header() {
+        struct Counted<R>(R, std::rc::Rc<std::cell::Cell<u64>>);
+        impl<R: Read> Read for Counted<R> {
+            fn read(&mut self, buffer: &mut [u8]) -> io::Result<usize> {
+                let read = self.0.read(buffer)?;
+                self.1.set(self.1.get() + read as u64);
+                Ok(read)
+            }
+        }
+        let mut header = tar::Header::new_gnu();
+        header.as_old_mut().name[..13].copy_from_slice(b"././@LongLink");
+        header.set_entry_type(tar::EntryType::GNULongName);
+        header.set_size(1 << 30);
+        header.set_cksum();
+        // The GiB made as it is read; never held.
+        let stream = header.as_bytes().chain(io::repeat(b'a').take(1 << 30));
+        let read = std::rc::Rc::new(std::cell::Cell::new(0));
+        let scratch = tempfile::tempdir().unwrap();
+        let error = unpack_from(Counted(stream, read.clone()), &scratch.path().join("dst")).expect_err("refused");
+        assert_eq!(read.get(), 512, "read past the header");
+        let message = format!("{error:#}");
+        assert_eq!(
+            message,
+            "the node agent's tar stream is refused: a GNU long-name header at byte 0 of the tar stream declares \
+             1073741824 bytes, more than the 65536 taken"
+        );
+    }
+
+    /// Names from the archive in messages are quoted and cut short, however long.
+    #[test]
+    fn a_long_name_is_cut_short_in_the_refusal() {
+        let name = format!("../{}\0", "x".repeat(60_000));
+        let mut long_name = tar::Header::new_gnu();
+        long_name.as_old_mut().name[..13].copy_from_slice(b"././@LongLink");
+        long_name.set_entry_type(tar::EntryType::GNULongName);
+        long_name.set_size(name.len() as u64);
+        long_name.set_cksum();
+        let mut builder = tar::Builder::new(Vec::new());
+        builder.append(&long_name, name.as_bytes()).unwrap();
+        builder.append(&raw_header("x", tar::EntryType::Regular, 1, None), &b"x"[..]).unwrap();
+        let (error, _scratch) = refused_bytes(&builder.into_inner().unwrap());
+        assert!(error.len() < 512, "{} bytes: {error}", error.len());
+        assert!(error.contains("…\" (60003 bytes), whose name climbs out with `..`: refused"), "{error}");
+    }
+
     #[test]
     fn symlinks_out_of_the_copy_are_left_out() {
         use tar::EntryType::{Directory, Symlink};
@@ -483,7 +557,12 @@ mod tests {
         let skipped: Vec<&str> = unpacked.skipped.iter().map(|(name, _)| name.as_str()).collect();
         assert_eq!(
             skipped,
-            ["etc -> /etc", "sub/up -> ../..", "sub/sneaky -> a/../../../x", "sub/bent -> sibling/../y"]
+            [
+                r#""etc" -> "/etc""#,
+                r#""sub/up" -> "../..""#,
+                r#""sub/sneaky" -> "a/../../../x""#,
+                r#""sub/bent" -> "sibling/../y""#
+            ]
         );
         for gone in ["etc", "sub/up", "sub/sneaky", "sub/bent"] {
             assert!(fs::symlink_metadata(root.join(gone)).is_err(), "{gone}");

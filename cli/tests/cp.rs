@@ -334,3 +334,139 @@ fn fs_verbs_against_a_node_agent() {
     assert!(escape.contains("escaped"), "{escape}");
     assert!(!root.parent().unwrap().join("escaped").exists());
 }
+
+/// A GiB: what the hostile node agent's long name declares.
+const GIB: u64 = 1 << 30;
+
+/// The high-water mark of `pid`'s resident memory, in KiB (`None` once it is gone).
+fn peak_kib(pid: u32) -> Option<u64> {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|line| line.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// What the hostile node agent saw of a copy: the bytes of its tar body that went out,
+/// and the copying process's peak resident memory across the samples.
+#[derive(Debug, Default)]
+struct Seen {
+    sent: u64,
+    peak_kib: u64,
+}
+
+/// A node agent that lies, on a loopback port: `GET /v1/fs/stat` says a directory is
+/// there, and `GET /v1/fs/download` answers a tar whose GNU long-name header declares
+/// a GiB, then sends that GiB (made as it goes) for as long as the client takes it.
+/// After every chunk it samples the copying process's VmHWM: the mark only rises, and
+/// it rises as the client takes in bytes, which is when the samples are taken.
+/// Serves until the download ends; `pid` says whom to sample.
+fn hostile_node_agent(pid: std::sync::mpsc::Receiver<u32>) -> (String, std::thread::JoinHandle<Seen>) {
+    use std::io::{BufRead, BufReader};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let thread = std::thread::spawn(move || {
+        let mut seen = Seen::default();
+        for connection in listener.incoming() {
+            let mut connection = connection.unwrap();
+            let mut reader = BufReader::new(connection.try_clone().unwrap());
+            let mut request = String::new();
+            reader.read_line(&mut request).unwrap();
+            let mut line = String::new();
+            while reader.read_line(&mut line).unwrap() > 2 {
+                line.clear();
+            }
+            let target = request.split_whitespace().nth(1).unwrap_or_default().to_string();
+            if target.starts_with("/v1/fs/stat") {
+                let entry = json!({"name": "out", "path": "/work/out", "type": "directory", "size": 0,
+                    "mode": 0o755, "mtime": "2025-01-01T00:00:00Z"})
+                .to_string();
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                    entry.len()
+                );
+                connection.write_all(format!("{head}{entry}").as_bytes()).unwrap();
+                continue;
+            }
+            if !target.starts_with("/v1/fs/download") {
+                eprintln!("the hostile node agent was asked for {target}");
+                let head = "HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
+                connection.write_all(head.as_bytes()).unwrap();
+                continue;
+            }
+            let pid = pid.recv().unwrap();
+            let mut header = tar::Header::new_gnu();
+            header.as_old_mut().name[..13].copy_from_slice(b"././@LongLink");
+            header.set_entry_type(tar::EntryType::GNULongName);
+            header.set_mode(0o644);
+            header.set_size(GIB);
+            header.set_cksum();
+            // Read until the connection closes: no length, so none need be sent whole.
+            let head = "HTTP/1.1 200 OK\r\ncontent-type: application/x-tar\r\nconnection: close\r\n\r\n";
+            connection.write_all(head.as_bytes()).unwrap();
+            let filler = vec![b'a'; 64 << 10];
+            let mut chunk: &[u8] = header.as_bytes();
+            while seen.sent < 512 + GIB {
+                if connection.write_all(chunk).is_err() {
+                    break; // the client hung up
+                }
+                seen.sent += chunk.len() as u64;
+                chunk = &filler;
+                seen.peak_kib = seen.peak_kib.max(peak_kib(pid).unwrap_or(0));
+                // By now the test has failed; the rest would only fill this machine.
+                if seen.peak_kib > 512 << 10 {
+                    break;
+                }
+            }
+            return seen;
+        }
+        unreachable!("the listener ends only with the process")
+    });
+    (url, thread)
+}
+
+/// `cp` from a node agent whose tar download declares a GiB-long name fails at that
+/// header: quickly, in one short line, and without taking the name in (the process's
+/// peak resident memory stays under 100 MiB; it was over 5 GB).
+#[test]
+fn cp_from_a_node_agent_sending_a_gib_long_name_fails_short_and_small() {
+    use std::io::Read;
+    let scratch = tempfile::tempdir().unwrap();
+    let root = scratch.path().canonicalize().unwrap();
+    let (pid_sender, pid) = std::sync::mpsc::channel();
+    let (url, server) = hostile_node_agent(pid);
+    // `agentplane up` is only how `cp` finds its node agent: its note of where that
+    // is, with this test as the living `up`, sends `cp` to the hostile one.
+    let state = agentplane_controller::dir::state::StateDir::new(root.join(".agentplane"));
+    let info = agentplane_controller::dir::state::UpInfo {
+        url,
+        token: Some(TOKEN.into()),
+        pid: std::process::id(),
+        dir: root.clone(),
+    };
+    state.write_up(&info).unwrap();
+    let destination = root.join("copy");
+    let started = std::time::Instant::now();
+    let mut cp = agentplane()
+        .args(["cp", "sandbox/local:/work/out", destination.to_str().unwrap(), "--dir", root.to_str().unwrap()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    pid_sender.send(cp.id()).unwrap();
+    // Kept to 64 KiB; the rest only counted, so a GiB of error cannot fill this test.
+    let mut stderr = cp.stderr.take().unwrap();
+    let mut shown = Vec::new();
+    (&mut stderr).take(64 << 10).read_to_end(&mut shown).unwrap();
+    let told = shown.len() as u64 + std::io::copy(&mut stderr, &mut std::io::sink()).unwrap();
+    let status = cp.wait().unwrap();
+    let elapsed = started.elapsed();
+    let seen = server.join().unwrap();
+    let shown = String::from_utf8_lossy(&shown);
+    eprintln!("cp: {status} after {elapsed:?}, {told} bytes on stderr ({shown:?}); {seen:?}");
+    assert!(seen.sent < 16 << 20, "cp took {} bytes of the long name before giving up", seen.sent);
+    assert!(seen.peak_kib < 100 << 10, "cp's peak resident memory was {} KiB", seen.peak_kib);
+    assert_eq!(status.code(), Some(1), "{shown}");
+    assert!(told < 1024, "{told} bytes on stderr: {}", &shown[..shown.len().min(300)]);
+    assert_eq!(shown.trim_end().lines().count(), 1, "{shown}");
+    assert!(shown.contains("long-name") && shown.contains("65536"), "{shown}");
+    assert!(elapsed < std::time::Duration::from_secs(10), "cp took {elapsed:?} to fail");
+}

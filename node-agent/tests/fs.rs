@@ -536,3 +536,141 @@ async fn errors_are_problems_and_the_token_is_required() {
         assert!(problem["type"].as_str().unwrap().starts_with("urn:agentplane:error:"), "{problem}");
     }
 }
+
+/// The header block of a tar extension entry (`L`, `K`: GNU long name and long link;
+/// `x`, `g`: PAX) that declares `size` bytes of data, as a hostile client writes it.
+fn extension_header(kind: u8, size: u64) -> Bytes {
+    let (mut header, name) = match kind {
+        b'L' | b'K' => (tar::Header::new_gnu(), "././@LongLink"),
+        _ => (tar::Header::new_ustar(), "PaxHeaders.0/x"),
+    };
+    header.as_old_mut().name[..name.len()].copy_from_slice(name.as_bytes());
+    header.set_entry_type(tar::EntryType::new(kind));
+    header.set_mode(0o644);
+    header.set_size(size);
+    header.set_cksum();
+    Bytes::copy_from_slice(header.as_bytes())
+}
+
+/// A body that is that header and then its `size` bytes, made as they are pulled (a
+/// GiB is never held), counting in `pulled` what the client was asked for. Past
+/// `cut_off` bytes it ends early: a test that got there has failed already, and the
+/// rest would only fill this machine's memory.
+fn extension_body(
+    kind: u8,
+    size: u64,
+    pulled: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    cut_off: u64,
+) -> reqwest::Body {
+    use std::sync::atomic::Ordering;
+    let filler = Bytes::from(vec![b'a'; 64 << 10]);
+    let chunks = (size as usize).div_ceil(filler.len());
+    let stream = std::iter::once(extension_header(kind, size))
+        .chain(std::iter::repeat_n(filler, chunks))
+        .take_while(move |chunk| pulled.fetch_add(chunk.len() as u64, Ordering::SeqCst) < cut_off)
+        .map(Ok::<_, std::io::Error>);
+    reqwest::Body::wrap_stream(futures_util::stream::iter(stream))
+}
+
+/// An upload whose GNU long-name, long-link or PAX header declares a GiB is refused
+/// from that header: 400 with a short problem, before the node agent reads (and
+/// holds) the GiB. What the client was asked for is at most what the connection's
+/// buffers hold; the tar reader itself stops at the header (see `fs::tar_guard`).
+#[tokio::test]
+async fn an_upload_with_a_gib_extension_header_is_refused_from_its_header() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let fx = fixture().await;
+    let http = reqwest::Client::new();
+    const GIB: u64 = 1 << 30;
+    // Loopback socket buffers and the body queue hold a few MiB that the node agent
+    // may be sent but never reads; a GiB is what it would read without the limit.
+    const PULLED_AT_MOST: u64 = 32 << 20;
+    for kind in [b'L', b'K', b'x', b'g'] {
+        let pulled = std::sync::Arc::new(AtomicU64::new(0));
+        let body = extension_body(kind, GIB, pulled.clone(), 4 * PULLED_AT_MOST);
+        let url = format!("{}/v1/fs/upload?path=hostile", fx.server.url);
+        let response = within("the upload's answer", http.post(url).bearer_auth(TOKEN).body(body).send()).await;
+        let pulled = pulled.load(Ordering::SeqCst);
+        eprintln!("{}: {pulled} bytes of the body pulled", kind as char);
+        assert!(pulled < PULLED_AT_MOST, "{}: the node agent took {pulled} bytes of the body", kind as char);
+        let response = response.unwrap();
+        assert_eq!(response.status(), 400, "{}", kind as char);
+        assert_eq!(response.headers()["content-type"], "application/problem+json");
+        let body = response.bytes().await.unwrap();
+        assert!(body.len() < 1024, "{}: a problem of {} bytes", kind as char, body.len());
+        let problem: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        let detail = problem["detail"].as_str().unwrap();
+        assert!(detail.contains("65536"), "{}: {detail}", kind as char);
+    }
+    assert!(!fx.root.join("hostile").read_dir().is_ok_and(|mut d| d.next().is_some()), "something was extracted");
+    fx.outside_is_empty();
+    // For the record only: other tests share this process when run together.
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    eprintln!("{}", status.lines().find(|l| l.starts_with("VmHWM")).unwrap_or_default());
+}
+
+/// A recursive watch stays in its root: `link -> outside` is not followed, so what is
+/// made outside is not reported, and what is made inside still is. The file outside
+/// is made first: inotify keeps one queue, so had its event come, it would come first.
+#[tokio::test]
+async fn a_recursive_watch_does_not_follow_a_symlink_out_of_its_root() {
+    let fx = fixture().await;
+    std::fs::create_dir(fx.outside.join("deeper")).unwrap();
+    symlink(&fx.outside, fx.root.join("link")).unwrap();
+    let mut events = Box::pin(fx.server.client.fs_watch(".", true).await.unwrap());
+    std::fs::write(fx.outside.join("secret.txt"), "outside").unwrap();
+    std::fs::write(fx.outside.join("deeper/secret.txt"), "outside").unwrap();
+    let inside = fx.abs("inside.txt");
+    std::fs::write(&inside, "inside").unwrap();
+    let mut seen = Vec::new();
+    within("the event of the file inside", async {
+        while let Some(event) = events.next().await {
+            let event = event.unwrap();
+            // As paths: the string is checked below.
+            let done = event.kind == FsEventType::Created && Path::new(&event.path) == Path::new(&inside);
+            seen.push(event);
+            if done {
+                break;
+            }
+        }
+    })
+    .await;
+    let outside = fx.outside.to_string_lossy().into_owned();
+    let through_link = fx.abs("link/");
+    let leaked: Vec<_> = seen
+        .iter()
+        .filter(|e| e.path.contains("secret") || e.path.starts_with(&outside) || e.path.starts_with(&through_link))
+        .collect();
+    assert!(leaked.is_empty(), "events from outside the root: {leaked:?}");
+    // Named as every other answer names it (the root watched as `.`, too).
+    assert_eq!(seen.last().unwrap().path, inside);
+    std::fs::remove_file(fx.outside.join("secret.txt")).unwrap();
+    std::fs::remove_dir_all(fx.outside.join("deeper")).unwrap();
+}
+
+/// No set-user-id or set-group-id bit is made through the API: a mode that asks for
+/// them is written without them, and a rewrite that keeps the old file's mode keeps
+/// it without them.
+#[tokio::test]
+async fn set_id_bits_are_never_set_through_the_file_api() {
+    let fx = fixture().await;
+    let http = reqwest::Client::new();
+    let put = |path: &str, query: &str| {
+        http.put(format!("{}/v1/fs/file?path={path}{query}", fx.server.url)).bearer_auth(TOKEN).body("#!/bin/sh\n")
+    };
+    let mode_of = |name: &str| std::fs::metadata(fx.root.join(name)).unwrap().permissions().mode() & 0o7777;
+    let response = put("tool", "&mode=6755").send().await.unwrap();
+    assert_eq!(response.status(), 201);
+    assert_eq!(mode_of("tool"), 0o755, "PUT mode=6755");
+    let entry: FsEntry = response.json().await.unwrap();
+    assert_eq!(entry.mode, 0o755);
+    // A set-id file that is there already (made by a program in the sandbox), rewritten
+    // without a mode.
+    std::fs::write(fx.root.join("old"), "old").unwrap();
+    std::fs::set_permissions(fx.root.join("old"), PermissionsExt::from_mode(0o6750)).unwrap();
+    assert_eq!(mode_of("old"), 0o6750, "this filesystem keeps set-id bits");
+    assert_eq!(put("old", "").send().await.unwrap().status(), 200);
+    assert_eq!(mode_of("old"), 0o750, "a rewrite kept the old file's set-id bits");
+    let written = fx.server.client.fs_write("old", "again".into(), &options(Some(0o4700), false)).await.unwrap();
+    assert_eq!((written.mode, mode_of("old")), (0o700, 0o700));
+}

@@ -24,7 +24,7 @@ use tokio::sync::{mpsc, oneshot};
 use utoipa_axum::router::OpenApiRouter;
 
 use crate::error::{Error, Problem, Result};
-use crate::fs::{FsPath, FsRoots, create_temporary, fs_error, remove_temporary};
+use crate::fs::{FsPath, FsRoots, SET_ID_BITS, create_temporary, fs_error, remove_temporary};
 use crate::model::*;
 
 use super::{AppState, Json, Query};
@@ -284,10 +284,11 @@ fn write_blocking(
         Err(e) if e.kind() == io::ErrorKind::NotFound => None,
         Err(e) => return Err(fs_error(e, path.display())),
     };
+    // Without set-id bits, given or kept (see `SET_ID_BITS`): `mode=6755` writes 0755.
     let mode = mode.unwrap_or_else(|| match &existing {
         Some(metadata) if metadata.is_file() => metadata.mode() & 0o7777,
         _ => 0o644,
-    });
+    }) & !SET_ID_BITS;
     let (mut file, temporary) = create_temporary(&dir, &name).map_err(|e| fs_error(e, path.display()))?;
     let _ = ready.send(());
     let committed = (|| {
@@ -484,12 +485,7 @@ async fn watch(
     let roots: Arc<FsRoots> = state.fs.clone();
     let path = roots.resolve(&query.path)?;
     let recursive = query.recursive;
-    let watch = blocking(move || {
-        let real = roots.watch_path(&path)?;
-        let root = roots.paths()[path.root_index()].to_path_buf();
-        crate::fs::watch::start(real, root, recursive)
-    })
-    .await?;
+    let watch = blocking(move || crate::fs::watch::start(roots.watch_path(&path)?, recursive)).await?;
     struct Cursor {
         watch: crate::fs::watch::FsWatch,
         sequence: u64,

@@ -11,9 +11,12 @@
 //! what is reported back are the same absolute path.
 //!
 //! Everything here blocks: callers run it on `spawn_blocking` or their own thread.
-//! [`tar`] packs and unpacks trees through the same handles, [`watch`] reports changes.
+//! [`tar`] packs and unpacks trees through the same handles, [`watch`] reports changes;
+//! [`tar_guard`] bounds what a tar stream from elsewhere can make its reader hold
+//! (the CLI reads downloads through it too).
 
 pub mod tar;
+pub mod tar_guard;
 pub mod watch;
 
 use std::io;
@@ -24,6 +27,14 @@ use cap_std::fs::{Dir, Metadata, MetadataExt, OpenOptions, OpenOptionsExt};
 
 use crate::error::{Error, Result};
 use crate::model::{FsEntry, FsEntryType};
+
+/// The set-user-id and set-group-id bits, which the file API never sets: a set-id
+/// file runs as its owner (the node agent's user) or group for whoever executes it,
+/// so one made through the API would lend that identity to anyone who can run it,
+/// not only to whom the API let write it. Dropped from a mode given (`PUT ?mode=`),
+/// from the mode a rewrite keeps of the file it replaces (bits a program in the
+/// sandbox set do not pass to bytes written through the API), and from tar entries.
+pub const SET_ID_BITS: u32 = 0o6000;
 
 /// The directories this node agent serves files from, opened at start.
 #[derive(Debug)]
@@ -316,7 +327,9 @@ impl FsRoots {
     pub fn watch_path(&self, path: &FsPath) -> Result<PathBuf> {
         let root = &self.roots[path.root];
         let real = root.dir.canonicalize(path.relative()).map_err(|e| fs_error(e, path.display()))?;
-        Ok(root.path.join(real))
+        // Through `components`: the root itself comes back as `.`, which would
+        // otherwise name every event `/root/./x`.
+        Ok(root.path.join(real).components().collect())
     }
 }
 

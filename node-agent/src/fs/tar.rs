@@ -7,7 +7,9 @@
 //! whether an earlier entry made it or it was there before. Names with `..` or a
 //! leading `/` are refused, and so is a symlink whose target would leave the root.
 //! Directories get their modes and times last, deepest first, so a read-only
-//! directory can still be filled. Both directions run on a blocking thread.
+//! directory can still be filled; set-id bits are dropped. The stream is read through
+//! [`super::tar_guard`], so a header declaring a GiB-long name is refused, not held,
+//! and names are cut short in messages. Both directions run on a blocking thread.
 
 use std::io::{self, Read, Write};
 use std::path::{Component, Path};
@@ -16,7 +18,8 @@ use std::time::{Duration, SystemTime};
 use cap_fs_ext::{DirExt, SystemTimeSpec};
 use cap_std::fs::{Dir, MetadataExt, OpenOptionsExt};
 
-use super::{FsPath, FsRoots, create_temporary, fs_error, open_dir_nofollow, remove_temporary};
+use super::tar_guard::{TarGuard, clipped, quoted, refusal};
+use super::{FsPath, FsRoots, SET_ID_BITS, create_temporary, fs_error, open_dir_nofollow, remove_temporary};
 use crate::error::{Error, Result};
 use crate::model::FsUploadResult;
 
@@ -36,21 +39,23 @@ pub fn extract(roots: &FsRoots, path: &FsPath, input: impl Read) -> Result<FsUpl
         .components()
         .filter(|c| matches!(c, Component::Normal(_)))
         .count();
-    let mut archive = tar::Archive::new(input);
+    // Through the guard: a long name or PAX header of a GiB is refused at its header,
+    // not read whole into memory by the tar crate.
+    let mut archive = tar::Archive::new(TarGuard::new(input));
     let mut result = FsUploadResult { entries: 0, bytes: 0 };
     let mut directories: Vec<(Vec<String>, u32, u64)> = Vec::new();
-    let bad = |detail: String| Error::InvalidRequest(format!("the tar stream is not valid: {detail}"));
-    for entry in archive.entries().map_err(|e| bad(e.to_string()))? {
-        let mut entry = entry.map_err(|e| bad(e.to_string()))?;
-        let raw_name = entry.path().map_err(|e| bad(e.to_string()))?.into_owned();
-        let shown = raw_name.display().to_string();
+    for entry in archive.entries().map_err(invalid)? {
+        let mut entry = entry.map_err(invalid)?;
+        let raw_name = entry.path().map_err(invalid)?.into_owned();
+        // Up to 64 KiB long (the guard's limit): cut short for messages.
+        let shown = quoted(&raw_name.to_string_lossy());
         let kind = entry.header().entry_type();
         if matches!(kind, tar::EntryType::XGlobalHeader | tar::EntryType::XHeader) {
             continue;
         }
         let components = entry_components(&raw_name)
-            .ok_or_else(|| Error::ForbiddenPath(format!("tar entry {shown:?} leaves the upload directory")))?;
-        let mode = entry.header().mode().unwrap_or(0o644) & 0o7777 & !0o6000;
+            .ok_or_else(|| Error::ForbiddenPath(format!("tar entry {shown} leaves the upload directory")))?;
+        let mode = entry.header().mode().unwrap_or(0o644) & 0o7777 & !SET_ID_BITS;
         let mtime = entry.header().mtime().unwrap_or(0);
         let Some((name, parents)) = components.split_last() else {
             // `./`: the upload directory itself.
@@ -66,10 +71,10 @@ pub fn extract(roots: &FsRoots, path: &FsPath, input: impl Read) -> Result<FsUpl
                     Ok(metadata) if metadata.is_dir() => {}
                     Ok(metadata) if metadata.file_type().is_symlink() => {
                         return Err(Error::ForbiddenPath(format!(
-                            "tar entry {shown:?} is a directory where a symlink is"
+                            "tar entry {shown} is a directory where a symlink is"
                         )));
                     }
-                    Ok(_) => return Err(Error::Conflict(format!("tar entry {shown:?}: a file is in the way"))),
+                    Ok(_) => return Err(Error::Conflict(format!("tar entry {shown}: a file is in the way"))),
                     Err(e) if e.kind() == io::ErrorKind::NotFound => {
                         dir.create_dir(name).map_err(|e| entry_error(e, &shown))?
                     }
@@ -96,13 +101,14 @@ pub fn extract(roots: &FsRoots, path: &FsPath, input: impl Read) -> Result<FsUpl
                 }
             }
             tar::EntryType::Symlink => {
-                let link = entry.link_name().map_err(|e| bad(e.to_string()))?.ok_or_else(|| {
-                    Error::InvalidRequest(format!("tar entry {shown:?} is a symlink without a target"))
-                })?;
+                let link = entry
+                    .link_name()
+                    .map_err(invalid)?
+                    .ok_or_else(|| Error::InvalidRequest(format!("tar entry {shown} is a symlink without a target")))?;
                 if !target_stays_inside(&link, depth + parents.len()) {
                     return Err(Error::ForbiddenPath(format!(
-                        "tar entry {shown:?} is a symlink to {:?}, outside the file root",
-                        link.display()
+                        "tar entry {shown} is a symlink to {}, outside the file root",
+                        quoted(&link.to_string_lossy())
                     )));
                 }
                 make_room(&dir, name, &shown)?;
@@ -114,19 +120,20 @@ pub fn extract(roots: &FsRoots, path: &FsPath, input: impl Read) -> Result<FsUpl
                 let _ = dir.set_symlink_times(name, None, Some(mtime));
             }
             tar::EntryType::Link => {
-                let link = entry.link_name().map_err(|e| bad(e.to_string()))?.ok_or_else(|| {
-                    Error::InvalidRequest(format!("tar entry {shown:?} is a hard link without a target"))
+                let link = entry.link_name().map_err(invalid)?.ok_or_else(|| {
+                    Error::InvalidRequest(format!("tar entry {shown} is a hard link without a target"))
                 })?;
                 // Confined like any entry: a name in this upload, reached without symlinks.
                 let source = entry_components(&link).filter(|c| !c.is_empty()).ok_or_else(|| {
-                    Error::ForbiddenPath(format!("tar entry {shown:?} links to {link:?}, outside the upload"))
+                    let link = quoted(&link.to_string_lossy());
+                    Error::ForbiddenPath(format!("tar entry {shown} links to {link}, outside the upload"))
                 })?;
                 let (source_name, source_parents) = source.split_last().expect("not empty");
                 let source_dir = walk(&target, source_parents, false, &shown)?;
                 let metadata = source_dir.symlink_metadata(source_name).map_err(|e| entry_error(e, &shown))?;
                 if !metadata.is_file() {
                     return Err(Error::InvalidRequest(format!(
-                        "tar entry {shown:?} is a hard link to something that is not a file"
+                        "tar entry {shown} is a hard link to something that is not a file"
                     )));
                 }
                 make_room(&dir, name, &shown)?;
@@ -134,7 +141,7 @@ pub fn extract(roots: &FsRoots, path: &FsPath, input: impl Read) -> Result<FsUpl
             }
             other => {
                 return Err(Error::InvalidRequest(format!(
-                    "tar entry {shown:?} is of a type the node agent does not create ({other:?})"
+                    "tar entry {shown} is of a type the node agent does not create ({other:?})"
                 )));
             }
         }
@@ -146,7 +153,7 @@ pub fn extract(roots: &FsRoots, path: &FsPath, input: impl Read) -> Result<FsUpl
     for (components, mode, mtime) in directories {
         // The upload directory itself keeps its own mode and times.
         let Some((name, parents)) = components.split_last() else { continue };
-        let shown = components.join("/");
+        let shown = quoted(&components.join("/"));
         let dir = walk(&target, parents, false, &shown)?;
         let mut options = cap_std::fs::OpenOptions::new();
         options.read(true).custom_flags(nix::libc::O_DIRECTORY);
@@ -190,7 +197,8 @@ fn walk(dir: &Dir, components: &[String], create: bool, shown: &str) -> Result<D
                     && metadata.file_type().is_symlink()
                 {
                     return Err(Error::ForbiddenPath(format!(
-                        "tar entry {shown:?} would be written through the symlink {component:?}"
+                        "tar entry {shown} would be written through the symlink {}",
+                        quoted(component)
                     )));
                 }
                 return Err(entry_error(e, shown));
@@ -205,7 +213,7 @@ fn walk(dir: &Dir, components: &[String], create: bool, shown: &str) -> Result<D
 fn make_room(dir: &Dir, name: &str, shown: &str) -> Result<()> {
     match dir.symlink_metadata(name) {
         Ok(metadata) if metadata.is_dir() => {
-            Err(Error::IsADirectory(format!("tar entry {shown:?}: a directory is in the way")))
+            Err(Error::IsADirectory(format!("tar entry {shown}: a directory is in the way")))
         }
         Ok(_) => dir.remove_file_or_symlink(name).map_err(|e| entry_error(e, shown)),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
@@ -236,8 +244,18 @@ fn time_of(seconds: u64) -> SystemTime {
     SystemTime::UNIX_EPOCH + Duration::from_secs(seconds)
 }
 
+/// `shown`: the entry's name, [`quoted`] already.
 fn entry_error(error: io::Error, shown: &str) -> Error {
-    fs_error(error, &format!("tar entry {shown:?}"))
+    fs_error(error, &format!("tar entry {shown}"))
+}
+
+/// A tar stream that cannot be read: the guard's refusal as it is (it names no
+/// entry), anything else from the tar crate cut short.
+fn invalid(error: io::Error) -> Error {
+    match refusal(&error) {
+        Some(refused) => Error::InvalidRequest(refused.to_string()),
+        None => Error::InvalidRequest(format!("the tar stream is not valid: {}", clipped(&error.to_string()))),
+    }
 }
 
 /// Writes a tar stream of `path` into `out`: a directory's entries relative to it

@@ -7,6 +7,12 @@
 //! counted instead of kept, and the client is told how many with a `gap` event as
 //! soon as there is room: memory stays bounded and the loss is said, not hidden.
 //! Dropping the [`FsWatch`] (the client went) stops the watcher.
+//!
+//! A watch stays in the directory watched. `notify` follows symlinks when it walks a
+//! tree by default, which put `root/link -> /outside` under watch; it is told not to.
+//! That is not enough alone: the kernel follows a symlink swapped in for a directory
+//! between the walk and the watch, so every event is also checked by its real path
+//! (its directory resolved) and dropped unless it lies beneath the watched directory.
 
 use std::path::{Path, PathBuf};
 
@@ -29,13 +35,13 @@ pub struct FsWatch {
     _watcher: notify::RecommendedWatcher,
 }
 
-/// Starts watching `real` (a canonical path inside `root`). Blocks while a recursive
+/// Starts watching `real` (a canonical path inside a root). Blocks while a recursive
 /// watch walks the tree: call it on a blocking thread.
-pub fn start(real: PathBuf, root: PathBuf, recursive: bool) -> Result<FsWatch> {
+pub fn start(real: PathBuf, recursive: bool) -> Result<FsWatch> {
     let (sender, events) = mpsc::channel(CHANNEL_CAPACITY);
-    let mut forwarder =
-        Forwarder { sender, watched: real.to_string_lossy().into_owned(), root, lost: 0, pending_from: None };
-    let mut watcher = notify::recommended_watcher(move |event| forwarder.handle(event))
+    let mut forwarder = Forwarder::new(sender, real.clone());
+    let config = notify::Config::default().with_follow_symlinks(false);
+    let mut watcher = notify::RecommendedWatcher::new(move |event| forwarder.handle(event), config)
         .map_err(|e| Error::io("starting a file watcher", std::io::Error::other(e)))?;
     let mode = if recursive { RecursiveMode::Recursive } else { RecursiveMode::NonRecursive };
     watcher.watch(&real, mode).map_err(|e| match e.kind {
@@ -51,8 +57,10 @@ pub fn start(real: PathBuf, root: PathBuf, recursive: bool) -> Result<FsWatch> {
 
 struct Forwarder {
     sender: mpsc::Sender<FsEvent>,
+    /// The watched directory or file, canonical.
+    real: PathBuf,
+    /// `real`, as a `gap` event names it.
     watched: String,
-    root: PathBuf,
     /// Events dropped since the client last had room.
     lost: u64,
     /// A rename's first half (its tracker and old path), held until its second half
@@ -61,6 +69,11 @@ struct Forwarder {
 }
 
 impl Forwarder {
+    fn new(sender: mpsc::Sender<FsEvent>, real: PathBuf) -> Self {
+        let watched = real.to_string_lossy().into_owned();
+        Forwarder { sender, real, watched, lost: 0, pending_from: None }
+    }
+
     fn handle(&mut self, event: notify::Result<notify::Event>) {
         let event = match event {
             Ok(event) => event,
@@ -120,9 +133,9 @@ impl Forwarder {
     }
 
     fn emit(&mut self, kind: FsEventType, path: &Path, from: Option<&Path>) {
-        // Inside the root only: a path elsewhere (a symlink swapped in under the watch)
-        // is not the client's to see.
-        if !path.starts_with(&self.root) || from.is_some_and(|from| !from.starts_with(&self.root)) {
+        // Beneath the watched directory only, by real path: a path elsewhere, or one
+        // through a symlink that leads elsewhere, is not the client's to see.
+        if !self.beneath(path) || from.is_some_and(|from| !self.beneath(from)) {
             return;
         }
         // The file API's own temporary files are not news; the rename that ends a
@@ -142,6 +155,20 @@ impl Forwarder {
             missed: None,
         };
         self.deliver(event);
+    }
+
+    /// Whether `path` really lies beneath the watched path: its directory resolved
+    /// (symlinks followed), its own name put back. The name itself is not followed: a
+    /// symlink inside that leads out is reported as the symlink it is.
+    fn beneath(&self, path: &Path) -> bool {
+        let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else { return path == self.real };
+        match std::fs::canonicalize(parent) {
+            Ok(parent) => parent.join(name).starts_with(&self.real),
+            // Its directory is gone already (a tree removed at once): where it was cannot
+            // be told, so it is not reported. The directory's own removal is, from the
+            // directory above it, which says as much.
+            Err(_) => false,
+        }
     }
 
     /// Sends `event`, or counts it lost when the client is behind; a gap first when
@@ -192,41 +219,60 @@ mod tests {
 
     use super::*;
 
-    fn forwarder(capacity: usize) -> (Forwarder, mpsc::Receiver<FsEvent>) {
-        let (sender, receiver) = mpsc::channel(capacity);
-        let forwarder =
-            Forwarder { sender, watched: "/r".into(), root: PathBuf::from("/r"), lost: 0, pending_from: None };
-        (forwarder, receiver)
+    /// A forwarder watching a real directory (events are checked against the real
+    /// paths under it), written `/r` in these tests, and what it sends.
+    struct Scene {
+        forwarder: Forwarder,
+        events: mpsc::Receiver<FsEvent>,
+        real: PathBuf,
+        _dir: tempfile::TempDir,
     }
 
-    fn event(kind: EventKind, paths: &[&str], tracker: Option<usize>) -> notify::Result<notify::Event> {
-        let mut event = notify::Event::new(kind);
-        for path in paths {
-            event = event.add_path(PathBuf::from(path));
+    impl Scene {
+        fn new(capacity: usize) -> Scene {
+            let dir = tempfile::tempdir().unwrap();
+            let real = std::fs::canonicalize(dir.path()).unwrap();
+            let (sender, events) = mpsc::channel(capacity);
+            Scene { forwarder: Forwarder::new(sender, real.clone()), events, real, _dir: dir }
         }
-        if let Some(tracker) = tracker {
-            event = event.set_tracker(tracker);
-        }
-        Ok(event)
-    }
 
-    fn drain(receiver: &mut mpsc::Receiver<FsEvent>) -> Vec<(FsEventType, String, Option<String>, Option<u64>)> {
-        std::iter::from_fn(|| receiver.try_recv().ok()).map(|e| (e.kind, e.path, e.from, e.missed)).collect()
+        fn handle(&mut self, kind: EventKind, paths: &[&str], tracker: Option<usize>) {
+            let mut event = notify::Event::new(kind);
+            for path in paths {
+                let path = match path.strip_prefix("/r") {
+                    Some(rest) => PathBuf::from(format!("{}{rest}", self.real.display())),
+                    None => PathBuf::from(path),
+                };
+                event = event.add_path(path);
+            }
+            if let Some(tracker) = tracker {
+                event = event.set_tracker(tracker);
+            }
+            self.forwarder.handle(Ok(event));
+        }
+
+        fn drain(&mut self) -> Vec<(FsEventType, String, Option<String>, Option<u64>)> {
+            let real = self.real.to_string_lossy().into_owned();
+            let shown = |path: String| path.replacen(&real, "/r", 1);
+            std::iter::from_fn(|| self.events.try_recv().ok())
+                .map(|e| (e.kind, shown(e.path), e.from.map(shown), e.missed))
+                .collect()
+        }
     }
 
     #[test]
     fn a_rename_is_one_event_and_a_move_out_is_a_removal() {
-        let (mut f, mut events) = forwarder(16);
+        let mut s = Scene::new(16);
         let name = |mode| EventKind::Modify(ModifyKind::Name(mode));
-        f.handle(event(EventKind::Create(CreateKind::File), &["/r/a"], None));
-        f.handle(event(name(RenameMode::From), &["/r/a"], Some(7)));
-        f.handle(event(name(RenameMode::To), &["/r/b"], Some(7)));
-        f.handle(event(name(RenameMode::Both), &["/r/a", "/r/b"], Some(7)));
-        f.handle(event(name(RenameMode::From), &["/r/b"], Some(8)));
-        f.handle(event(EventKind::Remove(RemoveKind::File), &["/r/c"], None));
-        f.handle(event(EventKind::Create(CreateKind::File), &["/elsewhere/x"], None));
+        s.handle(EventKind::Create(CreateKind::File), &["/r/a"], None);
+        s.handle(name(RenameMode::From), &["/r/a"], Some(7));
+        s.handle(name(RenameMode::To), &["/r/b"], Some(7));
+        s.handle(name(RenameMode::Both), &["/r/a", "/r/b"], Some(7));
+        s.handle(name(RenameMode::From), &["/r/b"], Some(8));
+        s.handle(EventKind::Remove(RemoveKind::File), &["/r/c"], None);
+        s.handle(EventKind::Create(CreateKind::File), &["/elsewhere/x"], None);
         assert_eq!(
-            drain(&mut events),
+            s.drain(),
             vec![
                 (FsEventType::Created, "/r/a".into(), None, None),
                 (FsEventType::Renamed, "/r/b".into(), Some("/r/a".into()), None),
@@ -238,37 +284,63 @@ mod tests {
 
     #[test]
     fn a_write_through_a_temporary_file_is_a_create_or_a_change_of_the_file_written() {
-        let (mut f, mut events) = forwarder(16);
+        let mut s = Scene::new(16);
         let name = |mode| EventKind::Modify(ModifyKind::Name(mode));
         let written = EventKind::Modify(ModifyKind::Data(DataChange::Content));
         for (temporary, tracker) in [("/r/.a.0123ab.agentplane-new", 1), ("/r/.a.4567cd.agentplane-part", 2)] {
-            f.handle(event(EventKind::Create(CreateKind::File), &[temporary], None));
-            f.handle(event(written, &[temporary], None));
-            f.handle(event(name(RenameMode::From), &[temporary], Some(tracker)));
-            f.handle(event(name(RenameMode::To), &["/r/a"], Some(tracker)));
-            f.handle(event(name(RenameMode::Both), &[temporary, "/r/a"], Some(tracker)));
+            s.handle(EventKind::Create(CreateKind::File), &[temporary], None);
+            s.handle(written, &[temporary], None);
+            s.handle(name(RenameMode::From), &[temporary], Some(tracker));
+            s.handle(name(RenameMode::To), &["/r/a"], Some(tracker));
+            s.handle(name(RenameMode::Both), &[temporary, "/r/a"], Some(tracker));
         }
         // A failed write's temporary file goes unseen too.
-        f.handle(event(EventKind::Create(CreateKind::File), &["/r/.b.89abef.agentplane-new"], None));
-        f.handle(event(EventKind::Remove(RemoveKind::File), &["/r/.b.89abef.agentplane-new"], None));
+        s.handle(EventKind::Create(CreateKind::File), &["/r/.b.89abef.agentplane-new"], None);
+        s.handle(EventKind::Remove(RemoveKind::File), &["/r/.b.89abef.agentplane-new"], None);
         assert_eq!(
-            drain(&mut events),
+            s.drain(),
             vec![(FsEventType::Created, "/r/a".into(), None, None), (FsEventType::Modified, "/r/a".into(), None, None)]
         );
     }
 
     #[test]
     fn a_slow_client_is_told_of_a_gap_where_it_fell() {
-        let (mut f, mut events) = forwarder(2);
-        let modified = |path: &str| event(EventKind::Modify(ModifyKind::Data(DataChange::Content)), &[path], None);
+        let mut s = Scene::new(2);
+        let modified = EventKind::Modify(ModifyKind::Data(DataChange::Content));
         for path in ["/r/1", "/r/2", "/r/3", "/r/4", "/r/5"] {
-            f.handle(modified(path));
+            s.handle(modified, &[path], None);
         }
-        assert_eq!(drain(&mut events).len(), 2);
-        f.handle(modified("/r/6"));
+        assert_eq!(s.drain().len(), 2);
+        s.handle(modified, &["/r/6"], None);
         assert_eq!(
-            drain(&mut events),
+            s.drain(),
             vec![(FsEventType::Gap, "/r".into(), None, Some(3)), (FsEventType::Modified, "/r/6".into(), None, None)]
+        );
+    }
+
+    /// An event whose path leads out through a symlink (a watch the kernel put on a
+    /// directory swapped for a symlink) is dropped; the symlink itself, and a path
+    /// through a symlink that stays inside, are reported.
+    #[test]
+    fn an_event_through_a_symlink_out_of_the_watch_is_dropped() {
+        let mut s = Scene::new(16);
+        let outside = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(outside.path(), s.real.join("out")).unwrap();
+        std::fs::create_dir(s.real.join("sub")).unwrap();
+        std::os::unix::fs::symlink("sub", s.real.join("in")).unwrap();
+        let created = EventKind::Create(CreateKind::File);
+        s.handle(created, &["/r/out/secret"], None);
+        s.handle(created, &["/r/out/deeper/secret"], None);
+        s.handle(EventKind::Modify(ModifyKind::Name(RenameMode::Both)), &["/r/out/secret", "/r/mine"], Some(3));
+        s.handle(created, &["/r/gone/x"], None);
+        s.handle(created, &["/r/out"], None);
+        s.handle(created, &["/r/in/x"], None);
+        assert_eq!(
+            s.drain(),
+            vec![
+                (FsEventType::Created, "/r/out".into(), None, None),
+                (FsEventType::Created, "/r/in/x".into(), None, None)
+            ]
         );
     }
 }
