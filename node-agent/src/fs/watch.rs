@@ -158,16 +158,29 @@ impl Forwarder {
     }
 
     /// Whether `path` really lies beneath the watched path: its directory resolved
-    /// (symlinks followed), its own name put back. The name itself is not followed: a
-    /// symlink inside that leads out is reported as the symlink it is.
+    /// (symlinks followed; when it is gone, the nearest one that exists), its own name
+    /// put back. The name itself is not followed: a symlink inside that leads out is
+    /// reported as the symlink it is.
     fn beneath(&self, path: &Path) -> bool {
         let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else { return path == self.real };
-        match std::fs::canonicalize(parent) {
-            Ok(parent) => parent.join(name).starts_with(&self.real),
-            // Its directory is gone already (a tree removed at once): where it was cannot
-            // be told, so it is not reported. The directory's own removal is, from the
-            // directory above it, which says as much.
-            Err(_) => false,
+        if path.components().any(|c| matches!(c, std::path::Component::ParentDir)) {
+            return false;
+        }
+        // Its directory may be gone already (a tree removed at once): the nearest
+        // folder on the way that still exists is resolved, and the rest taken by name.
+        let mut existing = parent;
+        loop {
+            match std::fs::canonicalize(existing) {
+                Ok(real) => {
+                    let rest = path.strip_prefix(existing).unwrap_or(Path::new(name));
+                    return real.join(rest).starts_with(&self.real);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => match existing.parent() {
+                    Some(up) => existing = up,
+                    None => return false,
+                },
+                Err(_) => return false,
+            }
         }
     }
 
@@ -338,9 +351,14 @@ mod tests {
         assert_eq!(
             s.drain(),
             vec![
+                // Its folder is gone already (a tree removed at once): taken by its name.
+                (FsEventType::Created, "/r/gone/x".into(), None, None),
                 (FsEventType::Created, "/r/out".into(), None, None),
                 (FsEventType::Created, "/r/in/x".into(), None, None)
             ]
         );
+        // Not a name with `..` in it, whose folder is gone.
+        s.handle(created, &["/r/gone/../../x"], None);
+        assert_eq!(s.drain(), vec![]);
     }
 }
