@@ -829,8 +829,17 @@ pub async fn describe(args: DescribeArgs) -> anyhow::Result<i32> {
                 if status.restarts > 0 {
                     out.field(1, "Restarts", status.restarts.to_string());
                 }
+                if let Some(uid) = status.host_uid {
+                    out.field(1, "User", format!("uid 1000 in a user namespace of its own; host uid {uid}"));
+                }
+                out.optional(1, "Seccomp", status.seccomp.clone());
                 for limit in &status.applied_limits {
                     out.field(1, "Limit", limit.clone());
+                }
+                if status.isolation.as_deref() == Some("bubblewrap")
+                    && let Ok(bytes) = agentplane_controller::dir::managed::cgroup::tmp_bytes(s.spec.limits.as_ref())
+                {
+                    out.field(1, "Tmp", format!("{} MiB (a tmpfs of that size)", bytes >> 20));
                 }
                 if s.spec.network == agentplane_crds::NetworkMode::Allowlist {
                     out.field(1, "Denied connections", status.denied_connections.to_string());
