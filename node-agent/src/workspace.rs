@@ -574,14 +574,24 @@ pub async fn diff(
 }
 
 /// A session's workspace as its record keeps it.
+///
+/// Its git credentials live in memory only: the record is saved (`session.json`)
+/// without them, whatever state the clone is in, so no token is on disk once a clone
+/// ends however it ends (cloned, failed, the session ended, the node agent killed).
+/// They are forgotten once cloned or when the session ends; a failed clone keeps them
+/// in memory for a restart of the session.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct WorkspaceRecord {
     /// The directory the session runs in (its `workingDir`).
     pub path: String,
-    /// The repository to clone; its credentials are forgotten once it is cloned.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The repository to clone; its credentials are never saved (see above).
+    #[serde(default, skip_serializing_if = "Option::is_none", serialize_with = "without_credentials")]
     pub git: Option<GitSource>,
+    /// The request gave credentials. Saved, unlike them, so that a node agent restarted
+    /// before the clone finished can say why it clones without them.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub credentials_given: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub commit: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -610,10 +620,27 @@ impl WorkspaceRecord {
     /// Records the clone: its commit, and its credentials forgotten (not needed again).
     pub fn cloned(&mut self, commit: String) {
         self.commit = Some(commit);
+        self.forget_credentials();
+    }
+
+    /// Drops the credentials from memory.
+    pub fn forget_credentials(&mut self) {
         if let Some(git) = &mut self.git {
             git.credentials = None;
         }
     }
+
+    /// Whether a clone still to make lacks the credentials its request gave (they are
+    /// not kept across a restart of the node agent).
+    pub fn credentials_lost(&self) -> bool {
+        self.credentials_given && self.needs_clone() && self.git.as_ref().is_some_and(|g| g.credentials.is_none())
+    }
+}
+
+/// `git` as saved: the same source with no credentials.
+fn without_credentials<S: serde::Serializer>(git: &Option<GitSource>, serializer: S) -> Result<S::Ok, S::Error> {
+    let saved = git.as_ref().map(|git| GitSource { credentials: None, ..git.clone() });
+    saved.serialize(serializer)
 }
 
 /// What a session is created with, from its request: the working directory and, with a
@@ -648,6 +675,7 @@ pub async fn plan(
             path.map(|path| WorkspaceRecord {
                 path,
                 git: None,
+                credentials_given: false,
                 commit: None,
                 changed_files: Vec::new(),
                 changed_files_truncated: false,
@@ -692,6 +720,7 @@ pub async fn plan(
         Some(path.clone()),
         Some(WorkspaceRecord {
             path,
+            credentials_given: git.credentials.is_some(),
             git: Some(git),
             commit: None,
             changed_files: Vec::new(),
@@ -703,6 +732,39 @@ pub async fn plan(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_workspace_record_is_saved_without_its_credentials_and_knows_it_had_them() {
+        let credentials = GitCredentials {
+            token: Some("tok-secret".into()),
+            username: Some("bot".into()),
+            ssh_private_key: Some("KEY-secret".into()),
+        };
+        let git = GitSource {
+            url: "https://example.com/r.git".into(),
+            git_ref: Some("v1".into()),
+            depth: None,
+            credentials: Some(credentials),
+        };
+        let mut record = WorkspaceRecord {
+            path: "/w".into(),
+            credentials_given: true,
+            git: Some(git),
+            commit: None,
+            changed_files: Vec::new(),
+            changed_files_truncated: false,
+        };
+        let saved = serde_json::to_string(&record).unwrap();
+        assert!(!saved.contains("secret") && !saved.contains("bot") && !saved.contains("credentials\":"), "{saved}");
+        assert!(saved.contains("\"credentialsGiven\":true") && saved.contains("v1"), "{saved}");
+        assert!(!record.credentials_lost(), "in memory still");
+        // What a restarted node agent reads back: the source, no credentials.
+        let loaded: WorkspaceRecord = serde_json::from_str(&saved).unwrap();
+        assert!(loaded.credentials_lost());
+        assert_eq!(loaded.git.as_ref().unwrap().git_ref.as_deref(), Some("v1"));
+        record.cloned("abc".into());
+        assert!(record.git.as_ref().unwrap().credentials.is_none() && !record.credentials_lost());
+    }
 
     #[test]
     fn name_status_is_parsed_with_renames_and_bounded() {
