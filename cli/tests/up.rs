@@ -908,3 +908,42 @@ fn an_on_failure_process_whose_node_agent_is_killed_runs_again_counted_as_a_rest
     assert_eq!(lines_in(&runs), 2, "{}", fs::read_to_string(&runs).unwrap_or_default());
     assert_eq!(after["status"]["restarts"], 1, "{after:#}");
 }
+
+/// A mock Session on the embedded node agent.
+fn mock_session_yaml(name: &str, ended: bool) -> String {
+    format!(
+        "apiVersion: agentplane.dev/v1alpha1\nkind: Session\nmetadata:\n  name: {name}\nspec:\n  agent: mock\n  \
+         ended: {ended}\n"
+    )
+}
+
+#[test]
+fn a_session_past_max_sessions_waits_as_limit_exceeded_and_starts_when_a_slot_frees() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("d");
+    fs::create_dir_all(&dir).unwrap();
+    let names = ["s1", "s2", "s3"];
+    for name in names {
+        save(&dir.join(format!("{name}.yaml")), &mock_session_yaml(name, false));
+    }
+    let up = Up::start_with(&dir, &["--max-sessions", "2"]);
+    // Two take the slots; the third is told why it waits.
+    let (live, refused) = up.wait("two sessions live and one refused", || {
+        let records: Vec<Value> = names.iter().map(|n| session_record(&up, n)).collect::<Option<_>>()?;
+        let live: Vec<&str> = names.iter().zip(&records).filter(|(_, r)| phase(r) == "Idle").map(|(n, _)| *n).collect();
+        let refused: Vec<&Value> = records.iter().filter(|r| phase(r) != "Idle").collect();
+        let told = refused.iter().all(|r| condition(r, "Ready")["reason"].is_string());
+        (live.len() == 2 && refused.len() == 1 && told).then(|| (live, refused[0].clone()))
+    });
+    let name = refused["metadata"]["name"].as_str().unwrap().to_string();
+    let ready = condition(&refused, "Ready");
+    assert_eq!(ready["reason"], "LimitExceeded", "{refused:#}");
+    assert_eq!(ready["status"], "False", "{refused:#}");
+    let message = ready["message"].as_str().unwrap_or_default();
+    assert!(message.contains("--max-sessions"), "says which limit and how to raise it: {message}");
+    assert_eq!(phase(&refused), "Pending");
+
+    // A slot frees up: the waiting one starts, without anything asking it to.
+    save(&dir.join(format!("{}.yaml", live[0])), &mock_session_yaml(live[0], true));
+    wait_session(&up, &name, "started once a slot freed", |r| phase(r) == "Idle");
+}
