@@ -343,6 +343,24 @@ impl std::io::Write for SharedLog {
 }
 
 const TOKEN_VALUE: &str = "tok-Sekr3t-in-no-file-0123456789";
+const SSH_KEY_LINE: &str = "b3BlbnNzaC1rZXktdjEAAAAAkeyOFaCUTcloneXYZ0123456789abcdefABCDEF";
+
+/// Files under `root` (followed into folders, not through symlinks) whose bytes hold `needle`.
+fn files_holding(root: &Path, needle: &str) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir(root) else { return found };
+    for entry in entries.flatten() {
+        let Ok(kind) = entry.file_type() else { continue };
+        if kind.is_dir() {
+            found.extend(files_holding(&entry.path(), needle));
+        } else if kind.is_file()
+            && std::fs::read(entry.path()).is_ok_and(|b| b.windows(needle.len()).any(|w| w == needle.as_bytes()))
+        {
+            found.push(entry.path());
+        }
+    }
+    found
+}
 
 /// A workspace request for `url` with a token to clone it with.
 fn with_token(url: &str) -> CreateSessionRequest {
@@ -408,7 +426,11 @@ async fn no_credentials_stay_in_the_session_file_once_a_clone_failed_succeeded_o
 async fn a_node_agent_restarted_mid_clone_keeps_no_credentials_and_scrubs_a_file_that_has_them() {
     let (silent, mut connections) = silent_git_server().await;
     let server = TestServer::start().await;
-    server.client.create_session("cut", &with_token(&silent)).await.unwrap();
+    let mut cut = with_token(&silent);
+    let credentials = cut.workspace.as_mut().unwrap().git.as_mut().unwrap().credentials.as_mut().unwrap();
+    credentials.ssh_private_key =
+        Some(format!("-----BEGIN OPENSSH PRIVATE KEY-----\n{SSH_KEY_LINE}\n-----END OPENSSH PRIVATE KEY-----\n"));
+    server.client.create_session("cut", &cut).await.unwrap();
     server.client.create_session("bad", &with_token("file:///nonexistent.git")).await.unwrap();
     failed(&server.client, "bad").await;
     let _held = within("git to connect", connections.recv()).await.unwrap();
@@ -425,6 +447,15 @@ async fn a_node_agent_restarted_mid_clone_keeps_no_credentials_and_scrubs_a_file
     // Loaded: scrubbed on disk before anything asks for it.
     assert_no_token_saved(&server.data_dir(), "bad", "after a load of a file that had it");
     assert_no_token_saved(&server.data_dir(), "cut", "after a restart mid-clone");
+    // Nor the SSH key of the clone that was cut off: its private file is gone too.
+    let mut left = files_holding(&server.data_dir(), SSH_KEY_LINE);
+    // Where node agents before this rule put it.
+    for entry in std::fs::read_dir(std::env::temp_dir()).unwrap().flatten() {
+        if entry.file_name().to_string_lossy().starts_with("agentplane-git-") {
+            left.extend(files_holding(&entry.path(), SSH_KEY_LINE));
+        }
+    }
+    assert!(left.is_empty(), "the SSH key of the cut-off clone is left in {left:?}");
     assert_eq!(server.client.get_session("bad").await.unwrap().state, SessionState::Failed);
     server.stop().await;
 }

@@ -620,7 +620,7 @@ impl Session {
         let url = crate::workspace::display_url(&git.url);
         tracing::info!(session = %self.id, label = ?self.label, %url, git_ref = ?git.git_ref, "cloning the workspace");
         let prepared = tokio::select! {
-            prepared = crate::workspace::prepare(&self.id, git, Path::new(&workspace.path)) => prepared,
+            prepared = crate::workspace::prepare(&self.id, git, Path::new(&workspace.path), &self.dir) => prepared,
             () = shutdown.cancelled() => return false,
         };
         match prepared {
@@ -1424,6 +1424,10 @@ fn load_one(dir: &Path, options: &SessionOptions) -> std::result::Result<Option<
         let bytes = serde_json::to_vec_pretty(&record).expect("records serialize");
         write_record(dir, &bytes).map_err(|e| format!("removing git credentials from session.json: {e}"))?;
         tracing::info!(session = %record.id, "removed the git credentials an earlier node agent saved");
+    }
+    // The SSH key of a clone the previous node agent was killed in (or stopped) during.
+    if crate::workspace::remove_key_dirs(dir) {
+        tracing::info!(session = %record.id, "removed the SSH key of a clone that was cut off");
     }
     let agent = AgentId::parse(&record.agent).ok_or_else(|| format!("unknown agent {:?}", record.agent))?;
     let finished = record.state.is_final();
