@@ -578,7 +578,9 @@ fn a_node_agent_that_stops_reporting_makes_its_sandbox_not_ready_and_coming_back
     let mut agent = NodeAgent::start_on(tmp.path(), port, &register);
     let _controller = Controller::start(&cluster, &["--leader-election=false", "--heartbeat-grace", "3"]);
     let marker = format!("agentplane-heartbeat-{}", cluster.ns);
-    cluster.apply(&process_yaml("svc", &format!("  command: sh\n  args: ['-c', 'sleep 600; :', '{marker}']\n")));
+    // Always: a run lost with its node agent runs again only where its policy says so.
+    let spec = format!("  command: sh\n  args: ['-c', 'sleep 600; :', '{marker}']\n  restartPolicy: Always\n");
+    cluster.apply(&process_yaml("svc", &spec));
     cluster.apply(
         "apiVersion: agentplane.dev/v1alpha1\nkind: Session\nmetadata: {name: chat}\nspec: {agent: mock, messages: [hello]}\n",
     );
@@ -607,7 +609,9 @@ fn a_node_agent_that_stops_reporting_makes_its_sandbox_not_ready_and_coming_back
     let _agent = NodeAgent::start_on(tmp.path(), port, &register);
     cluster.wait_for("sandbox", "local", "ready again", |v| ready(v).is_some_and(|c| c["status"] == "True"));
     let svc = cluster.wait_for("process", "svc", "running again", |v| {
-        phase(v) == "Running" && v["status"]["pid"].as_i64().is_some_and(|p| p != first_pid)
+        phase(v) == "Running"
+            && v["status"]["pid"].as_i64().is_some_and(|p| p != first_pid)
+            && v["status"]["restarts"] == 1
     });
     assert!(ready(&svc).is_some_and(|c| c["status"] == "True"), "{svc:#}");
     common::wait_until(PATIENCE, "one copy of the process on the machine", || count_on_machine(&marker) == 1);

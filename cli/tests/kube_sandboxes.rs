@@ -680,7 +680,8 @@ fn a_pod_deleted_behind_its_back_is_replaced_and_what_ran_on_it_resumes() {
     // It runs on only when the Sandbox's env reached it.
     cluster.apply(
         "apiVersion: agentplane.dev/v1alpha1\nkind: Process\nmetadata: {name: svc}\nspec:\n  sandbox: box\n  \
-         command: sh\n  args: ['-c', 'test \"$GREETING\" = hi || exit 3; exec sleep 600']\n---\n\
+         command: sh\n  args: ['-c', 'test \"$GREETING\" = hi || exit 3; exec sleep 600']\n  \
+         restartPolicy: Always\n---\n\
          apiVersion: agentplane.dev/v1alpha1\nkind: Session\nmetadata: {name: chat}\n\
          spec: {sandbox: box, agent: mock, messages: [hello]}\n",
     );
@@ -705,9 +706,12 @@ fn a_pod_deleted_behind_its_back_is_replaced_and_what_ran_on_it_resumes() {
     let pod = cluster.get("pod", "box").unwrap();
     assert_eq!(pod["metadata"]["uid"], second_uid.as_str());
 
-    // What ran there runs again, and the conversation goes on where it was.
+    // What ran there runs again (lost with the old Pod, restarted under its policy),
+    // and the conversation goes on where it was.
     let svc = cluster.wait("process", "svc", "running again", |v| {
-        phase(v) == "Running" && v["status"]["pid"].as_i64().is_some_and(|p| p != svc_pid)
+        phase(v) == "Running"
+            && v["status"]["pid"].as_i64().is_some_and(|p| p != svc_pid)
+            && v["status"]["restarts"] == 1
     });
     let pid = svc["status"]["pid"].as_i64().unwrap();
     common::wait_until(PATIENCE, "the process to pass its env check and sleep", || {

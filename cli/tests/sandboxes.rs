@@ -1,9 +1,10 @@
 //! Managed sandboxes under `agentplane up`, with the real bubblewrap: what runs inside
 //! cannot write to the host, read the host user's files or see its processes; limits
 //! are applied and reported; a node agent killed with SIGKILL comes back and what ran
-//! on it runs again; a deleted sandbox leaves nothing behind; `network: allowlist` lets
-//! through only what it names, counting what it refuses; and the real Claude Code in
-//! `bypass` mode, told to escape, changes nothing on the host.
+//! on it runs again as its restart policy says; a deleted sandbox leaves nothing
+//! behind; `network: allowlist` lets through only what it names, counting what it
+//! refuses; and the real Claude Code in `bypass` mode, told to escape, changes nothing
+//! on the host.
 
 mod common;
 
@@ -241,7 +242,12 @@ fn a_killed_sandbox_comes_back_and_a_deleted_one_leaves_nothing() {
     let up = Up::start(
         &[
             ("box.yaml", &sandbox_yaml("box", "")),
-            ("sleeper.yaml", &process_yaml("sleeper", "box", "echo started; exec sleep 1000")),
+            // Always: a run its node agent took with it when killed is run again only
+            // where the restart policy says so.
+            (
+                "sleeper.yaml",
+                &(process_yaml("sleeper", "box", "echo started; exec sleep 1000") + "  restartPolicy: Always\n"),
+            ),
         ],
         &[],
     );
@@ -254,13 +260,13 @@ fn a_killed_sandbox_comes_back_and_a_deleted_one_leaves_nothing() {
     up.wait_sandbox("box", "started again", |s| ready(s) && s.restarts == 1);
     let second = runs_on_pid(&up.sandbox("box"));
     assert_ne!(first, second);
-    // What ran on it is driven again on the new node agent.
+    // What ran on it is driven again on the new node agent: lost with it, and
+    // restarted under its policy.
     let uid = up.process("sleeper").unwrap().metadata.uid.unwrap();
     wait_until(PATIENCE, "the sleeper to run again", || {
-        up.process("sleeper")
-            .and_then(|p| p.status)
-            .is_some_and(|s| s.phase == Some(agentplane_crds::ProcessPhase::Running) && s.pid.is_some())
-            && up.logs("sleeper").contains("started")
+        up.process("sleeper").and_then(|p| p.status).is_some_and(|s| {
+            s.phase == Some(agentplane_crds::ProcessPhase::Running) && s.pid.is_some() && s.restarts == 1
+        }) && up.logs("sleeper").contains("started")
     });
     assert_eq!(up.process("sleeper").unwrap().metadata.uid.unwrap(), uid);
 

@@ -28,12 +28,18 @@ struct Up {
 
 impl Up {
     fn start(dir: &Path) -> Up {
+        Self::start_with(dir, &[])
+    }
+
+    /// `agentplane up --dir DIR ARGS...`.
+    fn start_with(dir: &Path, args: &[&str]) -> Up {
         fs::create_dir_all(dir).unwrap();
         let log = dir.parent().unwrap().join(format!("up-{}.log", std::process::id()));
         let log_file = fs::OpenOptions::new().create(true).append(true).open(&log).unwrap();
         let child = Command::new(BIN)
             .args(["up", "--dir"])
             .arg(dir)
+            .args(args)
             .env("RUST_LOG", "info,agentplane_controller=debug")
             .env_remove("AGENTPLANE_TOKEN")
             .stdin(Stdio::null())
@@ -814,4 +820,130 @@ fn mcp_servers_are_resolved_from_files_beside_the_session_and_reach_the_node_age
     let message = condition(&broken, "Valid")["message"].as_str().unwrap();
     assert!(message.starts_with("tools.yaml:") && message.contains("not both"), "{message}");
     assert_eq!(broken["metadata"]["generation"], 1, "the last good spec stays");
+}
+
+/// A managed Sandbox without isolation: its node agent is a plain child of `up`, which
+/// starts it again when it dies.
+fn unisolated_sandbox_yaml(name: &str) -> String {
+    format!("apiVersion: agentplane.dev/v1alpha1\nkind: Sandbox\nmetadata:\n  name: {name}\nspec:\n  isolation: none\n")
+}
+
+/// Lines in `path` (none while it does not exist).
+fn lines_in(path: &Path) -> usize {
+    fs::read_to_string(path).map(|t| t.lines().count()).unwrap_or(0)
+}
+
+/// Kills the node agent of the managed sandbox `name` with SIGKILL, as the OOM killer
+/// does, and waits until `up` has started it again and it answers.
+fn kill_node_agent(up: &Up, name: &str) {
+    let (pid, restarts) = up.wait(&format!("sandbox {name} ready"), || {
+        let record = record_of(up, "sandboxes", "default", name)?;
+        let status = &record["status"];
+        let pid: i32 = status["runsOn"].as_str()?.split_whitespace().nth(1)?.parse().ok()?;
+        (status["phase"] == "Ready").then(|| (pid, status["restarts"].as_u64().unwrap_or(0)))
+    });
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).unwrap();
+    up.wait(&format!("sandbox {name} started again"), || {
+        let record = record_of(up, "sandboxes", "default", name)?;
+        let status = &record["status"];
+        (status["phase"] == "Ready" && status["restarts"].as_u64() == Some(restarts + 1)).then_some(())
+    });
+}
+
+/// A Process on sandbox `box` that appends a line to `runs` each time it starts, then sleeps.
+fn counted_process_yaml(name: &str, runs: &Path, policy: &str) -> String {
+    process_yaml(
+        name,
+        &format!(
+            "  sandbox: box\n  command: sh\n  args: ['-c', 'echo run >> \"$0\"; exec sleep 1000', '{}']\n  \
+             restartPolicy: {policy}\n",
+            runs.display()
+        ),
+    )
+}
+
+#[test]
+fn a_never_process_whose_node_agent_is_killed_fails_as_lost_and_is_not_run_again() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("d");
+    let runs = tmp.path().join("runs");
+    fs::create_dir_all(&dir).unwrap();
+    save(&dir.join("box.yaml"), &unisolated_sandbox_yaml("box"));
+    save(&dir.join("once.yaml"), &counted_process_yaml("once", &runs, "Never"));
+    let up = Up::start(&dir);
+    let first = up.wait_status("once", "running", |r| phase(r) == "Running");
+    up.wait("its first run's line", || (lines_in(&runs) == 1).then_some(()));
+
+    kill_node_agent(&up, "box");
+    // Settled: no longer the run of before (which the node agent took with it).
+    let after = up.wait_status("once", "settled after the node agent came back", |r| {
+        phase(r) != "Running" || r["status"]["pid"] != first["status"]["pid"]
+    });
+    assert_eq!(phase(&after), "Failed", "{after:#}");
+    let ready = condition(&after, "Ready");
+    assert_eq!(ready["reason"], "NodeAgentLost", "{after:#}");
+    let message = ready["message"].as_str().unwrap_or_default();
+    assert!(message.contains("restarted") && message.contains("unknown"), "{message}");
+    assert_eq!(lines_in(&runs), 1, "run once: {}", fs::read_to_string(&runs).unwrap_or_default());
+    assert_eq!(after["status"]["restarts"].as_u64().unwrap_or(0), 0);
+}
+
+#[test]
+fn an_on_failure_process_whose_node_agent_is_killed_runs_again_counted_as_a_restart() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("d");
+    let runs = tmp.path().join("runs");
+    fs::create_dir_all(&dir).unwrap();
+    save(&dir.join("box.yaml"), &unisolated_sandbox_yaml("box"));
+    save(&dir.join("again.yaml"), &counted_process_yaml("again", &runs, "OnFailure"));
+    let up = Up::start(&dir);
+    let first = up.wait_status("again", "running", |r| phase(r) == "Running");
+    up.wait("its first run's line", || (lines_in(&runs) == 1).then_some(()));
+
+    kill_node_agent(&up, "box");
+    let after = up.wait_status("again", "running again", |r| {
+        phase(r) == "Running" && r["status"]["pid"] != first["status"]["pid"]
+    });
+    up.wait("the second run's line", || (lines_in(&runs) >= 2).then_some(()));
+    assert_eq!(lines_in(&runs), 2, "{}", fs::read_to_string(&runs).unwrap_or_default());
+    assert_eq!(after["status"]["restarts"], 1, "{after:#}");
+}
+
+/// A mock Session on the embedded node agent.
+fn mock_session_yaml(name: &str, ended: bool) -> String {
+    format!(
+        "apiVersion: agentplane.dev/v1alpha1\nkind: Session\nmetadata:\n  name: {name}\nspec:\n  agent: mock\n  \
+         ended: {ended}\n"
+    )
+}
+
+#[test]
+fn a_session_past_max_sessions_waits_as_limit_exceeded_and_starts_when_a_slot_frees() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("d");
+    fs::create_dir_all(&dir).unwrap();
+    let names = ["s1", "s2", "s3"];
+    for name in names {
+        save(&dir.join(format!("{name}.yaml")), &mock_session_yaml(name, false));
+    }
+    let up = Up::start_with(&dir, &["--max-sessions", "2"]);
+    // Two take the slots; the third is told why it waits.
+    let (live, refused) = up.wait("two sessions live and one refused", || {
+        let records: Vec<Value> = names.iter().map(|n| session_record(&up, n)).collect::<Option<_>>()?;
+        let live: Vec<&str> = names.iter().zip(&records).filter(|(_, r)| phase(r) == "Idle").map(|(n, _)| *n).collect();
+        let refused: Vec<&Value> = records.iter().filter(|r| phase(r) != "Idle").collect();
+        let told = refused.iter().all(|r| condition(r, "Ready")["reason"].is_string());
+        (live.len() == 2 && refused.len() == 1 && told).then(|| (live, refused[0].clone()))
+    });
+    let name = refused["metadata"]["name"].as_str().unwrap().to_string();
+    let ready = condition(&refused, "Ready");
+    assert_eq!(ready["reason"], "LimitExceeded", "{refused:#}");
+    assert_eq!(ready["status"], "False", "{refused:#}");
+    let message = ready["message"].as_str().unwrap_or_default();
+    assert!(message.contains("--max-sessions"), "says which limit and how to raise it: {message}");
+    assert_eq!(phase(&refused), "Pending");
+
+    // A slot frees up: the waiting one starts, without anything asking it to.
+    save(&dir.join(format!("{}.yaml", live[0])), &mock_session_yaml(live[0], true));
+    wait_session(&up, &name, "started once a slot freed", |r| phase(r) == "Idle");
 }

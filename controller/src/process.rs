@@ -8,6 +8,12 @@
 //! reset the restart back-off. The status is computed from the spec, the last status
 //! and what the node agent reports; restart back-off is derived from the recorded exit
 //! time, never from when the reconcile happens to run.
+//!
+//! A node agent keeps no process across its own restart (killed, out of memory): a run
+//! the status records as running that its node agent no longer has was lost with it.
+//! That run has ended, how is unknown, and its restart policy decides as for any exit
+//! (`Never` is not run again but `Failed`, reason `NodeAgentLost`), so a node agent
+//! that keeps dying does not run a `Never` command once per life.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -33,6 +39,10 @@ const RETRY_START: Duration = Duration::from_secs(30);
 /// How soon a Process waiting for the Session it names looks again: the look is a
 /// lookup in the store's own index, no request to anything.
 const RETRY_SESSION: Duration = Duration::from_secs(2);
+/// The `Ready` reason of a run lost with its node agent; kept while the run is judged
+/// (failed, or backing off before its restart), which is how later passes know that
+/// its exit is unknown rather than never recorded.
+pub const NODE_AGENT_LOST: &str = "NodeAgentLost";
 
 /// Restart back-off, as the kubelet's: the first restart is immediate, then 10 s
 /// doubling to 5 min; a run that lasted 10 minutes resets it.
@@ -80,6 +90,13 @@ pub struct ProcessInput<'a> {
     /// The node-agent id of the Session `spec.sessionRef` names (`Ok(None)` without
     /// one), or why it has none yet: the process waits for it.
     pub session: std::result::Result<Option<String>, String>,
+    /// When the store started the node agent the process runs on together with itself,
+    /// if it did: `up` runs its embedded and managed node agents as its children and
+    /// they stop when it stops. A run older than that ended with the previous `up` (a
+    /// stop the user asked for, or `up` killed): it is started again, as everything
+    /// declared is when `up` starts, and is no lost run. None where node agents
+    /// outlive the controller (a cluster, an external sandbox).
+    pub own_node_agent_since: Option<OffsetDateTime>,
 }
 
 pub struct ProcessReconciler {
@@ -134,10 +151,41 @@ fn not_found(e: &ClientError) -> bool {
     e.problem_code() == Some("process_not_found")
 }
 
+#[derive(Debug, PartialEq, Eq)]
 enum Exit {
     Succeeded,
     Failed,
     Restart,
+}
+
+/// What became of a run its node agent has no process for, from the last status alone
+/// (the node agent forgets every process when it restarts).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Missing {
+    /// Never started (its start failed, or it waits to), or it ended with `up`'s
+    /// previous life (see `ProcessInput::own_node_agent_since`): started now.
+    NotStarted,
+    /// It exited and the status has its exit (the node agent's record may be gone).
+    Exited,
+    /// The status says it runs, and its node agent has no such process: it was lost
+    /// with its node agent, which restarted while it ran. It has ended; how is unknown.
+    Lost,
+}
+
+fn missing_run(prev: &ProcessStatus, own_node_agent_since: Option<OffsetDateTime>) -> Missing {
+    match prev.phase {
+        Some(ProcessPhase::Succeeded | ProcessPhase::Failed | ProcessPhase::BackOff) => Missing::Exited,
+        // Exited before its start was answered: judged on the pass after, its record gone since.
+        Some(ProcessPhase::Running) if prev.exited_at.is_some() => Missing::Exited,
+        Some(ProcessPhase::Running) => {
+            let started = prev.started_at.as_ref().map(|t| to_offset(t.0));
+            match (started, own_node_agent_since) {
+                (Some(started), Some(since)) if started < since => Missing::NotStarted,
+                _ => Missing::Lost,
+            }
+        }
+        _ => Missing::NotStarted,
+    }
 }
 
 fn after_exit(policy: RestartPolicy, exit_code: Option<i32>) -> Exit {
@@ -148,6 +196,9 @@ fn after_exit(policy: RestartPolicy, exit_code: Option<i32>) -> Exit {
         _ => Exit::Restart,
     }
 }
+
+const LOST_MESSAGE: &str =
+    "its node agent restarted while it ran (killed, or out of memory): it ended there, and how it exited is unknown";
 
 /// A status under construction, with the facts that every path sets.
 struct Step<'a> {
@@ -185,6 +236,23 @@ impl Step<'_> {
         self.ready(true, "Running", format!("running as pid {}", info.pid));
     }
 
+    /// The run the status records was lost with its node agent: no pid, no exit (it is
+    /// unknown), and `Ready` says so until the run is judged.
+    fn lost(&mut self) {
+        let status = &mut self.status;
+        status.pid = None;
+        status.exit_code = None;
+        status.signal = None;
+        status.exited_at = None;
+        self.ready(false, NODE_AGENT_LOST, LOST_MESSAGE);
+    }
+
+    /// Whether the last run was lost with its node agent (see `lost`): its exit is unknown.
+    fn was_lost(&self) -> bool {
+        let ready = conditions::get(&self.status.conditions, READY);
+        self.status.exit_code.is_none() && ready.is_some_and(|c| c.reason == NODE_AGENT_LOST)
+    }
+
     fn exited(&mut self, info: &ProcessInfo) {
         let status = &mut self.status;
         status.pid = None;
@@ -195,6 +263,9 @@ impl Step<'_> {
     }
 
     fn exit_description(&self) -> String {
+        if self.was_lost() {
+            return LOST_MESSAGE.to_string();
+        }
         match (&self.status.signal, self.status.exit_code) {
             (Some(signal), _) => format!("killed by {signal}"),
             (None, Some(code)) => format!("exited with code {code}"),
@@ -323,14 +394,20 @@ impl ProcessReconciler {
                 step.exited(&info);
                 true
             }
-            // Exited earlier (its exit is in the status, the record may be gone), or lost
-            // with its node agent while running: then it runs again.
-            None => matches!(prev.phase, Some(ProcessPhase::Succeeded | ProcessPhase::Failed | ProcessPhase::BackOff)),
+            None => match missing_run(&prev, input.own_node_agent_since) {
+                Missing::NotStarted => false,
+                Missing::Exited => true,
+                Missing::Lost => {
+                    step.lost();
+                    true
+                }
+            },
         };
         if !exited {
             return self.start(step, client, &id, &hash, env, session).await;
         }
-        if step.status.exit_code.is_none() && step.status.signal.is_none() && step.status.exited_at.is_none() {
+        let lost = step.was_lost();
+        if !lost && step.status.exit_code.is_none() && step.status.signal.is_none() && step.status.exited_at.is_none() {
             // It never started (the start failed): try again now and then unless told never to.
             if spec.restart_policy == RestartPolicy::Never {
                 return step.done(None);
@@ -346,12 +423,17 @@ impl ProcessReconciler {
             Exit::Failed => {
                 step.status.phase = Some(ProcessPhase::Failed);
                 let message = step.exit_description();
-                step.ready(false, "Failed", message);
+                step.ready(false, if lost { NODE_AGENT_LOST } else { "Failed" }, message);
                 step.done(None)
             }
             Exit::Restart => {
                 let now = OffsetDateTime::now_utc();
-                let exited_at = step.status.exited_at.as_ref().map(|t| t.0);
+                // A lost run's end is unknown: the back-off counts from when it was
+                // found lost, the moment `Ready` turned false for it.
+                let lost_at = lost
+                    .then(|| conditions::get(&step.status.conditions, READY).map(|c| c.last_transition_time.0))
+                    .flatten();
+                let exited_at = step.status.exited_at.as_ref().map(|t| t.0).or(lost_at);
                 let started_at = step.status.started_at.as_ref().map(|t| t.0);
                 let ran_for = match (started_at, exited_at) {
                     (Some(s), Some(e)) => e.duration_since(s).try_into().ok(),
@@ -366,7 +448,7 @@ impl ProcessReconciler {
                         step.exit_description(),
                         (due - now).as_seconds_f64().ceil()
                     );
-                    step.ready(false, "BackOff", message);
+                    step.ready(false, if lost { NODE_AGENT_LOST } else { "BackOff" }, message);
                     let wait = (due - now).try_into().unwrap_or(Duration::from_secs(1));
                     return step.done(Some(wait));
                 }
@@ -494,6 +576,60 @@ mod tests {
         assert_eq!(delays, [0, 10, 20, 40, 80, 160, 300, 300]);
         assert_eq!(b.delay(5, Some(Duration::from_secs(601))), Duration::ZERO);
         assert_eq!(b.delay(u32::MAX, quick), b.max);
+    }
+
+    fn at(text: &str) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Time {
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(text.parse().unwrap())
+    }
+
+    fn status(phase: ProcessPhase, started: &str) -> ProcessStatus {
+        ProcessStatus { phase: Some(phase), pid: Some(42), started_at: Some(at(started)), ..Default::default() }
+    }
+
+    #[test]
+    fn a_run_its_node_agent_no_longer_has_was_lost_unless_it_exited_or_never_started() {
+        let running = status(ProcessPhase::Running, "2026-11-25T02:00:00Z");
+        assert_eq!(missing_run(&running, None), Missing::Lost);
+        // On a node agent that `up` started after this run began: it ended with the
+        // previous `up`, and runs again as everything declared does at `up`.
+        let up_started = to_offset(at("2026-11-26T00:00:00Z").0);
+        assert_eq!(missing_run(&running, Some(up_started)), Missing::NotStarted);
+        // A node agent of this `up` that restarted under it (the OOM killer): lost.
+        let later = status(ProcessPhase::Running, "2026-11-27T02:00:00Z");
+        assert_eq!(missing_run(&later, Some(up_started)), Missing::Lost);
+        // Its exit was seen before its record went: judged by that exit.
+        let exited = ProcessStatus { exited_at: Some(at("2026-11-25T02:00:01Z")), exit_code: Some(3), ..running };
+        assert_eq!(missing_run(&exited, None), Missing::Exited);
+        for phase in [ProcessPhase::Succeeded, ProcessPhase::Failed, ProcessPhase::BackOff] {
+            assert_eq!(missing_run(&status(phase, "2026-11-25T02:00:00Z"), None), Missing::Exited, "{phase:?}");
+        }
+        assert_eq!(missing_run(&ProcessStatus::default(), None), Missing::NotStarted);
+        let pending = ProcessStatus { phase: Some(ProcessPhase::Pending), ..Default::default() };
+        assert_eq!(missing_run(&pending, None), Missing::NotStarted);
+    }
+
+    #[test]
+    fn a_lost_run_is_judged_as_an_unknown_failure_by_its_restart_policy() {
+        // Lost: no exit code, which is no success.
+        assert_eq!(after_exit(RestartPolicy::Never, None), Exit::Failed);
+        assert_eq!(after_exit(RestartPolicy::OnFailure, None), Exit::Restart);
+        assert_eq!(after_exit(RestartPolicy::Always, None), Exit::Restart);
+        let yaml = "apiVersion: agentplane.dev/v1alpha1\nkind: Process\nmetadata: {name: a}\nspec: {command: sleep}\n";
+        let process: Process = serde_yaml_ng::from_str(yaml).unwrap();
+        let mut step =
+            Step { process: &process, status: status(ProcessPhase::Running, "2026-11-25T02:00:00Z"), generation: None };
+        step.ready(true, "Running", "running as pid 42");
+        assert!(!step.was_lost());
+        step.lost();
+        // Later passes know it from the status alone: no exit recorded, and why.
+        assert!(step.was_lost());
+        assert_eq!(step.status.pid, None);
+        assert!(step.exit_description().contains("unknown"), "{}", step.exit_description());
+        let ready = conditions::get(&step.status.conditions, READY).unwrap();
+        assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("False", NODE_AGENT_LOST));
+        // A run that was started again and exited is judged by its own exit.
+        step.status.exit_code = Some(1);
+        assert!(!step.was_lost());
     }
 
     #[test]

@@ -8,6 +8,10 @@
 //! (`messagesReceived`), and that count, not the controller's own memory, says which
 //! entries are still to send. A controller killed between sending and writing status
 //! sends nothing twice.
+//!
+//! A node agent at one of its limits (`--max-sessions`) refuses with the problem code
+//! `limit_exceeded`: that is no outage but a wait for a slot, reported as
+//! `LimitExceeded` with the way to raise the limit, and asked again with a back-off.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -33,6 +37,56 @@ const RETRY_LATER: Duration = Duration::from_secs(30);
 const SUMMARY_CHARS: usize = 200;
 /// The condition that names replies refused for naming no request.
 const REPLIES_ACCEPTED: &str = "RepliesAccepted";
+/// The node agent's problem code for a limit it enforces.
+const LIMIT_EXCEEDED_CODE: &str = "limit_exceeded";
+/// The `Ready` reason of a Session that waits for a node agent's limit.
+pub const LIMIT_EXCEEDED: &str = "LimitExceeded";
+/// A Session refused for a limit asks again after as long as it has waited so far (so
+/// the waits double), within these bounds: a slot frees only when another session ends,
+/// and thousands of Sessions past the limit asking every few seconds would be a load of
+/// their own.
+const LIMIT_RETRY_MIN: Duration = Duration::from_secs(5);
+const LIMIT_RETRY_MAX: Duration = Duration::from_secs(300);
+
+/// Which of a node agent's limits refused a call: what its message tells people to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Limit {
+    /// `--max-sessions`, for a new or restarted session.
+    Sessions,
+    /// A session's queue of messages waiting for their turn.
+    QueuedMessages,
+}
+
+impl Limit {
+    fn advice(self) -> &'static str {
+        match self {
+            Limit::Sessions => {
+                "It starts when a live session there ends (asked again with a back-off); to run more at once, \
+                 start that node agent with a higher --max-sessions (env AGENTPLANE_MAX_SESSIONS; \
+                 `agentplane up --max-sessions N` for the sandbox \"local\")"
+            }
+            Limit::QueuedMessages => {
+                "The rest are sent as its turns take the ones waiting (asked again with a back-off)"
+            }
+        }
+    }
+}
+
+/// The `Ready` reason for a call to the node agent that failed: `LimitExceeded` for a
+/// limit it enforces (told by its problem code, never by the message's words), else
+/// `NodeAgentUnreachable`.
+fn failure_reason(e: &ClientError) -> &'static str {
+    if e.problem_code() == Some(LIMIT_EXCEEDED_CODE) { LIMIT_EXCEEDED } else { "NodeAgentUnreachable" }
+}
+
+/// The wait before asking again after a refusal for a limit, given how long the
+/// resource has waited so far: as long again, within bounds, stretched by up to a
+/// quarter by its uid so that many refused together do not all ask together again.
+fn limit_retry(waited: Duration, uid: &str) -> Duration {
+    let base = waited.clamp(LIMIT_RETRY_MIN, LIMIT_RETRY_MAX);
+    let spread = uid.bytes().fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b))) % 26;
+    base + base * spread / 100
+}
 
 /// The node-agent id of a Session resource's session.
 pub fn node_session_id(uid: &str) -> String {
@@ -164,6 +218,30 @@ impl Step<'_> {
         let sandbox = &self.session.spec.sandbox;
         self.ready(Status::Unknown, "NodeAgentUnreachable", format!("sandbox {sandbox:?}: {e}"));
         self.done(Some(RETRY_UNREACHABLE))
+    }
+
+    /// A call the node agent did not take: a limit of its (`limit`) is waited for with
+    /// a back-off, anything else is an outage.
+    fn refused(mut self, e: &ClientError, limit: Limit) -> Reconciled<SessionStatus> {
+        if failure_reason(e) != LIMIT_EXCEEDED {
+            return self.unreachable(e);
+        }
+        self.status.phase.get_or_insert(SessionPhase::Pending);
+        // Waited since `Ready` turned false for it: recorded, so a restarted controller
+        // goes on with the same back-off.
+        let waited = conditions::get(&self.status.conditions, READY)
+            .filter(|c| c.status == "False" && c.reason == LIMIT_EXCEEDED)
+            .and_then(|c| conditions::now().0.duration_since(c.last_transition_time.0).try_into().ok())
+            .unwrap_or_default();
+        let detail = match e {
+            ClientError::Problem(problem) => problem.detail.as_str(),
+            _ => "",
+        };
+        let sandbox = &self.session.spec.sandbox;
+        let message = format!("the node agent of sandbox {sandbox:?} is at its limit: {detail}. {}", limit.advice());
+        self.ready(false, LIMIT_EXCEEDED, message);
+        let uid = self.session.metadata.uid.as_deref().unwrap_or_default();
+        self.done(Some(limit_retry(waited, uid)))
     }
 
     fn failed(mut self, reason: &str, e: &ClientError) -> Reconciled<SessionStatus> {
@@ -430,7 +508,7 @@ impl SessionReconciler {
                             };
                             return step.failed(reason, &e);
                         }
-                        _ => return step.unreachable(&e),
+                        _ => return step.refused(&e, Limit::Sessions),
                     },
                 }
             }
@@ -452,7 +530,8 @@ impl SessionReconciler {
                         Ok(info) => info,
                         Err(e) => return step.unreachable(&e),
                     },
-                    Err(e) => return step.unreachable(&e),
+                    // Restarting counts against --max-sessions as a new session does.
+                    Err(e) => return step.refused(&e, Limit::Sessions),
                 };
             }
             step.status.restarted_at = Some(at.to_string());
@@ -464,7 +543,7 @@ impl SessionReconciler {
             for message in spec.messages.iter().skip(accepted) {
                 match client.send_message(&id, message).await {
                     Ok(after) => info = after,
-                    Err(e) => return step.unreachable(&e),
+                    Err(e) => return step.refused(&e, Limit::QueuedMessages),
                 }
             }
             // Each reply is settled once: given to the request it names while that is
@@ -580,5 +659,54 @@ where
         }
         tokio::time::sleep(delay).await;
         delay = (delay * 2).min(Duration::from_secs(5));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agentplane_node_agent::error::Error as NodeError;
+
+    #[test]
+    fn a_limit_the_node_agent_enforces_is_limit_exceeded_by_its_code_and_the_rest_unreachable() {
+        // The problem exactly as the node agent's error makes it.
+        let limit = ClientError::Problem(NodeError::LimitExceeded("3 sessions are live".into()).to_problem());
+        assert_eq!(failure_reason(&limit), LIMIT_EXCEEDED);
+        // The code decides, not the words.
+        let mut reworded = NodeError::LimitExceeded("x".into()).to_problem();
+        reworded.title = "Too many".into();
+        reworded.detail = "something else".into();
+        assert_eq!(failure_reason(&ClientError::Problem(reworded)), LIMIT_EXCEEDED);
+        let mut worded = NodeError::Conflict("Limit exceeded".into()).to_problem();
+        worded.title = "Limit exceeded".into();
+        assert_eq!(failure_reason(&ClientError::Problem(worded)), "NodeAgentUnreachable");
+        let down = ClientError::Unexpected { url: "http://x".into(), status: 502, body: "Limit exceeded".into() };
+        assert_eq!(failure_reason(&down), "NodeAgentUnreachable");
+    }
+
+    #[test]
+    fn asking_again_for_a_slot_backs_off_doubling_to_a_cap_and_spreads_by_uid() {
+        let uid = "0b6f3c1e-1111-4222-8333-444455556666";
+        let at = |secs| limit_retry(Duration::from_secs(secs), uid);
+        let spread = at(0).as_secs_f64() / LIMIT_RETRY_MIN.as_secs_f64();
+        assert!((1.0..=1.25).contains(&spread), "{spread}");
+        // Each wait is as long as all the waits before: the total doubles.
+        let mut waited = Duration::ZERO;
+        let mut waits = Vec::new();
+        for _ in 0..10 {
+            let wait = limit_retry(waited, uid);
+            waits.push(wait);
+            waited += wait;
+        }
+        assert!(waits.windows(2).all(|w| w[1] >= w[0]), "{waits:?}");
+        // Past the floor, each wait is at least twice the one before, up to the cap.
+        assert!(waits[2..6].windows(2).all(|w| w[1] >= 2 * w[0]), "{waits:?}");
+        assert!(waits.iter().all(|w| *w <= LIMIT_RETRY_MAX + LIMIT_RETRY_MAX / 4), "{waits:?}");
+        assert_eq!(at(10_000), at(1_000_000), "capped");
+        assert_eq!(limit_retry(Duration::from_secs(7), uid), limit_retry(Duration::from_secs(7), uid));
+        // Many refused at once are spread over a quarter of the wait, not asked at one instant.
+        let spreads: std::collections::BTreeSet<Duration> =
+            (0..100).map(|n| limit_retry(Duration::ZERO, &format!("uid-{n}"))).collect();
+        assert!(spreads.len() > 10, "{spreads:?}");
     }
 }

@@ -10,8 +10,10 @@
 //!
 //! Credentials never reach git's command line or the URL: a token goes in git's
 //! environment as an `http.extraHeader` (`GIT_CONFIG_COUNT`/`KEY`/`VALUE`), an SSH key
-//! in a private file removed after the clone, and git's messages are scrubbed of both
-//! before anyone sees them. git runs as a child process with a timeout, in a process
+//! in a private file removed after the clone (kept in the session's own folder, so what
+//! a killed node agent left is found and removed when the next one loads the session;
+//! see [`KEY_DIR_PREFIX`]), and git's messages are scrubbed of both before anyone sees
+//! them. git runs as a child process with a timeout, in a process
 //! group of its own (killed whole when the timeout passes), its output bounded.
 //!
 //! The comparison never touches the user's index: a copy of it in a private directory
@@ -52,6 +54,8 @@ pub const MAX_CHANGED_FILES: usize = 1000;
 const MARKER: &str = "agentplane-workspace.json";
 /// Transports git may use: never `ext::` (runs a command) or `fd::`.
 const ALLOWED_PROTOCOLS: &str = "file:git:http:https:ssh";
+/// The name of the private folder holding a clone's SSH key starts with this.
+pub const KEY_DIR_PREFIX: &str = "git-key-";
 
 /// Why a workspace could not be prepared or compared; the message is git's, scrubbed
 /// of credentials.
@@ -116,8 +120,14 @@ pub async fn existing_clone(session: &str, target: &Path) -> Option<String> {
 
 /// Clones `source` into `target` for `session` and returns the commit checked out.
 /// Idempotent: a clone this session already made there is used again. On failure
-/// nothing is left at the target nor beside it.
-pub async fn prepare(session: &str, source: &GitSource, target: &Path) -> Result<String, WorkspaceError> {
+/// nothing is left at the target nor beside it. An SSH key is written under
+/// `private_dir` (a folder only the node agent reads) for the clone's length.
+pub async fn prepare(
+    session: &str,
+    source: &GitSource,
+    target: &Path,
+    private_dir: &Path,
+) -> Result<String, WorkspaceError> {
     if let Some(commit) = existing_clone(session, target).await {
         return Ok(commit);
     }
@@ -148,7 +158,7 @@ pub async fn prepare(session: &str, source: &GitSource, target: &Path) -> Result
         )));
     }
     let temporary = parent.join(format!("{prefix}{}", crate::random::hex(6)));
-    let git = Git::new(source.credentials.as_ref()).await?;
+    let git = Git::new(source.credentials.as_ref(), private_dir).await?;
     let cloned = clone_into(&git, source, &temporary, session).await;
     let result = match cloned {
         // rename(2) replaces an empty directory, and is atomic: the target is whole or absent.
@@ -249,7 +259,7 @@ struct Git {
 }
 
 impl Git {
-    async fn new(credentials: Option<&GitCredentials>) -> Result<Git, WorkspaceError> {
+    async fn new(credentials: Option<&GitCredentials>, private_dir: &Path) -> Result<Git, WorkspaceError> {
         let mut git = Git { env: Vec::new(), secrets: Vec::new(), key_dir: None };
         let Some(credentials) = credentials else { return Ok(git) };
         if let Some(token) = credentials.token.as_deref().filter(|t| !t.is_empty()) {
@@ -263,7 +273,7 @@ impl Git {
             git.secrets.extend([token.to_string(), basic]);
         }
         if let Some(key) = credentials.ssh_private_key.as_deref().filter(|k| !k.trim().is_empty()) {
-            let dir = std::env::temp_dir().join(format!("agentplane-git-{}", crate::random::hex(8)));
+            let dir = private_dir.join(format!("{KEY_DIR_PREFIX}{}", crate::random::hex(8)));
             let mut text = key.trim_end().to_string();
             // ssh refuses a key whose last line has no newline.
             text.push('\n');
@@ -297,7 +307,8 @@ impl Git {
         Ok(git)
     }
 
-    /// Removes the SSH key, if there was one.
+    /// Removes the SSH key, if there was one. A clone cut off (the node agent stopping
+    /// or killed) never gets here: see [`remove_key_dirs`].
     async fn finish(&self) {
         if let Some(dir) = self.key_dir.clone() {
             remove_dir(dir).await;
@@ -328,6 +339,22 @@ impl Git {
         command.args(args);
         run_bounded(command, None, timeout).await.map_err(|e| WorkspaceError(self.scrub(&e)))
     }
+}
+
+/// Removes the SSH key folders a clone cut off left in `private_dir`; true if there
+/// were any. Blocking: for a node agent loading its sessions.
+pub fn remove_key_dirs(private_dir: &Path) -> bool {
+    let Ok(entries) = std::fs::read_dir(private_dir) else { return false };
+    let mut removed = false;
+    for entry in entries.flatten() {
+        if entry.file_name().to_str().is_some_and(|n| n.starts_with(KEY_DIR_PREFIX)) {
+            if let Err(error) = std::fs::remove_dir_all(entry.path()) {
+                tracing::warn!(dir = %entry.path().display(), %error, "could not remove a left SSH key");
+            }
+            removed = true;
+        }
+    }
+    removed
 }
 
 /// `text` with each secret replaced by `***`.
@@ -574,14 +601,24 @@ pub async fn diff(
 }
 
 /// A session's workspace as its record keeps it.
+///
+/// Its git credentials live in memory only: the record is saved (`session.json`)
+/// without them, whatever state the clone is in, so no token is on disk once a clone
+/// ends however it ends (cloned, failed, the session ended, the node agent killed).
+/// They are forgotten once cloned or when the session ends; a failed clone keeps them
+/// in memory for a restart of the session.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct WorkspaceRecord {
     /// The directory the session runs in (its `workingDir`).
     pub path: String,
-    /// The repository to clone; its credentials are forgotten once it is cloned.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The repository to clone; its credentials are never saved (see above).
+    #[serde(default, skip_serializing_if = "Option::is_none", serialize_with = "without_credentials")]
     pub git: Option<GitSource>,
+    /// The request gave credentials. Saved, unlike them, so that a node agent restarted
+    /// before the clone finished can say why it clones without them.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub credentials_given: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub commit: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -610,10 +647,27 @@ impl WorkspaceRecord {
     /// Records the clone: its commit, and its credentials forgotten (not needed again).
     pub fn cloned(&mut self, commit: String) {
         self.commit = Some(commit);
+        self.forget_credentials();
+    }
+
+    /// Drops the credentials from memory.
+    pub fn forget_credentials(&mut self) {
         if let Some(git) = &mut self.git {
             git.credentials = None;
         }
     }
+
+    /// Whether a clone still to make lacks the credentials its request gave (they are
+    /// not kept across a restart of the node agent).
+    pub fn credentials_lost(&self) -> bool {
+        self.credentials_given && self.needs_clone() && self.git.as_ref().is_some_and(|g| g.credentials.is_none())
+    }
+}
+
+/// `git` as saved: the same source with no credentials.
+fn without_credentials<S: serde::Serializer>(git: &Option<GitSource>, serializer: S) -> Result<S::Ok, S::Error> {
+    let saved = git.as_ref().map(|git| GitSource { credentials: None, ..git.clone() });
+    saved.serialize(serializer)
 }
 
 /// What a session is created with, from its request: the working directory and, with a
@@ -648,6 +702,7 @@ pub async fn plan(
             path.map(|path| WorkspaceRecord {
                 path,
                 git: None,
+                credentials_given: false,
                 commit: None,
                 changed_files: Vec::new(),
                 changed_files_truncated: false,
@@ -692,6 +747,7 @@ pub async fn plan(
         Some(path.clone()),
         Some(WorkspaceRecord {
             path,
+            credentials_given: git.credentials.is_some(),
             git: Some(git),
             commit: None,
             changed_files: Vec::new(),
@@ -703,6 +759,39 @@ pub async fn plan(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_workspace_record_is_saved_without_its_credentials_and_knows_it_had_them() {
+        let credentials = GitCredentials {
+            token: Some("tok-secret".into()),
+            username: Some("bot".into()),
+            ssh_private_key: Some("KEY-secret".into()),
+        };
+        let git = GitSource {
+            url: "https://example.com/r.git".into(),
+            git_ref: Some("v1".into()),
+            depth: None,
+            credentials: Some(credentials),
+        };
+        let mut record = WorkspaceRecord {
+            path: "/w".into(),
+            credentials_given: true,
+            git: Some(git),
+            commit: None,
+            changed_files: Vec::new(),
+            changed_files_truncated: false,
+        };
+        let saved = serde_json::to_string(&record).unwrap();
+        assert!(!saved.contains("secret") && !saved.contains("bot") && !saved.contains("credentials\":"), "{saved}");
+        assert!(saved.contains("\"credentialsGiven\":true") && saved.contains("v1"), "{saved}");
+        assert!(!record.credentials_lost(), "in memory still");
+        // What a restarted node agent reads back: the source, no credentials.
+        let loaded: WorkspaceRecord = serde_json::from_str(&saved).unwrap();
+        assert!(loaded.credentials_lost());
+        assert_eq!(loaded.git.as_ref().unwrap().git_ref.as_deref(), Some("v1"));
+        record.cloned("abc".into());
+        assert!(record.git.as_ref().unwrap().credentials.is_none() && !record.credentials_lost());
+    }
 
     #[test]
     fn name_status_is_parsed_with_renames_and_bounded() {

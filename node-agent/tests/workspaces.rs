@@ -312,8 +312,9 @@ async fn credentials_appear_in_nothing_a_client_reads() {
         serde_json::to_string(&good).unwrap(),
         serde_json::to_string(&bad).unwrap(),
         list,
-        // Forgotten once cloned; the failed one keeps them (0600) for a restart.
+        // Never saved: the failed one keeps them in memory only, for a restart.
         std::fs::read_to_string(server.data_dir().join("sessions/good/session.json")).unwrap(),
+        std::fs::read_to_string(server.data_dir().join("sessions/bad/session.json")).unwrap(),
         std::fs::read_to_string(server.data_dir().join("workspaces/good/.git/config")).unwrap(),
     ];
     server.stop().await;
@@ -339,4 +340,122 @@ impl std::io::Write for SharedLog {
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
     }
+}
+
+const TOKEN_VALUE: &str = "tok-Sekr3t-in-no-file-0123456789";
+const SSH_KEY_LINE: &str = "b3BlbnNzaC1rZXktdjEAAAAAkeyOFaCUTcloneXYZ0123456789abcdefABCDEF";
+
+/// Files under `root` (followed into folders, not through symlinks) whose bytes hold `needle`.
+fn files_holding(root: &Path, needle: &str) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir(root) else { return found };
+    for entry in entries.flatten() {
+        let Ok(kind) = entry.file_type() else { continue };
+        if kind.is_dir() {
+            found.extend(files_holding(&entry.path(), needle));
+        } else if kind.is_file()
+            && std::fs::read(entry.path()).is_ok_and(|b| b.windows(needle.len()).any(|w| w == needle.as_bytes()))
+        {
+            found.push(entry.path());
+        }
+    }
+    found
+}
+
+/// A workspace request for `url` with a token to clone it with.
+fn with_token(url: &str) -> CreateSessionRequest {
+    let mut request = session(url, None, None, None);
+    request.workspace.as_mut().unwrap().git.as_mut().unwrap().credentials =
+        Some(GitCredentials { token: Some(TOKEN_VALUE.into()), username: None, ssh_private_key: None });
+    request
+}
+
+/// The saved session `id` (`session.json` under the data directory), failing the test if
+/// it holds the token, as itself or as the Basic header made of it.
+fn assert_no_token_saved(data_dir: &Path, id: &str, when: &str) {
+    use base64::Engine;
+    let basic = base64::engine::general_purpose::STANDARD.encode(format!("x-access-token:{TOKEN_VALUE}"));
+    let path = data_dir.join("sessions").join(id).join("session.json");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert!(
+        !text.contains(TOKEN_VALUE) && !text.contains(&basic),
+        "{when}: the token is in {}:\n{text}",
+        path.display()
+    );
+}
+
+/// A git server that takes connections and never answers: a clone from it runs until
+/// it is stopped. Each accepted connection is handed over on the channel, to be held open.
+async fn silent_git_server() -> (String, tokio::sync::mpsc::Receiver<tokio::net::TcpStream>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/repo.git", listener.local_addr().unwrap());
+    // A few connections at most: git makes one per clone attempt.
+    let (tx, rx) = tokio::sync::mpsc::channel(8);
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            if tx.send(stream).await.is_err() {
+                return;
+            }
+        }
+    });
+    (url, rx)
+}
+
+#[tokio::test]
+async fn no_credentials_stay_in_the_session_file_once_a_clone_failed_succeeded_or_was_cut_off() {
+    let repo = repo();
+    let (silent, mut connections) = silent_git_server().await;
+    let server = TestServer::start().await;
+    let client = &server.client;
+    client.create_session("bad", &with_token("file:///nonexistent.git")).await.unwrap();
+    client.create_session("good", &with_token(&repo.url)).await.unwrap();
+    client.create_session("ended", &with_token(&silent)).await.unwrap();
+    failed(client, "bad").await;
+    started(client, "good").await;
+    assert_no_token_saved(&server.data_dir(), "bad", "after a failed clone");
+    assert_no_token_saved(&server.data_dir(), "good", "after a clone");
+    // Ended while git still waits for the server.
+    let _held = within("git to connect", connections.recv()).await.unwrap();
+    assert_eq!(client.get_session("ended").await.unwrap().state, SessionState::Preparing);
+    client.end_session("ended").await.unwrap();
+    assert_no_token_saved(&server.data_dir(), "ended", "after the session ended mid-clone");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_node_agent_restarted_mid_clone_keeps_no_credentials_and_scrubs_a_file_that_has_them() {
+    let (silent, mut connections) = silent_git_server().await;
+    let server = TestServer::start().await;
+    let mut cut = with_token(&silent);
+    let credentials = cut.workspace.as_mut().unwrap().git.as_mut().unwrap().credentials.as_mut().unwrap();
+    credentials.ssh_private_key =
+        Some(format!("-----BEGIN OPENSSH PRIVATE KEY-----\n{SSH_KEY_LINE}\n-----END OPENSSH PRIVATE KEY-----\n"));
+    server.client.create_session("cut", &cut).await.unwrap();
+    server.client.create_session("bad", &with_token("file:///nonexistent.git")).await.unwrap();
+    failed(&server.client, "bad").await;
+    let _held = within("git to connect", connections.recv()).await.unwrap();
+    // What a node agent of before this rule left: the failed session's file with its
+    // credentials, as it kept them for a restart.
+    let server = server
+        .restart_with(|data| {
+            let path = data.join("sessions/bad/session.json");
+            let mut record: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+            record["workspace"]["git"]["credentials"] = serde_json::json!({ "token": TOKEN_VALUE });
+            std::fs::write(&path, serde_json::to_vec_pretty(&record).unwrap()).unwrap();
+        })
+        .await;
+    // Loaded: scrubbed on disk before anything asks for it.
+    assert_no_token_saved(&server.data_dir(), "bad", "after a load of a file that had it");
+    assert_no_token_saved(&server.data_dir(), "cut", "after a restart mid-clone");
+    // Nor the SSH key of the clone that was cut off: its private file is gone too.
+    let mut left = files_holding(&server.data_dir(), SSH_KEY_LINE);
+    // Where node agents before this rule put it.
+    for entry in std::fs::read_dir(std::env::temp_dir()).unwrap().flatten() {
+        if entry.file_name().to_string_lossy().starts_with("agentplane-git-") {
+            left.extend(files_holding(&entry.path(), SSH_KEY_LINE));
+        }
+    }
+    assert!(left.is_empty(), "the SSH key of the cut-off clone is left in {left:?}");
+    assert_eq!(server.client.get_session("bad").await.unwrap().state, SessionState::Failed);
+    server.stop().await;
 }

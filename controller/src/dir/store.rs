@@ -207,6 +207,10 @@ struct Inner {
     config: DirStoreConfig,
     wake: mpsc::Sender<()>,
     wake_rx: Mutex<Option<mpsc::Receiver<()>>>,
+    /// When the store opened: the node agents of this `up` (the embedded one, the
+    /// managed sandboxes') started with it, so a run older than this ended with the
+    /// previous `up` (see `ProcessInput::own_node_agent_since`).
+    opened_at: time::OffsetDateTime,
 }
 
 #[derive(Clone)]
@@ -271,6 +275,7 @@ impl DirStore {
                 config,
                 wake,
                 wake_rx: Mutex::new(Some(wake_rx)),
+                opened_at: time::OffsetDateTime::now_utc(),
             }
         });
         Ok(DirStore { inner })
@@ -919,6 +924,24 @@ impl Inner {
         changed
     }
 
+    /// Whether `process` runs on a node agent this `up` runs and stops with itself: the
+    /// embedded one (`local`) or a managed sandbox's. An external one lives on its own.
+    fn runs_on_own_node_agent(&self, process: &agentplane_crds::Process) -> bool {
+        let name = process.placed_sandbox();
+        let index = self.lock();
+        // Sandboxes sort first, and are known by name alone in this store.
+        let declared = index.resources.iter().take_while(|(key, _)| key.kind == Kind::Sandbox).find_map(
+            |(key, entry)| match &entry.object {
+                Object::Sandbox(sandbox) if key.name == name => Some(sandbox.spec.is_managed()),
+                _ => None,
+            },
+        );
+        match declared {
+            Some(managed) => managed && self.managed.get().is_some(),
+            None => name == agentplane_crds::LOCAL_SANDBOX,
+        }
+    }
+
     async fn reconcile(self: &Arc<Self>, key: &Key) {
         let this = Arc::clone(self);
         let k = key.clone();
@@ -934,10 +957,10 @@ impl Inner {
                     }
                     return self.forget_once_clean(key, process.metadata.uid.clone(), cleaned).await;
                 }
-                let reconciled = self
-                    .processes
-                    .reconcile(ProcessInput { process: &process, env, spec_problem: problem, session })
-                    .await;
+                let own_node_agent_since = self.runs_on_own_node_agent(&process).then_some(self.opened_at);
+                let input =
+                    ProcessInput { process: &process, env, spec_problem: problem, session, own_node_agent_since };
+                let reconciled = self.processes.reconcile(input).await;
                 let mut status = reconciled.status;
                 // Placed elsewhere than its spec says (see `prepare`): said in its status.
                 let placed = Some(process.spec.sandbox.clone());

@@ -425,8 +425,9 @@ impl Context {
         };
         let mut placed = process.clone();
         let problem = placement.apply(&mut placed.spec.sandbox, &mut placed.spec.sandbox_template);
-        let reconciled =
-            self.processes.reconcile(ProcessInput { process: &placed, env, spec_problem: problem, session }).await;
+        // Node agents here outlive the controller: what one no longer has, it lost.
+        let input = ProcessInput { process: &placed, env, spec_problem: problem, session, own_node_agent_since: None };
+        let reconciled = self.processes.reconcile(input).await;
         let mut status = reconciled.status;
         if let Some(sandbox) = placement.placed() {
             status.sandbox = Some(sandbox.to_string()).filter(|s| *s != process.spec.sandbox);

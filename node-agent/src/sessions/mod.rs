@@ -88,7 +88,7 @@ pub struct SessionRecord {
     /// the agent the same servers; never in `SessionInfo`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     mcp_servers: Vec<crate::model::McpServer>,
-    /// Its workspace (a git one's credentials kept, like `env`, only until it is cloned).
+    /// Its workspace (a git one's credentials are never saved: see `WorkspaceRecord`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     workspace: Option<crate::workspace::WorkspaceRecord>,
     state: SessionState,
@@ -501,6 +501,10 @@ impl Session {
                 if rec.state.is_final() {
                     return false;
                 }
+                // Nothing is left to clone for (a clone under way has its own copy).
+                if let Some(workspace) = rec.workspace.as_mut() {
+                    workspace.forget_credentials();
+                }
                 if let Some(turn) = rec.current_turn.take() {
                     batch.push(rec.draft(
                         EventSource::Daemon,
@@ -616,7 +620,7 @@ impl Session {
         let url = crate::workspace::display_url(&git.url);
         tracing::info!(session = %self.id, label = ?self.label, %url, git_ref = ?git.git_ref, "cloning the workspace");
         let prepared = tokio::select! {
-            prepared = crate::workspace::prepare(&self.id, git, Path::new(&workspace.path)) => prepared,
+            prepared = crate::workspace::prepare(&self.id, git, Path::new(&workspace.path), &self.dir) => prepared,
             () = shutdown.cancelled() => return false,
         };
         match prepared {
@@ -629,7 +633,13 @@ impl Session {
                 true
             }
             Err(error) => {
-                let error = Error::WorkspaceFailed(format!("cloning {url}: {error}"));
+                let hint = if workspace.credentials_lost() {
+                    " (the credentials it was given are not kept across a restart of the node agent, which \
+                     happened before this clone finished: create the session anew to give them again)"
+                } else {
+                    ""
+                };
+                let error = Error::WorkspaceFailed(format!("cloning {url}: {error}{hint}"));
                 self.fail(error.to_string(), Some(error.code().to_string())).await;
                 false
             }
@@ -1406,6 +1416,18 @@ fn load_one(dir: &Path, options: &SessionOptions) -> std::result::Result<Option<
     let named = dir.file_name().and_then(|n| n.to_str());
     if named != Some(record.id.as_str()) || validate_id(&record.id).is_err() {
         return Err(format!("session.json names session {:?}", record.id));
+    }
+    // Saved by a node agent that kept git credentials on disk: the file is written
+    // again without them at once (what was read still serves a clone left to make,
+    // from memory, as for a session created in this run).
+    if record.workspace.as_ref().and_then(|w| w.git.as_ref()).is_some_and(|g| g.credentials.is_some()) {
+        let bytes = serde_json::to_vec_pretty(&record).expect("records serialize");
+        write_record(dir, &bytes).map_err(|e| format!("removing git credentials from session.json: {e}"))?;
+        tracing::info!(session = %record.id, "removed the git credentials an earlier node agent saved");
+    }
+    // The SSH key of a clone the previous node agent was killed in (or stopped) during.
+    if crate::workspace::remove_key_dirs(dir) {
+        tracing::info!(session = %record.id, "removed the SSH key of a clone that was cut off");
     }
     let agent = AgentId::parse(&record.agent).ok_or_else(|| format!("unknown agent {:?}", record.agent))?;
     let finished = record.state.is_final();

@@ -62,7 +62,13 @@ impl TestServer {
     }
 
     /// Stops this node agent and starts another on the same data directory (and a new port).
-    pub async fn restart(mut self) -> Self {
+    pub async fn restart(self) -> Self {
+        self.restart_with(|_| {}).await
+    }
+
+    /// [`TestServer::restart`], calling `between` with the data directory while no node
+    /// agent has it (to plant what an older or crashed node agent would have left).
+    pub async fn restart_with(mut self, between: impl FnOnce(&std::path::Path)) -> Self {
         self.shutdown.cancel();
         if let Some(task) = self.task.take() {
             tokio::time::timeout(PATIENCE, task).await.expect("the server stops").unwrap().unwrap();
@@ -71,6 +77,7 @@ impl TestServer {
         // The old node agent's hold on the data directory goes with it, as with a process exiting.
         let options = self.options.clone();
         drop(self);
+        between(&data.path().join("data"));
         Self::start_in(data, Limits::default(), options, None).await
     }
 
