@@ -17,6 +17,8 @@ use agentplane_controller::dir::parse::{Key, Kind, Object};
 use agentplane_controller::dir::state::StateDir;
 use common::wait_until;
 
+/// The user `start_unprivileged` runs `up` as: one no account has.
+const UNPRIVILEGED: u32 = 4242;
 /// Only turns a hang into a failure; a correct run needs a few seconds.
 const PATIENCE: Duration = Duration::from_secs(60);
 /// Installing Claude Code from the npm registry (once per build) and a turn or two.
@@ -53,6 +55,42 @@ impl Up {
             .env_remove("AGENTPLANE_DIR")
             .env_remove("AGENTPLANE_TOKEN")
             .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        Up { child, dir, _tmp: tmp }
+    }
+
+    /// `up` run by an unprivileged user (`UNPRIVILEGED`): its folder and a copy of the
+    /// binary are that user's, as a user who installed it in their HOME has.
+    fn start_unprivileged(files: &[(&str, &str)]) -> Up {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("d");
+        fs::create_dir_all(&dir).unwrap();
+        for (name, text) in files {
+            fs::write(dir.join(name), text).unwrap();
+        }
+        let binary = tmp.path().join("agentplane");
+        fs::copy(common::bin(), &binary).unwrap();
+        for path in [tmp.path(), &dir, &binary] {
+            std::os::unix::fs::chown(path, Some(UNPRIVILEGED), Some(UNPRIVILEGED)).unwrap();
+        }
+        for (name, _) in files {
+            std::os::unix::fs::chown(dir.join(name), Some(UNPRIVILEGED), Some(UNPRIVILEGED)).unwrap();
+        }
+        let log = fs::File::create(tmp.path().join("up.log")).unwrap();
+        let id = UNPRIVILEGED.to_string();
+        let child = Command::new("setpriv")
+            .args([format!("--reuid={id}"), format!("--regid={id}"), "--clear-groups".into()])
+            .arg(&binary)
+            .arg("up")
+            .arg("--dir")
+            .arg(&dir)
+            .env_remove("AGENTPLANE_DIR")
+            .env_remove("AGENTPLANE_TOKEN")
+            .env("HOME", tmp.path())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
@@ -827,4 +865,39 @@ fn a_filled_tmp_hits_its_size_not_the_host() {
     assert_eq!(size_kib, 128 * 1024, "{out}");
     // The node agent was not killed for it.
     assert_eq!(up.sandbox("box").status.unwrap().restarts, 0);
+}
+
+#[test]
+fn an_unprivileged_up_isolates_the_same_way_and_brings_a_killed_sandbox_back() {
+    let probe = "echo uid=$(id -u); echo 1 > /proc/sys/vm/overcommit_memory && echo sysctl-written; \
+                 touch /workspace/a; chmod 4755 /workspace/a 2>&1; touch /etc/x 2>&1; \
+                 df -k --output=size /tmp | tail -1; exit 0";
+    let up = Up::start_unprivileged(&[
+        ("iso.yaml", &sandbox_yaml("iso", "  network: none\n")),
+        ("probe.yaml", &process_yaml("probe", "iso", probe)),
+        (
+            "sleeper.yaml",
+            &process_yaml("sleeper", "iso", "echo started; exec sleep 1000")
+                .replace("spec:\n", "spec:\n  restartPolicy: Always\n"),
+        ),
+    ]);
+    up.wait_sandbox("iso", "ready", ready);
+    let (code, out) = up.finished("probe");
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("uid=1000") && !out.contains("sysctl-written"), "{out}");
+    assert!(out.contains("Operation not permitted") && out.contains("Read-only file system"), "{out}");
+    assert!(out.contains(&(256 * 1024).to_string()), "{out}");
+    // The user's own uid outside: a user namespace cannot map another.
+    assert_eq!(up.sandbox("iso").status.unwrap().host_uid, Some(UNPRIVILEGED));
+    wait_until(PATIENCE, "the sleeper to run", || {
+        up.process("sleeper").and_then(|p| p.status?.phase) == Some(agentplane_crds::ProcessPhase::Running)
+    });
+    let first = runs_on_pid(&up.sandbox("iso"));
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(first), nix::sys::signal::Signal::SIGKILL).unwrap();
+    up.wait_sandbox("iso", "started again", |s| ready(s) && s.restarts == 1);
+    wait_until(PATIENCE, "the sleeper to run again", || {
+        up.process("sleeper")
+            .and_then(|p| p.status)
+            .is_some_and(|s| s.phase == Some(agentplane_crds::ProcessPhase::Running) && s.restarts == 1)
+    });
 }

@@ -118,7 +118,8 @@ pub fn args(plan: &Plan, top: &[(String, Option<PathBuf>)], command: &[OsString]
     let tmp = plan.tmp_bytes.to_string();
     a.push(["--size", &tmp, "--perms", "1777", "--tmpfs", "/tmp", "--tmpfs", "/run"]);
     a.push(["--dir", "/root", "--dir", "/home"]);
-    for masked in plan.masked.iter().chain(&plan.folders) {
+    let masked = effective_masks(&plan.masked);
+    for masked in masked.iter().chain(&plan.folders) {
         a.push(["--tmpfs"]).path(masked);
     }
     for bind in &plan.binds {
@@ -126,7 +127,7 @@ pub fn args(plan: &Plan, top: &[(String, Option<PathBuf>)], command: &[OsString]
     }
     // Nothing outside the sandbox's own folders and /tmp is writable: not the tmpfs
     // root (where /root and /home are empty folders), not the masks, not /run.
-    for masked in plan.masked.iter().chain(&plan.folders) {
+    for masked in masked.iter().chain(&plan.folders) {
         a.push(["--remount-ro"]).path(masked);
     }
     a.push(["--remount-ro", "/run", "--remount-ro", "/"]);
@@ -137,6 +138,29 @@ pub fn args(plan: &Plan, top: &[(String, Option<PathBuf>)], command: &[OsString]
     a.push(["--"]);
     a.0.extend(command.iter().cloned());
     a.0
+}
+
+/// The masks that hide something: not those under a top-level folder that is never
+/// bound (the sandbox has its own `/tmp`, empty `/home` and `/root`), and not those
+/// under another mask (it hides them already; mounted after it, a mask under it would
+/// not exist to be made read-only, and one mounted before would be covered). Parents
+/// first.
+fn effective_masks(masks: &[PathBuf]) -> Vec<PathBuf> {
+    let mut sorted: Vec<&PathBuf> = masks
+        .iter()
+        .filter(|m| {
+            let first = m.components().nth(1).map(|c| c.as_os_str().to_string_lossy().into_owned());
+            m.is_absolute() && first.is_some_and(|f| !NOT_BOUND.contains(&f.as_str()))
+        })
+        .collect();
+    sorted.sort();
+    let mut kept: Vec<PathBuf> = Vec::new();
+    for mask in sorted {
+        if !kept.iter().any(|k| mask.starts_with(k)) {
+            kept.push(mask.clone());
+        }
+    }
+    kept
 }
 
 /// The host's top-level entries, each with its target when it is a symlink.
@@ -222,7 +246,8 @@ mod tests {
             !t.contains("--ro-bind /home") && !t.contains("--ro-bind /root") && !t.contains("--ro-bind /proc /proc"),
             "{t}"
         );
-        assert!(t.contains("--tmpfs /work/dir --tmpfs /work/dir/.agentplane"), "{t}");
+        // The state directory lies in the watched folder: hidden with it.
+        assert!(t.contains("--tmpfs /work/dir --tmpfs /sys/fs/cgroup") && !t.contains(".agentplane"), "{t}");
         assert!(t.contains("--cap-drop ALL") && t.contains("--die-with-parent"), "{t}");
         assert!(t.contains("--ro-bind /stage/0 /data"), "{t}");
         assert!(t.contains("--bind /stage/1 /workspace --bind /stage/2 /home/agent"), "{t}");
@@ -230,7 +255,7 @@ mod tests {
         // Masks come after the read-only binds they hide parts of, and the sandbox's own
         // directories after the masks (a workspace under the state directory stays visible).
         assert!(t.find("--tmpfs /work/dir").unwrap() > t.find("--ro-bind /work /work").unwrap());
-        assert!(t.find("--bind /stage/1").unwrap() > t.find("--tmpfs /work/dir/.agentplane").unwrap());
+        assert!(t.find("--bind /stage/1").unwrap() > t.find("--tmpfs /work/dir").unwrap());
     }
 
     #[test]
@@ -242,6 +267,16 @@ mod tests {
         assert!(t.contains("--proc /proc --ro-bind /proc/sys /proc/sys --ro-bind /dev/null /proc/kcore"), "{t}");
         assert!(t.contains("--tmpfs /sys/fs/cgroup"), "{t}");
         assert!(t.contains(&format!("--size {} --perms 1777 --tmpfs /tmp", 256 << 20)), "{t}");
+    }
+
+    #[test]
+    fn a_mask_under_another_or_under_a_folder_never_bound_is_left_out() {
+        let masks: Vec<PathBuf> =
+            ["/work/me/d", "/work/me/d/.agentplane", "/work/me", "/tmp/x/d", "/root/d", "/srv/other", "relative"]
+                .iter()
+                .map(PathBuf::from)
+                .collect();
+        assert_eq!(effective_masks(&masks), [PathBuf::from("/srv/other"), PathBuf::from("/work/me")]);
     }
 
     #[test]
