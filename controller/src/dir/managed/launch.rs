@@ -243,17 +243,22 @@ fn prepare(plan: &Path) -> Result<std::process::Command, Error> {
 }
 
 /// Where the launcher stages what it binds: an empty folder on the host, over which
-/// each launcher mounts a tmpfs of its own, in its own mount namespace.
-const STAGE: &str = "/tmp/.agentplane-stage";
+/// each launcher mounts a tmpfs of its own, in its own mount namespace. Under `/run`,
+/// where no other user can make it first; under `/tmp` on a host without `/run`.
+const STAGES: &[&str] = &["/run/agentplane-stage", "/tmp/.agentplane-stage"];
 
 /// Binds each host path onto `STAGE/N` in a mount namespace of this process's own,
 /// and answers the binds bubblewrap is to make from there. As root: the paths are
-/// the controller's, resolved before; nothing under `/tmp` is trusted but the folder
-/// made here, checked to be root's own and not a link.
+/// the controller's, resolved before; the staging folder is checked to be root's own
+/// and not a link.
 fn stage(binds: &[(PathBuf, PathBuf, bool)]) -> Result<Vec<bwrap::Bind>, Error> {
     use nix::mount::{MsFlags, mount};
     use std::os::unix::fs::{DirBuilderExt, MetadataExt};
-    let stage = Path::new(STAGE);
+    let stage = STAGES
+        .iter()
+        .map(Path::new)
+        .find(|stage| stage.parent().is_some_and(Path::is_dir))
+        .unwrap_or(Path::new(STAGES[STAGES.len() - 1]));
     match std::fs::DirBuilder::new().mode(0o755).create(stage) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
@@ -263,7 +268,7 @@ fn stage(binds: &[(PathBuf, PathBuf, bool)]) -> Result<Vec<bwrap::Bind>, Error> 
     if !meta.is_dir() || meta.uid() != 0 || meta.mode() & 0o022 != 0 {
         return Err(Error::Io {
             what: "checking the staging folder",
-            source: std::io::Error::other(format!("{STAGE} is not a folder only root may write")),
+            source: std::io::Error::other(format!("{} is not a folder only root may write", stage.display())),
         });
     }
     nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS).map_err(sys("making a mount namespace"))?;
