@@ -266,6 +266,25 @@ pub fn parse_env(text: &str) -> Result<BTreeMap<String, String>, (usize, &'stati
 mod tests {
     use super::*;
 
+    #[test]
+    fn an_env_file_a_sandbox_can_write_is_never_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        fs::create_dir_all(root.join("proj")).unwrap();
+        fs::write(root.join("proj/keys.env"), "KEY=from-the-sandbox\n").unwrap();
+        fs::write(root.join("keys.env"), "KEY=mine\n").unwrap();
+        let state = root.join(".agentplane");
+        fs::create_dir_all(&state).unwrap();
+        let writes = super::super::sandbox_writes::SandboxWrites::load(&state);
+        writes.grant("box", &root.join("proj")).unwrap();
+        let writable = writes.snapshot();
+        let files = EnvFiles { root: &root, base: &root, sandbox_writable: Some(&writable) };
+        let refused = files.read("proj/keys.env").unwrap_err();
+        assert!(matches!(refused, EnvFileError::SandboxWritable { .. }), "{refused}");
+        assert!(refused.to_string().contains("never read as desired state"), "{refused}");
+        assert_eq!(files.read("keys.env").unwrap().get("KEY").map(String::as_str), Some("mine"));
+    }
+
     fn files(root: &Path) -> EnvFiles<'_> {
         EnvFiles { root, base: root, sandbox_writable: None }
     }

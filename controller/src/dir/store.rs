@@ -1377,6 +1377,35 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_walk_never_takes_what_a_sandbox_can_write_however_it_is_reached() {
+        use std::os::unix::fs::symlink;
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path().join("d");
+        for folder in ["proj/deep", "mine", ".agentplane"] {
+            fs::create_dir_all(d.join(folder)).unwrap();
+        }
+        for file in ["proj/pwn.yaml", "proj/deep/pwn2.yaml", "mine/ok.yaml"] {
+            fs::write(d.join(file), "").unwrap();
+        }
+        // Another path to the same folder, and to one file in it.
+        symlink("proj", d.join("alias")).unwrap();
+        symlink("../proj/pwn.yaml", d.join("mine/link.yaml")).unwrap();
+        let writes = SandboxWrites::load(&d.join(".agentplane"));
+        writes.grant("box", &d.join("proj")).unwrap();
+        let walked = walk(&d, &d.join(".agentplane"), &writes);
+        assert_eq!(walked.files.keys().collect::<Vec<_>>(), ["mine/ok.yaml"]);
+        let real = fs::canonicalize(d.join("proj")).unwrap();
+        assert_eq!(walked.sandbox_written.get(&d.join("proj")), Some(&Some(real.clone())));
+        assert_eq!(walked.sandbox_written.get(&d.join("alias")), Some(&Some(real.clone())));
+        assert_eq!(walked.sandbox_written.get(&d.join("mine/link.yaml")), Some(&Some(real)));
+        // Renamed, it is still the sandbox's.
+        fs::rename(d.join("proj"), d.join("moved")).unwrap();
+        fs::remove_file(d.join("alias")).unwrap();
+        let walked = walk(&d, &d.join(".agentplane"), &writes);
+        assert_eq!(walked.files.keys().collect::<Vec<_>>(), ["mine/ok.yaml"]);
+    }
+
+    #[test]
     fn a_walk_takes_each_real_folder_and_file_once() {
         use std::os::unix::fs::symlink;
         let tmp = tempfile::tempdir().unwrap();
