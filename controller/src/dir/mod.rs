@@ -1,4 +1,5 @@
 pub mod env;
+pub mod file_id;
 pub mod managed;
 pub mod parse;
 pub mod pools;

@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 
-use super::store::FileId;
+use super::file_id::FileId;
 
 /// One folder given to a sandbox.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -475,9 +475,7 @@ pub fn yaml_files(dir: &Path, skip: &Path) -> BTreeMap<String, PathBuf> {
     walk(dir, skip, &writes).files.into_iter().map(|(relative, (path, _))| (relative, path)).collect()
 }
 
-/// A directory or file as the kernel knows it: (device, inode). Two paths with the same
-/// id are one thing, whatever symlinks or bind mounts lead there.
-pub type FileId = (u64, u64);
+pub use super::file_id::FileId;
 
 /// What one walk of the directory found.
 #[derive(Default)]

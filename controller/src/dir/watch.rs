@@ -22,7 +22,7 @@ use std::path::PathBuf;
 use notify::{RecommendedWatcher, RecursiveMode, Watcher};
 use tokio::sync::mpsc;
 
-use super::store::FileId;
+use super::file_id::FileId;
 use crate::{Error, Result};
 
 pub struct DirWatcher {
