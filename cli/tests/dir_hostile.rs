@@ -11,7 +11,7 @@ use std::os::unix::fs::symlink;
 use std::time::Duration;
 
 use agentplane_controller::dir::parse::Kind;
-use dir_up::{DirUp, phase, process_yaml, put, ready};
+use dir_up::{DirUp, PATIENCE, phase, process_yaml, put, ready};
 
 /// A Process that writes `$VAR` into `out` and stays up.
 fn print_env_yaml(name: &str, var: &str, out: &std::path::Path, env: &str) -> String {
@@ -291,4 +291,254 @@ fn a_resource_waiting_for_its_env_file_starts_when_it_appears() {
         });
         assert_eq!(wait_file(&up, out), expected);
     }
+}
+
+/// How a hostile node agent answers.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Hostility {
+    /// Every request: a 512 MiB answer, made as it is sent, its length unsaid.
+    Floods,
+    /// Every request: nothing at all, the connection held open.
+    Mute,
+    /// Says it is healthy; then 512 MiB error bodies to everything else.
+    FloodsAfterHealth,
+    /// Says it is healthy; then a response head and never its body.
+    StallsAfterHealth,
+}
+
+/// A fake node agent on a loopback port, as a sandboxed program could run one: what
+/// `up` reads from it is hostile input.
+struct HostileAgent {
+    url: String,
+    /// Requests other than `/v1/health` it was sent.
+    calls: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl HostileAgent {
+    fn start(hostility: Hostility) -> HostileAgent {
+        use std::sync::Arc;
+        use std::sync::atomic::AtomicUsize;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let calls = Arc::new(AtomicUsize::new(0));
+        let counted = Arc::clone(&calls);
+        // Its threads end with the connections `up` drops, and the listener's with the test binary.
+        std::thread::spawn(move || {
+            for socket in listener.incoming().flatten() {
+                let counted = Arc::clone(&counted);
+                std::thread::spawn(move || HostileAgent::answer(socket, hostility, &counted));
+            }
+        });
+        HostileAgent { url, calls }
+    }
+
+    fn answer(mut socket: std::net::TcpStream, hostility: Hostility, calls: &std::sync::atomic::AtomicUsize) {
+        use std::io::{Read, Write};
+        const FLOOD: u64 = 512 * 1024 * 1024;
+        let mut head = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 64 * 1024 {
+            match socket.read(&mut buf) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => head.extend_from_slice(&buf[..n]),
+            }
+        }
+        let health = head.starts_with(b"GET /v1/health ");
+        if !health {
+            calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+        let flood = |socket: &mut std::net::TcpStream, status: &str| {
+            let head = format!("HTTP/1.1 {status}\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n");
+            let chunk = vec![b'x'; 64 * 1024];
+            let mut sent = 0;
+            if socket.write_all(head.as_bytes()).is_err() {
+                return;
+            }
+            while sent < FLOOD && socket.write_all(&chunk).is_ok() {
+                sent += chunk.len() as u64;
+            }
+        };
+        // Held open until `up` lets go of it.
+        let hold = |socket: &mut std::net::TcpStream| while matches!(socket.read(&mut [0u8; 4096]), Ok(n) if n > 0) {};
+        match (hostility, health) {
+            (Hostility::Floods, _) => flood(&mut socket, "200 OK"),
+            (Hostility::Mute, _) => hold(&mut socket),
+            (Hostility::FloodsAfterHealth | Hostility::StallsAfterHealth, true) => {
+                let body = r#"{"status":"ok","version":"0.0.0-hostile"}"#;
+                let _ = write!(
+                    socket,
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                    body.len()
+                );
+            }
+            (Hostility::FloodsAfterHealth, false) => flood(&mut socket, "500 Internal Server Error"),
+            (Hostility::StallsAfterHealth, false) => {
+                let _ = socket
+                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n");
+                hold(&mut socket);
+            }
+        }
+    }
+
+    fn calls(&self) -> usize {
+        self.calls.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// What `up` reached so far: its peak resident memory and its largest status record,
+/// looked at whenever the test looks at anything. Past a bound the test fails at once,
+/// with the figure, before it reads (and prints) a record of hundreds of megabytes.
+struct Peaks {
+    hwm_mib: std::cell::Cell<u64>,
+    record: std::cell::RefCell<(u64, String)>,
+}
+
+/// Far above `up`'s own needs (some 30 MiB), far below one hostile answer held whole.
+const PEAK_MIB: u64 = 100;
+/// Far above any record `up` writes for a resource, far below an answer quoted whole.
+const RECORD_BYTES: u64 = 64 * 1024;
+
+impl Peaks {
+    fn new() -> Peaks {
+        Peaks { hwm_mib: 0.into(), record: (0, String::new()).into() }
+    }
+
+    fn look(&self, up: &DirUp) {
+        let status = fs::read_to_string(format!("/proc/{}/status", up.pid())).unwrap_or_default();
+        let kib: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        self.hwm_mib.set(self.hwm_mib.get().max(kib / 1024));
+        let mut folders = vec![up.dir.join(".agentplane")];
+        while let Some(folder) = folders.pop() {
+            for entry in fs::read_dir(&folder).into_iter().flatten().flatten() {
+                let Ok(meta) = entry.metadata() else { continue };
+                if meta.is_dir() {
+                    folders.push(entry.path());
+                } else if meta.len() > self.record.borrow().0 {
+                    *self.record.borrow_mut() = (meta.len(), entry.path().display().to_string());
+                }
+            }
+        }
+        let (bytes, path) = self.record.borrow().clone();
+        assert!(bytes < RECORD_BYTES, "up wrote a record of {bytes} bytes: {path}");
+        let hwm = self.hwm_mib.get();
+        assert!(hwm < PEAK_MIB, "up's resident memory peaked at {hwm} MiB (VmHWM)");
+    }
+}
+
+/// The `Ready` condition of the resource, once `check` accepts its message (looked at
+/// with the peaks each time).
+fn ready_when(
+    up: &DirUp,
+    peaks: &Peaks,
+    patience: Duration,
+    kind: Kind,
+    name: &str,
+    check: impl Fn(&str, &str) -> bool,
+) -> (String, String) {
+    up.wait_for(patience, &format!("{kind} {name}'s Ready condition"), || {
+        peaks.look(up);
+        let (reason, message) = ready(&up.record(kind, name)?);
+        check(&reason, &message).then_some((reason, message))
+    })
+}
+
+fn sandbox_yaml(name: &str, endpoint: &str) -> String {
+    format!(
+        "apiVersion: agentplane.dev/v1alpha1\nkind: Sandbox\nmetadata:\n  name: {name}\nspec:\n  endpoint: {endpoint}\n"
+    )
+}
+
+/// A node agent's answers are hostile input: a 512 MiB answer once grew `up` to 2.1 GiB
+/// and into a 514 MiB status record, and one never finished held its resource's
+/// reconcile. `up` stays small, its records too, each sandbox says why it is not ready,
+/// and a Process on `local` edited meanwhile converges at once.
+#[test]
+fn hostile_node_agents_neither_exhaust_up_nor_hold_up_the_rest() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("d");
+    fs::create_dir_all(&dir).unwrap();
+    let out = tmp.path().join("local.out");
+    let local = |word: &str| {
+        process_yaml(
+            "on-local",
+            &format!("  command: sh\n  args: ['-c', 'echo {word} > \"$0\"; exec sleep 1000', '{}']\n", out.display()),
+        )
+    };
+    put(&dir.join("local.yaml"), &local("one"));
+    let up = DirUp::start(&dir, &[]);
+    let peaks = Peaks::new();
+    up.wait("the local Process to run", || {
+        peaks.look(&up);
+        (fs::read_to_string(&out).ok()? == "one\n").then_some(())
+    });
+
+    let agents = [
+        ("floods", Hostility::Floods),
+        ("mute", Hostility::Mute),
+        ("floods-calls", Hostility::FloodsAfterHealth),
+        ("stalls-calls", Hostility::StallsAfterHealth),
+    ]
+    .map(|(name, hostility)| (name, HostileAgent::start(hostility)));
+    let sandboxes: Vec<String> = agents.iter().map(|(name, agent)| sandbox_yaml(name, &agent.url)).collect();
+    put(&dir.join("sandboxes.yaml"), &sandboxes.join("---\n"));
+    // The two that answer their health check are taken as ready; the flood is refused.
+    for name in ["floods-calls", "stalls-calls"] {
+        ready_when(&up, &peaks, PATIENCE, Kind::Sandbox, name, |reason, _| reason == "Healthy");
+    }
+    let (_, flood_why) = ready_when(&up, &peaks, PATIENCE, Kind::Sandbox, "floods", |_, message| !message.is_empty());
+    assert!(flood_why.contains("larger than"), "{flood_why:.2000}");
+
+    let processes: Vec<String> = agents
+        .iter()
+        .map(|(name, _)| {
+            process_yaml(&format!("on-{name}"), &format!("  sandbox: {name}\n  command: sleep\n  args: ['1000']\n"))
+        })
+        .collect();
+    put(&dir.join("hostile.yaml"), &processes.join("---\n"));
+    // Under way on the node agents that take calls: now `local` changes.
+    up.wait("calls to the hostile node agents", || {
+        peaks.look(&up);
+        (agents[2].1.calls() > 0 && agents[3].1.calls() > 0).then_some(())
+    });
+    let edited = std::time::Instant::now();
+    put(&dir.join("local.yaml"), &local("two"));
+    up.wait("the local Process's new command to run", || {
+        peaks.look(&up);
+        (fs::read_to_string(&out).ok()? == "two\n").then_some(())
+    });
+    let took = edited.elapsed();
+    assert!(took < Duration::from_secs(10), "the local Process took {took:?} to converge");
+
+    // Each says why, in a bounded message, once its calls have timed out or been cut.
+    const MESSAGE_BYTES: usize = 8 * 1024;
+    let slow = PATIENCE * 2;
+    let (_, why) = ready_when(&up, &peaks, slow, Kind::Sandbox, "mute", |_, message| !message.is_empty());
+    assert!(why.contains("no answer"), "{why:.2000}");
+    let unreachable = |reason: &str, _: &str| reason == "NodeAgentUnreachable";
+    let (_, flooded) = ready_when(&up, &peaks, slow, Kind::Process, "on-floods-calls", unreachable);
+    assert!(flooded.contains("500") && flooded.contains("xxxx"), "{flooded:.2000}");
+    let (_, stalled) = ready_when(&up, &peaks, slow, Kind::Process, "on-stalls-calls", unreachable);
+    assert!(stalled.contains("no answer"), "{stalled:.2000}");
+    for message in [&flood_why, &why, &flooded, &stalled] {
+        assert!(message.len() <= MESSAGE_BYTES, "a message of {} bytes", message.len());
+    }
+    for name in ["floods", "mute"] {
+        let (reason, _) = ready_when(&up, &peaks, slow, Kind::Process, &format!("on-{name}"), |r, _| !r.is_empty());
+        assert_eq!(reason, "SandboxNotFound", "nothing is placed on a sandbox that is not ready");
+    }
+    let mut up = up;
+    up.assert_alive();
+    peaks.look(&up);
+    eprintln!(
+        "up's peak resident memory: {} MiB; its largest record: {} bytes ({}); the local Process converged in \
+         {took:?}\nfloods: {flood_why}\nmute: {why}\non-floods-calls: {flooded:.200}\non-stalls-calls: {stalled}",
+        peaks.hwm_mib.get(),
+        peaks.record.borrow().0,
+        peaks.record.borrow().1
+    );
 }

@@ -7,6 +7,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use time::OffsetDateTime;
 
 pub const READY: &str = "Ready";
+/// The longest message a condition keeps. Kubernetes allows 32768 bytes; a message here
+/// is read in `agentplane get`, `describe` and the inspector, and the longest the
+/// stores build on purpose (a spec problem naming its file and line; a node agent's
+/// error, which quotes at most 1 KiB of what it sent, with its URL) fit well under
+/// 4 KiB. A status holds a few conditions, so its record stays a few KiB whatever a
+/// node agent or a file says, and a status patch stays small.
+pub const MAX_MESSAGE_BYTES: usize = 4096;
 /// The spec as stored parsed and validated (directory store: the file is good).
 pub const VALID: &str = "Valid";
 
@@ -41,7 +48,22 @@ fn jiff_now() -> k8s_openapi::jiff::Timestamp {
     k8s_openapi::jiff::Timestamp::now()
 }
 
-/// Sets one condition, keeping its transition time unless its status changes.
+/// `message` cut to [`MAX_MESSAGE_BYTES`] on a character boundary; when cut, it says
+/// how long it was.
+fn bounded(mut message: String) -> String {
+    if message.len() <= MAX_MESSAGE_BYTES {
+        return message;
+    }
+    let told = format!("… ({} bytes in all)", message.len());
+    let room = MAX_MESSAGE_BYTES.saturating_sub(told.len());
+    let end = (0..=room).rev().find(|i| message.is_char_boundary(*i)).unwrap_or(0);
+    message.truncate(end);
+    message.push_str(&told);
+    message
+}
+
+/// Sets one condition, keeping its transition time unless its status changes. Every
+/// condition's message passes here, so it is bounded here (see [`MAX_MESSAGE_BYTES`]).
 pub fn set(
     conditions: &mut Vec<Condition>,
     type_: &str,
@@ -51,7 +73,7 @@ pub fn set(
     generation: Option<i64>,
 ) {
     let status = status.into().as_str().to_string();
-    let message = message.into();
+    let message = bounded(message.into());
     match conditions.iter_mut().find(|c| c.type_ == type_) {
         Some(existing) => {
             if existing.status != status {
@@ -114,4 +136,30 @@ pub fn time(at: OffsetDateTime) -> Time {
     let ts =
         k8s_openapi::jiff::Timestamp::new(at.unix_timestamp(), at.nanosecond() as i32).unwrap_or_else(|_| jiff_now());
     Time(ts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A message built from what a node agent said (or a file) may be any length: the
+    /// condition keeps its start, cut on a character boundary, and says how long it was.
+    #[test]
+    fn a_message_is_kept_to_its_bound_whatever_it_was_built_from() {
+        let mut conditions = Vec::new();
+        let huge = format!("unexpected answer 500: {}", "é".repeat(512 * 1024));
+        set(&mut conditions, READY, false, "NodeAgentUnreachable", huge.clone(), Some(1));
+        let message = &conditions[0].message;
+        assert!(message.len() <= MAX_MESSAGE_BYTES, "a message of {} bytes", message.len());
+        assert!(message.starts_with("unexpected answer 500: éé"), "{message:.100}");
+        assert!(message.ends_with(&format!("({} bytes in all)", huge.len())), "{}", &message[message.len() - 60..]);
+        // Updated in place the same way; a short message is kept whole.
+        set(&mut conditions, READY, false, "NodeAgentUnreachable", "x".repeat(MAX_MESSAGE_BYTES + 1), Some(1));
+        assert!(conditions[0].message.len() <= MAX_MESSAGE_BYTES);
+        set(&mut conditions, READY, true, "Running", "running as pid 7", Some(1));
+        assert_eq!(conditions[0].message, "running as pid 7");
+        let exact = "y".repeat(MAX_MESSAGE_BYTES);
+        set(&mut conditions, READY, true, "Running", exact.clone(), Some(1));
+        assert_eq!(conditions[0].message, exact);
+    }
 }
