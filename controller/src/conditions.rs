@@ -50,12 +50,19 @@ fn jiff_now() -> k8s_openapi::jiff::Timestamp {
 
 /// `message` cut to [`MAX_MESSAGE_BYTES`] on a character boundary; when cut, it says
 /// how long it was.
-fn bounded(mut message: String) -> String {
-    if message.len() <= MAX_MESSAGE_BYTES {
+fn bounded(message: String) -> String {
+    cut(message, MAX_MESSAGE_BYTES)
+}
+
+/// `text` cut to `max` bytes on a character boundary; when cut, it says how long it
+/// was. For every string a node agent answers that goes into a status: a node agent
+/// is hostile input, and a status is written whole at every change.
+pub fn cut(mut message: String, max: usize) -> String {
+    if message.len() <= max {
         return message;
     }
     let told = format!("… ({} bytes in all)", message.len());
-    let room = MAX_MESSAGE_BYTES.saturating_sub(told.len());
+    let room = max.saturating_sub(told.len());
     let end = (0..=room).rev().find(|i| message.is_char_boundary(*i)).unwrap_or(0);
     message.truncate(end);
     message.push_str(&told);

@@ -258,7 +258,7 @@ impl Step<'_> {
         status.pid = None;
         status.started_at = Some(conditions::time(info.created_at));
         status.exit_code = info.exit_code;
-        status.signal = info.signal.clone();
+        status.signal = info.signal.as_deref().map(|s| crate::conditions::cut(s.to_string(), 32));
         status.exited_at = info.exited_at.map(conditions::time);
     }
 

@@ -125,28 +125,42 @@ fn phase_of(state: SessionState) -> SessionPhase {
     }
 }
 
+/// How much of what a node agent reports goes into a Session's status: a status is
+/// written whole at every change, and a node agent is hostile input. More than any
+/// person reads in `describe`; the full lists stay on the node agent.
+const MAX_LISTED: usize = 100;
+/// A path, an id or a name.
+const MAX_NAME: usize = 1024;
+/// A question or an option.
+const MAX_TEXT: usize = 4096;
+
+fn cut(text: &str, max: usize) -> String {
+    crate::conditions::cut(text.to_string(), max)
+}
+
 /// The status's view of a git workspace: what was checked out, what changed since.
 fn workspace_status(info: &agentplane_node_agent::model::WorkspaceInfo) -> WorkspaceStatus {
     use agentplane_node_agent::model::FileChangeStatus as Node;
     WorkspaceStatus {
-        path: Some(info.path.clone()),
-        git_ref: info.git_ref.clone(),
-        commit: info.commit.clone(),
+        path: Some(cut(&info.path, MAX_NAME)),
+        git_ref: info.git_ref.as_deref().map(|r| cut(r, MAX_NAME)),
+        commit: info.commit.as_deref().map(|c| cut(c, MAX_NAME)),
         changed_files: info
             .changed_files
             .iter()
+            .take(MAX_LISTED)
             .map(|f| ChangedFile {
-                path: f.path.clone(),
+                path: cut(&f.path, MAX_NAME),
                 status: match f.status {
                     Node::Added => FileChangeStatus::Added,
                     Node::Modified => FileChangeStatus::Modified,
                     Node::Deleted => FileChangeStatus::Deleted,
                     Node::Renamed => FileChangeStatus::Renamed,
                 },
-                from: f.from.clone(),
+                from: f.from.as_deref().map(|p| cut(p, MAX_NAME)),
             })
             .collect(),
-        changed_files_truncated: info.changed_files_truncated,
+        changed_files_truncated: info.changed_files_truncated || info.changed_files.len() > MAX_LISTED,
     }
 }
 
@@ -279,15 +293,16 @@ impl Step<'_> {
         let messages = self.session.spec.messages.len() as u64;
         let status = &mut self.status;
         status.phase = Some(phase_of(info.state));
-        status.agent_session_id = info.agent_session_id.clone();
+        status.agent_session_id = info.agent_session_id.as_deref().map(|id| cut(id, MAX_NAME));
         status.delivered_messages = info.messages_received.min(messages) as u32;
         status.last_event_sequence = (info.last_sequence > 0).then_some(info.last_sequence);
         status.pending_permissions = info
             .pending_permissions
             .iter()
+            .take(MAX_LISTED)
             .map(|p| PendingPermission {
-                id: p.id.clone(),
-                tool: p.tool.clone(),
+                id: cut(&p.id, MAX_NAME),
+                tool: cut(&p.tool, MAX_NAME),
                 summary: summary(&p.input),
                 options: p.options.iter().copied().map(decision).collect(),
             })
@@ -295,15 +310,17 @@ impl Step<'_> {
         status.pending_questions = info
             .pending_questions
             .iter()
+            .take(MAX_LISTED)
             .map(|q| PendingQuestion {
-                id: q.id.clone(),
+                id: cut(&q.id, MAX_NAME),
                 questions: q
                     .questions
                     .iter()
+                    .take(MAX_LISTED)
                     .map(|q| Question {
-                        question: q.question.clone(),
-                        header: q.header.clone(),
-                        options: q.options.clone(),
+                        question: cut(&q.question, MAX_TEXT),
+                        header: q.header.as_deref().map(|h| cut(h, MAX_NAME)),
+                        options: q.options.iter().take(MAX_LISTED).map(|o| cut(o, MAX_TEXT)).collect(),
                         multi_select: q.multi_select,
                     })
                     .collect(),

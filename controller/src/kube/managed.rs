@@ -313,7 +313,7 @@ impl Context {
         };
         match tokio::time::timeout(PROBE_TIMEOUT, probe).await {
             Ok(Ok(health)) => {
-                status.node_agent_version = Some(health.version);
+                status.node_agent_version = Some(crate::conditions::cut(health.version, 64));
                 let mut observed = Observed::new(
                     SandboxPhase::Ready,
                     "NodeAgentReady",

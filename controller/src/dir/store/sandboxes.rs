@@ -285,7 +285,7 @@ impl Inner {
         };
         match client.health().await {
             Ok(health) => {
-                status.node_agent_version = Some(health.version);
+                status.node_agent_version = Some(conditions::cut(health.version, 64));
                 status.last_heartbeat = Some(Time(
                     conditions::now().0.round(k8s_openapi::jiff::Unit::Second).unwrap_or(conditions::now().0),
                 ));
