@@ -993,6 +993,7 @@ impl Describe {
     fn field(&mut self, depth: usize, label: &str, value: String) {
         let pad = "  ".repeat(depth);
         let width = Self::WIDTH.saturating_sub(pad.len() + 1);
+        let value = crate::printing::visible(&value);
         self.text.push_str(&format!("{pad}{:<width$} {value}\n", format!("{label}:")));
     }
 

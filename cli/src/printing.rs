@@ -88,10 +88,28 @@ pub fn column_widths(headers: &[&str], rows: &[Vec<String>]) -> Vec<usize> {
     let mut widths: Vec<usize> = headers.iter().map(|h| h.len()).collect();
     for row in rows {
         for (i, cell) in row.iter().enumerate() {
-            widths[i] = widths[i].max(cell.chars().count());
+            widths[i] = widths[i].max(visible(cell).chars().count());
         }
     }
     widths
+}
+
+/// `text` with every control character but tab shown as an escape (`\u{1b}`): a status
+/// quotes what node agents answered, and a node agent is hostile input, which must not
+/// move the cursor, retitle the terminal or hide a line from whoever reads `get`.
+pub fn visible(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(|c| c.is_control() && c != '\t') {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if c.is_control() && c != '\t' {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 /// One line of a table; a cell wider than its column pushes the rest right.
@@ -99,9 +117,9 @@ pub fn format_row(widths: &[usize], cells: &[impl AsRef<str>]) -> String {
     let last = cells.len().saturating_sub(1);
     let mut out = String::new();
     for (i, cell) in cells.iter().enumerate() {
-        let cell = cell.as_ref();
+        let cell = visible(cell.as_ref());
         if i == last {
-            out.push_str(cell);
+            out.push_str(&cell);
         } else {
             out.push_str(&format!("{cell:<width$}  ", width = widths.get(i).copied().unwrap_or(0)));
         }
@@ -158,6 +176,13 @@ pub fn clock(at: time::OffsetDateTime) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn control_characters_from_a_status_are_shown_not_obeyed() {
+        assert_eq!(visible("plain\ttext"), "plain\ttext");
+        assert_eq!(visible("\u{1b}]0;owned\u{7}x\ny"), "\\u{1b}]0;owned\\u{7}x\\ny");
+        assert_eq!(format_row(&[3], &["a\u{1b}[2J", "b"]), "a\\u{1b}[2J  b");
+    }
 
     #[test]
     fn a_quoted_word_reads_back_the_same_in_a_real_shell() {
