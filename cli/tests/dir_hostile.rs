@@ -493,12 +493,17 @@ fn hostile_node_agents_neither_exhaust_up_nor_hold_up_the_rest() {
     let (_, flood_why) = ready_when(&up, &peaks, PATIENCE, Kind::Sandbox, "floods", |_, message| !message.is_empty());
     assert!(flood_why.contains("larger than"), "{flood_why:.2000}");
 
-    let processes: Vec<String> = agents
+    let mut processes: Vec<String> = agents
         .iter()
         .map(|(name, _)| {
             process_yaml(&format!("on-{name}"), &format!("  sandbox: {name}\n  command: sleep\n  args: ['1000']\n"))
         })
         .collect();
+    // More resources on the stalling node agent than `up` has workers: its calls hang
+    // until the client's timeout, and must not hold every worker meanwhile.
+    processes.extend((0..40).map(|i| {
+        process_yaml(&format!("on-stalls-calls-{i}"), "  sandbox: stalls-calls\n  command: sleep\n  args: ['1000']\n")
+    }));
     put(&dir.join("hostile.yaml"), &processes.join("---\n"));
     // Under way on the node agents that take calls: now `local` changes.
     up.wait("calls to the hostile node agents", || {
@@ -522,7 +527,15 @@ fn hostile_node_agents_neither_exhaust_up_nor_hold_up_the_rest() {
     let unreachable = |reason: &str, _: &str| reason == "NodeAgentUnreachable";
     let (_, flooded) = ready_when(&up, &peaks, slow, Kind::Process, "on-floods-calls", unreachable);
     assert!(flooded.contains("500") && flooded.contains("xxxx"), "{flooded:.2000}");
-    let (_, stalled) = ready_when(&up, &peaks, slow, Kind::Process, "on-stalls-calls", unreachable);
+    // The first of the resources on it whose calls timed out (they take turns, a few
+    // at a time).
+    let stalled = up.wait_for(slow, "a Process on stalls-calls to say why", || {
+        peaks.look(&up);
+        (0..40).map(|i| format!("on-stalls-calls-{i}")).chain(["on-stalls-calls".to_string()]).find_map(|name| {
+            let (reason, message) = ready(&up.record(Kind::Process, &name)?);
+            unreachable(&reason, &message).then_some(message)
+        })
+    });
     assert!(stalled.contains("no answer"), "{stalled:.2000}");
     for message in [&flood_why, &why, &flooded, &stalled] {
         assert!(message.len() <= MESSAGE_BYTES, "a message of {} bytes", message.len());

@@ -71,6 +71,12 @@ const MAX_FILE_BYTES: u64 = 4 * 1024 * 1024;
 /// Deeper than any sensible repository. Loops are stopped by walking each real
 /// directory once; this bounds a tree that is merely very deep.
 const MAX_DEPTH: usize = 32;
+/// How many workers one sandbox's resources may hold at once: a quarter of the default
+/// 32, so a node agent that answers slowly (each call bounded by the client's
+/// timeouts) never holds them all. The embedded node agent is not limited.
+const WORKERS_PER_SANDBOX: usize = 8;
+/// When a resource finds its sandbox's share taken, it is looked at again after this.
+const BUSY_SANDBOX_RETRY: Duration = Duration::from_millis(250);
 
 #[derive(Debug, Clone)]
 pub struct DirStoreConfig {
@@ -191,6 +197,8 @@ struct Inner {
     /// Resource files that were read until a sandbox could write them (relative path,
     /// and the folder given to the sandbox).
     hidden_resources: Mutex<BTreeMap<String, PathBuf>>,
+    /// Each sandbox's share of the workers (see `sandbox_slot`).
+    sandbox_slots: Mutex<HashMap<String, Arc<tokio::sync::Semaphore>>>,
     state: StateDir,
     index: Mutex<Index>,
     queue: Arc<WorkQueue<Key>>,
@@ -261,6 +269,7 @@ impl DirStore {
                 writes: Arc::clone(&writes),
                 sandbox_written: Mutex::new(BTreeMap::new()),
                 hidden_resources: Mutex::new(BTreeMap::new()),
+                sandbox_slots: Mutex::new(HashMap::new()),
                 real_state: fs::canonicalize(&config.state_dir).unwrap_or_else(|_| config.state_dir.clone()),
                 env_watch: Mutex::new(EnvWatch::default()),
                 state,
@@ -940,11 +949,42 @@ impl Inner {
         }
     }
 
+    /// A slot of `sandbox`'s share of the workers, if one is free.
+    fn sandbox_slot(&self, sandbox: &str) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        let semaphore = {
+            let mut slots = self.sandbox_slots.lock().unwrap_or_else(|e| e.into_inner());
+            Arc::clone(
+                slots
+                    .entry(sandbox.to_string())
+                    .or_insert_with(|| Arc::new(tokio::sync::Semaphore::new(WORKERS_PER_SANDBOX))),
+            )
+        };
+        semaphore.try_acquire_owned().ok()
+    }
+
     async fn reconcile(self: &Arc<Self>, key: &Key) {
         let this = Arc::clone(self);
         let k = key.clone();
         let prepared = tokio::task::spawn_blocking(move || this.prepare(&k)).await.ok().flatten();
         let Some((object, problem, env, session)) = prepared else { return };
+        // Each sandbox's node agent is given a few workers at most: one that answers
+        // slowly (or never, until the client's timeout) holds those, and the other
+        // sandboxes' resources still get the rest. Looked at again shortly.
+        let sandbox = match &object {
+            Object::Process(p) => Some(p.spec.sandbox.as_str()),
+            Object::Session(s) => Some(s.spec.sandbox.as_str()),
+            _ => None,
+        };
+        let _slot = match sandbox.filter(|s| *s != agentplane_crds::LOCAL_SANDBOX) {
+            Some(sandbox) => match self.sandbox_slot(sandbox) {
+                Some(slot) => Some(slot),
+                None => {
+                    self.queue.add_after(key.clone(), BUSY_SANDBOX_RETRY);
+                    return;
+                }
+            },
+            None => None,
+        };
         crate::kube::Metrics::count(&self.config.metrics.reconciles, key.kind.as_str());
         match object {
             Object::Process(process) => {
