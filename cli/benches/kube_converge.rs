@@ -25,8 +25,8 @@ use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use agentplane_controller::envtest::ApiServer;
 use agentplane_crds::Process;
+use agentplane_envtest::ApiServer;
 use anyhow::{Context, ensure};
 use futures_util::{StreamExt, TryStreamExt, stream};
 use kube::api::{Api, PostParams};

@@ -9,8 +9,6 @@
 
 pub mod conditions;
 pub mod dir;
-#[cfg(feature = "envtest")]
-pub mod envtest;
 pub mod error;
 pub mod kube;
 pub mod mcp;
