@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# The benchmarks (cli/benches), each measuring its figures beside a floor or a peer
+# measured in the same run, and printing each with its target.
+#
+#   scripts/bench.sh            full size, optimised (the release profile, with
+#                               overflow checks as shipped); a missed target is
+#                               printed as MISSED, and fails the run with BENCH_STRICT=1
+#   scripts/bench.sh --smoke    the test command's run: small sizes, the test profile's
+#                               build (no optimised build), for what must hold at any
+#                               size (no byte lost, nothing run twice, nothing left
+#                               running); its speed figures are printed, not judged
+#   scripts/bench.sh NAME...    only these (pty_throughput fs_throughput up_converge
+#                               kube_converge sandboxes)
+#
+# The cluster benchmark needs KUBEBUILDER_ASSETS (scripts/kube-test-assets.sh prints
+# it); the sandbox benchmark needs bubblewrap.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+smoke=0
+names=()
+for arg in "$@"; do
+  case "$arg" in
+    --smoke) smoke=1 ;;
+    -h | --help) sed -n '2,17p' "$0"; exit 0 ;;
+    *) names+=("$arg") ;;
+  esac
+done
+[ ${#names[@]} -gt 0 ] || names=(pty_throughput fs_throughput up_converge kube_converge sandboxes)
+
+if [ -z "${KUBEBUILDER_ASSETS:-}" ]; then
+  KUBEBUILDER_ASSETS="$(scripts/kube-test-assets.sh)"
+  export KUBEBUILDER_ASSETS
+fi
+
+if [ "$smoke" = 1 ]; then
+  # Sizes where each still exercises its whole path (several chunks, several saves,
+  # a pool refill) in seconds on an unoptimised build.
+  export AGENTPLANE_BENCH_MIB="${AGENTPLANE_BENCH_MIB:-8}"
+  export AGENTPLANE_BENCH_FS_MIB="${AGENTPLANE_BENCH_FS_MIB:-32}"
+  export AGENTPLANE_BENCH_SAVES="${AGENTPLANE_BENCH_SAVES:-20}"
+  export AGENTPLANE_BENCH_FILES="${AGENTPLANE_BENCH_FILES:-100}"
+  export AGENTPLANE_BENCH_PROCESSES="${AGENTPLANE_BENCH_PROCESSES:-100}"
+  export AGENTPLANE_BENCH_SANDBOXES="${AGENTPLANE_BENCH_SANDBOXES:-4}"
+  export AGENTPLANE_BENCH_SMOKE=1
+  profile=(--profile dev)
+  echo "benchmarks at smoke size, unoptimised: what each checks (bytes, runs, leftovers) fails the run;" \
+    "its speed figures and their MET/MISSED are not meaningful here (scripts/bench.sh for those)" >&2
+else
+  profile=()
+fi
+
+failed=()
+for name in "${names[@]}"; do
+  echo "== bench $name" >&2
+  if ! cargo bench --locked -p agentplane "${profile[@]}" --bench "$name"; then
+    failed+=("$name")
+  fi
+done
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "benchmarks that failed: ${failed[*]}" >&2
+  exit 1
+fi
