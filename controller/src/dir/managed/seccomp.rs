@@ -74,8 +74,9 @@ fn x32_guard() -> BpfProgram {
         return Vec::new();
     }
     const X32_SYSCALL_BIT: u32 = 0x4000_0000;
-    const LD_W_ABS: u16 = 0x00 | 0x00 | 0x20;
-    const JMP_JGE_K: u16 = 0x05 | 0x30 | 0x00;
+    // BPF_LD | BPF_W | BPF_ABS, BPF_JMP | BPF_JGE | BPF_K, BPF_RET | BPF_K.
+    const LD_W_ABS: u16 = 0x20;
+    const JMP_JGE_K: u16 = 0x35;
     const RET_K: u16 = 0x06;
     vec![
         // The syscall number is the first word of `struct seccomp_data`.

@@ -151,20 +151,6 @@ fn policy(mode: PermissionMode, sandboxed: bool) -> (&'static str, &'static str)
     }
 }
 
-#[cfg(test)]
-mod policy_tests {
-    use super::*;
-
-    #[test]
-    fn inside_an_agentplane_sandbox_codex_sandboxes_nothing_but_still_asks() {
-        assert_eq!(policy(PermissionMode::Default, false), ("untrusted", "workspace-write"));
-        assert_eq!(policy(PermissionMode::Plan, false), ("never", "read-only"));
-        assert_eq!(policy(PermissionMode::Default, true), ("untrusted", "danger-full-access"));
-        assert_eq!(policy(PermissionMode::Plan, true), ("untrusted", "danger-full-access"));
-        assert_eq!(policy(PermissionMode::Bypass, true), ("never", "danger-full-access"));
-    }
-}
-
 /// One running app-server.
 struct AppServer {
     child: LineChild,
@@ -597,4 +583,18 @@ impl AgentDriver for CodexDriver {
 
 fn toml_string(s: &str) -> String {
     serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into())
+}
+
+#[cfg(test)]
+mod policy_tests {
+    use super::*;
+
+    #[test]
+    fn inside_an_agentplane_sandbox_codex_sandboxes_nothing_but_still_asks() {
+        assert_eq!(policy(PermissionMode::Default, false), ("untrusted", "workspace-write"));
+        assert_eq!(policy(PermissionMode::Plan, false), ("never", "read-only"));
+        assert_eq!(policy(PermissionMode::Default, true), ("untrusted", "danger-full-access"));
+        assert_eq!(policy(PermissionMode::Plan, true), ("untrusted", "danger-full-access"));
+        assert_eq!(policy(PermissionMode::Bypass, true), ("never", "danger-full-access"));
+    }
 }
