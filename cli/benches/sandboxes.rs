@@ -27,8 +27,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use agentplane_controller::dir::parse::{Key, Kind, Object};
 use agentplane_controller::dir::state::StateDir;
+use agentplane_crds::{Key, Kind, Object};
 use anyhow::{Context, bail};
 
 const BIN: &str = env!("CARGO_BIN_EXE_agentplane");

@@ -9,8 +9,9 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use agentplane_controller::dir::parse::{Declared, FileError, Key, Object, parse_file};
+use agentplane_controller::dir::parse::{Declared, FileError, parse_file};
 use agentplane_controller::dir::store::yaml_files;
+use agentplane_crds::{Key, Object};
 use anyhow::{Context, bail};
 use clap::Args;
 

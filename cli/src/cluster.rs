@@ -4,8 +4,8 @@
 
 use std::path::Path;
 
-use agentplane_controller::dir::parse::{API_VERSION, Key, Kind, Object};
 use agentplane_controller::restart::RESTARTED_AT;
+use agentplane_crds::{API_VERSION, Key, Kind, Object};
 use agentplane_crds::{Process, Sandbox, SecretKeySelector, Session};
 use agentplane_node_agent::client::Client;
 use anyhow::{Context, anyhow, bail};

@@ -11,7 +11,7 @@ use std::io;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use agentplane_controller::dir::parse::{Key, Kind, Object};
+use agentplane_crds::{Key, Kind, Object, ResourceRef};
 use agentplane_node_agent::client::{Client, ClientError};
 use agentplane_node_agent::fs::tar_guard::{clipped, quoted};
 use agentplane_node_agent::model::{FsEntry, FsEntryType, FsWriteOptions};
@@ -57,15 +57,9 @@ impl Side {
     fn parse(word: &str) -> anyhow::Result<Side> {
         let local = || Ok(Side::Local(PathBuf::from(word)));
         let Some((resource, path)) = word.split_once(':') else { return local() };
-        let Some((kind, name)) = resource.split_once('/') else { return local() };
-        let Some(kind) = Kind::from_user(kind) else { return local() };
-        if name.is_empty() || name.contains('/') {
-            return local();
-        }
+        let Ok(ResourceRef { kind, name }) = resource.parse::<ResourceRef>() else { return local() };
         match kind {
-            Kind::Process | Kind::Session | Kind::Sandbox => {
-                Ok(Side::Remote { kind, name: name.to_string(), path: path.to_string() })
-            }
+            Kind::Process | Kind::Session | Kind::Sandbox => Ok(Side::Remote { kind, name, path: path.to_string() }),
             other => bail!(
                 "{word:?}: a {} runs nothing to copy to or from: name a process/, session/ or sandbox/",
                 kind_word(other)

@@ -4,8 +4,8 @@
 
 use std::io::{IsTerminal, Write};
 
-use agentplane_controller::dir::parse::Kind;
 use agentplane_controller::session::node_session_id;
+use agentplane_crds::{Kind, ResourceRef};
 use anyhow::bail;
 use clap::Args;
 use futures_util::StreamExt;
@@ -37,21 +37,20 @@ pub enum ColorWhen {
 }
 
 pub async fn diff(args: DiffArgs) -> anyhow::Result<i32> {
-    let name = match args.session.split_once('/') {
-        Some((kind, name)) if Kind::from_user(kind) == Some(Kind::Session) => name,
-        Some((kind, _)) => bail!("diff shows a Session's workspace: name session/NAME, not {kind:?}"),
-        None => args.session.as_str(),
+    let name = match ResourceRef::parse_or(&args.session, Some(Kind::Session))? {
+        ResourceRef { kind: Kind::Session, name } => name,
+        other => bail!("diff shows a Session's workspace: name session/NAME, not {other}"),
     };
     let store = Store::open(&args.store).await?;
     let Located { key, client, uid, .. } =
-        locate(&store, &args.store, args.namespace.as_deref(), Kind::Session, name).await?;
+        locate(&store, &args.store, args.namespace.as_deref(), Kind::Session, &name).await?;
     let id = node_session_id(&uid);
     let mut chunks = match client.session_diff(&id).await {
         Ok(chunks) => chunks,
         Err(e) if e.problem_code() == Some("session_not_found") => bail!(
             "{} has no session on the node agent yet: see `agentplane describe session {}{}`",
             ref_name(&key),
-            shell_quote(name),
+            shell_quote(&name),
             hint_flags(&store, &args.store, &key)
         ),
         Err(e) => return Err(e.into()),

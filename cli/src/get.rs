@@ -11,9 +11,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use agentplane_controller::conditions::{self, READY, VALID};
-use agentplane_controller::dir::parse::{Key, Kind, Object};
 use agentplane_controller::dir::state::Liveness;
 use agentplane_controller::process::node_process_id;
+use agentplane_crds::{Key, Kind, Object, ResourceRef};
 use agentplane_node_agent::client::Client;
 use agentplane_node_agent::model::{OutputEncoding, OutputQuery, OutputStream};
 use anyhow::bail;
@@ -76,10 +76,13 @@ pub struct DescribeArgs {
 
 pub async fn get(args: GetArgs) -> anyhow::Result<i32> {
     let store = Store::open(&args.store).await?;
-    let (kind, name) = match args.kind.split_once('/') {
-        Some((kind, name)) if args.name.is_none() => (parse_kind(kind)?, Some(name.to_string())),
-        Some(_) => bail!("give KIND/NAME or KIND NAME, not both"),
-        None => (parse_kind(&args.kind)?, args.name.clone()),
+    let (kind, name) = match args.kind.contains('/') {
+        true if args.name.is_none() => {
+            let ResourceRef { kind, name } = args.kind.parse()?;
+            (kind, Some(name))
+        }
+        true => bail!("give KIND/NAME or KIND NAME, not both"),
+        false => (parse_kind(&args.kind)?, args.name.clone()),
     };
     let selection = Selection {
         kind,
@@ -587,10 +590,11 @@ pub async fn describe(args: DescribeArgs) -> anyhow::Result<i32> {
     let store = Store::open(&args.store).await?;
     let words = &args.resource;
     let (kind, name) = match words.as_slice() {
-        [one] => match one.split_once('/') {
-            Some((kind, name)) => (parse_kind(kind)?, name.to_string()),
-            None => bail!("{one:?}: expected KIND NAME or KIND/NAME"),
-        },
+        [one] => {
+            let ResourceRef { kind, name } =
+                one.parse().map_err(|_| anyhow::anyhow!("{one:?}: expected KIND NAME or KIND/NAME"))?;
+            (kind, name)
+        }
         _ => {
             let kind = parse_kind(&words[0])?;
             (kind, parse_one(&words[1..], kind)?)

@@ -3,9 +3,9 @@
 //! id, and the store the node agent (a running `agentplane up`'s, or in a cluster the
 //! one the resource's Sandbox names).
 
-use agentplane_controller::dir::parse::{Key, Kind, Object};
 use agentplane_controller::process::node_process_id;
 use agentplane_controller::session::node_session_id;
+use agentplane_crds::{Key, Kind, Object, ResourceRef};
 use agentplane_node_agent::client::{Client, SessionStreamItem};
 use agentplane_node_agent::model::{
     InterleavedOutputQuery, OutputEncoding, OutputQuery, OutputStream, ProcessInfo, ProcessStatus, SessionEventsQuery,
@@ -131,10 +131,8 @@ pub enum EventFormat {
 }
 
 pub async fn logs(args: LogsArgs) -> anyhow::Result<i32> {
-    if let Some((kind, name)) = args.process.split_once('/')
-        && Kind::from_user(kind) == Some(Kind::Session)
-    {
-        return session_logs(&args, name).await;
+    if let Ok(ResourceRef { kind: Kind::Session, name }) = args.process.parse::<ResourceRef>() {
+        return session_logs(&args, &name).await;
     }
     let (client, id, _) = locate_process(&args.store, args.namespace.as_deref(), &args.process).await?;
     process_logs(&client, &id, &args).await

@@ -5,9 +5,9 @@
 //! `send` and `reply` append to a Session. It depends on neither store, so that
 //! neither store depends on the other or on `store`.
 
-use agentplane_controller::dir::parse::{Key, Kind, Object};
+use agentplane_crds::{Key, Kind, Object, ResourceRef};
 use agentplane_crds::{Reply, Session, SessionSpec};
-use anyhow::{Context, bail};
+use anyhow::bail;
 use k8s_openapi::api::core::v1::Event;
 use serde::Serialize;
 
@@ -26,8 +26,7 @@ pub fn not_found(key: &Key) -> anyhow::Error {
 }
 
 pub fn parse_kind(word: &str) -> anyhow::Result<Kind> {
-    Kind::from_user(word)
-        .with_context(|| format!("unknown kind {word:?}: use processes (proc), sessions (sess), sandboxes (sbx), sandboxtemplates (sbxt) or sandboxwarmpools (sbxpool)"))
+    Ok(word.parse::<Kind>()?)
 }
 
 /// `KIND/NAME ...`, `KIND NAME ...`, or (for verbs about one kind) `NAME`.
@@ -36,9 +35,9 @@ pub fn parse_refs(words: &[String], default_kind: Option<Kind>) -> anyhow::Resul
     if first.contains('/') {
         return words
             .iter()
-            .map(|word| match word.split_once('/') {
-                Some((kind, name)) if !name.is_empty() => Ok((parse_kind(kind)?, name.to_string())),
-                _ => bail!("{word:?}: expected KIND/NAME"),
+            .map(|word| {
+                let ResourceRef { kind, name } = word.parse()?;
+                Ok((kind, name))
             })
             .collect();
     }

@@ -4,8 +4,8 @@
 //! directory, never an edit of the user's file); the controller honours each request
 //! once and records that it did (see `agentplane_controller::restart`).
 
-use agentplane_controller::dir::parse::{Key, Kind, Object};
 use agentplane_crds::DesiredState;
+use agentplane_crds::{Key, Kind, Object};
 use anyhow::bail;
 use clap::Args;
 

@@ -5,7 +5,7 @@
 //! exactly that item more before it is written. In a cluster it is a JSON patch that
 //! only applies to the version it was made from.
 
-use agentplane_controller::dir::parse::{Key, Kind};
+use agentplane_crds::{Key, Kind};
 use agentplane_crds::{PermissionDecision, Reply, SessionStatus};
 use anyhow::bail;
 use clap::{Args, ValueEnum};

@@ -5,8 +5,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use agentplane_controller::dir::parse::{Key, Object};
 use agentplane_crds::Session;
+use agentplane_crds::{Key, Object};
 use agentplane_node_agent::client::Client;
 use anyhow::bail;
 use clap::Args;

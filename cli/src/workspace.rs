@@ -7,9 +7,10 @@ use std::fs;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use agentplane_controller::dir::parse::{Declared, FileError, Key, Kind, Object, parse_file};
+use agentplane_controller::dir::parse::{Declared, FileError, parse_file};
 use agentplane_controller::dir::state::{DEFAULT_STATE_DIR, StateDir, UpInfo};
 use agentplane_controller::dir::store::yaml_files;
+use agentplane_crds::{Key, Kind, Object};
 use agentplane_node_agent::client::Client;
 use anyhow::{Context, bail};
 use clap::Args;

@@ -556,7 +556,8 @@ mod tests {
 #[cfg(test)]
 mod properties {
     use super::*;
-    use agentplane_controller::dir::parse::{Object, parse_file};
+    use agentplane_controller::dir::parse::parse_file;
+    use agentplane_crds::Object;
     use agentplane_crds::{PermissionDecision, Reply};
     use proptest::prelude::*;
 

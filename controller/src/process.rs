@@ -140,11 +140,12 @@ pub fn spec_hash(process: &Process, env: &BTreeMap<String, String>) -> String {
 }
 
 fn resource_key(process: &Process) -> String {
-    format!(
-        "Process/{}/{}",
-        process.metadata.namespace.as_deref().unwrap_or("default"),
-        process.metadata.name.as_deref().unwrap_or_default()
-    )
+    agentplane_crds::Key {
+        kind: agentplane_crds::Kind::Process,
+        namespace: process.metadata.namespace.clone().unwrap_or_else(|| "default".into()),
+        name: process.metadata.name.clone().unwrap_or_default(),
+    }
+    .to_string()
 }
 
 fn not_found(e: &ClientError) -> bool {

@@ -9,6 +9,9 @@
 
 use std::collections::BTreeMap;
 
+mod identity;
+pub use identity::{API_VERSION, IdentityError, Key, Kind, Object, ResourceRef};
+
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, CustomResourceExt};

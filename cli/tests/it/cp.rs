@@ -15,7 +15,7 @@ use std::os::unix::fs::{PermissionsExt, symlink};
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
-use agentplane_controller::dir::parse::Kind;
+use agentplane_crds::Kind;
 use agentplane_envtest::ApiServer;
 use common::{NodeAgent, TOKEN};
 use dir_up::{DirUp, phase};

@@ -8,7 +8,7 @@ use std::fs;
 use std::os::unix::fs::symlink;
 use std::time::Duration;
 
-use agentplane_controller::dir::parse::Kind;
+use agentplane_crds::Kind;
 use dir_up::{DirUp, PATIENCE, phase, process_yaml, put, ready};
 
 /// A Process that writes `$VAR` into `out` and stays up.

@@ -8,8 +8,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use agentplane_controller::dir::parse::{FileError, Key, Kind};
+use agentplane_controller::dir::parse::FileError;
 use agentplane_controller::dir::state::StateDir;
+use agentplane_crds::{Key, Kind};
 use serde_json::Value;
 
 /// Only turns a hang into a failure; a correct run never gets near it.

@@ -7,8 +7,9 @@ use crate::common;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 
-use agentplane_controller::dir::parse::{Object, parse_file};
+use agentplane_controller::dir::parse::parse_file;
 use agentplane_controller::dir::state::StateDir;
+use agentplane_crds::Object;
 
 const SESSION: &str = "# a conversation\napiVersion: agentplane.dev/v1alpha1\nkind: Session\nmetadata:\n  name: chat\nspec:\n  agent: mock   # scripted\n  # what was said\n  messages:\n    - hello\n";
 

@@ -9,7 +9,8 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use agentplane_controller::dir::parse::{Object, parse_file};
+use agentplane_controller::dir::parse::parse_file;
+use agentplane_crds::Object;
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_agentplane");

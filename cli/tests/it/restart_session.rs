@@ -7,7 +7,7 @@ use crate::dir_up;
 
 use std::fs;
 
-use agentplane_controller::dir::parse::Kind;
+use agentplane_crds::Kind;
 use dir_up::{DirUp, phase, put, ready};
 use serde_json::Value;
 

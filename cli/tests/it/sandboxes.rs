@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use agentplane_controller::dir::parse::{Key, Kind, Object};
 use agentplane_controller::dir::state::StateDir;
+use agentplane_crds::{Key, Kind, Object};
 use common::wait_until;
 
 /// The user `start_unprivileged` runs `up` as: one no account has.

@@ -5,7 +5,7 @@ use crate::dir_up;
 
 use std::fs;
 
-use agentplane_controller::dir::parse::Kind;
+use agentplane_crds::Kind;
 use dir_up::{DirUp, phase, process_yaml, put};
 
 /// The lines of `log` that say `what`.

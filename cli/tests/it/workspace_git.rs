@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use agentplane_controller::dir::parse::Kind;
+use agentplane_crds::Kind;
 use dir_up::{DirUp, phase, put, ready};
 
 /// A turn of a real CLI on a loaded machine; the first one includes installing it.

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use agentplane_crds::{Sandbox, SandboxPhase, SandboxTemplate};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
-use super::parse::{Key, Kind, Object};
+use agentplane_crds::{Key, Kind, Object};
 
 pub use crate::templates::{
     CLAIMED_BY, CLAIMED_UID, FINISHED_AT, POOL, TEMPLATE, TTL, claimed_by, claimed_uid, pool_of, template_of, ttl_left,

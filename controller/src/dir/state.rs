@@ -14,8 +14,9 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::parse::{FileError, Key, Kind, Object};
+use super::parse::FileError;
 use crate::{Error, Result};
+use agentplane_crds::{Key, Kind, Object};
 
 pub const DEFAULT_STATE_DIR: &str = ".agentplane";
 

@@ -25,13 +25,14 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::env::{EnvFiles, EnvWatch, referenced_files, resolve_env};
-use super::parse::{Declared, FileError, Key, Kind, Object, parse_file};
+use super::parse::{Declared, FileError, parse_file};
 use super::sandbox_writes::{SandboxWrites, Writable};
 use super::state::StateDir;
 use crate::conditions::{self, READY};
 use crate::process::{Backoff, ProcessInput, ProcessReconciler};
 use crate::queue::WorkQueue;
 use crate::session::{SessionInput, SessionReconciler};
+use agentplane_crds::{Key, Kind, Object};
 
 /// What a reconcile takes from the index: the object, why its latest file was not
 /// taken, its resolved environment, and (for a Process) the session it feeds.
@@ -466,15 +467,10 @@ async fn follow_node_agent(inner: Arc<Inner>, client: Client, shutdown: Cancella
     }
 }
 
+/// The resource a node-agent object belongs to, from its `agentplane.dev/resource`
+/// annotation: only kinds that run something there.
 fn parse_resource(value: &str) -> Option<Key> {
-    let mut parts = value.splitn(3, '/');
-    let kind = match parts.next()? {
-        "Process" => Kind::Process,
-        "Session" => Kind::Session,
-        "Sandbox" => Kind::Sandbox,
-        _ => return None,
-    };
-    Some(Key { kind, namespace: parts.next()?.to_string(), name: parts.next()?.to_string() })
+    value.parse::<Key>().ok().filter(|key| matches!(key.kind, Kind::Process | Kind::Session | Kind::Sandbox))
 }
 
 /// The files the store reads under `dir` (see `walk`), by path relative to `dir`: what

@@ -33,7 +33,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agentplane_crds::{
-    Process, ProcessPhase, Sandbox, SandboxStatus, SandboxTemplate, SandboxWarmPool, Session, SessionPhase,
+    Key, Kind, Process, ProcessPhase, Sandbox, SandboxStatus, SandboxTemplate, SandboxWarmPool, Session, SessionPhase,
 };
 use agentplane_node_agent::client::Client;
 use agentplane_node_agent::model::LifecycleEventType;
@@ -413,7 +413,8 @@ impl Context {
         let held = process.status.as_ref().and_then(|s| s.sandbox.as_deref());
         let placement = match &process.spec.sandbox_template {
             Some(template) => {
-                let claimer = format!("Process/{namespace}/{}", process.name_any());
+                let claimer =
+                    Key { kind: Kind::Process, namespace: namespace.clone(), name: process.name_any() }.to_string();
                 self.place(&claimer, &process.metadata, held, template).await?
             }
             // A Process that feeds a Session and names no sandbox of its own runs where
@@ -542,7 +543,8 @@ impl Context {
             // that sandbox is gone after its TTL.
             (Some(_), Some(held)) if ended => pools::Placement::Placed(held.to_string()),
             (Some(template), _) => {
-                let claimer = format!("Session/{namespace}/{}", session.name_any());
+                let claimer =
+                    Key { kind: Kind::Session, namespace: namespace.clone(), name: session.name_any() }.to_string();
                 self.place(&claimer, &session.metadata, held, template).await?
             }
             (None, _) => pools::Placement::Unplaced,
@@ -918,12 +920,8 @@ where
 
 /// `Process/<namespace>/<name>` (the `agentplane.dev/resource` annotation).
 fn process_ref(value: &str) -> Option<ObjectRef<Process>> {
-    let mut parts = value.splitn(3, '/');
-    if parts.next()? != "Process" {
-        return None;
-    }
-    let namespace = parts.next()?;
-    Some(ObjectRef::new(parts.next()?).within(namespace))
+    let key = value.parse::<agentplane_crds::Key>().ok().filter(|key| key.kind == agentplane_crds::Kind::Process)?;
+    Some(ObjectRef::new(&key.name).within(&key.namespace))
 }
 
 // ---------------------------------------------------------------------------------
