@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::time::Duration;
 
+use agentplane_node_agent::ProblemCode;
 use agentplane_node_agent::client::{Client, ClientError, SessionStreamItem};
 use agentplane_node_agent::model::*;
 use agentplane_node_agent::universal::{EventData, EventType, ItemStatus, PermissionReply, UniversalEvent};
@@ -196,9 +197,9 @@ impl ReplyArgs {
         }
         match client.reply_permission(id, request, reply).await {
             // Not a permission request: maybe a question already declined (a repeat answers the same).
-            Err(e) if reply == PermissionReply::Reject && e.problem_code() == Some("permission_not_found") => {
+            Err(e) if reply == PermissionReply::Reject && e.code() == Some(ProblemCode::PermissionNotFound) => {
                 match client.reject_question(id, request).await {
-                    Err(q) if q.problem_code() == Some("question_not_found") => {
+                    Err(q) if q.code() == Some(ProblemCode::QuestionNotFound) => {
                         bail!("session {id:?} has no permission request or question {request:?}")
                     }
                     other => Ok(other?),

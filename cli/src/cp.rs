@@ -12,6 +12,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use agentplane_crds::{Key, Kind, Object, ResourceRef};
+use agentplane_node_agent::ProblemCode;
 use agentplane_node_agent::client::{Client, ClientError};
 use agentplane_node_agent::fs::tar_guard::{clipped, quoted};
 use agentplane_node_agent::model::{FsEntry, FsEntryType, FsWriteOptions};
@@ -105,7 +106,7 @@ impl Remote {
                 }
                 Ok(Some(entry))
             }
-            Err(e) if e.problem_code() == Some("not_found") => Ok(None),
+            Err(e) if e.code() == Some(ProblemCode::NotFound) => Ok(None),
             Err(e) => Err(self.error(e)),
         }
     }

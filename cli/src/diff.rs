@@ -2,6 +2,7 @@
 //! commit it was cloned at, as a unified diff, from the node agent it runs on (found
 //! the way `logs` finds it). Streamed to stdout as it arrives; coloured on a terminal.
 
+use agentplane_node_agent::ProblemCode;
 use std::io::{IsTerminal, Write};
 
 use agentplane_controller::session::node_session_id;
@@ -47,7 +48,7 @@ pub async fn diff(args: DiffArgs) -> anyhow::Result<i32> {
     let id = node_session_id(&uid);
     let mut chunks = match client.session_diff(&id).await {
         Ok(chunks) => chunks,
-        Err(e) if e.problem_code() == Some("session_not_found") => bail!(
+        Err(e) if e.code() == Some(ProblemCode::SessionNotFound) => bail!(
             "{} has no session on the node agent yet: see `agentplane describe session {}{}`",
             ref_name(&key),
             shell_quote(&name),

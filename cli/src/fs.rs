@@ -3,6 +3,7 @@
 //! `--dir`). Paths are the node agent's: absolute inside its roots, or relative to
 //! its first root. Contents stream both ways; nothing is held whole in memory.
 
+use agentplane_node_agent::ProblemCode;
 use agentplane_node_agent::client::{Client, ClientError};
 use agentplane_node_agent::model::{FsEntries, FsEntry, FsEntryType, FsMoveRequest, FsWriteOptions};
 use anyhow::Context;
@@ -86,10 +87,9 @@ pub async fn run(args: FsArgs) -> anyhow::Result<i32> {
             let written = client.fs_write(&remote, body, &FsWriteOptions { mode, parents }).await?;
             println!("{}: {} bytes, {}", written.path, written.size, rwx(written.mode));
         }
-        FsCommand::Rm { path, recursive } => client
-            .fs_delete(&path, recursive)
-            .await
-            .map_err(|e| hint(e, "directory_not_empty", "`agentplane fs rm -r` removes it with all it holds"))?,
+        FsCommand::Rm { path, recursive } => client.fs_delete(&path, recursive).await.map_err(|e| {
+            hint(e, ProblemCode::DirectoryNotEmpty, "`agentplane fs rm -r` removes it with all it holds")
+        })?,
         FsCommand::Mkdir { path } => {
             client.fs_mkdir(&path).await?;
         }
@@ -105,15 +105,15 @@ pub async fn run(args: FsArgs) -> anyhow::Result<i32> {
             client
                 .fs_move(&FsMoveRequest { from, to, overwrite: force })
                 .await
-                .map_err(|e| hint(e, "conflict", "`agentplane fs mv -f` replaces it"))?;
+                .map_err(|e| hint(e, ProblemCode::Conflict, "`agentplane fs mv -f` replaces it"))?;
         }
     }
     Ok(0)
 }
 
 /// The node agent's error, with what to type instead when it is `code`.
-fn hint(error: ClientError, code: &str, hint: &str) -> anyhow::Error {
-    if error.problem_code() == Some(code) { anyhow::anyhow!("{error}; {hint}") } else { error.into() }
+fn hint(error: ClientError, code: ProblemCode, hint: &str) -> anyhow::Error {
+    if error.code() == Some(code) { anyhow::anyhow!("{error}; {hint}") } else { error.into() }
 }
 
 async fn ls(client: &Client, path: &str, long: bool, output: Format) -> anyhow::Result<()> {

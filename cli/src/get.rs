@@ -14,6 +14,7 @@ use agentplane_controller::conditions::{self, READY, VALID};
 use agentplane_controller::dir::state::Liveness;
 use agentplane_controller::process::node_process_id;
 use agentplane_crds::{Key, Kind, Object, ResourceRef};
+use agentplane_node_agent::ProblemCode;
 use agentplane_node_agent::client::Client;
 use agentplane_node_agent::model::{OutputEncoding, OutputQuery, OutputStream};
 use anyhow::bail;
@@ -951,7 +952,7 @@ async fn print_output_tail(source: Result<Client, String>, process: &agentplane_
             OutputQuery { offset: None, stream, limit: None, encoding: Some(OutputEncoding::Base64), wait: None };
         let chunk = match client.output(&id, &query).await {
             Ok(chunk) => chunk,
-            Err(e) if e.problem_code() == Some("process_not_found") => {
+            Err(e) if e.code() == Some(ProblemCode::ProcessNotFound) => {
                 println!("Output: (not started on the node agent)");
                 return;
             }

@@ -6,6 +6,7 @@
 use agentplane_controller::process::node_process_id;
 use agentplane_controller::session::node_session_id;
 use agentplane_crds::{Key, Kind, Object, ResourceRef};
+use agentplane_node_agent::ProblemCode;
 use agentplane_node_agent::client::{Client, SessionStreamItem};
 use agentplane_node_agent::model::{
     InterleavedOutputQuery, OutputEncoding, OutputQuery, OutputStream, ProcessInfo, ProcessStatus, SessionEventsQuery,
@@ -106,7 +107,7 @@ async fn locate_process(
     let id = node_process_id(&uid);
     match client.get_process(&id).await {
         Ok(_) => Ok((client, id, process)),
-        Err(e) if e.problem_code() == Some("process_not_found") => {
+        Err(e) if e.code() == Some(ProblemCode::ProcessNotFound) => {
             let phase = process.status.as_ref().and_then(|s| s.phase).map_or("Pending".into(), |p| format!("{p:?}"));
             bail!(
                 "{} has not run on the node agent (phase {phase}): see `agentplane describe process {}{}`",
@@ -521,7 +522,7 @@ async fn session_logs(args: &LogsArgs, name: &str) -> anyhow::Result<i32> {
         let page = match client.session_events(&id, &SessionEventsQuery { offset: Some(last), limit: Some(1000) }).await
         {
             Ok(page) => page,
-            Err(e) if e.problem_code() == Some("session_not_found") => {
+            Err(e) if e.code() == Some(ProblemCode::SessionNotFound) => {
                 bail!(
                     "{} has no session on the node agent yet: see `agentplane describe session {}{flags}`",
                     ref_name(&key),

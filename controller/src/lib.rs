@@ -10,8 +10,10 @@
 pub mod conditions;
 pub mod dir;
 pub mod error;
+pub mod follow;
 pub mod kube;
 pub mod mcp;
+pub mod node_agent;
 pub mod process;
 pub mod queue;
 pub mod register;

@@ -8,6 +8,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
 use agentplane_node_agent::client::Client;
+
+use crate::node_agent::NodeAgent;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::{Error, Result};
@@ -24,11 +26,12 @@ pub fn template_not_placed(template: &str) -> String {
 #[derive(Debug)]
 pub struct SandboxHandle {
     pub name: String,
-    pub client: Client,
+    /// Its node agent (the typed client; a fake in the reconcilers' tests).
+    pub node: Arc<dyn NodeAgent>,
     /// Where agent CLIs are installed for it, when not by its own node agent: a
     /// managed sandbox sees the shared agents directory read-only, so the embedded
     /// node agent installs into it from outside.
-    pub installer: Option<Client>,
+    pub installer: Option<Arc<dyn NodeAgent>>,
 }
 
 #[derive(Debug)]
@@ -61,18 +64,23 @@ impl Sandboxes {
     }
 
     pub fn insert(&self, key: &str, client: Client) {
-        self.insert_with_installer(key, client, None);
+        self.insert_node(key, Arc::new(client), None);
     }
 
     /// A sandbox whose agent CLIs another node agent installs (see `SandboxHandle::installer`).
-    pub fn insert_with_installer(&self, key: &str, client: Client, installer: Option<Client>) {
-        let handle = Arc::new(SandboxHandle { name: key.to_string(), client, installer });
+    pub fn insert_with_installer(&self, key: &str, client: Client, installer: Option<Arc<dyn NodeAgent>>) {
+        self.insert_node(key, Arc::new(client), installer);
+    }
+
+    /// A sandbox reached through any [`NodeAgent`] (the reconcilers' tests give a fake).
+    pub fn insert_node(&self, key: &str, node: Arc<dyn NodeAgent>, installer: Option<Arc<dyn NodeAgent>>) {
+        let handle = Arc::new(SandboxHandle { name: key.to_string(), node, installer });
         self.write().insert(key.to_string(), Entry::Ready(handle));
     }
 
-    /// The client of the implicit `local` sandbox, if there is one.
-    pub fn local_client(&self) -> Option<Client> {
-        self.get(agentplane_crds::LOCAL_SANDBOX).ok().map(|h| h.client.clone())
+    /// The node agent of the implicit `local` sandbox, if there is one.
+    pub fn local_node(&self) -> Option<Arc<dyn NodeAgent>> {
+        self.get(agentplane_crds::LOCAL_SANDBOX).ok().map(|h| Arc::clone(&h.node))
     }
 
     pub fn set_not_ready(&self, key: &str, why: impl Into<String>) {

@@ -21,13 +21,15 @@ use agentplane_crds::{
     ChangedFile, FileChangeStatus, PendingPermission, PendingQuestion, PermissionDecision, PermissionMode, Question,
     Session, SessionPhase, SessionStatus, SessionUsage, WorkspaceStatus,
 };
-use agentplane_node_agent::client::{Client, ClientError};
+use agentplane_node_agent::ProblemCode;
+use agentplane_node_agent::client::ClientError;
 use agentplane_node_agent::model::{
     CreateSessionRequest, PermissionMode as NodePermissionMode, SessionInfo, SessionState,
 };
 use agentplane_node_agent::universal::PermissionReply;
 
 use crate::conditions::{self, READY, Status};
+use crate::node_agent::NodeAgent;
 use crate::sandboxes::Sandboxes;
 use crate::{Error, Reconciled, Result};
 
@@ -37,8 +39,6 @@ const RETRY_LATER: Duration = Duration::from_secs(30);
 const SUMMARY_CHARS: usize = 200;
 /// The condition that names replies refused for naming no request.
 const REPLIES_ACCEPTED: &str = "RepliesAccepted";
-/// The node agent's problem code for a limit it enforces.
-const LIMIT_EXCEEDED_CODE: &str = "limit_exceeded";
 /// The `Ready` reason of a Session that waits for a node agent's limit.
 pub const LIMIT_EXCEEDED: &str = "LimitExceeded";
 /// A Session refused for a limit asks again after as long as it has waited so far (so
@@ -76,7 +76,7 @@ impl Limit {
 /// limit it enforces (told by its problem code, never by the message's words), else
 /// `NodeAgentUnreachable`.
 fn failure_reason(e: &ClientError) -> &'static str {
-    if e.problem_code() == Some(LIMIT_EXCEEDED_CODE) { LIMIT_EXCEEDED } else { "NodeAgentUnreachable" }
+    if e.code() == Some(ProblemCode::LimitExceeded) { LIMIT_EXCEEDED } else { "NodeAgentUnreachable" }
 }
 
 /// The wait before asking again after a refusal for a limit, given how long the
@@ -109,7 +109,7 @@ pub struct SessionReconciler {
 }
 
 fn not_found(e: &ClientError) -> bool {
-    e.problem_code() == Some("session_not_found")
+    e.code() == Some(ProblemCode::SessionNotFound)
 }
 
 fn phase_of(state: SessionState) -> SessionPhase {
@@ -367,10 +367,10 @@ impl SessionReconciler {
     }
 
     /// The client of the sandbox a Session runs on, and its node-agent session id.
-    pub fn target(&self, session: &Session) -> Option<(Client, String)> {
+    pub fn target(&self, session: &Session) -> Option<(Arc<dyn NodeAgent>, String)> {
         let uid = session.metadata.uid.as_deref()?;
         let sandbox = self.sandboxes.for_resource(&session.metadata, &session.spec.sandbox).ok()?;
-        Some((sandbox.client.clone(), node_session_id(uid)))
+        Some((Arc::clone(&sandbox.node), node_session_id(uid)))
     }
 
     pub async fn reconcile(&self, input: SessionInput<'_>) -> Reconciled<SessionStatus> {
@@ -400,7 +400,7 @@ impl SessionReconciler {
                 return step.done(Some(RETRY_LATER));
             }
         };
-        let client = &sandbox.client;
+        let client = sandbox.node.as_ref();
         let id = node_session_id(uid);
         // What people read in logs: the resource's name; the node-agent id beside it.
         let resource = format!(
@@ -408,7 +408,7 @@ impl SessionReconciler {
             session.metadata.namespace.as_deref().unwrap_or("default"),
             session.metadata.name.as_deref().unwrap_or_default()
         );
-        step.status.events_url = Some(client.url(&["sessions", &id, "events", "sse"]).to_string());
+        step.status.events_url = Some(client.session_events_url(&id).to_string());
         let observed = match client.get_session(&id).await {
             Ok(info) => Some(info),
             Err(e) if not_found(&e) => None,
@@ -501,26 +501,27 @@ impl SessionReconciler {
                 match client.create_session(&id, &request).await {
                     Ok(info) => info,
                     // Created by an earlier pass whose answer was lost: adopt it.
-                    Err(e) if e.problem_code() == Some("session_already_exists") => match client.get_session(&id).await
-                    {
-                        Ok(info) => info,
-                        Err(e) => return step.unreachable(&e),
-                    },
-                    Err(e) => match e.problem_code() {
+                    Err(e) if e.code() == Some(ProblemCode::SessionAlreadyExists) => {
+                        match client.get_session(&id).await {
+                            Ok(info) => info,
+                            Err(e) => return step.unreachable(&e),
+                        }
+                    }
+                    Err(e) => match e.code() {
                         Some(
-                            code @ ("unsupported_agent"
-                            | "mode_not_supported"
-                            | "mcp_not_supported"
-                            | "invalid_request"
-                            | "agent_not_installed"
-                            | "install_failed"),
+                            code @ (ProblemCode::UnsupportedAgent
+                            | ProblemCode::ModeNotSupported
+                            | ProblemCode::McpNotSupported
+                            | ProblemCode::InvalidRequest
+                            | ProblemCode::AgentNotInstalled
+                            | ProblemCode::InstallFailed),
                         ) => {
                             let reason = match code {
-                                "unsupported_agent" => "UnsupportedAgent",
-                                "mode_not_supported" => "ModeNotSupported",
-                                "mcp_not_supported" => "McpNotSupported",
-                                "agent_not_installed" => "AgentNotInstalled",
-                                "install_failed" => "InstallFailed",
+                                ProblemCode::UnsupportedAgent => "UnsupportedAgent",
+                                ProblemCode::ModeNotSupported => "ModeNotSupported",
+                                ProblemCode::McpNotSupported => "McpNotSupported",
+                                ProblemCode::AgentNotInstalled => "AgentNotInstalled",
+                                ProblemCode::InstallFailed => "InstallFailed",
                                 _ => "InvalidRequest",
                             };
                             return step.failed(reason, &e);
@@ -543,7 +544,7 @@ impl SessionReconciler {
                 info = match client.restart_session(&id).await {
                     Ok(info) => info,
                     // Restarted meanwhile by another pass: what it is now is what counts.
-                    Err(e) if e.problem_code() == Some("conflict") => match client.get_session(&id).await {
+                    Err(e) if e.code() == Some(ProblemCode::Conflict) => match client.get_session(&id).await {
                         Ok(info) => info,
                         Err(e) => return step.unreachable(&e),
                     },
@@ -595,18 +596,23 @@ impl SessionReconciler {
                         info = after;
                         step.status.answered_replies.push(reply.id.clone());
                     }
-                    Err(e) if matches!(e.problem_code(), Some("permission_not_found" | "question_not_found")) => {
+                    Err(e)
+                        if matches!(
+                            e.code(),
+                            Some(ProblemCode::PermissionNotFound | ProblemCode::QuestionNotFound)
+                        ) =>
+                    {
                         tracing::warn!(%resource, session = %id, reply = %reply.id, "reply names no request of this session: refused for good");
                         step.status.refused_replies.push(reply.id.clone());
                     }
                     // Answered before, differently: settled, the request is gone.
-                    Err(e) if e.problem_code() == Some("conflict") => {
+                    Err(e) if e.code() == Some(ProblemCode::Conflict) => {
                         tracing::warn!(%resource, session = %id, reply = %reply.id, error = %e, "reply refused");
                         step.status.answered_replies.push(reply.id.clone());
                     }
                     // Does not fit the request (an option it does not offer): left to be
                     // corrected in place, and tried again then.
-                    Err(e) if e.problem_code() == Some("invalid_request") => {
+                    Err(e) if e.code() == Some(ProblemCode::InvalidRequest) => {
                         tracing::warn!(%resource, session = %id, reply = %reply.id, error = %e, "reply refused");
                     }
                     Err(e) => return step.unreachable(&e),
@@ -626,7 +632,7 @@ impl SessionReconciler {
             Err(Error::SandboxNotFound(_)) => return Ok(()),
             Err(e) => return Err(e),
         };
-        match sandbox.client.end_session(&node_session_id(uid)).await {
+        match sandbox.node.end_session(&node_session_id(uid)).await {
             Ok(_) => Ok(()),
             Err(e) if not_found(&e) => Ok(()),
             Err(source) => Err(Error::NodeAgent { sandbox: session.spec.sandbox.clone(), source }),
@@ -638,7 +644,7 @@ impl SessionReconciler {
 /// something other than a text delta happens (or a gap says something was missed),
 /// reconnecting with back-off. Ends when the session ends or is gone, or when `notify`
 /// answers false (nobody listens any more).
-pub async fn follow_events<F, Fut>(client: Client, id: String, mut last: Option<u64>, notify: F)
+pub async fn follow_events<F, Fut>(node: Arc<dyn NodeAgent>, id: String, mut last: Option<u64>, notify: F)
 where
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = bool>,
@@ -648,7 +654,7 @@ where
     use futures_util::StreamExt;
     let mut delay = Duration::from_millis(100);
     loop {
-        match client.session_events_sse(&id, None, last).await {
+        match node.session_events(&id, last).await {
             Ok(mut events) => {
                 delay = Duration::from_millis(100);
                 while let Some(item) = events.next().await {
@@ -668,7 +674,7 @@ where
                     }
                 }
             }
-            Err(e) if e.problem_code() == Some("session_not_found") => return,
+            Err(e) if e.code() == Some(ProblemCode::SessionNotFound) => return,
             Err(e) => tracing::debug!(session = %id, error = %e, "session events unavailable"),
         }
         if !notify().await {

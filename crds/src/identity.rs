@@ -300,6 +300,9 @@ mod tests {
         assert_eq!(key.to_string().parse::<Key>().unwrap(), key);
         assert!("process/team-a/web".parse::<Key>().is_err(), "the annotation form names the Kind as written");
         assert!("Process/web".parse::<Key>().is_err());
+        // Moved from the folder store, whose annotation reader this replaced.
+        assert_eq!("Process/team/web".parse::<Key>().unwrap().to_string(), "Process/team/web");
+        assert!("Pod/a/b".parse::<Key>().is_err());
         assert!("Process//web".parse::<Key>().is_err());
     }
 }

@@ -137,6 +137,15 @@ impl ClientError {
             _ => None,
         }
     }
+
+    /// The problem's code, when the server sent one this client knows: what callers
+    /// compare (never the text).
+    pub fn code(&self) -> Option<crate::error::ProblemCode> {
+        match self {
+            ClientError::Problem(p) => p.problem_code(),
+            _ => None,
+        }
+    }
 }
 
 pub type ClientResult<T> = std::result::Result<T, ClientError>;

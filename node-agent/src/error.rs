@@ -124,41 +124,41 @@ impl Error {
     }
 
     /// The stable machine-readable name of this error; the URN is `urn:agentplane:error:<code>`.
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> ProblemCode {
         match self {
-            Error::InvalidRequest(_) => "invalid_request",
-            Error::ProcessNotFound(_) => "process_not_found",
-            Error::ProcessAlreadyExists(_) => "process_already_exists",
-            Error::ProcessNotRunning(_) => "process_not_running",
-            Error::StdinClosed(_) => "stdin_closed",
-            Error::SpawnFailed { .. } => "spawn_failed",
-            Error::LimitExceeded(_) => "limit_exceeded",
-            Error::UnsupportedAgent(_) | Error::AgentNotFound(_) => "unsupported_agent",
-            Error::ModeNotSupported(_) => "mode_not_supported",
-            Error::McpNotSupported(_) => "mcp_not_supported",
-            Error::AgentNotInstalled(_) => "agent_not_installed",
-            Error::InstallFailed(_) => "install_failed",
-            Error::AgentProcessExited { .. } => "agent_process_exited",
-            Error::PermissionDenied(_) => "permission_denied",
-            Error::StreamError(_) => "stream_error",
-            Error::Timeout(_) => "timeout",
-            Error::SessionNotFound(_) => "session_not_found",
-            Error::SessionAlreadyExists(_) => "session_already_exists",
-            Error::PermissionNotFound { .. } => "permission_not_found",
-            Error::QuestionNotFound { .. } => "question_not_found",
-            Error::Conflict(_) => "conflict",
-            Error::Unauthorized | Error::InvalidLoginCode => "unauthorized",
-            Error::Forbidden(_) => "forbidden",
-            Error::RouteNotFound(_) | Error::NotFound(_) => "not_found",
-            Error::MethodNotAllowed => "method_not_allowed",
-            Error::PayloadTooLarge(_) => "payload_too_large",
-            Error::WorkspaceFailed(_) => "workspace_failed",
-            Error::ForbiddenPath(_) => "forbidden_path",
-            Error::NotADirectory(_) => "not_a_directory",
-            Error::IsADirectory(_) => "is_a_directory",
-            Error::DirectoryNotEmpty(_) => "directory_not_empty",
-            Error::InvalidRange(_) => "invalid_range",
-            Error::Io { .. } => "internal",
+            Error::InvalidRequest(_) => ProblemCode::InvalidRequest,
+            Error::ProcessNotFound(_) => ProblemCode::ProcessNotFound,
+            Error::ProcessAlreadyExists(_) => ProblemCode::ProcessAlreadyExists,
+            Error::ProcessNotRunning(_) => ProblemCode::ProcessNotRunning,
+            Error::StdinClosed(_) => ProblemCode::StdinClosed,
+            Error::SpawnFailed { .. } => ProblemCode::SpawnFailed,
+            Error::LimitExceeded(_) => ProblemCode::LimitExceeded,
+            Error::UnsupportedAgent(_) | Error::AgentNotFound(_) => ProblemCode::UnsupportedAgent,
+            Error::ModeNotSupported(_) => ProblemCode::ModeNotSupported,
+            Error::McpNotSupported(_) => ProblemCode::McpNotSupported,
+            Error::AgentNotInstalled(_) => ProblemCode::AgentNotInstalled,
+            Error::InstallFailed(_) => ProblemCode::InstallFailed,
+            Error::AgentProcessExited { .. } => ProblemCode::AgentProcessExited,
+            Error::PermissionDenied(_) => ProblemCode::PermissionDenied,
+            Error::StreamError(_) => ProblemCode::StreamError,
+            Error::Timeout(_) => ProblemCode::Timeout,
+            Error::SessionNotFound(_) => ProblemCode::SessionNotFound,
+            Error::SessionAlreadyExists(_) => ProblemCode::SessionAlreadyExists,
+            Error::PermissionNotFound { .. } => ProblemCode::PermissionNotFound,
+            Error::QuestionNotFound { .. } => ProblemCode::QuestionNotFound,
+            Error::Conflict(_) => ProblemCode::Conflict,
+            Error::Unauthorized | Error::InvalidLoginCode => ProblemCode::Unauthorized,
+            Error::Forbidden(_) => ProblemCode::Forbidden,
+            Error::RouteNotFound(_) | Error::NotFound(_) => ProblemCode::NotFound,
+            Error::MethodNotAllowed => ProblemCode::MethodNotAllowed,
+            Error::PayloadTooLarge(_) => ProblemCode::PayloadTooLarge,
+            Error::WorkspaceFailed(_) => ProblemCode::WorkspaceFailed,
+            Error::ForbiddenPath(_) => ProblemCode::ForbiddenPath,
+            Error::NotADirectory(_) => ProblemCode::NotADirectory,
+            Error::IsADirectory(_) => ProblemCode::IsADirectory,
+            Error::DirectoryNotEmpty(_) => ProblemCode::DirectoryNotEmpty,
+            Error::InvalidRange(_) => ProblemCode::InvalidRange,
+            Error::Io { .. } => ProblemCode::Internal,
         }
     }
 
@@ -239,7 +239,7 @@ impl Error {
 
     pub fn to_problem(&self) -> Problem {
         Problem {
-            kind: format!("{PROBLEM_TYPE_PREFIX}{}", self.code()),
+            kind: format!("{PROBLEM_TYPE_PREFIX}{}", self.code().as_str()),
             title: self.title().to_string(),
             status: self.status().as_u16(),
             detail: self.to_string(),
@@ -248,6 +248,141 @@ impl Error {
 }
 
 pub const PROBLEM_TYPE_PREFIX: &str = "urn:agentplane:error:";
+
+/// The stable machine-readable name of a problem (the URN is
+/// `urn:agentplane:error:<code>`): one enum for what the server answers and what every
+/// client compares, so no caller matches on text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ProblemCode {
+    InvalidRequest,
+    ProcessNotFound,
+    ProcessAlreadyExists,
+    ProcessNotRunning,
+    StdinClosed,
+    SpawnFailed,
+    LimitExceeded,
+    UnsupportedAgent,
+    ModeNotSupported,
+    McpNotSupported,
+    AgentNotInstalled,
+    InstallFailed,
+    AgentProcessExited,
+    PermissionDenied,
+    StreamError,
+    Timeout,
+    SessionNotFound,
+    SessionAlreadyExists,
+    PermissionNotFound,
+    QuestionNotFound,
+    Conflict,
+    Unauthorized,
+    Forbidden,
+    NotFound,
+    MethodNotAllowed,
+    PayloadTooLarge,
+    WorkspaceFailed,
+    ForbiddenPath,
+    NotADirectory,
+    IsADirectory,
+    DirectoryNotEmpty,
+    InvalidRange,
+    Internal,
+}
+
+impl ProblemCode {
+    pub const ALL: [ProblemCode; 33] = [
+        ProblemCode::InvalidRequest,
+        ProblemCode::ProcessNotFound,
+        ProblemCode::ProcessAlreadyExists,
+        ProblemCode::ProcessNotRunning,
+        ProblemCode::StdinClosed,
+        ProblemCode::SpawnFailed,
+        ProblemCode::LimitExceeded,
+        ProblemCode::UnsupportedAgent,
+        ProblemCode::ModeNotSupported,
+        ProblemCode::McpNotSupported,
+        ProblemCode::AgentNotInstalled,
+        ProblemCode::InstallFailed,
+        ProblemCode::AgentProcessExited,
+        ProblemCode::PermissionDenied,
+        ProblemCode::StreamError,
+        ProblemCode::Timeout,
+        ProblemCode::SessionNotFound,
+        ProblemCode::SessionAlreadyExists,
+        ProblemCode::PermissionNotFound,
+        ProblemCode::QuestionNotFound,
+        ProblemCode::Conflict,
+        ProblemCode::Unauthorized,
+        ProblemCode::Forbidden,
+        ProblemCode::NotFound,
+        ProblemCode::MethodNotAllowed,
+        ProblemCode::PayloadTooLarge,
+        ProblemCode::WorkspaceFailed,
+        ProblemCode::ForbiddenPath,
+        ProblemCode::NotADirectory,
+        ProblemCode::IsADirectory,
+        ProblemCode::DirectoryNotEmpty,
+        ProblemCode::InvalidRange,
+        ProblemCode::Internal,
+    ];
+
+    /// The code as the wire writes it (`process_not_found`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProblemCode::InvalidRequest => "invalid_request",
+            ProblemCode::ProcessNotFound => "process_not_found",
+            ProblemCode::ProcessAlreadyExists => "process_already_exists",
+            ProblemCode::ProcessNotRunning => "process_not_running",
+            ProblemCode::StdinClosed => "stdin_closed",
+            ProblemCode::SpawnFailed => "spawn_failed",
+            ProblemCode::LimitExceeded => "limit_exceeded",
+            ProblemCode::UnsupportedAgent => "unsupported_agent",
+            ProblemCode::ModeNotSupported => "mode_not_supported",
+            ProblemCode::McpNotSupported => "mcp_not_supported",
+            ProblemCode::AgentNotInstalled => "agent_not_installed",
+            ProblemCode::InstallFailed => "install_failed",
+            ProblemCode::AgentProcessExited => "agent_process_exited",
+            ProblemCode::PermissionDenied => "permission_denied",
+            ProblemCode::StreamError => "stream_error",
+            ProblemCode::Timeout => "timeout",
+            ProblemCode::SessionNotFound => "session_not_found",
+            ProblemCode::SessionAlreadyExists => "session_already_exists",
+            ProblemCode::PermissionNotFound => "permission_not_found",
+            ProblemCode::QuestionNotFound => "question_not_found",
+            ProblemCode::Conflict => "conflict",
+            ProblemCode::Unauthorized => "unauthorized",
+            ProblemCode::Forbidden => "forbidden",
+            ProblemCode::NotFound => "not_found",
+            ProblemCode::MethodNotAllowed => "method_not_allowed",
+            ProblemCode::PayloadTooLarge => "payload_too_large",
+            ProblemCode::WorkspaceFailed => "workspace_failed",
+            ProblemCode::ForbiddenPath => "forbidden_path",
+            ProblemCode::NotADirectory => "not_a_directory",
+            ProblemCode::IsADirectory => "is_a_directory",
+            ProblemCode::DirectoryNotEmpty => "directory_not_empty",
+            ProblemCode::InvalidRange => "invalid_range",
+            ProblemCode::Internal => "internal",
+        }
+    }
+
+    /// The code a problem document's type names, if it is one of ours.
+    pub fn parse(code: &str) -> Option<ProblemCode> {
+        ProblemCode::ALL.into_iter().find(|c| c.as_str() == code)
+    }
+}
+
+impl std::fmt::Display for ProblemCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl PartialEq<&str> for ProblemCode {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
 pub const PROBLEM_CONTENT_TYPE: &str = "application/problem+json";
 
 /// An RFC 7807 problem document.
@@ -262,9 +397,14 @@ pub struct Problem {
 }
 
 impl Problem {
-    /// The `<code>` part of the type URN.
+    /// The `<code>` part of the type URN, as written.
     pub fn code(&self) -> &str {
         self.kind.strip_prefix(PROBLEM_TYPE_PREFIX).unwrap_or(&self.kind)
+    }
+
+    /// The code, when it is one this node agent knows.
+    pub fn problem_code(&self) -> Option<ProblemCode> {
+        ProblemCode::parse(self.code())
     }
 }
 

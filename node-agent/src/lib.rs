@@ -25,7 +25,7 @@ pub mod signals;
 pub mod universal;
 pub mod workspace;
 
-pub use error::{Error, Problem, Result};
+pub use error::{Error, Problem, ProblemCode, Result};
 
 /// The environment variable a node agent may take its token from. Never handed on to
 /// what it runs: a program holding its node agent's token could answer its own

@@ -17,8 +17,6 @@ use std::time::Duration;
 
 use agentplane_crds::{SandboxStatus, SessionPhase};
 use agentplane_node_agent::client::Client;
-use agentplane_node_agent::model::{LifecycleEvent, LifecycleEventType};
-use futures_util::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -29,6 +27,8 @@ use super::parse::{Declared, FileError, parse_file};
 use super::sandbox_writes::{SandboxWrites, Writable};
 use super::state::StateDir;
 use crate::conditions::{self, READY};
+use crate::follow::{Followers, Seen};
+use crate::node_agent::NodeAgent;
 use crate::process::{Backoff, ProcessInput, ProcessReconciler};
 use crate::queue::WorkQueue;
 use crate::session::{SessionInput, SessionReconciler};
@@ -206,13 +206,13 @@ struct Inner {
     processes: ProcessReconciler,
     sessions: SessionReconciler,
     /// The event stream followed for each live Session, by resource (and its uid).
-    followers: Mutex<HashMap<Key, (Option<String>, tokio::task::AbortHandle)>>,
+    followers: Followers<Key>,
     sandboxes: Arc<Sandboxes>,
     /// The managed Sandboxes' node agents (set once, right after the store is made).
     managed: std::sync::OnceLock<super::managed::Managed>,
     /// The lifecycle events followed on each managed sandbox's node agent, as on the
     /// embedded one's: an exit there is seen at once, not at the next resync.
-    sandbox_followers: Mutex<HashMap<String, tokio::task::AbortHandle>>,
+    sandbox_followers: Followers<String>,
     config: DirStoreConfig,
     wake: mpsc::Sender<()>,
     wake_rx: Mutex<Option<mpsc::Receiver<()>>>,
@@ -278,10 +278,10 @@ impl DirStore {
                 queue: WorkQueue::new(),
                 processes,
                 sessions: SessionReconciler::new(Arc::clone(&sandboxes)),
-                followers: Mutex::new(HashMap::new()),
+                followers: Followers::default(),
                 sandboxes,
                 managed,
-                sandbox_followers: Mutex::new(HashMap::new()),
+                sandbox_followers: Followers::default(),
                 config,
                 wake,
                 wake_rx: Mutex::new(Some(wake_rx)),
@@ -325,7 +325,7 @@ impl DirStore {
             });
         }
         if let Ok(local) = inner.sandboxes.get(agentplane_crds::LOCAL_SANDBOX) {
-            workers.spawn(follow_node_agent(Arc::clone(inner), local.client.clone(), shutdown.clone()));
+            workers.spawn(follow_node_agent(Arc::clone(inner), Arc::clone(&local.node), shutdown.clone()));
         }
         let mut resync = tokio::time::interval(inner.config.resync);
         resync.reset();
@@ -422,55 +422,15 @@ async fn settle(wake_rx: &mut mpsc::Receiver<()>) {
 
 /// Turns the node agent's lifecycle events into reconciles of the resources they
 /// concern, so an exit is recorded (and a restart made) without waiting for a resync.
-async fn follow_node_agent(inner: Arc<Inner>, client: Client, shutdown: CancellationToken) {
-    let mut last: Option<u64> = None;
-    let mut delay = Duration::from_millis(100);
-    loop {
-        let stream = tokio::select! {
-            _ = shutdown.cancelled() => return,
-            s = client.lifecycle_events(last) => s,
-        };
-        match stream {
-            Ok(mut events) => {
-                delay = Duration::from_millis(100);
-                // What happened before this stream began (an exit between the store's
-                // start and now, or during an outage) is looked at now.
-                inner.enqueue_all();
-                while let Some(message) = tokio::select! { _ = shutdown.cancelled() => return, m = events.next() => m }
-                {
-                    let Ok(message) = message else { break };
-                    if let Some(id) = message.id.as_deref().and_then(|id| id.parse().ok()) {
-                        last = Some(id);
-                    }
-                    if matches!(message.event.as_deref(), Some("gap" | "reset")) {
-                        inner.enqueue_all();
-                        continue;
-                    }
-                    let Ok(event) = serde_json::from_str::<LifecycleEvent>(&message.data) else { continue };
-                    if !matches!(event.kind, LifecycleEventType::ProcessExited | LifecycleEventType::ProcessDeleted) {
-                        continue;
-                    }
-                    if let Some(key) =
-                        event.process.annotations.get(annotations::RESOURCE).and_then(|r| parse_resource(r))
-                    {
-                        inner.queue.add(key);
-                    }
-                }
-            }
-            Err(e) => debug!(error = %e, "node agent events unavailable"),
+async fn follow_node_agent(inner: Arc<Inner>, node: Arc<dyn NodeAgent>, shutdown: CancellationToken) {
+    crate::follow::follow_lifecycle(node, shutdown, move |seen| {
+        match seen {
+            Seen::Everything => inner.enqueue_all(),
+            Seen::Resource(key) => inner.queue.add(key),
         }
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = tokio::time::sleep(delay) => {}
-        }
-        delay = (delay * 2).min(Duration::from_secs(5));
-    }
-}
-
-/// The resource a node-agent object belongs to, from its `agentplane.dev/resource`
-/// annotation: only kinds that run something there.
-fn parse_resource(value: &str) -> Option<Key> {
-    value.parse::<Key>().ok().filter(|key| matches!(key.kind, Kind::Process | Kind::Session | Kind::Sandbox))
+        std::future::ready(true)
+    })
+    .await
 }
 
 /// The files the store reads under `dir` (see `walk`), by path relative to `dir`: what
@@ -1059,11 +1019,7 @@ impl Inner {
                 if sandbox.metadata.deletion_timestamp.is_some() {
                     match (self.managed.get(), sandbox.spec.is_managed()) {
                         (Some(managed), true) => {
-                            if let Some(follower) =
-                                self.sandbox_followers.lock().unwrap_or_else(|e| e.into_inner()).remove(&key.name)
-                            {
-                                follower.abort();
-                            }
+                            self.sandbox_followers.stop(&key.name);
                             managed.remove(&key.name).await;
                             if let Some(uid) = &sandbox.metadata.uid {
                                 managed.remove_leftover(&key.name, uid);
@@ -1123,10 +1079,7 @@ impl Inner {
                         },
                     })
                     .await;
-                let live = !matches!(
-                    reconciled.status.phase,
-                    Some(SessionPhase::Ended | SessionPhase::Failed | SessionPhase::Pending) | None
-                );
+                let live = crate::follow::session_is_live(&reconciled.status);
                 let last = reconciled.status.last_event_sequence;
                 if reconciled.status.phase == Some(SessionPhase::Ended) {
                     self.finish_claims(session.metadata.uid.clone()).await;
@@ -1161,27 +1114,16 @@ impl Inner {
     /// Follows a live session's events, so that what happens in it (a turn ending, a
     /// question asked) is reflected in its status without waiting for a resync.
     fn follow(self: &Arc<Self>, key: &Key, session: &agentplane_crds::Session, last: Option<u64>) {
-        let uid = session.metadata.uid.clone();
-        let mut followers = self.followers.lock().unwrap_or_else(|e| e.into_inner());
-        if followers.get(key).is_some_and(|(u, handle)| *u == uid && !handle.is_finished()) {
-            return;
-        }
-        let Some((client, id)) = self.sessions.target(session) else { return };
         let (inner, k) = (Arc::clone(self), key.clone());
         let notify = move || {
             inner.queue.add(k.clone());
             std::future::ready(true)
         };
-        let task = tokio::spawn(crate::session::follow_events(client, id, last, notify));
-        if let Some((_, old)) = followers.insert(key.clone(), (uid, task.abort_handle())) {
-            old.abort();
-        }
+        self.followers.session(key.clone(), session, &self.sessions, last, notify);
     }
 
     fn stop_following(&self, key: &Key) {
-        if let Some((_, handle)) = self.followers.lock().unwrap_or_else(|e| e.into_inner()).remove(key) {
-            handle.abort();
-        }
+        self.followers.stop(key);
     }
 
     /// A snapshot of the resource, its problem, and (for a Process) its environment.
@@ -1202,23 +1144,18 @@ impl Inner {
             let entry = index.resources.get(key)?;
             // The node-agent id of the Session a Process's sessionRef names.
             let session = match &entry.object {
-                Object::Process(p) => match &p.spec.session_ref {
-                    Some(name) => {
+                Object::Process(p) => {
+                    let named = p.spec.session_ref.as_ref().and_then(|name| {
                         let named = Key { kind: Kind::Session, namespace: key.namespace.clone(), name: name.clone() };
-                        session_sandbox = index.resources.get(&named).and_then(|e| match &e.object {
-                            Object::Session(s) => Some(s.placed_sandbox().to_string()),
+                        match &index.resources.get(&named)?.object {
+                            Object::Session(s) => Some(s),
                             _ => None,
-                        });
-                        let uid = index.resources.get(&named).and_then(|e| e.object.meta().uid.clone());
-                        uid.map(|uid| Some(crate::session::node_session_id(&uid))).ok_or_else(|| {
-                            format!(
-                                "sessionRef names session {name:?}, which namespace {:?} does not have",
-                                key.namespace
-                            )
-                        })
-                    }
-                    None => Ok(None),
-                },
+                        }
+                    });
+                    let resolved = crate::follow::resolve_session_ref(p, &key.namespace, named);
+                    session_sandbox = resolved.sandbox;
+                    resolved.id
+                }
                 _ => Ok(None),
             };
             (entry.object.clone(), entry.problem.clone(), session)
@@ -1490,11 +1427,5 @@ mod tests {
         assert!(read_resource_file(&big).unwrap_err().starts_with("it holds more than"));
         fs::write(&big, "a: 1\n").unwrap();
         assert_eq!(read_resource_file(&big).unwrap(), "a: 1\n");
-    }
-
-    #[test]
-    fn resource_annotations_parse_back_to_keys() {
-        assert_eq!(parse_resource("Process/team/web").unwrap().to_string(), "Process/team/web");
-        assert!(parse_resource("Pod/a/b").is_none());
     }
 }

@@ -16,6 +16,7 @@
 use std::time::Duration;
 
 use agentplane_crds::{NetworkMode, Sandbox, SandboxPhase, SandboxStatus};
+use agentplane_node_agent::ProblemCode;
 use agentplane_node_agent::client::Client;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{Pod, Secret};
@@ -115,7 +116,7 @@ impl Context {
         match observed.client {
             Some(client) => {
                 self.sandboxes.insert(&key, client.clone());
-                self.follow_sandbox(&key, &namespace, &name, client);
+                self.follow_sandbox(&key, &namespace, &name, std::sync::Arc::new(client));
             }
             None => {
                 self.sandboxes.set_not_ready(&key, observed.message.clone());
@@ -323,7 +324,7 @@ impl Context {
                 observed.client = Some(client);
                 Ok(observed)
             }
-            Ok(Err(e)) if e.problem_code() == Some("unauthorized") => {
+            Ok(Err(e)) if e.code() == Some(ProblemCode::Unauthorized) => {
                 let why = format!(
                     "the node agent refuses the token of Secret {}: it was replaced after the Pod started; \
                      delete the Pod to start one with the current token",

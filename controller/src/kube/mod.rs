@@ -32,11 +32,12 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::follow::{Followers, Seen};
+use crate::node_agent::NodeAgent;
 use agentplane_crds::{
     Key, Kind, Process, ProcessPhase, Sandbox, SandboxStatus, SandboxTemplate, SandboxWarmPool, Session, SessionPhase,
 };
 use agentplane_node_agent::client::Client;
-use agentplane_node_agent::model::LifecycleEventType;
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -58,7 +59,7 @@ use crate::conditions::{self, READY};
 use crate::process::{ProcessInput, ProcessReconciler};
 use crate::sandboxes::Sandboxes;
 use crate::session::{SessionInput, SessionReconciler};
-use crate::{Error, Result, annotations};
+use crate::{Error, Result};
 
 pub use managed::SANDBOX_FINALIZER;
 pub use metrics::Metrics;
@@ -122,14 +123,13 @@ struct Context {
     /// alive or dead (the node lifecycle controller judges kubelets the same way).
     heartbeats: Mutex<HashMap<String, (Time, std::time::Instant)>>,
     /// The lifecycle stream followed for each ready sandbox, by sandbox key.
-    sandbox_followers: Mutex<HashMap<String, tokio::task::AbortHandle>>,
+    sandbox_followers: Followers<String>,
     /// The event stream followed for each live Session, with the uid it follows.
-    session_followers: Mutex<HashMap<ObjectRef<Session>, Follower>>,
+    session_followers: Followers<ObjectRef<Session>>,
     shutdown: CancellationToken,
 }
 
 /// A follower task and the uid of the object it follows.
-type Follower = (Option<String>, tokio::task::AbortHandle);
 
 /// Why a reconcile failed; kube-runtime retries it after a delay.
 #[derive(Debug, thiserror::Error)]
@@ -218,8 +218,8 @@ pub async fn run(
         session_trigger,
         pool_trigger,
         heartbeats: Mutex::new(HashMap::new()),
-        sandbox_followers: Mutex::new(HashMap::new()),
-        session_followers: Mutex::new(HashMap::new()),
+        sandbox_followers: Followers::default(),
+        session_followers: Followers::default(),
         shutdown: shutdown.clone(),
     });
 
@@ -612,8 +612,7 @@ impl Context {
                 _ => {}
             }
         }
-        let live =
-            !matches!(status.phase, Some(SessionPhase::Ended | SessionPhase::Failed | SessionPhase::Pending) | None);
+        let live = crate::follow::session_is_live(&status);
         let last = status.last_event_sequence;
         let key = ObjectRef::from_obj(session);
         if live {
@@ -627,36 +626,21 @@ impl Context {
     /// Follows a live session's events, so what happens in it (a turn ending, a
     /// question asked) is reflected in its status without waiting for a resync.
     fn follow_session(&self, key: ObjectRef<Session>, session: &Session, last: Option<u64>) {
-        let uid = session.metadata.uid.clone();
-        let mut followers = self.session_followers.lock().unwrap_or_else(|e| e.into_inner());
-        if followers.get(&key).is_some_and(|(u, handle)| *u == uid && !handle.is_finished()) {
-            return;
-        }
-        let Some((client, id)) = self.sessions.target(session) else { return };
         let (trigger, shutdown, k) = (self.session_trigger.clone(), self.shutdown.clone(), key.clone());
         let notify = move || {
             let (trigger, shutdown, k) = (trigger.clone(), shutdown.clone(), k.clone());
             async move { !shutdown.is_cancelled() && trigger.send(k).await.is_ok() }
         };
-        let task = tokio::spawn(crate::session::follow_events(client, id, last, notify));
-        if let Some((_, old)) = followers.insert(key, (uid, task.abort_handle())) {
-            old.abort();
-        }
+        self.session_followers.session(key, session, &self.sessions, last, notify);
     }
 
     fn stop_following(&self, key: &ObjectRef<Session>) {
-        if let Some((_, handle)) = self.session_followers.lock().unwrap_or_else(|e| e.into_inner()).remove(key) {
-            handle.abort();
-        }
+        self.session_followers.stop(key);
     }
 
     fn stop_followers(&self) {
-        for (_, handle) in self.session_followers.lock().unwrap_or_else(|e| e.into_inner()).drain() {
-            handle.1.abort();
-        }
-        for (_, handle) in self.sandbox_followers.lock().unwrap_or_else(|e| e.into_inner()).drain() {
-            handle.abort();
-        }
+        self.session_followers.stop_all();
+        self.sandbox_followers.stop_all();
     }
 }
 
@@ -739,7 +723,7 @@ async fn look_at_sandbox(sandbox: &Sandbox, ctx: &Context) -> Result<Action> {
     };
     if ready {
         if let Ok(handle) = ctx.sandboxes.get(&key) {
-            ctx.follow_sandbox(&key, &namespace, &name, handle.client.clone());
+            ctx.follow_sandbox(&key, &namespace, &name, Arc::clone(&handle.node));
         }
     } else {
         ctx.sandboxes.set_not_ready(&key, message.clone());
@@ -813,82 +797,35 @@ impl Context {
         requeue_placed_on(&self.session_store, &self.session_trigger, namespace, name, Session::placed_sandbox).await;
     }
 
-    fn follow_sandbox(&self, key: &str, namespace: &str, name: &str, client: Client) {
-        let mut followers = self.sandbox_followers.lock().unwrap_or_else(|e| e.into_inner());
-        if followers.get(key).is_some_and(|handle| !handle.is_finished()) {
-            return;
-        }
-        let follower = SandboxFollower {
-            namespace: namespace.to_string(),
-            name: name.to_string(),
-            client,
-            process_store: self.process_store.clone(),
-            trigger: self.process_trigger.clone(),
-            shutdown: self.shutdown.clone(),
-        };
-        let task = tokio::spawn(follower.run());
-        followers.insert(key.to_string(), task.abort_handle());
+    fn follow_sandbox(&self, key: &str, namespace: &str, name: &str, node: Arc<dyn NodeAgent>) {
+        let (store, trigger) = (self.process_store.clone(), self.process_trigger.clone());
+        let (namespace, name, shutdown) = (namespace.to_string(), name.to_string(), self.shutdown.clone());
+        self.sandbox_followers.follow(key.to_string(), None, move || {
+            Some(async move {
+                // Turns the node agent's lifecycle events into reconciles of the Processes
+                // they concern, so an exit is recorded (and a restart made) at once.
+                crate::follow::follow_lifecycle(node, shutdown, move |seen| {
+                    let (store, trigger, namespace, name) =
+                        (store.clone(), trigger.clone(), namespace.clone(), name.clone());
+                    async move {
+                        match seen {
+                            Seen::Everything => {
+                                requeue_placed_on(&store, &trigger, &namespace, &name, Process::placed_sandbox).await
+                            }
+                            Seen::Resource(key) if key.kind == Kind::Process => {
+                                trigger.send(ObjectRef::new(&key.name).within(&key.namespace)).await.is_ok()
+                            }
+                            Seen::Resource(_) => true,
+                        }
+                    }
+                })
+                .await
+            })
+        });
     }
 
     fn unfollow_sandbox(&self, key: &str) {
-        if let Some(handle) = self.sandbox_followers.lock().unwrap_or_else(|e| e.into_inner()).remove(key) {
-            handle.abort();
-        }
-    }
-}
-
-/// Turns a node agent's lifecycle events into reconciles of the Processes they
-/// concern, so an exit is recorded (and a restart made) at once.
-struct SandboxFollower {
-    namespace: String,
-    name: String,
-    client: Client,
-    process_store: Store<Process>,
-    trigger: mpsc::Sender<ObjectRef<Process>>,
-    shutdown: CancellationToken,
-}
-
-impl SandboxFollower {
-    async fn run(self) {
-        let mut last: Option<u64> = None;
-        let mut delay = Duration::from_millis(100);
-        while !self.shutdown.is_cancelled() {
-            if let Ok(mut events) = self.client.lifecycle_events(last).await {
-                delay = Duration::from_millis(100);
-                // What happened before this stream began is looked at now.
-                self.everything().await;
-                while let Some(Ok(message)) = events.next().await {
-                    if let Some(id) = message.id.as_deref().and_then(|id| id.parse().ok()) {
-                        last = Some(id);
-                    }
-                    if matches!(message.event.as_deref(), Some("gap" | "reset")) {
-                        self.everything().await;
-                        continue;
-                    }
-                    let Ok(event) = serde_json::from_str::<agentplane_node_agent::model::LifecycleEvent>(&message.data)
-                    else {
-                        continue;
-                    };
-                    if !matches!(event.kind, LifecycleEventType::ProcessExited | LifecycleEventType::ProcessDeleted) {
-                        continue;
-                    }
-                    let Some(key) = event.process.annotations.get(annotations::RESOURCE).and_then(|r| process_ref(r))
-                    else {
-                        continue;
-                    };
-                    if self.trigger.send(key).await.is_err() {
-                        return;
-                    }
-                }
-            }
-            tokio::time::sleep(delay).await;
-            delay = (delay * 2).min(Duration::from_secs(5));
-        }
-    }
-
-    async fn everything(&self) {
-        requeue_placed_on(&self.process_store, &self.trigger, &self.namespace, &self.name, Process::placed_sandbox)
-            .await;
+        self.sandbox_followers.stop(key);
     }
 }
 
@@ -916,12 +853,6 @@ where
         }
     }
     true
-}
-
-/// `Process/<namespace>/<name>` (the `agentplane.dev/resource` annotation).
-fn process_ref(value: &str) -> Option<ObjectRef<Process>> {
-    let key = value.parse::<agentplane_crds::Key>().ok().filter(|key| key.kind == agentplane_crds::Kind::Process)?;
-    Some(ObjectRef::new(&key.name).within(&key.namespace))
 }
 
 // ---------------------------------------------------------------------------------

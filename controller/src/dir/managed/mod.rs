@@ -372,7 +372,7 @@ impl Supervisor {
             match launched {
                 Ok(mut child) => {
                     let pid = child.id();
-                    let installer = self.sandboxes.local_client();
+                    let installer = self.sandboxes.local_node();
                     self.sandboxes.insert_with_installer(&self.name, client.clone(), installer);
                     info!(sandbox = %self.name, pid, endpoint = %endpoint, "sandbox ready");
                     self.update(|o| {

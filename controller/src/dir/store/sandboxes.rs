@@ -206,14 +206,11 @@ impl Inner {
         status.claimed_by = crate::dir::pools::claimed_by(&sandbox.metadata).map(str::to_string);
         let ready = observed.phase == agentplane_crds::SandboxPhase::Ready;
         if ready && let Ok(handle) = self.sandboxes.get(name) {
-            let mut followers = self.sandbox_followers.lock().unwrap_or_else(|e| e.into_inner());
-            if followers.get(name).is_none_or(|f| f.is_finished()) {
-                // It reconnects by itself across restarts of the node agent; aborted
-                // when the sandbox goes.
-                let task =
-                    tokio::spawn(follow_node_agent(Arc::clone(self), handle.client.clone(), CancellationToken::new()));
-                followers.insert(name.to_string(), task.abort_handle());
-            }
+            // It reconnects by itself across restarts of the node agent; stopped when
+            // the sandbox goes.
+            self.sandbox_followers.follow(name.to_string(), None, || {
+                Some(follow_node_agent(Arc::clone(self), Arc::clone(&handle.node), CancellationToken::new()))
+            });
         }
         conditions::set(&mut status.conditions, READY, ready, observed.reason, observed.message, generation);
         self.set_workspace_condition(&mut status, workspace.as_deref(), generation);

@@ -20,15 +20,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentplane_crds::{DesiredState, Process, ProcessPhase, ProcessStatus, RestartPolicy};
-use agentplane_node_agent::client::{Client, ClientError};
+use agentplane_node_agent::ProblemCode;
+use agentplane_node_agent::client::ClientError;
 use agentplane_node_agent::model::{
-    ConnectQuery, CreateProcessRequest, DeleteProcessQuery, ProcessInfo, ProcessStatus as NodeStatus, PtySize,
+    CreateProcessRequest, DeleteProcessQuery, ProcessInfo, ProcessStatus as NodeStatus, PtySize,
 };
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 use time::OffsetDateTime;
 
 use crate::conditions::{self, READY, Status};
+use crate::node_agent::NodeAgent;
 use crate::sandboxes::Sandboxes;
 use crate::{Error, Reconciled, Result, annotations};
 
@@ -149,7 +151,7 @@ fn resource_key(process: &Process) -> String {
 }
 
 fn not_found(e: &ClientError) -> bool {
-    e.problem_code() == Some("process_not_found")
+    e.code() == Some(ProblemCode::ProcessNotFound)
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -308,9 +310,9 @@ impl ProcessReconciler {
                 return step.done(Some(RETRY_START));
             }
         };
-        let client = &sandbox.client;
+        let client = sandbox.node.as_ref();
         let id = node_process_id(uid);
-        step.status.connect_url = spec.tty.map(|_| client.connect_url(&id, &ConnectQuery::default()).to_string());
+        step.status.connect_url = spec.tty.map(|_| client.connect_url(&id).to_string());
         let env = match input.env {
             Ok(env) => env,
             Err(problem) => {
@@ -475,7 +477,7 @@ impl ProcessReconciler {
     async fn start(
         &self,
         mut step: Step<'_>,
-        client: &Client,
+        client: &dyn NodeAgent,
         id: &str,
         hash: &str,
         env: BTreeMap<String, String>,
@@ -505,7 +507,7 @@ impl ProcessReconciler {
             Ok(info) => Ok(info),
             // Started by an earlier pass whose answer was lost: adopt it if it runs this
             // spec, else replace it.
-            Err(e) if e.problem_code() == Some("process_already_exists") => match client.get_process(id).await {
+            Err(e) if e.code() == Some(ProblemCode::ProcessAlreadyExists) => match client.get_process(id).await {
                 Ok(info) if info.annotations.get(annotations::SPEC_HASH).map(String::as_str) == Some(hash) => Ok(info),
                 Ok(_) => match client.delete_process(id, &self.stop_query(process, true)).await {
                     Ok(_) => client.create_process(&request).await,
@@ -528,7 +530,10 @@ impl ProcessReconciler {
                 step.done(Some(Duration::ZERO))
             }
             Err(e @ ClientError::Problem(_))
-                if matches!(e.problem_code(), Some("spawn_failed" | "invalid_request" | "limit_exceeded")) =>
+                if matches!(
+                    e.code(),
+                    Some(ProblemCode::SpawnFailed | ProblemCode::InvalidRequest | ProblemCode::LimitExceeded)
+                ) =>
             {
                 step.status.phase = Some(ProcessPhase::Failed);
                 step.status.pid = None;
@@ -553,7 +558,7 @@ impl ProcessReconciler {
             Err(Error::SandboxNotFound(_)) => return Ok(()),
             Err(e) => return Err(e),
         };
-        match sandbox.client.delete_process(&node_process_id(uid), &self.stop_query(process, true)).await {
+        match sandbox.node.delete_process(&node_process_id(uid), &self.stop_query(process, true)).await {
             Ok(_) => Ok(()),
             Err(e) if not_found(&e) => Ok(()),
             Err(source) => Err(Error::NodeAgent { sandbox: process.spec.sandbox.clone(), source }),
@@ -674,3 +679,6 @@ mod tests {
         assert_eq!(asked(""), spec_hash(&base, &env), "an empty value asks nothing");
     }
 }
+
+#[cfg(test)]
+mod scenarios;

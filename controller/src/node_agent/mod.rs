@@ -1,0 +1,148 @@
+//! The seam between the reconcile core and a node agent: every call the reconcilers and
+//! the stores' followers make, as a trait. The typed HTTP client is the one real
+//! implementation; the reconcilers' scenario tests put a fake of it here (see
+//! `fake`), so a rule of the Process or Session reconcile is proven in milliseconds,
+//! with no binary, no apiserver and no network.
+
+use std::fmt;
+
+use agentplane_node_agent::client::{Client, ClientError, SessionStreamItem, SseMessage};
+use agentplane_node_agent::model::{
+    ConnectQuery, CreateProcessRequest, CreateSessionRequest, DeleteProcessQuery, Health, InstallRequest,
+    InstallResult, ProcessInfo, PtySize, SessionInfo,
+};
+use agentplane_node_agent::universal::PermissionReply;
+use futures_util::future::BoxFuture;
+use futures_util::stream::BoxStream;
+use reqwest::Url;
+
+/// One call's answer.
+pub type Call<'a, T> = BoxFuture<'a, Result<T, ClientError>>;
+/// A stream a call opens (server-sent events).
+pub type Stream<T> = BoxStream<'static, Result<T, ClientError>>;
+
+/// What the controller asks of a node agent.
+pub trait NodeAgent: Send + Sync + fmt::Debug {
+    fn health(&self) -> Call<'_, Health>;
+
+    fn create_process<'a>(&'a self, request: &'a CreateProcessRequest) -> Call<'a, ProcessInfo>;
+    fn get_process<'a>(&'a self, id: &'a str) -> Call<'a, ProcessInfo>;
+    fn delete_process<'a>(&'a self, id: &'a str, query: &'a DeleteProcessQuery) -> Call<'a, ProcessInfo>;
+    fn resize<'a>(&'a self, id: &'a str, size: PtySize) -> Call<'a, ProcessInfo>;
+    /// Where a client attaches to a process's terminal (said in its status).
+    fn connect_url(&self, id: &str) -> Url;
+    /// The lifecycle events of processes (an exit is looked at at once).
+    fn lifecycle_events(&self, last_event_id: Option<u64>) -> Call<'_, Stream<SseMessage>>;
+
+    fn create_session<'a>(&'a self, id: &'a str, request: &'a CreateSessionRequest) -> Call<'a, SessionInfo>;
+    fn get_session<'a>(&'a self, id: &'a str) -> Call<'a, SessionInfo>;
+    fn end_session<'a>(&'a self, id: &'a str) -> Call<'a, SessionInfo>;
+    fn restart_session<'a>(&'a self, id: &'a str) -> Call<'a, SessionInfo>;
+    fn send_message<'a>(&'a self, id: &'a str, message: &'a str) -> Call<'a, SessionInfo>;
+    fn reply_permission<'a>(
+        &'a self,
+        id: &'a str,
+        permission_id: &'a str,
+        reply: PermissionReply,
+    ) -> Call<'a, SessionInfo>;
+    fn reply_question<'a>(
+        &'a self,
+        id: &'a str,
+        question_id: &'a str,
+        answers: Vec<Vec<String>>,
+    ) -> Call<'a, SessionInfo>;
+    fn reject_question<'a>(&'a self, id: &'a str, question_id: &'a str) -> Call<'a, SessionInfo>;
+    /// Where a session's events are followed (said in its status).
+    fn session_events_url(&self, id: &str) -> Url;
+    fn session_events(&self, id: &str, last_event_id: Option<u64>) -> Call<'_, Stream<SessionStreamItem>>;
+
+    fn install_agent<'a>(&'a self, agent: &'a str, request: &'a InstallRequest) -> Call<'a, InstallResult>;
+}
+
+impl NodeAgent for Client {
+    fn health(&self) -> Call<'_, Health> {
+        Box::pin(Client::health(self))
+    }
+
+    fn create_process<'a>(&'a self, request: &'a CreateProcessRequest) -> Call<'a, ProcessInfo> {
+        Box::pin(Client::create_process(self, request))
+    }
+
+    fn get_process<'a>(&'a self, id: &'a str) -> Call<'a, ProcessInfo> {
+        Box::pin(Client::get_process(self, id))
+    }
+
+    fn delete_process<'a>(&'a self, id: &'a str, query: &'a DeleteProcessQuery) -> Call<'a, ProcessInfo> {
+        Box::pin(Client::delete_process(self, id, query))
+    }
+
+    fn resize<'a>(&'a self, id: &'a str, size: PtySize) -> Call<'a, ProcessInfo> {
+        Box::pin(Client::resize(self, id, size))
+    }
+
+    fn connect_url(&self, id: &str) -> Url {
+        Client::connect_url(self, id, &ConnectQuery::default())
+    }
+
+    fn lifecycle_events(&self, last_event_id: Option<u64>) -> Call<'_, Stream<SseMessage>> {
+        Box::pin(Client::lifecycle_events(self, last_event_id))
+    }
+
+    fn create_session<'a>(&'a self, id: &'a str, request: &'a CreateSessionRequest) -> Call<'a, SessionInfo> {
+        Box::pin(Client::create_session(self, id, request))
+    }
+
+    fn get_session<'a>(&'a self, id: &'a str) -> Call<'a, SessionInfo> {
+        Box::pin(Client::get_session(self, id))
+    }
+
+    fn end_session<'a>(&'a self, id: &'a str) -> Call<'a, SessionInfo> {
+        Box::pin(Client::end_session(self, id))
+    }
+
+    fn restart_session<'a>(&'a self, id: &'a str) -> Call<'a, SessionInfo> {
+        Box::pin(Client::restart_session(self, id))
+    }
+
+    fn send_message<'a>(&'a self, id: &'a str, message: &'a str) -> Call<'a, SessionInfo> {
+        Box::pin(Client::send_message(self, id, message))
+    }
+
+    fn reply_permission<'a>(
+        &'a self,
+        id: &'a str,
+        permission_id: &'a str,
+        reply: PermissionReply,
+    ) -> Call<'a, SessionInfo> {
+        Box::pin(Client::reply_permission(self, id, permission_id, reply))
+    }
+
+    fn reply_question<'a>(
+        &'a self,
+        id: &'a str,
+        question_id: &'a str,
+        answers: Vec<Vec<String>>,
+    ) -> Call<'a, SessionInfo> {
+        Box::pin(Client::reply_question(self, id, question_id, answers))
+    }
+
+    fn reject_question<'a>(&'a self, id: &'a str, question_id: &'a str) -> Call<'a, SessionInfo> {
+        Box::pin(Client::reject_question(self, id, question_id))
+    }
+
+    fn session_events_url(&self, id: &str) -> Url {
+        self.url(&["sessions", id, "events", "sse"])
+    }
+
+    fn session_events(&self, id: &str, last_event_id: Option<u64>) -> Call<'_, Stream<SessionStreamItem>> {
+        let id = id.to_string();
+        Box::pin(async move { Client::session_events_sse(self, &id, None, last_event_id).await })
+    }
+
+    fn install_agent<'a>(&'a self, agent: &'a str, request: &'a InstallRequest) -> Call<'a, InstallResult> {
+        Box::pin(Client::install_agent(self, agent, request))
+    }
+}
+
+#[cfg(test)]
+pub mod fake;
