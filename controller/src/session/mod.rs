@@ -733,3 +733,6 @@ mod tests {
         assert!(spreads.len() > 10, "{spreads:?}");
     }
 }
+
+#[cfg(test)]
+mod scenarios;

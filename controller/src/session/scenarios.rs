@@ -1,0 +1,138 @@
+//! Scenarios of the Session reconcile against a fake node agent (see
+//! `node_agent::fake`): messages and replies delivered exactly once, also across a
+//! controller restart (a new reconciler that knows only the written status), and a
+//! reply never given to a request it was not written for.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use agentplane_crds::{Session, SessionPhase};
+
+use super::{SessionInput, SessionReconciler, node_session_id};
+use crate::node_agent::NodeAgent;
+use crate::node_agent::fake::FakeNodeAgent;
+use crate::sandboxes::Sandboxes;
+
+const UID: &str = "7f1e2d3c-aaaa-4bbb-8ccc-ddddeeeeffff";
+
+struct Scene {
+    fake: Arc<FakeNodeAgent>,
+    sandboxes: Arc<Sandboxes>,
+    reconciler: SessionReconciler,
+    session: Session,
+}
+
+impl Scene {
+    fn new(spec: &str) -> Scene {
+        let fake = FakeNodeAgent::new();
+        let sandboxes = Arc::new(Sandboxes::new());
+        sandboxes.insert_node("local", Arc::clone(&fake) as Arc<dyn NodeAgent>, None);
+        let yaml = format!(
+            "apiVersion: agentplane.dev/v1alpha1\nkind: Session\nmetadata: {{name: chat, namespace: default, uid: {UID}, generation: 1}}\nspec: {spec}\n"
+        );
+        let reconciler = SessionReconciler::new(Arc::clone(&sandboxes));
+        Scene { fake, sandboxes, reconciler, session: serde_yaml_ng::from_str(&yaml).unwrap() }
+    }
+
+    async fn pass(&mut self) {
+        let input = SessionInput {
+            session: &self.session,
+            env: Ok(BTreeMap::new()),
+            spec_problem: None,
+            git_credentials: Ok(None),
+            mcp_servers: Ok(Vec::new()),
+        };
+        let reconciled = self.reconciler.reconcile(input).await;
+        self.session.status = Some(reconciled.status);
+    }
+
+    /// The controller restarts: a new reconciler, knowing only the written status.
+    fn restart_controller(&mut self) {
+        self.reconciler = SessionReconciler::new(Arc::clone(&self.sandboxes));
+    }
+
+    fn id(&self) -> String {
+        node_session_id(UID)
+    }
+
+    fn declare(&mut self, yaml: &str) {
+        self.session.spec = serde_yaml_ng::from_str(yaml).unwrap();
+        self.session.metadata.generation = self.session.metadata.generation.map(|g| g + 1);
+    }
+}
+
+#[tokio::test]
+async fn each_message_is_delivered_once_in_order_also_across_a_controller_restart() {
+    let mut scene = Scene::new("{agent: mock, messages: [one, two]}");
+    scene.pass().await;
+    assert_eq!(scene.fake.count("create_session"), 1);
+    assert_eq!(scene.fake.messages(&scene.id()), ["one", "two"]);
+    scene.fake.finish_turn(&scene.id());
+    scene.pass().await;
+    assert_eq!(scene.session.status.as_ref().unwrap().delivered_messages, 2);
+
+    scene.restart_controller();
+    scene.fake.take_calls();
+    scene.pass().await;
+    scene.pass().await;
+    assert_eq!(scene.fake.count("send_message"), 0, "nothing sent again: {:?}", scene.fake.take_calls());
+    assert_eq!(scene.fake.count("create_session"), 0, "the session found, not made again");
+
+    scene.declare("{agent: mock, messages: [one, two, three]}");
+    scene.pass().await;
+    scene.restart_controller();
+    scene.pass().await;
+    assert_eq!(scene.fake.messages(&scene.id()), ["one", "two", "three"]);
+}
+
+#[tokio::test]
+async fn a_reply_is_given_once_to_the_request_it_names_also_across_a_controller_restart() {
+    let mut scene = Scene::new("{agent: mock, messages: [go]}");
+    scene.pass().await;
+    scene.fake.ask_permission(&scene.id(), "perm-1");
+    scene.pass().await;
+    let status = scene.session.status.clone().unwrap();
+    assert_eq!(status.phase, Some(SessionPhase::AwaitingInput));
+    assert_eq!(status.pending_permissions.iter().map(|p| p.id.as_str()).collect::<Vec<_>>(), ["perm-1"]);
+
+    scene.declare("{agent: mock, messages: [go], replies: [{id: perm-1, decision: once}]}");
+    scene.pass().await;
+    assert_eq!(scene.fake.replies(&scene.id()), [("perm-1".to_string(), "Once".to_string())]);
+    assert_eq!(scene.session.status.as_ref().unwrap().answered_replies, ["perm-1"]);
+
+    scene.restart_controller();
+    scene.pass().await;
+    scene.pass().await;
+    assert_eq!(scene.fake.count("reply_permission"), 1, "answered once: {:?}", scene.fake.take_calls());
+}
+
+#[tokio::test]
+async fn a_reply_for_a_request_never_asked_is_refused_for_good_and_never_answers_a_later_one() {
+    let mut scene = Scene::new("{agent: mock, messages: [go], replies: [{id: q-9, answers: [[a]]}]}");
+    scene.pass().await;
+    assert_eq!(scene.session.status.as_ref().unwrap().refused_replies, ["q-9"]);
+    // A question that arrives later under that id is not answered by it.
+    scene.fake.ask_question(&scene.id(), "q-9");
+    scene.pass().await;
+    scene.restart_controller();
+    scene.pass().await;
+    assert!(scene.fake.replies(&scene.id()).is_empty(), "{:?}", scene.fake.replies(&scene.id()));
+    let status = scene.session.status.clone().unwrap();
+    assert_eq!(status.phase, Some(SessionPhase::AwaitingInput));
+    assert_eq!(status.pending_questions.len(), 1);
+}
+
+#[tokio::test]
+async fn an_ended_session_is_ended_on_its_node_agent_once_and_cleanup_tolerates_it_gone() {
+    let mut scene = Scene::new("{agent: mock, messages: [go]}");
+    scene.pass().await;
+    scene.declare("{agent: mock, messages: [go], ended: true}");
+    scene.pass().await;
+    scene.pass().await;
+    assert_eq!(scene.session.status.as_ref().unwrap().phase, Some(SessionPhase::Ended));
+    assert_eq!(scene.fake.count("end_session"), 1);
+    scene.reconciler.cleanup(&scene.session).await.unwrap();
+    // Unreachable: not done, so the store keeps trying.
+    scene.fake.set_unreachable(true);
+    assert!(scene.reconciler.cleanup(&scene.session).await.is_err());
+}
