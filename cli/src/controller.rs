@@ -93,7 +93,7 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
     watch_stop_signals(shutdown.clone())?;
     let metrics = Metrics::new();
-    let bound = agentplane_controller::kube::metrics::serve(
+    let bound = agentplane_controller::metrics::serve(
         metrics.clone(),
         Some(args.metrics_listen),
         Some(args.health_listen),

@@ -4,7 +4,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use agentplane_controller::register::{self, Registration};
+use agentplane_controller::kube::register::{self, Registration};
 use agentplane_crds::SecretKeySelector;
 use agentplane_node_agent::{Config, Limits, Server};
 use anyhow::{Context, bail};
@@ -166,7 +166,7 @@ pub async fn main(mut args: NodeAgentArgs) -> anyhow::Result<i32> {
     }
 }
 
-/// Registration as a Sandbox in a Kubernetes cluster (see `agentplane_controller::register`).
+/// Registration as a Sandbox in a Kubernetes cluster (see `agentplane_controller::kube::register`).
 #[derive(Args, Debug)]
 #[command(next_help_heading = "Registration in a cluster")]
 pub struct RegisterArgs {
@@ -273,7 +273,7 @@ fn warn_about_token(registration: &Registration, serves_with_token: bool) {
 /// Registration beside the server: the token stops it, the handle says how it ended.
 struct Registering {
     stop: CancellationToken,
-    task: JoinHandle<agentplane_controller::Result<()>>,
+    task: JoinHandle<agentplane_controller::kube::error::Result<()>>,
 }
 
 impl Registering {

@@ -105,7 +105,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     };
     let mut server = Server::bind_with(config, sessions, shutdown.clone()).await?;
     // One scrape for both halves of `up`: the controller's registry after the node agent's.
-    let controller_metrics = agentplane_controller::kube::Metrics::new();
+    let controller_metrics = agentplane_controller::metrics::Metrics::new();
     // This process holds the folder's lock, as a controller replica holds the Lease.
     controller_metrics.leader.set(1);
     store_config.metrics = controller_metrics.clone();

@@ -14,8 +14,6 @@ pub enum Error {
     SandboxNotFound(String),
     #[error("sandbox {sandbox:?} is not ready: {why}")]
     SandboxNotReady { sandbox: String, why: String },
-    #[error("Kubernetes API: {0}")]
-    Kube(#[from] kube::Error),
     #[error("{context}: {source}")]
     Io {
         context: String,
@@ -35,7 +33,6 @@ impl Error {
             Error::NodeAgent { .. } => "NodeAgentUnreachable",
             Error::SandboxNotFound(_) => "SandboxNotFound",
             Error::SandboxNotReady { .. } => "SandboxNotReady",
-            Error::Kube(_) => "KubernetesApiError",
             Error::Io { .. } | Error::Config(_) | Error::AlreadyRunning(_) => "Error",
         }
     }

@@ -14,6 +14,30 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::{Error, Result};
 
+/// What an external Sandbox's node agent answers when asked how it is (both stores ask
+/// a Sandbox that nothing registers): whether it is ready, why, and what it says of
+/// itself, cut to what a status holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Asked {
+    pub ready: bool,
+    pub reason: &'static str,
+    pub message: String,
+    pub version: Option<String>,
+}
+
+/// Asks `node` how it is.
+pub async fn ask(node: &dyn NodeAgent) -> Asked {
+    match node.health().await {
+        Ok(health) => Asked {
+            ready: true,
+            reason: "Healthy",
+            message: "the node agent answers".into(),
+            version: Some(crate::conditions::cut(health.version, 64)),
+        },
+        Err(e) => Asked { ready: false, reason: "Unreachable", message: e.to_string(), version: None },
+    }
+}
+
 /// Why a resource naming `sandboxTemplate` waits. Both stores place such a resource
 /// on a sandbox of its own before the reconcile core sees it (its snapshot then names
 /// that sandbox and no template); one still naming a template was not placed (no such
@@ -106,5 +130,38 @@ impl Sandboxes {
 
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<String, Entry>> {
         self.by_key.write().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::node_agent::fake::FakeNodeAgent;
+
+    #[tokio::test]
+    async fn an_external_node_agent_is_ready_while_it_answers_and_says_why_not_when_it_does_not() {
+        let fake = FakeNodeAgent::new();
+        assert_eq!(
+            ask(fake.as_ref()).await,
+            Asked {
+                ready: true,
+                reason: "Healthy",
+                message: "the node agent answers".into(),
+                version: Some("fake".into())
+            }
+        );
+        fake.set_unreachable(true);
+        let asked = ask(fake.as_ref()).await;
+        assert_eq!((asked.ready, asked.reason, asked.version), (false, "Unreachable", None));
+        assert!(asked.message.contains("unreachable"), "{}", asked.message);
+        // A sandbox known by name answers with its node agent, or with why not.
+        let sandboxes = Sandboxes::new();
+        sandboxes.insert_node("box", fake.clone(), None);
+        assert_eq!(sandboxes.get("box").unwrap().name, "box");
+        sandboxes.set_not_ready("box", "its heartbeat is late");
+        assert!(
+            matches!(sandboxes.get("box"), Err(Error::SandboxNotReady { why, .. }) if why == "its heartbeat is late")
+        );
+        assert!(matches!(sandboxes.get("other"), Err(Error::SandboxNotFound(_))));
     }
 }

@@ -92,7 +92,7 @@ pub struct DirStoreConfig {
     pub backoff: Backoff,
     /// Where reconciles and status writes are counted (`agentplane up` serves them
     /// with the node agent's metrics).
-    pub metrics: crate::kube::Metrics,
+    pub metrics: crate::metrics::Metrics,
     /// How managed Sandboxes (no `endpoint`) are started; without it they are not.
     pub launch: Option<super::managed::LaunchConfig>,
 }
@@ -106,7 +106,7 @@ impl DirStoreConfig {
             workers: 32,
             resync: Duration::from_secs(30),
             backoff: Backoff::default(),
-            metrics: crate::kube::Metrics::new(),
+            metrics: crate::metrics::Metrics::new(),
             launch: None,
         }
     }
@@ -941,7 +941,7 @@ impl Inner {
             },
             None => None,
         };
-        crate::kube::Metrics::count(&self.config.metrics.reconciles, key.kind.as_str());
+        crate::metrics::Metrics::count(&self.config.metrics.reconciles, key.kind.as_str());
         match object {
             Object::Process(process) => {
                 if process.metadata.deletion_timestamp.is_some() {
@@ -1291,7 +1291,7 @@ impl Inner {
             }
             match this.state.write(&entry.object) {
                 Ok(()) => {
-                    crate::kube::Metrics::count(&this.config.metrics.status_writes, key.kind.as_str());
+                    crate::metrics::Metrics::count(&this.config.metrics.status_writes, key.kind.as_str());
                     if index.unrecorded.remove(&key).is_some() {
                         // The next rescan writes the file errors without it.
                         let _ = this.wake.try_send(());

@@ -29,10 +29,10 @@ use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use tracing::{debug, info};
 
+use super::error::{Error, Result};
 use super::pods::{self, Made};
 use super::{Context, FIELD_MANAGER};
 use crate::conditions::{self, READY};
-use crate::{Error, Result};
 
 /// The finalizer that removes a managed Sandbox's Pod, Secret and NetworkPolicy before
 /// it goes (owner references would, but only where a garbage collector runs).

@@ -23,10 +23,11 @@
 //!   it (`pools`); pools are reconciled beside the other kinds.
 
 mod env;
+pub mod error;
 mod managed;
-pub mod metrics;
 pub mod pods;
 mod pools;
+pub mod register;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -59,10 +60,11 @@ use crate::conditions::{self, READY};
 use crate::process::{ProcessInput, ProcessReconciler};
 use crate::sandboxes::Sandboxes;
 use crate::session::{SessionInput, SessionReconciler};
-use crate::{Error, Result};
+use error::{Error, Result};
 
+pub use crate::metrics::Metrics;
+pub use error::Error as StoreError;
 pub use managed::SANDBOX_FINALIZER;
-pub use metrics::Metrics;
 
 /// The field manager of every status the controller writes.
 pub const FIELD_MANAGER: &str = "agentplane-controller";
@@ -712,13 +714,13 @@ async fn look_at_sandbox(sandbox: &Sandbox, ctx: &Context) -> Result<Action> {
                 }
             }
             // Nobody registers this Sandbox: ask its endpoint.
-            None => match client.health().await {
-                Ok(_) => {
+            None => {
+                let asked = crate::sandboxes::ask(&client).await;
+                if asked.ready {
                     ctx.sandboxes.insert(&key, client.clone());
-                    (true, "Healthy", "the node agent answers".to_string(), Some(Duration::from_secs(10)))
                 }
-                Err(e) => (false, "Unreachable", e.to_string(), Some(Duration::from_secs(10))),
-            },
+                (asked.ready, asked.reason, asked.message, Some(Duration::from_secs(10)))
+            }
         },
     };
     if ready {

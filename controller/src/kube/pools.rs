@@ -36,10 +36,10 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use tracing::{debug, info, warn};
 
+use super::error::{Error, Result};
 use super::{Context, FIELD_MANAGER, FINALIZER, Metrics, ReconcileError, store_ready};
 use crate::conditions::{self, READY};
 use crate::templates::{self, CLAIMED_UID, POOL, TEMPLATE};
-use crate::{Error, Result};
 
 /// Looks at a pool again after this without news (member changes come sooner).
 const POOL_RESYNC: Duration = Duration::from_secs(30);

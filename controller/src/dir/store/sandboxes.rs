@@ -280,20 +280,16 @@ impl Inner {
                 return status;
             }
         };
-        match client.health().await {
-            Ok(health) => {
-                status.node_agent_version = Some(conditions::cut(health.version, 64));
-                status.last_heartbeat = Some(Time(
-                    conditions::now().0.round(k8s_openapi::jiff::Unit::Second).unwrap_or(conditions::now().0),
-                ));
-                conditions::set(&mut status.conditions, READY, true, "Healthy", "the node agent answers", generation);
-                self.sandboxes.insert(name, client);
-            }
-            Err(e) => {
-                conditions::set(&mut status.conditions, READY, false, "Unreachable", e.to_string(), generation);
-                self.sandboxes.remove(name);
-            }
+        let asked = crate::sandboxes::ask(&client).await;
+        if asked.ready {
+            status.node_agent_version = asked.version;
+            status.last_heartbeat =
+                Some(Time(conditions::now().0.round(k8s_openapi::jiff::Unit::Second).unwrap_or(conditions::now().0)));
+            self.sandboxes.insert(name, client);
+        } else {
+            self.sandboxes.remove(name);
         }
+        conditions::set(&mut status.conditions, READY, asked.ready, asked.reason, asked.message, generation);
         status
     }
 }

@@ -25,7 +25,7 @@ use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use crate::{Error, Result};
+use super::error::{Error, Result};
 
 /// The field manager of everything the node agent writes on its Sandbox.
 pub const FIELD_MANAGER: &str = "agentplane-node-agent";
