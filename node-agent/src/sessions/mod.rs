@@ -29,7 +29,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::agents::{AgentHost, AgentId, DriverConfig, agent_from_request};
+use crate::agents::{AgentHost, AgentId, DriverConfig, Launch, agent_from_request};
 use crate::driver::{AgentDriver, Interrupted, QuestionAnswer, TurnContext, TurnInput, TurnOutcome, TurnPort};
 use crate::error::{Error, Result};
 use crate::metrics::{AgentLabel, Metrics};
@@ -1009,24 +1009,33 @@ async fn run(session: Arc<Session>, host: Arc<AgentHost>, shutdown: Cancellation
         session.fail(error.to_string(), Some(error.code().to_string())).await;
         return;
     }
-    if session.agent.package().is_some() {
-        // Installed first, so that a session says it is installing (and a failed
-        // install says why) before its driver starts.
-        let installing = session.set_state_while_starting(SessionState::Installing).await;
-        let installed = tokio::select! {
-            installed = config.host.installer.ensure(session.agent, config.agent_version.as_deref()) => installed,
-            () = shutdown.cancelled() => return,
-        };
-        if let Err(error) = installed {
-            tracing::warn!(session = %session.id, label = ?session.label, %error, "the agent could not be installed");
-            session.fail(error.to_string(), Some(error.code().to_string())).await;
-            return;
+    // Installed here, once, before the driver starts, so that a session says it is
+    // installing (and a failed install says why); the driver runs what was installed.
+    let installed = match session.agent.package() {
+        Some(_) => {
+            let installing = session.set_state_while_starting(SessionState::Installing).await;
+            let installed = tokio::select! {
+                installed = config.host.installer.ensure(session.agent, config.agent_version.as_deref()) => installed,
+                () = shutdown.cancelled() => return,
+            };
+            match installed {
+                Ok(installed) => {
+                    if installing {
+                        session.set_state_while_starting(SessionState::Starting).await;
+                    }
+                    Some(installed)
+                }
+                Err(error) => {
+                    tracing::warn!(session = %session.id, label = ?session.label, %error, "the agent could not be installed");
+                    session.fail(error.to_string(), Some(error.code().to_string())).await;
+                    return;
+                }
+            }
         }
-        if installing {
-            session.set_state_while_starting(SessionState::Starting).await;
-        }
-    }
-    let mut driver = match session.agent.start(&config, saved).await {
+        None => None,
+    };
+    let launch = Launch { config: &config, installed, saved };
+    let mut driver = match session.agent.agent().launch(launch).await {
         Ok(driver) => driver,
         Err(error) => {
             tracing::warn!(session = %session.id, label = ?session.label, %error, "the agent did not start");
@@ -1240,7 +1249,7 @@ impl SessionManager {
             agent: agent.as_str().to_string(),
             agent_version: match agent.package() {
                 Some(package) => Some(request.agent_version.unwrap_or_else(|| package.default_version.to_string())),
-                None => agent.capabilities_version(),
+                None => agent.agent().builtin_version().map(str::to_string),
             },
             agent_mode: request.agent_mode,
             permission_mode: request.permission_mode.unwrap_or_default(),
