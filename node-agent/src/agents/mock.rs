@@ -212,11 +212,8 @@ impl MockDriver {
                 }
                 Step::Unparsed => {
                     let raw = format!("~mock~ native line of turn {n} that no converter understands");
-                    ctx.emit_raw(
-                        EventData::AgentUnparsed { reason: Some("not a line of the mock's protocol".into()) },
-                        Some(raw),
-                    )
-                    .await?;
+                    let reason = Some("not a line of the mock's protocol".into());
+                    ctx.line(&raw).emit(EventData::AgentUnparsed { reason }).await?;
                 }
                 Step::Permission => self.tool_call(ctx, turn, &mut progress).await?,
                 Step::Question => {
@@ -231,7 +228,7 @@ impl MockDriver {
                             options: vec!["yes".into(), "no".into()],
                             multi_select: false,
                         };
-                        ctx.ask_question(QuestionRequest { id: id.clone(), questions: vec![question] }, None).await?;
+                        ctx.ask_question(QuestionRequest { id: id.clone(), questions: vec![question] }).await?;
                     }
                     let note = match ctx.wait_question(&id).await? {
                         QuestionAnswer::Answered(answers) => {
@@ -304,7 +301,7 @@ impl MockDriver {
                     options: vec![PermissionReply::Once, PermissionReply::Always, PermissionReply::Reject],
                     item_id: Some(call_id.clone()),
                 };
-                ctx.request_permission(request, None).await?;
+                ctx.request_permission(request).await?;
                 ctx.wait_permission(&permission_id).await?
             }
         };

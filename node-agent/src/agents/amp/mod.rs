@@ -218,7 +218,7 @@ impl AmpDriver {
     }
 
     async fn emit_line(&mut self, ctx: &TurnContext, line: &str) -> Result<(), Interrupted> {
-        ctx.emit_converted(&mut self.converter, line).await
+        ctx.report(&mut self.converter, line).await
     }
 
     async fn fail(&mut self, ctx: &TurnContext, error: Error) -> Result<TurnOutcome, Interrupted> {

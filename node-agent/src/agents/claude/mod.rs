@@ -307,9 +307,7 @@ impl ClaudeDriver {
                 self.control_request(ctx, &line, &value, &mut carried).await?;
                 continue;
             }
-            for (n, event) in self.converter.convert(&line).into_iter().enumerate() {
-                ctx.emit_raw(event, (n == 0).then(|| line.clone())).await?;
-            }
+            ctx.report(&mut self.converter, &line).await?;
             if kind == "result" {
                 let is_error = value.get("is_error").and_then(Value::as_bool).unwrap_or(false);
                 if !is_error {
@@ -391,9 +389,7 @@ impl ClaudeDriver {
         let request_id = value.get("request_id").and_then(Value::as_str).unwrap_or_default().to_string();
         let request = value.get("request").cloned().unwrap_or(Value::Null);
         if request.get("subtype").and_then(Value::as_str) != Some("can_use_tool") {
-            for event in self.converter.convert(line) {
-                ctx.emit_raw(event, Some(line.to_string())).await?;
-            }
+            ctx.report(&mut self.converter, line).await?;
             let subtype = request.get("subtype").and_then(Value::as_str).unwrap_or("?");
             let error = format!("the node agent does not answer {subtype} requests");
             return self.respond(json!({"subtype": "error", "request_id": request_id, "error": error})).await;
@@ -405,7 +401,7 @@ impl ClaudeDriver {
         let decision = match events.pop() {
             Some(EventData::QuestionRequested(question)) => {
                 let qid = question.id.clone();
-                ctx.ask_question(question, Some(line)).await?;
+                ctx.line(line).ask_question(question).await?;
                 let answer = ctx.wait_question(&qid).await?;
                 answer_question(&tool, &input, answer)
             }
@@ -420,11 +416,7 @@ impl ClaudeDriver {
                 let reply = match preset {
                     Some(reply) => {
                         let text = format!("{tool} allowed without asking: the user chose {reply:?} before");
-                        ctx.emit_raw(
-                            super::convert::status(format!("{request_id}-auto"), text),
-                            Some(line.to_string()),
-                        )
-                        .await?;
+                        ctx.line(line).emit(super::convert::status(format!("{request_id}-auto"), text)).await?;
                         reply
                     }
                     None => {
@@ -435,7 +427,7 @@ impl ClaudeDriver {
                         });
                         self.save(ctx);
                         let pid = permission.id.clone();
-                        ctx.request_permission(permission, Some(line)).await?;
+                        ctx.line(line).request_permission(permission).await?;
                         let reply = ctx.wait_permission(&pid).await?;
                         self.state.pending = None;
                         reply

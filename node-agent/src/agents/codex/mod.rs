@@ -331,13 +331,8 @@ impl CodexDriver {
     /// Reports a native line as the events it converts to. Codex echoes the user's
     /// message as an item; the session manager has reported that message already.
     async fn report(ctx: &TurnContext, converter: &mut Converter, line: &str) -> Result<(), Interrupted> {
-        for event in converter.convert(line) {
-            let users = matches!(&event, EventData::ItemStarted { item } | EventData::ItemCompleted { item } if item.role == Some(Role::User));
-            if !users {
-                ctx.emit_raw(event, Some(line.to_string())).await?;
-            }
-        }
-        Ok(())
+        let users = |event: &EventData| matches!(event, EventData::ItemStarted { item } | EventData::ItemCompleted { item } if item.role == Some(Role::User));
+        ctx.line(line).emit_all(converter.convert(line).into_iter().filter(|event| !users(event))).await
     }
 
     /// Reports what the app-server said while it started, in the order it said it.
@@ -487,7 +482,7 @@ impl CodexDriver {
                 let pid = request.id.clone();
                 self.state.waiting = Some(Waiting::Permission(pid.clone()));
                 self.save(ctx);
-                ctx.request_permission(request, Some(line)).await?;
+                ctx.line(line).request_permission(request).await?;
                 let reply = ctx.wait_permission(&pid).await?;
                 self.state.waiting = None;
                 reply
@@ -502,7 +497,7 @@ impl CodexDriver {
             let qid = request.id.clone();
             self.state.waiting = Some(Waiting::Question(qid.clone()));
             self.save(ctx);
-            ctx.ask_question(request, Some(line)).await?;
+            ctx.line(line).ask_question(request).await?;
             let answer = ctx.wait_question(&qid).await?;
             self.state.waiting = None;
             let answers = match answer {

@@ -368,7 +368,7 @@ impl GeminiDriver {
         loop {
             let line = acp.next_line(SILENCE, "running a turn").await?;
             let Ok(native) = serde_json::from_str::<Value>(&line) else {
-                emit_all(ctx, self.converter.convert(&line), &line).await?;
+                ctx.report(&mut self.converter, &line).await?;
                 continue;
             };
             let method = native.get("method").and_then(Value::as_str);
@@ -382,9 +382,9 @@ impl GeminiDriver {
                         match event {
                             EventData::PermissionRequested(request) => {
                                 asked = Some(request.id.clone());
-                                ctx.request_permission(request, Some(&line)).await?;
+                                ctx.line(&line).request_permission(request).await?;
                             }
-                            other => ctx.emit_raw(other, Some(line.clone())).await?,
+                            other => ctx.line(&line).emit(other).await?,
                         }
                     }
                     let Some(permission_id) = asked else {
@@ -408,7 +408,7 @@ impl GeminiDriver {
                 }
                 (Some(other), Some(request_id)) => {
                     // A client method this driver did not offer in `initialize`.
-                    emit_all(ctx, self.converter.convert(&line), &line).await?;
+                    ctx.report(&mut self.converter, &line).await?;
                     let error = json!({"code": -32601, "message": format!("{other} is not offered by this client")});
                     acp.child.send(&json!({"jsonrpc": "2.0", "id": request_id, "error": error})).await?;
                 }
@@ -420,8 +420,7 @@ impl GeminiDriver {
                     tracing::debug!(agent = "gemini", "skipped: {line}");
                 }
                 _ => {
-                    let events = self.converter.convert(&line);
-                    emit_all(ctx, events, &line).await?;
+                    ctx.report(&mut self.converter, &line).await?;
                     if native.get("id").and_then(Value::as_u64) == Some(prompt_id) && method.is_none() {
                         return Ok(outcome_of(&native).with_usage(self.converter.take_usage()));
                     }
@@ -458,13 +457,6 @@ impl From<Error> for TurnError {
     fn from(error: Error) -> Self {
         TurnError::Agent(error)
     }
-}
-
-async fn emit_all(ctx: &TurnContext, events: Vec<EventData>, line: &str) -> Result<(), Interrupted> {
-    for event in events {
-        ctx.emit_raw(event, Some(line.to_string())).await?;
-    }
-    Ok(())
 }
 
 /// Reports what went wrong with the CLI as an `error` event, and fails the turn.

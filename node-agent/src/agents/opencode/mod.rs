@@ -618,7 +618,7 @@ impl OpencodeDriver {
                                     None => {
                                         self.pending.push(Pending { id: opencode_id.clone(), tool: request.tool.clone(), input: request.input.clone() });
                                         self.save(ctx);
-                                        ctx.request_permission(request, Some(&line)).await?;
+                                        ctx.line(&line).request_permission(request).await?;
                                         opencode_id.clone()
                                     }
                                 };
@@ -632,18 +632,18 @@ impl OpencodeDriver {
                             }
                             EventData::QuestionRequested(request) => {
                                 let id = request.id.clone();
-                                ctx.ask_question(request, Some(&line)).await?;
+                                ctx.line(&line).ask_question(request).await?;
                                 replies.push(async move { Answer::Question(id.clone(), ctx.wait_question(&id).await) }.boxed());
                             }
                             // The node agent announced the client's reply already: this is OpenCode applying it.
                             EventData::PermissionResolved { id, .. } | EventData::QuestionResolved { id, .. } => {
-                                ctx.emit_raw(applied(&line, &id), Some(line.clone())).await?;
+                                ctx.line(&line).emit(applied(&line, &id)).await?;
                             }
                             EventData::Error { message, code } => {
                                 failure = Some(message.clone());
-                                ctx.emit_raw(EventData::Error { message, code }, Some(line.clone())).await?;
+                                ctx.line(&line).emit(EventData::Error { message, code }).await?;
                             }
-                            event => ctx.emit_raw(event, Some(line.clone())).await?,
+                            event => ctx.line(&line).emit(event).await?,
                         }
                     }
                     if idle {

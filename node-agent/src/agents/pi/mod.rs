@@ -312,7 +312,7 @@ impl PiDriver {
     }
 
     async fn emit_line(&mut self, ctx: &TurnContext, line: &str) -> Result<(), Interrupted> {
-        ctx.emit_converted(&mut self.converter, line).await
+        ctx.report(&mut self.converter, line).await
     }
 
     /// Reports an error that fails the turn.
