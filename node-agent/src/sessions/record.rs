@@ -671,3 +671,157 @@ pub(super) enum RequestOpened {
     /// The session has ended: nothing is opened.
     Ended,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::universal::{EventType, Question};
+
+    /// A mock session whose driver is up.
+    fn started() -> SessionRecord {
+        let request = CreateSessionRequest { agent: "mock".into(), ..Default::default() };
+        let mut record = SessionRecord::new("s1", AgentId::Mock, request, None);
+        assert_eq!(record.state, SessionState::Starting);
+        assert!(record.started(Some("mock-1".into()), false, &mut Batch::default()));
+        assert_eq!(record.state, SessionState::Idle);
+        record
+    }
+
+    fn kinds(batch: &Batch) -> Vec<EventType> {
+        batch.drafts().iter().map(|d| d.data.kind()).collect()
+    }
+
+    fn permission(id: &str) -> OpenedRequest {
+        OpenedRequest::Permission(PermissionRequest {
+            id: id.into(),
+            tool: "bash".into(),
+            input: serde_json::json!({"command": "true"}),
+            options: vec![PermissionReply::Once, PermissionReply::Reject],
+            item_id: None,
+        })
+    }
+
+    fn question(id: &str) -> OpenedRequest {
+        let question =
+            Question { question: "go on?".into(), header: None, options: vec!["yes".into()], multi_select: false };
+        OpenedRequest::Question(QuestionRequest { id: id.into(), questions: vec![question] })
+    }
+
+    /// A turn under way that waits for a permission (`perm-1`, the driver's `p`) and
+    /// a question (`q-1`, the driver's `q`).
+    fn waiting() -> (SessionRecord, TurnInput) {
+        let mut record = started();
+        record.queue_message("hello".into(), 10).unwrap();
+        assert_eq!(record.state, SessionState::Running);
+        let turn = record.begin_turn(&mut Batch::default()).unwrap();
+        let mut batch = Batch::default();
+        assert_eq!(record.open_request(permission("p"), "perm-1", Some("native"), &mut batch), RequestOpened::Opened);
+        assert_eq!(record.open_request(question("q"), "q-1", None, &mut batch), RequestOpened::Opened);
+        assert_eq!(kinds(&batch), [EventType::PermissionRequested, EventType::QuestionRequested]);
+        assert_eq!(batch.drafts()[0].raw.as_deref(), Some("native"));
+        assert_eq!(record.state, SessionState::AwaitingInput);
+        (record, turn)
+    }
+
+    #[test]
+    fn a_turn_takes_the_oldest_message_with_the_process_outputs_before_it() {
+        let mut record = started();
+        record.queue_message("first".into(), 2).unwrap();
+        record.queue_message("second".into(), 2).unwrap();
+        assert_eq!(record.queue_message("third".into(), 2).unwrap_err().code(), "limit_exceeded");
+        record.process_outputs.push_back("Output of `true` (exit 0):\n```\n```".into());
+        let mut batch = Batch::default();
+        let turn = record.begin_turn(&mut batch).unwrap();
+        assert_eq!(turn, TurnInput { number: 1, message: "Output of `true` (exit 0):\n```\n```\n\nfirst".into() });
+        assert_eq!(kinds(&batch), [EventType::TurnStarted, EventType::ItemCompleted]);
+        assert!(record.process_outputs.is_empty());
+        let mut batch = Batch::default();
+        assert!(record.finish_turn(&turn, TurnOutcome::completed(), &mut batch));
+        assert_eq!(kinds(&batch), [EventType::TurnEnded]);
+        // The second message waits: still running.
+        assert_eq!(record.state, SessionState::Running);
+        assert_eq!(record.begin_turn(&mut Batch::default()).unwrap().message, "second");
+    }
+
+    #[test]
+    fn a_reply_resolves_once_and_a_different_one_after_it_is_a_conflict() {
+        let (mut record, _) = waiting();
+        // The driver's own id asked again while pending opens nothing more.
+        assert_eq!(
+            record.open_request(permission("p"), "perm-2", None, &mut Batch::default()),
+            RequestOpened::AlreadyPending
+        );
+        assert_eq!(record.permission_resolution_of_native("p"), None);
+        assert_eq!(
+            record.reply_permission("perm-1", PermissionReply::Always, &mut Batch::default()).unwrap_err().code(),
+            "invalid_request",
+            "a reply the request does not offer"
+        );
+        let mut batch = Batch::default();
+        assert!(record.reply_permission("perm-1", PermissionReply::Once, &mut batch).unwrap());
+        assert_eq!(kinds(&batch), [EventType::PermissionResolved]);
+        assert_eq!(record.permission_resolution_of_native("p"), Some(Some(PermissionReply::Once)));
+        assert!(!record.reply_permission("perm-1", PermissionReply::Once, &mut Batch::default()).unwrap());
+        let again = record.reply_permission("perm-1", PermissionReply::Reject, &mut Batch::default());
+        assert_eq!(again.unwrap_err().code(), "conflict");
+        assert_eq!(
+            record.reply_permission("perm-9", PermissionReply::Once, &mut Batch::default()).unwrap_err().code(),
+            "permission_not_found"
+        );
+        // The question still waits.
+        assert_eq!(record.state, SessionState::AwaitingInput);
+        let wrong = record.reply_question("q-1", Some(vec![]), &mut Batch::default());
+        assert_eq!(wrong.unwrap_err().code(), "invalid_request", "one list of answers per question");
+        assert!(record.reply_question("q-1", Some(vec![vec!["yes".into()]]), &mut Batch::default()).unwrap());
+        assert_eq!(record.state, SessionState::Running);
+    }
+
+    #[test]
+    fn ending_interrupts_the_turn_cancels_what_is_pending_and_closes_the_log() {
+        let (mut record, _) = waiting();
+        record.queue_message("later".into(), 10).unwrap();
+        let mut batch = Batch::default();
+        assert!(record.end(&mut batch));
+        assert_eq!(
+            kinds(&batch),
+            [EventType::TurnEnded, EventType::PermissionResolved, EventType::QuestionResolved, EventType::SessionEnded]
+        );
+        assert!(batch.closes());
+        assert_eq!(record.state, SessionState::Ended);
+        assert!(record.queue.is_empty() && record.current_turn.is_none());
+        // Cancelled: the driver is told the session ended; a reply is a conflict.
+        assert_eq!(record.permission_resolution_of_native("p"), Some(None));
+        let late = record.reply_permission("perm-1", PermissionReply::Once, &mut Batch::default());
+        assert_eq!(late.unwrap_err().code(), "conflict");
+        assert!(!record.end(&mut Batch::default()), "ending again changes nothing");
+        assert_eq!(record.queue_message("more".into(), 10).unwrap_err().code(), "conflict");
+    }
+
+    #[test]
+    fn a_finished_turn_cancels_the_requests_it_left() {
+        let (mut record, turn) = waiting();
+        let mut batch = Batch::default();
+        assert!(record.finish_turn(&turn, TurnOutcome::failed("gone"), &mut batch));
+        assert_eq!(kinds(&batch), [EventType::PermissionResolved, EventType::QuestionResolved, EventType::TurnEnded]);
+        assert!(!batch.closes());
+        assert_eq!(record.state, SessionState::Idle);
+        assert_eq!(
+            record.question_resolution_of_native("q").map(|(outcome, _)| outcome),
+            Some(QuestionOutcome::Cancelled)
+        );
+    }
+
+    #[test]
+    fn only_a_failed_session_reopens_keeping_its_conversation() {
+        let mut record = started();
+        assert_eq!(record.reopen().unwrap_err().code(), "conflict");
+        let mut batch = Batch::default();
+        assert!(record.fail("the agent went away", Some("agent_process_exited".into()), &mut batch));
+        assert_eq!(kinds(&batch), [EventType::Error, EventType::SessionEnded]);
+        assert_eq!(record.state, SessionState::Failed);
+        assert!(record.reopen().unwrap(), "the agent's session id is there to resume");
+        assert_eq!((record.state, record.error.as_deref()), (SessionState::Starting, None));
+        assert!(record.set_state_while_starting(SessionState::Installing));
+        assert!(!record.set_state_while_starting(SessionState::Installing));
+    }
+}
