@@ -1,6 +1,8 @@
 //! The contract between an agent's driver and the session that runs it: what a turn
 //! is given ([`TurnInput`]), how it reports and asks ([`TurnContext`]), how it ends
-//! ([`TurnOutcome`], [`Interrupted`]) and what a driver is ([`AgentDriver`]).
+//! ([`TurnOutcome`], [`Interrupted`]) and what a driver is ([`AgentDriver`]). Events
+//! that a native line of the agent's produced are reported through that line
+//! ([`NativeLine`]), which attaches it as their `raw`: the same for every agent.
 //!
 //! Both sides depend on this module and not on each other: `agents` implements
 //! drivers against it without knowing the session machinery, and `sessions` provides
@@ -61,8 +63,9 @@ impl TurnOutcome {
     }
 }
 
-/// One converted native line: the events it became. The session manager (or
-/// `node-agent convert`) wraps each in an envelope with the line as `raw`.
+/// An agent's native output, line by line, into the events each line became. A
+/// driver reports them through [`TurnContext::report`] or [`TurnContext::line`] (and
+/// `node-agent convert` prints them), each in an envelope with the line as `raw`.
 pub trait Converter: Send {
     /// Converts one native line (a JSON line, or an SSE `data:` payload). Never empty:
     /// a line that means nothing to a client still yields an event (`agent.unparsed`
@@ -142,12 +145,16 @@ impl TurnContext {
         self.port.permission_mode()
     }
 
-    /// Converts one native line and reports what it became, each event with the line.
-    pub async fn emit_converted(&self, converter: &mut dyn Converter, line: &str) -> Result<(), Interrupted> {
-        for event in converter.convert(line) {
-            self.emit_raw(event, Some(line.to_string())).await?;
-        }
-        Ok(())
+    /// A line the agent wrote: every event reported through it carries the line as
+    /// its envelope's `raw`. The one way a driver attaches native output to events,
+    /// the same for every agent.
+    pub fn line<'a>(&'a self, line: &'a str) -> NativeLine<'a> {
+        NativeLine { ctx: self, line }
+    }
+
+    /// Converts one native line and reports every event it became, each with the line.
+    pub async fn report(&self, converter: &mut dyn Converter, line: &str) -> Result<(), Interrupted> {
+        self.line(line).emit_all(converter.convert(line)).await
     }
 
     /// Reports what went wrong as an `error` event with the error's problem code, and
@@ -158,14 +165,10 @@ impl TurnContext {
         Ok(TurnOutcome::failed(message))
     }
 
-    /// Reports an event converted from the agent's output.
+    /// Reports an event of the driver's own, which no native line produced (see
+    /// [`TurnContext::line`] for those that one did).
     pub async fn emit(&self, data: EventData) -> Result<(), Interrupted> {
-        self.emit_raw(data, None).await
-    }
-
-    /// Reports an event with the native line it came from.
-    pub async fn emit_raw(&self, data: EventData, raw: Option<String>) -> Result<(), Interrupted> {
-        self.port.emit_raw(data, raw).await
+        self.port.emit_raw(data, None).await
     }
 
     /// Keeps what the driver needs to resume; written with the session's next save
@@ -174,13 +177,14 @@ impl TurnContext {
         self.port.save_state(state)
     }
 
-    /// Announces a permission request, with the agent's native line that asked for
-    /// it as `raw`; the session awaits input until it is answered. `request.id` is the
-    /// driver's own: clients see the request under an unguessable id of the session's,
-    /// and the driver waits with its own ([`TurnContext::wait_permission`]). Asking
-    /// again while a request of the same id is pending changes nothing.
-    pub async fn request_permission(&self, request: PermissionRequest, raw: Option<&str>) -> Result<(), Interrupted> {
-        self.port.request_permission(request, raw).await
+    /// Announces a permission request of the driver's own (one the agent asked for in
+    /// a native line is announced through [`NativeLine::request_permission`]); the
+    /// session awaits input until it is answered. `request.id` is the driver's own:
+    /// clients see the request under an unguessable id of the session's, and the
+    /// driver waits with its own ([`TurnContext::wait_permission`]). Asking again while
+    /// a request of the same id is pending changes nothing.
+    pub async fn request_permission(&self, request: PermissionRequest) -> Result<(), Interrupted> {
+        self.port.request_permission(request, None).await
     }
 
     /// Waits for the reply to a permission request (also one re-offered after a
@@ -190,8 +194,8 @@ impl TurnContext {
     }
 
     /// Asks questions, under a public id as [`TurnContext::request_permission`] does.
-    pub async fn ask_question(&self, request: QuestionRequest, raw: Option<&str>) -> Result<(), Interrupted> {
-        self.port.ask_question(request, raw).await
+    pub async fn ask_question(&self, request: QuestionRequest) -> Result<(), Interrupted> {
+        self.port.ask_question(request, None).await
     }
 
     /// `id` is the driver's own, as it asked with.
@@ -203,5 +207,39 @@ impl TurnContext {
     /// For a driver that waits on its agent's output rather than on a reply.
     pub async fn interrupted(&self) -> Interrupted {
         self.port.interrupted().await
+    }
+}
+
+/// A native line of the agent's, as its driver reports it (see [`TurnContext::line`]):
+/// what is reported through it carries the line as `raw`.
+#[derive(Clone, Copy)]
+pub struct NativeLine<'a> {
+    ctx: &'a TurnContext,
+    line: &'a str,
+}
+
+impl NativeLine<'_> {
+    /// Reports an event this line produced.
+    pub async fn emit(&self, data: EventData) -> Result<(), Interrupted> {
+        self.ctx.port.emit_raw(data, Some(self.line.to_string())).await
+    }
+
+    /// Reports the events this line produced, in order.
+    pub async fn emit_all(&self, events: impl IntoIterator<Item = EventData>) -> Result<(), Interrupted> {
+        for event in events {
+            self.emit(event).await?;
+        }
+        Ok(())
+    }
+
+    /// Announces the permission request this line is, as
+    /// [`TurnContext::request_permission`] does.
+    pub async fn request_permission(&self, request: PermissionRequest) -> Result<(), Interrupted> {
+        self.ctx.port.request_permission(request, Some(self.line)).await
+    }
+
+    /// Asks the questions this line asks, as [`TurnContext::ask_question`] does.
+    pub async fn ask_question(&self, request: QuestionRequest) -> Result<(), Interrupted> {
+        self.ctx.port.ask_question(request, Some(self.line)).await
     }
 }

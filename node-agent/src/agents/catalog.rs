@@ -1,7 +1,9 @@
 //! What the node agent knows of each agent without running it: the modes and models
 //! of its pinned version, and where it keeps credentials (to say whether a session
-//! would find some). The drivers stay the judges of what a session may ask: the
-//! modes listed are those their `validate` accepts.
+//! would find some). Each agent declares its own ([`crate::agents::Agent::catalog`],
+//! [`crate::agents::Agent::credentials`]); this module answers from them. The drivers stay the
+//! judges of what a session may ask: the modes listed are those their `validate`
+//! accepts.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -12,46 +14,71 @@ use crate::agents::AgentId;
 use crate::error::Error;
 use crate::model::{AgentModeInfo, AgentModels, AgentModes, CreateSessionRequest, ModelInfo, PermissionMode};
 
+/// What an agent declares of its modes and models, in its pinned version.
+#[derive(Debug, Clone, Copy)]
+pub struct Catalog {
+    /// Its own modes (`agentMode`), id and description; any its driver refuses are
+    /// left out of the answer.
+    pub modes: &'static [(&'static str, &'static str)],
+    pub default_mode: Option<&'static str>,
+    /// Models a session's `model` may name, id and description.
+    pub models: &'static [(&'static str, &'static str)],
+    pub default_model: Option<&'static str>,
+    /// What else `model` takes.
+    pub models_note: &'static str,
+}
+
 /// A file that may hold credentials, and whether its text does.
-type CredentialFile = (PathBuf, fn(&str) -> bool);
+pub type CredentialFile = (PathBuf, fn(&str) -> bool);
+
+/// Where an agent may find credentials: environment variables first (any one set to
+/// something), then files (the first that holds some).
+pub struct CredentialSources {
+    pub env: &'static [&'static str],
+    pub files: Vec<CredentialFile>,
+}
+
+/// Where credential files are looked for: the node agent's environment and HOME.
+pub struct CredentialPlaces<'a> {
+    env: &'a dyn Fn(&str) -> Option<String>,
+    home: Option<&'a Path>,
+}
+
+impl CredentialPlaces<'_> {
+    /// A directory an environment variable names, else `under_home` in HOME.
+    pub fn dir(&self, var: &str, under_home: &str) -> Option<PathBuf> {
+        match (self.env)(var).filter(|v| !v.is_empty()) {
+            Some(dir) => Some(PathBuf::from(dir)),
+            None => self.home.map(|h| h.join(under_home)),
+        }
+    }
+
+    /// `$XDG_DATA_HOME`, else `~/.local/share`.
+    pub fn data_home(&self) -> Option<PathBuf> {
+        self.dir("XDG_DATA_HOME", ".local/share")
+    }
+
+    pub fn home(&self) -> Option<&Path> {
+        self.home
+    }
+}
 
 /// Credential files are small; a bigger one is not read (and not taken for credentials).
 const MAX_CREDENTIAL_FILE: u64 = 1024 * 1024;
-
-/// The agent's own modes (`agentMode`) in its pinned version, and the default one.
-fn agent_mode_candidates(agent: AgentId) -> (&'static [(&'static str, &'static str)], Option<&'static str>) {
-    match agent {
-        AgentId::Opencode | AgentId::Mock => (
-            &[
-                ("build", "The default agent: edits files and runs commands"),
-                ("plan", "Plans without changing anything: edits and commands are denied"),
-            ],
-            Some("build"),
-        ),
-        // `amp --mode`; `free` and `dojo` need Amp's own servers.
-        AgentId::Amp => (
-            &[
-                ("smart", "The most capable model and set of tools"),
-                ("rush", "Faster and cheaper for small, well-defined tasks"),
-                ("large", "The biggest context window possible"),
-            ],
-            Some("smart"),
-        ),
-        AgentId::Claude | AgentId::Codex | AgentId::Pi | AgentId::Gemini => (&[], None),
-    }
-}
 
 /// `GET /v1/agents/{agent}/modes`: the catalog's modes, kept to those the driver accepts.
 pub fn modes(agent: AgentId) -> AgentModes {
     let accepts = |request: CreateSessionRequest| !matches!(agent.validate(&request), Err(Error::ModeNotSupported(_)));
     let base = || CreateSessionRequest { agent: agent.as_str().to_string(), ..Default::default() };
-    let (candidates, default) = agent_mode_candidates(agent);
-    let agent_modes: Vec<AgentModeInfo> = candidates
+    let catalog = agent.agent().catalog();
+    let agent_modes: Vec<AgentModeInfo> = catalog
+        .modes
         .iter()
         .filter(|(id, _)| accepts(CreateSessionRequest { agent_mode: Some(id.to_string()), ..base() }))
         .map(|(id, description)| AgentModeInfo { id: id.to_string(), description: description.to_string() })
         .collect();
-    let default_agent_mode = default.filter(|d| agent_modes.iter().any(|m| m.id == *d)).map(str::to_string);
+    let default_agent_mode =
+        catalog.default_mode.filter(|d| agent_modes.iter().any(|m| m.id == *d)).map(str::to_string);
     let permission_modes = [PermissionMode::Default, PermissionMode::Plan, PermissionMode::Bypass]
         .into_iter()
         .filter(|mode| accepts(CreateSessionRequest { permission_mode: Some(*mode), ..base() }))
@@ -61,55 +88,17 @@ pub fn modes(agent: AgentId) -> AgentModes {
 
 /// `GET /v1/agents/{agent}/models`: what this node agent knows of the pinned versions.
 pub fn models(agent: AgentId) -> AgentModels {
-    let (models, default, note): (&[(&str, &str)], Option<&str>, &str) = match agent {
-        AgentId::Claude => (
-            &[
-                ("sonnet", "Claude Code's alias for the latest Sonnet"),
-                ("opus", "Claude Code's alias for the latest Opus"),
-                ("haiku", "Claude Code's alias for the latest Haiku"),
-                ("opusplan", "Opus while planning, Sonnet otherwise"),
-            ],
-            None,
-            "or a full model name (claude-sonnet-4-5, ...), passed as --model",
-        ),
-        AgentId::Codex => (
-            &[("gpt-5.5", "A model of codex's built-in catalog")],
-            None,
-            "or another name of codex's built-in catalog; an unknown one fails the turn",
-        ),
-        AgentId::Opencode => (
-            &[],
-            None,
-            "a provider/model id configured for opencode (`opencode models` lists them), e.g. anthropic/claude-sonnet-4-5",
-        ),
-        AgentId::Pi => (
-            &[],
-            None,
-            "a model id of a provider pi knows or of ~/.pi/agent/models.json (`pi --list-models` lists them)",
-        ),
-        AgentId::Gemini => (
-            &[
-                ("gemini-2.5-pro", "The most capable Gemini 2.5 model"),
-                ("gemini-2.5-flash", "Faster and cheaper"),
-                ("gemini-2.5-flash-lite", "The fastest and cheapest"),
-            ],
-            Some("gemini-2.5-pro"),
-            "or another Gemini model name, passed as -m",
-        ),
-        AgentId::Amp => (&[], None, "amp picks its model from the agent mode (see the modes); it takes no model"),
-        AgentId::Mock => {
-            (&[("mock", "The scripted mock: no model at all")], Some("mock"), "the mock ignores the model")
-        }
-    };
+    let catalog = agent.agent().catalog();
     AgentModels {
         agent: agent.as_str().to_string(),
-        models: models
+        models: catalog
+            .models
             .iter()
             .map(|(id, description)| ModelInfo { id: id.to_string(), description: description.to_string() })
             .collect(),
-        default_model: default.map(str::to_string),
+        default_model: catalog.default_model.map(str::to_string),
         source: "catalog".to_string(),
-        note: note.to_string(),
+        note: catalog.models_note.to_string(),
     }
 }
 
@@ -128,99 +117,16 @@ pub async fn credentials_available(agent: AgentId) -> bool {
 /// first source first. A missing, unreadable or malformed file is not an error: the
 /// next source is tried.
 pub fn credentials_source(agent: AgentId, env: &dyn Fn(&str) -> Option<String>, home: Option<&Path>) -> Option<String> {
-    let set = |name: &str| env(name).is_some_and(|v| !v.trim().is_empty());
-    let env_names: &[&str] = match agent {
-        AgentId::Claude => &["ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN"],
-        AgentId::Codex => &["OPENAI_API_KEY", "CODEX_API_KEY"],
-        AgentId::Opencode => &[
-            "ANTHROPIC_API_KEY",
-            "OPENAI_API_KEY",
-            "GEMINI_API_KEY",
-            "GOOGLE_GENERATIVE_AI_API_KEY",
-            "OPENROUTER_API_KEY",
-            "OPENCODE_API_KEY",
-        ],
-        AgentId::Pi => &[
-            "ANTHROPIC_API_KEY",
-            "OPENAI_API_KEY",
-            "GEMINI_API_KEY",
-            "OPENROUTER_API_KEY",
-            "MISTRAL_API_KEY",
-            "GROQ_API_KEY",
-            "XAI_API_KEY",
-        ],
-        AgentId::Gemini => &["GEMINI_API_KEY", "GOOGLE_API_KEY"],
-        AgentId::Amp => &["AMP_API_KEY"],
-        AgentId::Mock => return Some("built in".into()),
+    let places = CredentialPlaces { env, home };
+    let Some(sources) = agent.agent().credentials(&places) else {
+        return Some("built in".into());
     };
-    if let Some(name) = env_names.iter().find(|n| set(n)) {
+    let set = |name: &str| env(name).is_some_and(|v| !v.trim().is_empty());
+    if let Some(name) = sources.env.iter().find(|n| set(n)) {
         return Some(format!("${name}"));
     }
-    // A directory an env variable names, else one under HOME.
-    let dir = |var: &str, under_home: &str| -> Option<PathBuf> {
-        match env(var).filter(|v| !v.is_empty()) {
-            Some(dir) => Some(PathBuf::from(dir)),
-            None => home.map(|h| h.join(under_home)),
-        }
-    };
-    let data_home = || dir("XDG_DATA_HOME", ".local/share");
-    let files: Vec<CredentialFile> = match agent {
-        AgentId::Claude => {
-            let config = dir("CLAUDE_CONFIG_DIR", ".claude");
-            let mut files: Vec<CredentialFile> = Vec::new();
-            if let Some(config) = config {
-                files.push((config.join(".credentials.json"), |t| {
-                    json_strings(t, &[&["claudeAiOauth", "accessToken"], &["claudeAiOauth", "refreshToken"]])
-                }));
-            }
-            if let Some(home) = home {
-                files.push((home.join(".claude.json"), |t| json_strings(t, &[&["primaryApiKey"]])));
-            }
-            files
-        }
-        AgentId::Codex => dir("CODEX_HOME", ".codex")
-            .map(|d| {
-                (
-                    d.join("auth.json"),
-                    (|t| {
-                        json_strings(
-                            t,
-                            &[&["OPENAI_API_KEY"], &["tokens", "access_token"], &["tokens", "refresh_token"]],
-                        )
-                    }) as fn(&str) -> bool,
-                )
-            })
-            .into_iter()
-            .collect(),
-        AgentId::Opencode => data_home()
-            .map(|d| (d.join("opencode/auth.json"), provider_entries as fn(&str) -> bool))
-            .into_iter()
-            .collect(),
-        AgentId::Pi => dir("PI_CODING_AGENT_DIR", ".pi/agent")
-            .map(|d| {
-                vec![
-                    (d.join("auth.json"), provider_entries as fn(&str) -> bool),
-                    (d.join("models.json"), models_api_key),
-                ]
-            })
-            .unwrap_or_default(),
-        AgentId::Gemini => home
-            .map(|h| {
-                vec![
-                    (
-                        h.join(".gemini/oauth_creds.json"),
-                        (|t| json_strings(t, &[&["access_token"], &["refresh_token"]])) as fn(&str) -> bool,
-                    ),
-                    (h.join(".gemini/.env"), |t| dotenv_sets(t, &["GEMINI_API_KEY", "GOOGLE_API_KEY"])),
-                ]
-            })
-            .unwrap_or_default(),
-        AgentId::Amp => {
-            data_home().map(|d| (d.join("amp/secrets.json"), amp_secrets as fn(&str) -> bool)).into_iter().collect()
-        }
-        AgentId::Mock => Vec::new(),
-    };
-    files
+    sources
+        .files
         .into_iter()
         .find(|(path, holds)| read_small(path).is_some_and(|text| holds(&text)))
         .map(|(path, _)| path.display().to_string())
@@ -236,36 +142,24 @@ fn read_small(path: &Path) -> Option<String> {
     Some(text)
 }
 
-fn non_empty_string(value: &Value) -> bool {
+pub fn non_empty_string(value: &Value) -> bool {
     value.as_str().is_some_and(|s| !s.trim().is_empty())
 }
 
 /// Whether the JSON has a non-empty string at any of these paths.
-fn json_strings(text: &str, paths: &[&[&str]]) -> bool {
+pub fn json_strings(text: &str, paths: &[&[&str]]) -> bool {
     let Ok(json) = serde_json::from_str::<Value>(text) else { return false };
     paths.iter().any(|path| non_empty_string(path.iter().fold(&json, |v, key| &v[*key])))
 }
 
 /// `{provider: {type, key | access | refresh}}` (opencode's and pi's auth.json).
-fn provider_entries(text: &str) -> bool {
+pub fn provider_entries(text: &str) -> bool {
     let Ok(Value::Object(providers)) = serde_json::from_str::<Value>(text) else { return false };
     providers.values().any(|entry| ["key", "access", "refresh", "token"].iter().any(|k| non_empty_string(&entry[*k])))
 }
 
-/// pi's models.json: a provider with an `apiKey`.
-fn models_api_key(text: &str) -> bool {
-    let Ok(json) = serde_json::from_str::<Value>(text) else { return false };
-    json["providers"].as_object().is_some_and(|providers| providers.values().any(|p| non_empty_string(&p["apiKey"])))
-}
-
-/// amp's secrets.json: `{"apiKey@https://ampcode.com/": "..."}`.
-fn amp_secrets(text: &str) -> bool {
-    let Ok(Value::Object(secrets)) = serde_json::from_str::<Value>(text) else { return false };
-    secrets.iter().any(|(key, value)| key.starts_with("apiKey") && non_empty_string(value))
-}
-
 /// A `.env` file setting one of these names to something.
-fn dotenv_sets(text: &str, names: &[&str]) -> bool {
+pub fn dotenv_sets(text: &str, names: &[&str]) -> bool {
     text.lines().any(|line| {
         let line = line.trim();
         let line = line.strip_prefix("export ").unwrap_or(line);

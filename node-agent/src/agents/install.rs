@@ -164,11 +164,7 @@ impl Installer {
         options: &InstallOptions,
         progress: Option<&mpsc::Sender<InstallProgress>>,
     ) -> Result<InstallOutcome> {
-        let package = agent.package().ok_or_else(|| {
-            Error::InvalidRequest(format!("{} is built in: there is nothing to install", agent.as_str()))
-        })?;
-        let version = options.version.as_deref().unwrap_or(package.default_version);
-        check_version(version)?;
+        let (package, version) = check(agent, options)?;
         if !options.reinstall
             && let Some(outcome) = self.already(agent, version).await
         {
@@ -325,6 +321,17 @@ impl Installer {
 
 fn bin_in(dir: &Path, package: &Package) -> PathBuf {
     dir.join("node_modules").join(".bin").join(package.bin)
+}
+
+/// Whether an install can be asked of `agent` (a built-in agent has nothing to
+/// install; a version must be exact): its package and the version to install.
+pub fn check(agent: AgentId, options: &InstallOptions) -> Result<(Package, &str)> {
+    let package = agent
+        .package()
+        .ok_or_else(|| Error::InvalidRequest(format!("{} is built in: there is nothing to install", agent.as_str())))?;
+    let version = options.version.as_deref().unwrap_or(package.default_version);
+    check_version(version)?;
+    Ok((package, version))
 }
 
 /// An exact version is a directory name: digits first, then letters, digits and

@@ -16,10 +16,11 @@ use futures_util::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use super::{AgentDriver, DriverConfig, Interrupted, TurnContext, TurnInput, TurnOutcome};
+use super::catalog::{Catalog, CredentialPlaces, CredentialSources};
+use super::{Agent, AgentDriver, AgentId, Interrupted, Launch, Package, TurnContext, TurnInput, TurnOutcome};
 use crate::driver::QuestionAnswer;
 use crate::error::{Error, Result};
-use crate::model::{AgentCapabilities, AgentInfo, CreateSessionRequest, PermissionMode};
+use crate::model::{AgentCapabilities, CreateSessionRequest, PermissionMode};
 use crate::universal::{
     EventData, Item, ItemKind, ItemStatus, PermissionReply, PermissionRequest, Question, QuestionRequest, Role, Usage,
 };
@@ -32,25 +33,70 @@ const TOOL: &str = "bash";
 pub const USAGE: Usage =
     Usage { input_tokens: 100, output_tokens: 20, cache_read_tokens: 30, cache_write_tokens: 4, cost_usd: Some(0.25) };
 
-pub fn info() -> AgentInfo {
-    AgentInfo {
-        id: "mock".into(),
-        installed: true,
-        version: Some(VERSION.into()),
-        path: None,
-        capabilities: AgentCapabilities {
+/// The mock, as the registry lists it.
+pub struct Mock;
+
+impl Agent for Mock {
+    fn id(&self) -> AgentId {
+        AgentId::Mock
+    }
+
+    fn name(&self) -> &'static str {
+        "mock"
+    }
+
+    fn package(&self) -> Option<Package> {
+        None
+    }
+
+    fn builtin_version(&self) -> Option<&'static str> {
+        Some(VERSION)
+    }
+
+    fn capabilities(&self) -> AgentCapabilities {
+        AgentCapabilities {
             permissions: true,
             questions: true,
             resume: true,
             streaming_deltas: true,
             // The mock runs no tools of anyone else's, so it would have nothing to do with them.
             mcp: false,
-        },
-        credentials_available: true,
+        }
+    }
+
+    fn validate(&self, request: &CreateSessionRequest) -> Result<()> {
+        validate(request)
+    }
+
+    fn launch<'a>(&'a self, launch: Launch<'a>) -> BoxFuture<'a, Result<Box<dyn AgentDriver>>> {
+        Box::pin(async move { Ok(Box::new(MockDriver::start(&launch)?) as Box<dyn AgentDriver>) })
+    }
+
+    /// The mock has no native output: whatever is given to convert is unparsed.
+    fn converter(&self) -> Box<dyn super::convert::Converter> {
+        Box::new(super::convert::Unconverted)
+    }
+
+    fn catalog(&self) -> Catalog {
+        Catalog {
+            modes: &[
+                ("build", "The default agent: edits files and runs commands"),
+                ("plan", "Plans without changing anything: edits and commands are denied"),
+            ],
+            default_mode: Some("build"),
+            models: &[("mock", "The scripted mock: no model at all")],
+            default_model: Some("mock"),
+            models_note: "the mock ignores the model",
+        }
+    }
+
+    /// Built in: it needs none.
+    fn credentials(&self, _places: &CredentialPlaces<'_>) -> Option<CredentialSources> {
+        None
     }
 }
 
-pub fn validate(request: &CreateSessionRequest) -> Result<()> {
+fn validate(request: &CreateSessionRequest) -> Result<()> {
     if let Some(mode) = &request.agent_mode
         && !MODES.contains(&mode.as_str())
     {
@@ -133,13 +179,12 @@ pub struct MockDriver {
 }
 
 impl MockDriver {
-    pub fn start(config: &DriverConfig, saved: Option<serde_json::Value>) -> Result<MockDriver> {
-        let state = match saved {
-            Some(saved) => serde_json::from_value(saved)
-                .map_err(|e| Error::InvalidRequest(format!("the mock's saved state is unreadable: {e}")))?,
+    fn start(launch: &Launch<'_>) -> Result<MockDriver> {
+        let state = match launch.saved_state("the mock")? {
+            Some(state) => state,
             None => MockState { agent_session_id: format!("mock-{}", crate::random::hex(6)), ..Default::default() },
         };
-        Ok(MockDriver { state, permission_mode: config.permission_mode })
+        Ok(MockDriver { state, permission_mode: launch.config.permission_mode })
     }
 
     fn save(&self, ctx: &TurnContext) {
@@ -167,11 +212,8 @@ impl MockDriver {
                 }
                 Step::Unparsed => {
                     let raw = format!("~mock~ native line of turn {n} that no converter understands");
-                    ctx.emit_raw(
-                        EventData::AgentUnparsed { reason: Some("not a line of the mock's protocol".into()) },
-                        Some(raw),
-                    )
-                    .await?;
+                    let reason = Some("not a line of the mock's protocol".into());
+                    ctx.line(&raw).emit(EventData::AgentUnparsed { reason }).await?;
                 }
                 Step::Permission => self.tool_call(ctx, turn, &mut progress).await?,
                 Step::Question => {
@@ -186,7 +228,7 @@ impl MockDriver {
                             options: vec!["yes".into(), "no".into()],
                             multi_select: false,
                         };
-                        ctx.ask_question(QuestionRequest { id: id.clone(), questions: vec![question] }, None).await?;
+                        ctx.ask_question(QuestionRequest { id: id.clone(), questions: vec![question] }).await?;
                     }
                     let note = match ctx.wait_question(&id).await? {
                         QuestionAnswer::Answered(answers) => {
@@ -259,7 +301,7 @@ impl MockDriver {
                     options: vec![PermissionReply::Once, PermissionReply::Always, PermissionReply::Reject],
                     item_id: Some(call_id.clone()),
                 };
-                ctx.request_permission(request, None).await?;
+                ctx.request_permission(request).await?;
                 ctx.wait_permission(&permission_id).await?
             }
         };

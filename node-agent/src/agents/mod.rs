@@ -1,13 +1,19 @@
-//! The agents the node agent can drive, and the driver interface each implements.
+//! The agents the node agent can drive: the [`Agent`] contract each implements, and
+//! the [`registry`] that lists them once.
 //!
-//! A driver turns the session machinery's calls (start, run a turn for a message)
-//! into whatever its agent speaks (a scripted play for `mock`; stdio JSON, JSON-RPC
-//! or HTTP for a real CLI) and reports back in universal events through a
-//! [`TurnContext`] (the contract in [`crate::driver`]). Everything around it (queueing, persistence, replies, the event
-//! log, resume after a restart) is the session manager's and shared by all drivers.
+//! An agent is one module: a unit value implementing [`Agent`] (its id, install
+//! spec, capabilities, rules for a session, catalog, credentials), its driver and its
+//! converter. A driver turns the session machinery's calls (start, run a turn for a
+//! message) into whatever its agent speaks (a scripted play for `mock`; stdio JSON,
+//! JSON-RPC or HTTP for a real CLI) and reports back in universal events through a
+//! [`TurnContext`] (the contract in [`crate::driver`]). Everything around it (the
+//! install, queueing, persistence, replies, the event log, resume after a restart) is
+//! the session manager's and shared by all drivers: adding an agent is its module and
+//! one line in [`registry`] (and its name in [`AgentId`], the wire enum).
 //!
-//! Each real agent has a module with its driver and its converter (native lines to
-//! universal events, see [`convert`]); [`install`] puts its CLI in the data directory.
+//! [`convert`] holds what converters share (native lines to universal events);
+//! [`install`] puts a CLI in the data directory; [`catalog`] answers for modes, models
+//! and credentials from what each agent declares.
 
 pub mod amp;
 pub mod catalog;
@@ -25,14 +31,17 @@ pub mod pi;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use futures_util::future::BoxFuture;
 use serde_json::Value;
 
+use self::catalog::{Catalog, CredentialPlaces, CredentialSources};
 pub use crate::driver::{AgentDriver, Interrupted, TurnContext, TurnInput, TurnOutcome};
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
 use crate::model::{AgentCapabilities, AgentInfo, CreateSessionRequest, PermissionMode};
 
-/// The agents this node agent knows.
+/// The agents this node agent knows, as requests, records and URLs name them. What
+/// each one is and does is its [`Agent`], found with [`AgentId::agent`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum AgentId {
     Claude,
@@ -56,117 +65,148 @@ pub struct Package {
     pub default_version: &'static str,
 }
 
+/// One agent the node agent can drive: everything the rest of the node agent asks of
+/// it. Object safe: the [`registry`] holds every agent the same way.
+pub trait Agent: Send + Sync {
+    fn id(&self) -> AgentId;
+
+    /// Its name in requests, records, URLs and the install directory.
+    fn name(&self) -> &'static str;
+
+    /// Where its CLI comes from; `None` for an agent built into the node agent, which
+    /// is launched without an install.
+    fn package(&self) -> Option<Package>;
+
+    /// The version of a built-in agent (the node agent's own); `None` for one that
+    /// is installed.
+    fn builtin_version(&self) -> Option<&'static str> {
+        None
+    }
+
+    /// What its driver can do.
+    fn capabilities(&self) -> AgentCapabilities;
+
+    /// Its own rules for what a session asks of it (modes, variants, settings in the
+    /// env). The rules all agents share ([`mcp::validate`]) are checked before, by
+    /// [`AgentId::validate`].
+    fn validate(&self, request: &CreateSessionRequest) -> Result<()>;
+
+    /// Starts (or, given the state saved by a previous driver, resumes) a
+    /// conversation, with the CLI the session's runner installed.
+    fn launch<'a>(&'a self, launch: Launch<'a>) -> BoxFuture<'a, Result<Box<dyn AgentDriver>>>;
+
+    /// A fresh converter of its native output (for `node-agent convert` and its driver).
+    fn converter(&self) -> Box<dyn convert::Converter>;
+
+    /// What the node agent tells of its modes and models without running it.
+    fn catalog(&self) -> Catalog;
+
+    /// Where it finds credentials, first source first; `None` when it needs none.
+    fn credentials(&self, places: &CredentialPlaces<'_>) -> Option<CredentialSources>;
+}
+
+/// Every agent, once, in the order `GET /v1/agents` lists them.
+static REGISTRY: [&dyn Agent; 7] =
+    [&claude::Claude, &codex::Codex, &opencode::Opencode, &pi::Pi, &gemini::Gemini, &amp::Amp, &mock::Mock];
+
+/// The agents this node agent can drive.
+pub fn registry() -> &'static [&'static dyn Agent] {
+    &REGISTRY
+}
+
 impl AgentId {
+    /// Every id, in the registry's order (a test keeps the two the same).
     pub const ALL: [AgentId; 7] =
         [AgentId::Claude, AgentId::Codex, AgentId::Opencode, AgentId::Pi, AgentId::Gemini, AgentId::Amp, AgentId::Mock];
 
     pub fn parse(id: &str) -> Option<AgentId> {
-        AgentId::ALL.into_iter().find(|a| a.as_str() == id)
+        registry().iter().find(|a| a.name() == id).map(|a| a.id())
+    }
+
+    /// The agent of this id.
+    pub fn agent(self) -> &'static dyn Agent {
+        *registry().iter().find(|a| a.id() == self).expect("every agent id is in the registry")
     }
 
     pub fn as_str(self) -> &'static str {
-        match self {
-            AgentId::Claude => "claude",
-            AgentId::Codex => "codex",
-            AgentId::Opencode => "opencode",
-            AgentId::Pi => "pi",
-            AgentId::Gemini => "gemini",
-            AgentId::Amp => "amp",
-            AgentId::Mock => "mock",
-        }
+        self.agent().name()
     }
 
     /// The npm package of a real agent; `None` for the built-in mock.
     pub fn package(self) -> Option<Package> {
-        let (name, bin, default_version) = match self {
-            AgentId::Claude => ("@anthropic-ai/claude-code", "claude", "2.1.330"),
-            AgentId::Codex => ("@openai/codex", "codex", "0.169.0"),
-            AgentId::Opencode => ("opencode-ai", "opencode", "1.18.33"),
-            AgentId::Pi => ("@mariozechner/pi-coding-agent", "pi", "0.73.1"),
-            AgentId::Gemini => ("@google/gemini-cli", "gemini", "0.61.0"),
-            // The last pure-JS release that runs its agent loop locally (see the amp module).
-            AgentId::Amp => ("@sourcegraph/amp", "amp", "0.0.1767830505-ga62310"),
-            AgentId::Mock => return None,
-        };
-        Some(Package { name, bin, default_version })
-    }
-
-    /// The version of a built-in agent (the node agent's own).
-    pub fn capabilities_version(self) -> Option<String> {
-        match self {
-            AgentId::Mock => mock::info().version,
-            _ => None,
-        }
+        self.agent().package()
     }
 
     /// What the driver can do.
     pub fn capabilities(self) -> AgentCapabilities {
-        match self {
-            AgentId::Claude => claude::capabilities(),
-            AgentId::Codex => codex::capabilities(),
-            AgentId::Opencode => opencode::capabilities(),
-            AgentId::Pi => pi::capabilities(),
-            AgentId::Gemini => gemini::capabilities(),
-            AgentId::Amp => amp::capabilities(),
-            AgentId::Mock => mock::info().capabilities,
-        }
+        self.agent().capabilities()
     }
 
     /// What is installed, and what the driver can do.
     pub async fn info(self, host: &AgentHost) -> AgentInfo {
-        if self == AgentId::Mock {
-            return mock::info();
-        }
-        let installed = host.installer.installed(self).await;
+        let agent = self.agent();
+        let (installed, version, path) = match agent.package() {
+            None => (true, agent.builtin_version().map(str::to_string), None),
+            Some(_) => match host.installer.installed(self).await {
+                Some(installed) => (true, Some(installed.version), Some(installed.bin.display().to_string())),
+                None => (false, None, None),
+            },
+        };
         AgentInfo {
-            id: self.as_str().into(),
-            installed: installed.is_some(),
-            version: installed.as_ref().map(|i| i.version.clone()),
-            path: installed.as_ref().map(|i| i.bin.display().to_string()),
-            capabilities: self.capabilities(),
+            id: agent.name().into(),
+            installed,
+            version,
+            path,
+            capabilities: agent.capabilities(),
             credentials_available: catalog::credentials_available(self).await,
         }
     }
 
-    /// Checks what a session asks of this agent before it is created.
+    /// Checks what a session asks of this agent before it is created: the rules all
+    /// agents share, then the agent's own.
     pub fn validate(self, request: &CreateSessionRequest) -> Result<()> {
         mcp::validate(self, &request.mcp_servers)?;
-        match self {
-            AgentId::Claude => claude::validate(request),
-            AgentId::Codex => codex::validate(request),
-            AgentId::Opencode => opencode::validate(request),
-            AgentId::Pi => pi::validate(request),
-            AgentId::Gemini => gemini::validate(request),
-            AgentId::Amp => amp::validate(request),
-            AgentId::Mock => mock::validate(request),
-        }
-    }
-
-    /// Starts (or, given the state saved by a previous driver, resumes) a conversation.
-    pub async fn start(self, config: &DriverConfig, saved: Option<Value>) -> Result<Box<dyn AgentDriver>> {
-        match self {
-            AgentId::Claude => claude::start(config, saved).await,
-            AgentId::Codex => codex::start(config, saved).await,
-            AgentId::Opencode => opencode::start(config, saved).await,
-            AgentId::Pi => pi::start(config, saved).await,
-            AgentId::Gemini => gemini::start(config, saved).await,
-            AgentId::Amp => amp::start(config, saved).await,
-            AgentId::Mock => Ok(Box::new(mock::MockDriver::start(config, saved)?)),
-        }
+        self.agent().validate(request)
     }
 
     /// A fresh converter of this agent's native output (for `node-agent convert`
     /// and the drivers themselves).
     pub fn converter(self) -> Box<dyn convert::Converter> {
-        match self {
-            AgentId::Claude => Box::new(claude::Converter::default()),
-            AgentId::Codex => Box::new(codex::Converter::default()),
-            AgentId::Opencode => Box::new(opencode::Converter::default()),
-            AgentId::Pi => Box::new(pi::Converter::default()),
-            AgentId::Gemini => Box::new(gemini::Converter::default()),
-            AgentId::Amp => Box::new(amp::Converter::default()),
-            AgentId::Mock => Box::new(convert::Unconverted),
-        }
+        self.agent().converter()
+    }
+}
+
+/// What a driver starts from: the session's settings, the CLI the runner installed,
+/// and what the conversation's previous driver saved.
+pub struct Launch<'a> {
+    pub config: &'a DriverConfig,
+    /// The agent's CLI, installed by the session's runner (once) before the launch;
+    /// `None` for a built-in agent.
+    pub installed: Option<install::Installed>,
+    /// The state the previous driver saved ([`TurnContext::save_state`]); `None` for a
+    /// new conversation.
+    pub saved: Option<Value>,
+}
+
+impl Launch<'_> {
+    /// The executable to run: the runner installs every agent that has a package
+    /// before it launches it.
+    pub fn bin(&self) -> Result<PathBuf> {
+        self.installed.as_ref().map(|installed| installed.bin.clone()).ok_or_else(|| {
+            Error::AgentNotInstalled(format!(
+                "session {:?}: its agent was launched uninstalled",
+                self.config.session_id
+            ))
+        })
+    }
+
+    /// The saved state as the driver wrote it; `Err` (naming `agent`) when it does not read.
+    pub fn saved_state<T: serde::de::DeserializeOwned>(&self, agent: &str) -> Result<Option<T>> {
+        self.saved
+            .clone()
+            .map(|saved| serde_json::from_value(saved))
+            .transpose()
+            .map_err(|e| Error::InvalidRequest(format!("{agent}'s saved state is unreadable: {e}")))
     }
 }
 
@@ -235,5 +275,25 @@ impl std::fmt::Debug for DriverConfig {
             .field("env", &self.env.keys().collect::<Vec<_>>())
             .field("mcp_servers", &self.mcp_servers.iter().map(|s| &s.name).collect::<Vec<_>>())
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_registry_has_every_id_once_by_its_name() {
+        let ids: Vec<AgentId> = registry().iter().map(|a| a.id()).collect();
+        assert_eq!(ids, AgentId::ALL);
+        for id in AgentId::ALL {
+            assert_eq!(id.agent().id(), id);
+            assert_eq!(AgentId::parse(id.as_str()), Some(id));
+        }
+        assert_eq!(AgentId::parse("clippy"), None);
+        // A built-in agent has a version of its own; one that is installed has a package.
+        for agent in registry() {
+            assert_ne!(agent.package().is_some(), agent.builtin_version().is_some(), "{}", agent.name());
+        }
     }
 }

@@ -84,12 +84,9 @@ async fn install_agent(
     } else {
         serde_json::from_slice(&body).map_err(|e| Error::InvalidRequest(format!("invalid install request: {e}")))?
     };
-    if agent.package().is_none() {
-        return Err(Error::InvalidRequest(format!("{} is built in: there is nothing to install", agent.as_str())));
-    }
-    if let Some(version) = &request.version {
-        crate::agents::install::check_version(version)?;
-    }
+    let options = crate::agents::install::InstallOptions { version: request.version, reinstall: request.reinstall };
+    // Refused now, as a problem, rather than as the end of a progress stream.
+    crate::agents::install::check(agent, &options)?;
     let wants_sse = headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
@@ -98,7 +95,6 @@ async fn install_agent(
     // beyond this are dropped (the next one carries the totals).
     let (tx, mut rx) = mpsc::channel::<InstallProgress>(64);
     let host = Arc::clone(state.sessions.host());
-    let options = crate::agents::install::InstallOptions { version: request.version, reinstall: request.reinstall };
     // Its own task, so that a client going away does not leave a half-done install.
     let install = tokio::spawn(async move {
         let outcome = host.installer.install(agent, &options, Some(&tx)).await;

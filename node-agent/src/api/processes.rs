@@ -69,31 +69,7 @@ async fn create_process(
     State(state): State<AppState>,
     Json(request): Json<CreateProcessRequest>,
 ) -> Result<(StatusCode, Json<ProcessInfo>)> {
-    let session = match &request.session_id {
-        Some(id) => {
-            let session = state.sessions.get(id)?;
-            if session.info().state.is_final() {
-                return Err(Error::Conflict(format!("session {id:?} has ended: no process can feed it")));
-            }
-            Some(session)
-        }
-        None => None,
-    };
-    let processes = state.processes.clone();
-    // Spawning forks and opens a PTY: blocking calls, kept off the async workers.
-    let process = tokio::task::spawn_blocking(move || processes.spawn(request))
-        .await
-        .map_err(|e| Error::io("spawning", std::io::Error::other(e)))??;
-    if let Some(session) = session {
-        if let Err(error) = session.process_started(&process).await {
-            // The session ended while the process started: it must not outlive it.
-            let signal =
-                if process.is_pty() { nix::sys::signal::Signal::SIGHUP } else { nix::sys::signal::Signal::SIGTERM };
-            state.processes.stop(&process, signal, state.processes.limits().stop_timeout).await?;
-            return Err(error);
-        }
-        crate::sessions::feed::follow(session, Arc::clone(&process));
-    }
+    let process = state.sessions.spawn_process(&state.processes, request).await?;
     Ok((StatusCode::CREATED, Json(process.info())))
 }
 

@@ -77,19 +77,7 @@ async fn get_session(State(state): State<AppState>, PathId(id): PathId) -> Resul
 #[utoipa::path(delete, path = "/v1/sessions/{id}", tag = "sessions", params(("id" = String, Path)),
     responses((status = 200, body = SessionInfo), (status = 404, body = Problem, content_type = "application/problem+json", description = "session_not_found")))]
 async fn end_session(State(state): State<AppState>, PathId(id): PathId) -> Result<Json<SessionInfo>> {
-    let info = state.sessions.get(&id)?.end().await;
-    let feeding = state.processes.list_for(None, None, Some(&id));
-    let timeout = state.processes.limits().stop_timeout;
-    let stops = feeding.iter().filter(|p| !p.run_state().is_exited()).map(|p| {
-        let signal = if p.is_pty() { nix::sys::signal::Signal::SIGHUP } else { nix::sys::signal::Signal::SIGTERM };
-        state.processes.stop(p, signal, timeout)
-    });
-    for stopped in futures_util::future::join_all(stops).await {
-        if let Err(error) = stopped {
-            tracing::warn!(session = %id, %error, "could not stop a process of an ended session");
-        }
-    }
-    Ok(Json(info))
+    Ok(Json(state.sessions.end(&id, &state.processes).await?))
 }
 
 /// Starts a failed session again: a new run of the same conversation, resumed by the
@@ -146,9 +134,6 @@ async fn send_message(
     Json(request): Json<SendMessageRequest>,
 ) -> Result<(StatusCode, Json<SessionInfo>)> {
     let session = state.sessions.get(&id)?;
-    if request.message.is_empty() {
-        return Err(Error::InvalidRequest("`message` must not be empty".into()));
-    }
     Ok((StatusCode::ACCEPTED, Json(session.send_message(request.message).await?)))
 }
 

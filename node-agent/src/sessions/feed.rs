@@ -9,16 +9,20 @@
 //! The item is one item (`process-<process id>`) of kind `tool_result` from start to
 //! end, rather than a `tool_call` followed by a result: nobody called a tool, the
 //! node agent only reports what ran.
+//!
+//! A process that feeds a session does not outlive it: one started as the session
+//! ends is stopped at once, and ending the session stops those still running.
 
 use std::sync::Arc;
 
 use serde_json::json;
 
-use super::{Session, SessionRecord};
+use super::record::SessionRecord;
+use super::session::Session;
 use crate::error::{Error, Result};
-use crate::model::OutputStream;
+use crate::model::{CreateProcessRequest, OutputStream};
 use crate::output::OutputBuffer;
-use crate::process::{Process, RunState};
+use crate::process::{Process, ProcessManager, RunState};
 use crate::universal::{EventData, EventSource, Item, ItemKind, ItemStatus};
 
 /// Most bytes of a process's output that reach the session: the last ones (what a
@@ -207,9 +211,55 @@ impl Session {
     }
 }
 
+/// Starts a process; with a session, one that feeds it. The session must be live; one
+/// that ends while the process starts stops it again (`conflict`).
+pub(super) async fn spawn(
+    session: Option<Arc<Session>>,
+    processes: &ProcessManager,
+    request: CreateProcessRequest,
+) -> Result<Arc<Process>> {
+    if let Some(session) = &session
+        && session.record().state.is_final()
+    {
+        return Err(Error::Conflict(format!("session {:?} has ended: no process can feed it", session.id)));
+    }
+    let spawner = processes.clone();
+    // Spawning forks and opens a PTY: blocking calls, kept off the async workers.
+    let process = tokio::task::spawn_blocking(move || spawner.spawn(request))
+        .await
+        .map_err(|e| Error::io("spawning", std::io::Error::other(e)))??;
+    if let Some(session) = session {
+        if let Err(error) = session.process_started(&process).await {
+            // The session ended while the process started: it must not outlive it.
+            stop(processes, &process).await?;
+            return Err(error);
+        }
+        follow(session, Arc::clone(&process));
+    }
+    Ok(process)
+}
+
+/// Stops the processes still running that feed the session `id` (it has ended).
+pub(super) async fn stop_feeding(id: &str, processes: &ProcessManager) {
+    let feeding = processes.list_for(None, None, Some(id));
+    let stops = feeding.iter().filter(|p| !p.run_state().is_exited()).map(|p| stop(processes, p));
+    for stopped in futures_util::future::join_all(stops).await {
+        if let Err(error) = stopped {
+            tracing::warn!(session = %id, %error, "could not stop a process of an ended session");
+        }
+    }
+}
+
+/// Stops a process as its session's end does: SIGHUP to a terminal's programs (as a
+/// terminal closing does), SIGTERM otherwise; SIGKILL after the node agent's stop timeout.
+async fn stop(processes: &ProcessManager, process: &Arc<Process>) -> Result<crate::model::ProcessInfo> {
+    let signal = if process.is_pty() { nix::sys::signal::Signal::SIGHUP } else { nix::sys::signal::Signal::SIGTERM };
+    processes.stop(process, signal, processes.limits().stop_timeout).await
+}
+
 /// Reports `process` to `session` until it exits: call after
 /// [`Session::process_started`] succeeded.
-pub fn follow(session: Arc<Session>, process: Arc<Process>) {
+fn follow(session: Arc<Session>, process: Arc<Process>) {
     tokio::spawn(async move {
         let mut state = process.watch_state();
         // The sender lives as long as the process: an error only means it is gone.

@@ -56,6 +56,17 @@ impl Batch {
     pub fn close(&mut self) {
         self.close = true;
     }
+
+    /// What was pushed, for tests of the changes that push.
+    #[cfg(test)]
+    pub(super) fn drafts(&self) -> &[EventDraft] {
+        &self.drafts
+    }
+
+    #[cfg(test)]
+    pub(super) fn closes(&self) -> bool {
+        self.close
+    }
 }
 
 pub struct EventLog {

@@ -35,9 +35,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::process::Command;
 
+use super::catalog::{Catalog, CredentialPlaces, CredentialSources, non_empty_string};
 use super::child::LineChild;
 use super::convert::Converter as _;
-use super::{AgentDriver, AgentId, DriverConfig, Interrupted, TurnContext, TurnInput, TurnOutcome};
+use super::{
+    Agent, AgentDriver, AgentId, DriverConfig, Interrupted, Launch, Package, TurnContext, TurnInput, TurnOutcome,
+};
 use crate::error::{Error, Result};
 use crate::model::{AgentCapabilities, CreateSessionRequest, PermissionMode};
 
@@ -53,11 +56,67 @@ const DEFAULT_TURN_TIMEOUT: Duration = Duration::from_secs(120);
 const STARTUP: Duration = Duration::from_secs(90);
 const GRACE: Duration = Duration::from_secs(3);
 
-pub fn capabilities() -> AgentCapabilities {
-    AgentCapabilities { permissions: false, questions: false, resume: true, streaming_deltas: false, mcp: false }
+/// Amp, as the registry lists it.
+pub struct Amp;
+
+impl Agent for Amp {
+    fn id(&self) -> AgentId {
+        AgentId::Amp
+    }
+
+    fn name(&self) -> &'static str {
+        "amp"
+    }
+
+    fn package(&self) -> Option<Package> {
+        // The last pure-JS release that runs its agent loop locally (see the module's doc).
+        Some(Package { name: "@sourcegraph/amp", bin: "amp", default_version: "0.0.1767830505-ga62310" })
+    }
+
+    fn capabilities(&self) -> AgentCapabilities {
+        AgentCapabilities { permissions: false, questions: false, resume: true, streaming_deltas: false, mcp: false }
+    }
+
+    fn validate(&self, request: &CreateSessionRequest) -> Result<()> {
+        validate(request)
+    }
+
+    fn launch<'a>(&'a self, launch: Launch<'a>) -> BoxFuture<'a, Result<Box<dyn AgentDriver>>> {
+        Box::pin(start(launch))
+    }
+
+    fn converter(&self) -> Box<dyn super::convert::Converter> {
+        Box::new(Converter::default())
+    }
+
+    fn catalog(&self) -> Catalog {
+        Catalog {
+            // `amp --mode`; `free` and `dojo` need Amp's own servers.
+            modes: &[
+                ("smart", "The most capable model and set of tools"),
+                ("rush", "Faster and cheaper for small, well-defined tasks"),
+                ("large", "The biggest context window possible"),
+            ],
+            default_mode: Some("smart"),
+            models: &[],
+            default_model: None,
+            models_note: "amp picks its model from the agent mode (see the modes); it takes no model",
+        }
+    }
+
+    fn credentials(&self, places: &CredentialPlaces<'_>) -> Option<CredentialSources> {
+        let files = places.data_home().map(|d| (d.join("amp/secrets.json"), secrets as fn(&str) -> bool));
+        Some(CredentialSources { env: &["AMP_API_KEY"], files: files.into_iter().collect() })
+    }
 }
 
-pub fn validate(request: &CreateSessionRequest) -> Result<()> {
+/// amp's secrets.json: `{"apiKey@https://ampcode.com/": "..."}`.
+fn secrets(text: &str) -> bool {
+    let Ok(Value::Object(secrets)) = serde_json::from_str::<Value>(text) else { return false };
+    secrets.iter().any(|(key, value)| key.starts_with("apiKey") && non_empty_string(value))
+}
+
+fn validate(request: &CreateSessionRequest) -> Result<()> {
     if let Some(mode) = &request.agent_mode
         && !MODES.contains(&mode.as_str())
     {
@@ -81,33 +140,26 @@ fn parse_timeout(value: &str) -> Result<Duration> {
     }
 }
 
-pub fn start<'a>(config: &'a DriverConfig, saved: Option<Value>) -> BoxFuture<'a, Result<Box<dyn AgentDriver>>> {
-    Box::pin(async move {
-        let saved = match saved {
-            Some(saved) => Some(
-                serde_json::from_value::<AmpState>(saved)
-                    .map_err(|e| Error::InvalidRequest(format!("amp's saved state is unreadable: {e}")))?,
-            ),
-            None => None,
-        };
-        let installed = config.host.installer.ensure(AgentId::Amp, config.agent_version.as_deref()).await?;
-        let turn_timeout = match config.env.get(TURN_TIMEOUT_ENV) {
-            Some(value) => parse_timeout(value)?,
-            None => DEFAULT_TURN_TIMEOUT,
-        };
-        let mut driver = AmpDriver {
-            bin: installed.bin,
-            home: crate::agents::pi::session_home(config),
-            config: config.clone(),
-            state: saved.unwrap_or_default(),
-            turn_timeout,
-            converter: Converter::default(),
-        };
-        if driver.state.thread_id.is_none() {
-            driver.state.thread_id = Some(driver.new_thread().await?);
-        }
-        Ok(Box::new(driver) as Box<dyn AgentDriver>)
-    })
+async fn start(launch: Launch<'_>) -> Result<Box<dyn AgentDriver>> {
+    let saved: Option<AmpState> = launch.saved_state("amp")?;
+    let bin = launch.bin()?;
+    let config = launch.config;
+    let turn_timeout = match config.env.get(TURN_TIMEOUT_ENV) {
+        Some(value) => parse_timeout(value)?,
+        None => DEFAULT_TURN_TIMEOUT,
+    };
+    let mut driver = AmpDriver {
+        bin,
+        home: crate::agents::pi::session_home(config),
+        config: config.clone(),
+        state: saved.unwrap_or_default(),
+        turn_timeout,
+        converter: Converter::default(),
+    };
+    if driver.state.thread_id.is_none() {
+        driver.state.thread_id = Some(driver.new_thread().await?);
+    }
+    Ok(Box::new(driver))
 }
 
 /// What the driver keeps to resume amp's conversation.
@@ -166,7 +218,7 @@ impl AmpDriver {
     }
 
     async fn emit_line(&mut self, ctx: &TurnContext, line: &str) -> Result<(), Interrupted> {
-        ctx.emit_converted(&mut self.converter, line).await
+        ctx.report(&mut self.converter, line).await
     }
 
     async fn fail(&mut self, ctx: &TurnContext, error: Error) -> Result<TurnOutcome, Interrupted> {

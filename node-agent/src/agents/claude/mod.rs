@@ -25,9 +25,12 @@ use tokio::process::Command;
 
 pub use self::convert::Converter;
 use self::convert::{APPROVE_PLAN, ASK_USER_QUESTION, EXIT_PLAN_MODE};
+use super::catalog::{Catalog, CredentialFile, CredentialPlaces, CredentialSources, json_strings};
 use super::child::LineChild;
 use super::convert::Converter as _;
-use super::{AgentDriver, AgentId, DriverConfig, Interrupted, TurnContext, TurnInput, TurnOutcome};
+use super::{
+    Agent, AgentDriver, AgentId, DriverConfig, Interrupted, Launch, Package, TurnContext, TurnInput, TurnOutcome,
+};
 use crate::driver::QuestionAnswer;
 use crate::error::{Error, Result};
 use crate::model::{AgentCapabilities, CreateSessionRequest, PermissionMode};
@@ -36,12 +39,72 @@ use crate::universal::{EventData, PermissionReply};
 /// How long a stopping `claude` gets after SIGTERM before SIGKILL.
 const STOP_GRACE: Duration = Duration::from_secs(3);
 
-pub fn capabilities() -> AgentCapabilities {
-    // Questions: plan approval (ExitPlanMode) and AskUserQuestion.
-    AgentCapabilities { permissions: true, questions: true, resume: true, streaming_deltas: true, mcp: true }
+/// Claude Code, as the registry lists it.
+pub struct Claude;
+
+impl Agent for Claude {
+    fn id(&self) -> AgentId {
+        AgentId::Claude
+    }
+
+    fn name(&self) -> &'static str {
+        "claude"
+    }
+
+    fn package(&self) -> Option<Package> {
+        Some(Package { name: "@anthropic-ai/claude-code", bin: "claude", default_version: "2.1.330" })
+    }
+
+    fn capabilities(&self) -> AgentCapabilities {
+        // Questions: plan approval (ExitPlanMode) and AskUserQuestion.
+        AgentCapabilities { permissions: true, questions: true, resume: true, streaming_deltas: true, mcp: true }
+    }
+
+    fn validate(&self, request: &CreateSessionRequest) -> Result<()> {
+        validate(request)
+    }
+
+    fn launch<'a>(&'a self, launch: Launch<'a>) -> BoxFuture<'a, Result<Box<dyn AgentDriver>>> {
+        Box::pin(start(launch))
+    }
+
+    fn converter(&self) -> Box<dyn super::convert::Converter> {
+        Box::new(Converter::default())
+    }
+
+    fn catalog(&self) -> Catalog {
+        Catalog {
+            modes: &[],
+            default_mode: None,
+            models: &[
+                ("sonnet", "Claude Code's alias for the latest Sonnet"),
+                ("opus", "Claude Code's alias for the latest Opus"),
+                ("haiku", "Claude Code's alias for the latest Haiku"),
+                ("opusplan", "Opus while planning, Sonnet otherwise"),
+            ],
+            default_model: None,
+            models_note: "or a full model name (claude-sonnet-4-5, ...), passed as --model",
+        }
+    }
+
+    fn credentials(&self, places: &CredentialPlaces<'_>) -> Option<CredentialSources> {
+        let mut files: Vec<CredentialFile> = Vec::new();
+        if let Some(config) = places.dir("CLAUDE_CONFIG_DIR", ".claude") {
+            files.push((config.join(".credentials.json"), |t| {
+                json_strings(t, &[&["claudeAiOauth", "accessToken"], &["claudeAiOauth", "refreshToken"]])
+            }));
+        }
+        if let Some(home) = places.home() {
+            files.push((home.join(".claude.json"), |t| json_strings(t, &[&["primaryApiKey"]])));
+        }
+        Some(CredentialSources {
+            env: &["ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN"],
+            files,
+        })
+    }
 }
 
-pub fn validate(request: &CreateSessionRequest) -> Result<()> {
+fn validate(request: &CreateSessionRequest) -> Result<()> {
     if let Some(mode) = &request.agent_mode {
         return Err(Error::ModeNotSupported(format!(
             "claude has no agent modes (asked for {mode:?}); its plan mode is permissionMode \"plan\""
@@ -53,20 +116,17 @@ pub fn validate(request: &CreateSessionRequest) -> Result<()> {
     Ok(())
 }
 
-pub fn start<'a>(config: &'a DriverConfig, saved: Option<Value>) -> BoxFuture<'a, Result<Box<dyn AgentDriver>>> {
-    Box::pin(async move {
-        let installed = config.host.installer.ensure(AgentId::Claude, config.agent_version.as_deref()).await?;
-        let state = match saved {
-            Some(saved) => serde_json::from_value(saved)
-                .map_err(|e| Error::InvalidRequest(format!("claude's saved state is unreadable: {e}")))?,
-            None => ClaudeState { agent_session_id: new_uuid(), ..Default::default() },
-        };
-        let mut converter = Converter::default();
-        converter.set_cost_so_far(state.cost_so_far);
-        let mut driver = ClaudeDriver { config: config.clone(), bin: installed.bin, state, child: None, converter };
-        driver.spawn().await?;
-        Ok(Box::new(driver) as Box<dyn AgentDriver>)
-    })
+async fn start(launch: Launch<'_>) -> Result<Box<dyn AgentDriver>> {
+    let bin = launch.bin()?;
+    let state = match launch.saved_state("claude")? {
+        Some(state) => state,
+        None => ClaudeState { agent_session_id: new_uuid(), ..Default::default() },
+    };
+    let mut converter = Converter::default();
+    converter.set_cost_so_far(state.cost_so_far);
+    let mut driver = ClaudeDriver { config: launch.config.clone(), bin, state, child: None, converter };
+    driver.spawn().await?;
+    Ok(Box::new(driver))
 }
 
 /// What the driver keeps across restarts (the session saves it).
@@ -247,9 +307,7 @@ impl ClaudeDriver {
                 self.control_request(ctx, &line, &value, &mut carried).await?;
                 continue;
             }
-            for (n, event) in self.converter.convert(&line).into_iter().enumerate() {
-                ctx.emit_raw(event, (n == 0).then(|| line.clone())).await?;
-            }
+            ctx.report(&mut self.converter, &line).await?;
             if kind == "result" {
                 let is_error = value.get("is_error").and_then(Value::as_bool).unwrap_or(false);
                 if !is_error {
@@ -331,9 +389,7 @@ impl ClaudeDriver {
         let request_id = value.get("request_id").and_then(Value::as_str).unwrap_or_default().to_string();
         let request = value.get("request").cloned().unwrap_or(Value::Null);
         if request.get("subtype").and_then(Value::as_str) != Some("can_use_tool") {
-            for event in self.converter.convert(line) {
-                ctx.emit_raw(event, Some(line.to_string())).await?;
-            }
+            ctx.report(&mut self.converter, line).await?;
             let subtype = request.get("subtype").and_then(Value::as_str).unwrap_or("?");
             let error = format!("the node agent does not answer {subtype} requests");
             return self.respond(json!({"subtype": "error", "request_id": request_id, "error": error})).await;
@@ -345,7 +401,7 @@ impl ClaudeDriver {
         let decision = match events.pop() {
             Some(EventData::QuestionRequested(question)) => {
                 let qid = question.id.clone();
-                ctx.ask_question(question, Some(line)).await?;
+                ctx.line(line).ask_question(question).await?;
                 let answer = ctx.wait_question(&qid).await?;
                 answer_question(&tool, &input, answer)
             }
@@ -360,11 +416,7 @@ impl ClaudeDriver {
                 let reply = match preset {
                     Some(reply) => {
                         let text = format!("{tool} allowed without asking: the user chose {reply:?} before");
-                        ctx.emit_raw(
-                            super::convert::status(format!("{request_id}-auto"), text),
-                            Some(line.to_string()),
-                        )
-                        .await?;
+                        ctx.line(line).emit(super::convert::status(format!("{request_id}-auto"), text)).await?;
                         reply
                     }
                     None => {
@@ -375,7 +427,7 @@ impl ClaudeDriver {
                         });
                         self.save(ctx);
                         let pid = permission.id.clone();
-                        ctx.request_permission(permission, Some(line)).await?;
+                        ctx.line(line).request_permission(permission).await?;
                         let reply = ctx.wait_permission(&pid).await?;
                         self.state.pending = None;
                         reply

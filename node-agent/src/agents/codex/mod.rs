@@ -22,9 +22,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 pub use self::convert::Converter;
+use super::catalog::{Catalog, CredentialPlaces, CredentialSources, json_strings};
 use super::child::LineChild;
 use super::convert::Converter as _;
-use super::{AgentDriver, AgentId, DriverConfig, Interrupted, TurnContext, TurnInput, TurnOutcome};
+use super::{
+    Agent, AgentDriver, AgentId, DriverConfig, Interrupted, Launch, Package, TurnContext, TurnInput, TurnOutcome,
+};
 use crate::driver::QuestionAnswer;
 use crate::error::{Error, Result};
 use crate::model::{AgentCapabilities, CreateSessionRequest, PermissionMode};
@@ -42,11 +45,58 @@ const STOP_GRACE: Duration = Duration::from_secs(3);
 /// Codex's reasoning efforts, which a session's `variant` names.
 const EFFORTS: [&str; 6] = ["none", "minimal", "low", "medium", "high", "xhigh"];
 
-pub fn capabilities() -> AgentCapabilities {
-    AgentCapabilities { permissions: true, questions: true, resume: true, streaming_deltas: true, mcp: true }
+/// Codex, as the registry lists it.
+pub struct Codex;
+
+impl Agent for Codex {
+    fn id(&self) -> AgentId {
+        AgentId::Codex
+    }
+
+    fn name(&self) -> &'static str {
+        "codex"
+    }
+
+    fn package(&self) -> Option<Package> {
+        Some(Package { name: "@openai/codex", bin: "codex", default_version: "0.169.0" })
+    }
+
+    fn capabilities(&self) -> AgentCapabilities {
+        AgentCapabilities { permissions: true, questions: true, resume: true, streaming_deltas: true, mcp: true }
+    }
+
+    fn validate(&self, request: &CreateSessionRequest) -> Result<()> {
+        validate(request)
+    }
+
+    fn launch<'a>(&'a self, launch: Launch<'a>) -> BoxFuture<'a, Result<Box<dyn AgentDriver>>> {
+        Box::pin(start(launch))
+    }
+
+    fn converter(&self) -> Box<dyn super::convert::Converter> {
+        Box::new(Converter::default())
+    }
+
+    fn catalog(&self) -> Catalog {
+        Catalog {
+            modes: &[],
+            default_mode: None,
+            models: &[("gpt-5.5", "A model of codex's built-in catalog")],
+            default_model: None,
+            models_note: "or another name of codex's built-in catalog; an unknown one fails the turn",
+        }
+    }
+
+    fn credentials(&self, places: &CredentialPlaces<'_>) -> Option<CredentialSources> {
+        let auth = |t: &str| {
+            json_strings(t, &[&["OPENAI_API_KEY"], &["tokens", "access_token"], &["tokens", "refresh_token"]])
+        };
+        let files = places.dir("CODEX_HOME", ".codex").map(|d| (d.join("auth.json"), auth as fn(&str) -> bool));
+        Some(CredentialSources { env: &["OPENAI_API_KEY", "CODEX_API_KEY"], files: files.into_iter().collect() })
+    }
 }
 
-pub fn validate(request: &CreateSessionRequest) -> Result<()> {
+fn validate(request: &CreateSessionRequest) -> Result<()> {
     if let Some(mode) = &request.agent_mode {
         // Codex's collaboration modes are not selectable through app-server's
         // thread/turn API; plan-like behaviour is `permissionMode: plan`.
@@ -66,22 +116,15 @@ pub fn validate(request: &CreateSessionRequest) -> Result<()> {
     Ok(())
 }
 
-pub fn start<'a>(config: &'a DriverConfig, saved: Option<Value>) -> BoxFuture<'a, Result<Box<dyn AgentDriver>>> {
-    Box::pin(async move {
-        let installed = config.host.installer.ensure(AgentId::Codex, config.agent_version.as_deref()).await?;
-        let state = match saved {
-            Some(saved) => serde_json::from_value(saved)
-                .map_err(|e| Error::InvalidRequest(format!("codex's saved state is unreadable: {e}")))?,
-            None => CodexState::default(),
-        };
-        let bin = installed.bin;
-        let lookup = bin.clone();
-        let bwrap_dir = tokio::task::spawn_blocking(move || vendored_bwrap_dir(&lookup)).await.ok().flatten();
-        let mut driver =
-            CodexDriver { config: config.clone(), bin, bwrap_dir, state, server: None, backlog: Vec::new() };
-        driver.connect().await?;
-        Ok(Box::new(driver) as Box<dyn AgentDriver>)
-    })
+async fn start(launch: Launch<'_>) -> Result<Box<dyn AgentDriver>> {
+    let bin = launch.bin()?;
+    let state = launch.saved_state("codex")?.unwrap_or_default();
+    let lookup = bin.clone();
+    let bwrap_dir = tokio::task::spawn_blocking(move || vendored_bwrap_dir(&lookup)).await.ok().flatten();
+    let mut driver =
+        CodexDriver { config: launch.config.clone(), bin, bwrap_dir, state, server: None, backlog: Vec::new() };
+    driver.connect().await?;
+    Ok(Box::new(driver))
 }
 
 /// Codex sandboxes its commands with the first `bwrap` on its PATH, else with the one
@@ -288,13 +331,8 @@ impl CodexDriver {
     /// Reports a native line as the events it converts to. Codex echoes the user's
     /// message as an item; the session manager has reported that message already.
     async fn report(ctx: &TurnContext, converter: &mut Converter, line: &str) -> Result<(), Interrupted> {
-        for event in converter.convert(line) {
-            let users = matches!(&event, EventData::ItemStarted { item } | EventData::ItemCompleted { item } if item.role == Some(Role::User));
-            if !users {
-                ctx.emit_raw(event, Some(line.to_string())).await?;
-            }
-        }
-        Ok(())
+        let users = |event: &EventData| matches!(event, EventData::ItemStarted { item } | EventData::ItemCompleted { item } if item.role == Some(Role::User));
+        ctx.line(line).emit_all(converter.convert(line).into_iter().filter(|event| !users(event))).await
     }
 
     /// Reports what the app-server said while it started, in the order it said it.
@@ -444,7 +482,7 @@ impl CodexDriver {
                 let pid = request.id.clone();
                 self.state.waiting = Some(Waiting::Permission(pid.clone()));
                 self.save(ctx);
-                ctx.request_permission(request, Some(line)).await?;
+                ctx.line(line).request_permission(request).await?;
                 let reply = ctx.wait_permission(&pid).await?;
                 self.state.waiting = None;
                 reply
@@ -459,7 +497,7 @@ impl CodexDriver {
             let qid = request.id.clone();
             self.state.waiting = Some(Waiting::Question(qid.clone()));
             self.save(ctx);
-            ctx.ask_question(request, Some(line)).await?;
+            ctx.line(line).ask_question(request).await?;
             let answer = ctx.wait_question(&qid).await?;
             self.state.waiting = None;
             let answers = match answer {

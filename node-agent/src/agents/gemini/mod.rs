@@ -23,9 +23,12 @@ use tokio::process::Command;
 
 pub use convert::Converter;
 
+use super::catalog::{Catalog, CredentialPlaces, CredentialSources, dotenv_sets, json_strings};
 use super::child::LineChild;
 use super::convert::Converter as _;
-use super::{AgentDriver, AgentId, DriverConfig, Interrupted, TurnContext, TurnInput, TurnOutcome};
+use super::{
+    Agent, AgentDriver, AgentId, DriverConfig, Interrupted, Launch, Package, TurnContext, TurnInput, TurnOutcome,
+};
 use crate::error::{Error, Result};
 use crate::model::{AgentCapabilities, CreateSessionRequest, PermissionMode};
 use crate::universal::{EventData, PermissionReply};
@@ -48,11 +51,70 @@ const REPLAY: Duration = Duration::from_secs(10);
 const SETTINGS: &str =
     r#"{"security":{"auth":{"selectedType":"gemini-api-key"}},"general":{"sessionRetention":{"enabled":false}}}"#;
 
-pub fn capabilities() -> AgentCapabilities {
-    AgentCapabilities { permissions: true, questions: false, resume: true, streaming_deltas: true, mcp: true }
+/// Gemini CLI, as the registry lists it.
+pub struct Gemini;
+
+impl Agent for Gemini {
+    fn id(&self) -> AgentId {
+        AgentId::Gemini
+    }
+
+    fn name(&self) -> &'static str {
+        "gemini"
+    }
+
+    fn package(&self) -> Option<Package> {
+        Some(Package { name: "@google/gemini-cli", bin: "gemini", default_version: "0.61.0" })
+    }
+
+    fn capabilities(&self) -> AgentCapabilities {
+        AgentCapabilities { permissions: true, questions: false, resume: true, streaming_deltas: true, mcp: true }
+    }
+
+    fn validate(&self, request: &CreateSessionRequest) -> Result<()> {
+        validate(request)
+    }
+
+    fn launch<'a>(&'a self, launch: Launch<'a>) -> BoxFuture<'a, Result<Box<dyn AgentDriver>>> {
+        Box::pin(start(launch))
+    }
+
+    fn converter(&self) -> Box<dyn super::convert::Converter> {
+        Box::new(Converter::default())
+    }
+
+    fn catalog(&self) -> Catalog {
+        Catalog {
+            modes: &[],
+            default_mode: None,
+            models: &[
+                ("gemini-2.5-pro", "The most capable Gemini 2.5 model"),
+                ("gemini-2.5-flash", "Faster and cheaper"),
+                ("gemini-2.5-flash-lite", "The fastest and cheapest"),
+            ],
+            default_model: Some(DEFAULT_MODEL),
+            models_note: "or another Gemini model name, passed as -m",
+        }
+    }
+
+    fn credentials(&self, places: &CredentialPlaces<'_>) -> Option<CredentialSources> {
+        let files = places
+            .home()
+            .map(|h| {
+                vec![
+                    (
+                        h.join(".gemini/oauth_creds.json"),
+                        (|t| json_strings(t, &[&["access_token"], &["refresh_token"]])) as fn(&str) -> bool,
+                    ),
+                    (h.join(".gemini/.env"), |t| dotenv_sets(t, &["GEMINI_API_KEY", "GOOGLE_API_KEY"])),
+                ]
+            })
+            .unwrap_or_default();
+        Some(CredentialSources { env: &["GEMINI_API_KEY", "GOOGLE_API_KEY"], files })
+    }
 }
 
-pub fn validate(request: &CreateSessionRequest) -> Result<()> {
+fn validate(request: &CreateSessionRequest) -> Result<()> {
     if let Some(mode) = &request.agent_mode {
         return Err(Error::ModeNotSupported(format!(
             "gemini has no agent modes (asked for {mode:?}); its approval modes follow permissionMode (default, plan, bypass)"
@@ -66,19 +128,16 @@ pub fn validate(request: &CreateSessionRequest) -> Result<()> {
     Ok(())
 }
 
-pub fn start<'a>(config: &'a DriverConfig, saved: Option<Value>) -> BoxFuture<'a, Result<Box<dyn AgentDriver>>> {
-    Box::pin(async move {
-        let installed = config.host.installer.ensure(AgentId::Gemini, config.agent_version.as_deref()).await?;
-        let launch = Launch::new(config, installed.bin).await?;
-        let session_id = saved.as_ref().and_then(|s| s.get("sessionId")).and_then(Value::as_str).map(str::to_string);
-        let mut driver = GeminiDriver { launch, process: None, session_id, converter: Converter::default() };
-        driver.ensure_running().await?;
-        Ok(Box::new(driver) as Box<dyn AgentDriver>)
-    })
+async fn start(launch: Launch<'_>) -> Result<Box<dyn AgentDriver>> {
+    let session_id = launch.saved.as_ref().and_then(|s| s.get("sessionId")).and_then(Value::as_str).map(str::to_string);
+    let process = CliLaunch::new(launch.config, launch.bin()?).await?;
+    let mut driver = GeminiDriver { launch: process, process: None, session_id, converter: Converter::default() };
+    driver.ensure_running().await?;
+    Ok(Box::new(driver))
 }
 
 /// Everything needed to start the CLI again (after it died, or to resume).
-struct Launch {
+struct CliLaunch {
     bin: PathBuf,
     args: Vec<String>,
     env: Vec<(String, String)>,
@@ -87,8 +146,8 @@ struct Launch {
     mcp_servers: Vec<crate::model::McpServer>,
 }
 
-impl Launch {
-    async fn new(config: &DriverConfig, bin: PathBuf) -> Result<Launch> {
+impl CliLaunch {
+    async fn new(config: &DriverConfig, bin: PathBuf) -> Result<CliLaunch> {
         let home = match config.env.get("HOME").filter(|h| !h.is_empty()) {
             Some(home) => PathBuf::from(home),
             None => std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| config.session_dir.join("home")),
@@ -112,7 +171,7 @@ impl Launch {
         env.push(("HOME".into(), home.display().to_string()));
         // One process to stop and to wait for, rather than a relaunched child with a larger heap.
         env.push(("GEMINI_CLI_NO_RELAUNCH".into(), "true".into()));
-        Ok(Launch { bin, args, env, cwd, home, mcp_servers: config.mcp_servers.clone() })
+        Ok(CliLaunch { bin, args, env, cwd, home, mcp_servers: config.mcp_servers.clone() })
     }
 
     fn command(&self) -> Command {
@@ -217,7 +276,7 @@ fn rpc_error_text(error: &Value) -> String {
 }
 
 pub struct GeminiDriver {
-    launch: Launch,
+    launch: CliLaunch,
     /// `None` once the CLI died: the next turn starts it again and loads the session.
     process: Option<Acp>,
     /// The CLI's session id, once it has one.
@@ -309,7 +368,7 @@ impl GeminiDriver {
         loop {
             let line = acp.next_line(SILENCE, "running a turn").await?;
             let Ok(native) = serde_json::from_str::<Value>(&line) else {
-                emit_all(ctx, self.converter.convert(&line), &line).await?;
+                ctx.report(&mut self.converter, &line).await?;
                 continue;
             };
             let method = native.get("method").and_then(Value::as_str);
@@ -323,9 +382,9 @@ impl GeminiDriver {
                         match event {
                             EventData::PermissionRequested(request) => {
                                 asked = Some(request.id.clone());
-                                ctx.request_permission(request, Some(&line)).await?;
+                                ctx.line(&line).request_permission(request).await?;
                             }
-                            other => ctx.emit_raw(other, Some(line.clone())).await?,
+                            other => ctx.line(&line).emit(other).await?,
                         }
                     }
                     let Some(permission_id) = asked else {
@@ -349,7 +408,7 @@ impl GeminiDriver {
                 }
                 (Some(other), Some(request_id)) => {
                     // A client method this driver did not offer in `initialize`.
-                    emit_all(ctx, self.converter.convert(&line), &line).await?;
+                    ctx.report(&mut self.converter, &line).await?;
                     let error = json!({"code": -32601, "message": format!("{other} is not offered by this client")});
                     acp.child.send(&json!({"jsonrpc": "2.0", "id": request_id, "error": error})).await?;
                 }
@@ -361,8 +420,7 @@ impl GeminiDriver {
                     tracing::debug!(agent = "gemini", "skipped: {line}");
                 }
                 _ => {
-                    let events = self.converter.convert(&line);
-                    emit_all(ctx, events, &line).await?;
+                    ctx.report(&mut self.converter, &line).await?;
                     if native.get("id").and_then(Value::as_u64) == Some(prompt_id) && method.is_none() {
                         return Ok(outcome_of(&native).with_usage(self.converter.take_usage()));
                     }
@@ -399,13 +457,6 @@ impl From<Error> for TurnError {
     fn from(error: Error) -> Self {
         TurnError::Agent(error)
     }
-}
-
-async fn emit_all(ctx: &TurnContext, events: Vec<EventData>, line: &str) -> Result<(), Interrupted> {
-    for event in events {
-        ctx.emit_raw(event, Some(line.to_string())).await?;
-    }
-    Ok(())
 }
 
 /// Reports what went wrong with the CLI as an `error` event, and fails the turn.

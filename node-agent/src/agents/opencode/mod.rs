@@ -38,9 +38,13 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 pub use self::convert::Converter;
+use super::catalog::{Catalog, CredentialPlaces, CredentialSources, provider_entries};
 use super::child::LineChild;
 use super::convert::Converter as _;
-use super::{AgentDriver, AgentHost, AgentId, DriverConfig, Interrupted, TurnContext, TurnInput, TurnOutcome};
+use super::{
+    Agent, AgentDriver, AgentHost, AgentId, DriverConfig, Interrupted, Launch, Package, TurnContext, TurnInput,
+    TurnOutcome,
+};
 use crate::driver::QuestionAnswer;
 use crate::error::{Error, Result};
 use crate::model::{AgentCapabilities, CreateSessionRequest, PermissionMode};
@@ -69,11 +73,71 @@ const QUIET: Duration = Duration::from_secs(600);
 /// What one SSE event may weigh before it is dropped (a whole session's diff can be big).
 const MAX_EVENT: usize = 32 << 20;
 
-pub fn capabilities() -> AgentCapabilities {
-    AgentCapabilities { permissions: true, questions: true, resume: true, streaming_deltas: true, mcp: true }
+/// OpenCode, as the registry lists it.
+pub struct Opencode;
+
+impl Agent for Opencode {
+    fn id(&self) -> AgentId {
+        AgentId::Opencode
+    }
+
+    fn name(&self) -> &'static str {
+        "opencode"
+    }
+
+    fn package(&self) -> Option<Package> {
+        Some(Package { name: "opencode-ai", bin: "opencode", default_version: "1.18.33" })
+    }
+
+    fn capabilities(&self) -> AgentCapabilities {
+        AgentCapabilities { permissions: true, questions: true, resume: true, streaming_deltas: true, mcp: true }
+    }
+
+    fn validate(&self, request: &CreateSessionRequest) -> Result<()> {
+        validate(request)
+    }
+
+    fn launch<'a>(&'a self, launch: Launch<'a>) -> BoxFuture<'a, Result<Box<dyn AgentDriver>>> {
+        Box::pin(async move {
+            let driver = OpencodeDriver::start(launch).await?;
+            Ok(Box::new(driver) as Box<dyn AgentDriver>)
+        })
+    }
+
+    fn converter(&self) -> Box<dyn super::convert::Converter> {
+        Box::new(Converter::default())
+    }
+
+    fn catalog(&self) -> Catalog {
+        Catalog {
+            modes: &[
+                ("build", "The default agent: edits files and runs commands"),
+                ("plan", "Plans without changing anything: edits and commands are denied"),
+            ],
+            default_mode: Some("build"),
+            models: &[],
+            default_model: None,
+            models_note: "a provider/model id configured for opencode (`opencode models` lists them), e.g. anthropic/claude-sonnet-4-5",
+        }
+    }
+
+    fn credentials(&self, places: &CredentialPlaces<'_>) -> Option<CredentialSources> {
+        let files = places.data_home().map(|d| (d.join("opencode/auth.json"), provider_entries as fn(&str) -> bool));
+        Some(CredentialSources {
+            env: &[
+                "ANTHROPIC_API_KEY",
+                "OPENAI_API_KEY",
+                "GEMINI_API_KEY",
+                "GOOGLE_GENERATIVE_AI_API_KEY",
+                "OPENROUTER_API_KEY",
+                "OPENCODE_API_KEY",
+            ],
+            files: files.into_iter().collect(),
+        })
+    }
 }
 
-pub fn validate(request: &CreateSessionRequest) -> Result<()> {
+fn validate(request: &CreateSessionRequest) -> Result<()> {
     if let Some(mode) = &request.agent_mode
         && !MODES.contains(&mode.as_str())
     {
@@ -91,13 +155,6 @@ pub fn validate(request: &CreateSessionRequest) -> Result<()> {
     Ok(())
 }
 
-pub fn start<'a>(config: &'a DriverConfig, saved: Option<Value>) -> BoxFuture<'a, Result<Box<dyn AgentDriver>>> {
-    Box::pin(async move {
-        let driver = OpencodeDriver::start(config, saved).await?;
-        Ok(Box::new(driver) as Box<dyn AgentDriver>)
-    })
-}
-
 /// What all opencode sessions of a node agent share: their servers, one per
 /// environment. Weak, so that a server goes when its last session does.
 #[derive(Default)]
@@ -107,7 +164,7 @@ pub struct Shared {
 
 impl Shared {
     /// The running server for `launch`, started if there is none (or it died).
-    async fn server(&self, launch: &Launch) -> Result<Arc<Server>> {
+    async fn server(&self, launch: &ServerLaunch) -> Result<Arc<Server>> {
         // Held while a server starts: a second session of the same environment
         // waits for it instead of starting another.
         let mut servers = self.servers.lock().await;
@@ -125,17 +182,17 @@ impl Shared {
 
 /// How to start a server: the executable and the environment it gets.
 #[derive(Debug, Clone)]
-struct Launch {
+struct ServerLaunch {
     bin: PathBuf,
     env: BTreeMap<String, String>,
     /// Identifies servers that are interchangeable: the executable and the environment.
     key: String,
 }
 
-impl Launch {
-    fn new(bin: PathBuf, env: BTreeMap<String, String>) -> Launch {
+impl ServerLaunch {
+    fn new(bin: PathBuf, env: BTreeMap<String, String>) -> ServerLaunch {
         let key = format!("{}\0{}", bin.display(), serde_json::to_string(&env).unwrap_or_default());
-        Launch { bin, env, key }
+        ServerLaunch { bin, env, key }
     }
 }
 
@@ -165,7 +222,7 @@ struct Server {
 }
 
 impl Server {
-    async fn start(launch: &Launch) -> Result<Server> {
+    async fn start(launch: &ServerLaunch) -> Result<Server> {
         let port = free_port()?;
         let mut command = tokio::process::Command::new(&launch.bin);
         command.env_remove(crate::TOKEN_VARIABLE);
@@ -434,7 +491,7 @@ struct Pending {
 
 struct OpencodeDriver {
     host: Arc<AgentHost>,
-    launch: Launch,
+    launch: ServerLaunch,
     server: Option<Arc<Server>>,
     session: String,
     /// Unanswered permission requests of the turn under way (saved with the session).
@@ -446,19 +503,17 @@ struct OpencodeDriver {
 }
 
 impl OpencodeDriver {
-    async fn start(config: &DriverConfig, saved: Option<Value>) -> Result<OpencodeDriver> {
-        let installed = config.host.installer.ensure(AgentId::Opencode, config.agent_version.as_deref()).await?;
+    async fn start(launch: Launch<'_>) -> Result<OpencodeDriver> {
+        let config = launch.config;
         let (env, configured) = environment(config);
         let model = model_ref(config, configured)?;
-        let launch = Launch::new(installed.bin, env);
+        let saved: Option<Saved> = launch.saved_state("the opencode driver")?;
+        let launch = ServerLaunch::new(launch.bin()?, env);
         let server = config.host.opencode.server(&launch).await?;
         let directory = config.working_dir.clone();
         let mut pending = Vec::new();
         let session = match saved {
             Some(saved) => {
-                let saved: Saved = serde_json::from_value(saved).map_err(|e| {
-                    Error::InvalidRequest(format!("the opencode driver's saved state is unreadable: {e}"))
-                })?;
                 // The server keeps its sessions under HOME: a new one knows the old session.
                 server
                     .call(reqwest::Method::GET, &format!("/session/{}", saved.session_id), directory.as_deref(), None)
@@ -563,7 +618,7 @@ impl OpencodeDriver {
                                     None => {
                                         self.pending.push(Pending { id: opencode_id.clone(), tool: request.tool.clone(), input: request.input.clone() });
                                         self.save(ctx);
-                                        ctx.request_permission(request, Some(&line)).await?;
+                                        ctx.line(&line).request_permission(request).await?;
                                         opencode_id.clone()
                                     }
                                 };
@@ -577,18 +632,18 @@ impl OpencodeDriver {
                             }
                             EventData::QuestionRequested(request) => {
                                 let id = request.id.clone();
-                                ctx.ask_question(request, Some(&line)).await?;
+                                ctx.line(&line).ask_question(request).await?;
                                 replies.push(async move { Answer::Question(id.clone(), ctx.wait_question(&id).await) }.boxed());
                             }
                             // The node agent announced the client's reply already: this is OpenCode applying it.
                             EventData::PermissionResolved { id, .. } | EventData::QuestionResolved { id, .. } => {
-                                ctx.emit_raw(applied(&line, &id), Some(line.clone())).await?;
+                                ctx.line(&line).emit(applied(&line, &id)).await?;
                             }
                             EventData::Error { message, code } => {
                                 failure = Some(message.clone());
-                                ctx.emit_raw(EventData::Error { message, code }, Some(line.clone())).await?;
+                                ctx.line(&line).emit(EventData::Error { message, code }).await?;
                             }
-                            event => ctx.emit_raw(event, Some(line.clone())).await?,
+                            event => ctx.line(&line).emit(event).await?,
                         }
                     }
                     if idle {

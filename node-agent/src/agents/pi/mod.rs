@@ -28,9 +28,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::process::Command;
 
+use super::catalog::{Catalog, CredentialPlaces, CredentialSources, non_empty_string, provider_entries};
 use super::child::LineChild;
 use super::convert::Converter as _;
-use super::{AgentDriver, AgentId, DriverConfig, Interrupted, TurnContext, TurnInput, TurnOutcome};
+use super::{
+    Agent, AgentDriver, AgentId, DriverConfig, Interrupted, Launch, Package, TurnContext, TurnInput, TurnOutcome,
+};
 use crate::error::{Error, Result};
 use crate::model::{AgentCapabilities, CreateSessionRequest, PermissionMode};
 
@@ -47,11 +50,80 @@ const STARTUP: Duration = Duration::from_secs(90);
 /// How long pi gets to exit on SIGTERM before SIGKILL.
 const GRACE: Duration = Duration::from_secs(3);
 
-pub fn capabilities() -> AgentCapabilities {
-    AgentCapabilities { permissions: false, questions: false, resume: true, streaming_deltas: true, mcp: false }
+/// pi, as the registry lists it.
+pub struct Pi;
+
+impl Agent for Pi {
+    fn id(&self) -> AgentId {
+        AgentId::Pi
+    }
+
+    fn name(&self) -> &'static str {
+        "pi"
+    }
+
+    fn package(&self) -> Option<Package> {
+        Some(Package { name: "@mariozechner/pi-coding-agent", bin: "pi", default_version: "0.73.1" })
+    }
+
+    fn capabilities(&self) -> AgentCapabilities {
+        AgentCapabilities { permissions: false, questions: false, resume: true, streaming_deltas: true, mcp: false }
+    }
+
+    fn validate(&self, request: &CreateSessionRequest) -> Result<()> {
+        validate(request)
+    }
+
+    fn launch<'a>(&'a self, launch: Launch<'a>) -> BoxFuture<'a, Result<Box<dyn AgentDriver>>> {
+        Box::pin(start(launch))
+    }
+
+    fn converter(&self) -> Box<dyn super::convert::Converter> {
+        Box::new(Converter::default())
+    }
+
+    fn catalog(&self) -> Catalog {
+        Catalog {
+            modes: &[],
+            default_mode: None,
+            models: &[],
+            default_model: None,
+            models_note: "a model id of a provider pi knows or of ~/.pi/agent/models.json (`pi --list-models` lists them)",
+        }
+    }
+
+    fn credentials(&self, places: &CredentialPlaces<'_>) -> Option<CredentialSources> {
+        let files = places
+            .dir("PI_CODING_AGENT_DIR", ".pi/agent")
+            .map(|d| {
+                vec![
+                    (d.join("auth.json"), provider_entries as fn(&str) -> bool),
+                    (d.join("models.json"), models_api_key),
+                ]
+            })
+            .unwrap_or_default();
+        Some(CredentialSources {
+            env: &[
+                "ANTHROPIC_API_KEY",
+                "OPENAI_API_KEY",
+                "GEMINI_API_KEY",
+                "OPENROUTER_API_KEY",
+                "MISTRAL_API_KEY",
+                "GROQ_API_KEY",
+                "XAI_API_KEY",
+            ],
+            files,
+        })
+    }
 }
 
-pub fn validate(request: &CreateSessionRequest) -> Result<()> {
+/// pi's models.json: a provider with an `apiKey`.
+fn models_api_key(text: &str) -> bool {
+    let Ok(json) = serde_json::from_str::<Value>(text) else { return false };
+    json["providers"].as_object().is_some_and(|providers| providers.values().any(|p| non_empty_string(&p["apiKey"])))
+}
+
+fn validate(request: &CreateSessionRequest) -> Result<()> {
     if let Some(mode) = &request.agent_mode {
         return Err(Error::ModeNotSupported(format!("pi has no agent modes (asked for {mode:?})")));
     }
@@ -64,31 +136,24 @@ pub fn validate(request: &CreateSessionRequest) -> Result<()> {
     Ok(())
 }
 
-pub fn start<'a>(config: &'a DriverConfig, saved: Option<Value>) -> BoxFuture<'a, Result<Box<dyn AgentDriver>>> {
-    Box::pin(async move {
-        let saved = match saved {
-            Some(saved) => Some(
-                serde_json::from_value::<PiState>(saved)
-                    .map_err(|e| Error::InvalidRequest(format!("pi's saved state is unreadable: {e}")))?,
-            ),
-            None => None,
-        };
-        let installed = config.host.installer.ensure(AgentId::Pi, config.agent_version.as_deref()).await?;
-        let home = session_home(config);
-        let provider = configure_models(&home, config).await?;
-        let mut driver = PiDriver {
-            bin: installed.bin,
-            home,
-            provider,
-            config: config.clone(),
-            state: saved.unwrap_or_default(),
-            child: None,
-            converter: Converter::default(),
-            pending: Vec::new(),
-        };
-        driver.spawn().await?;
-        Ok(Box::new(driver) as Box<dyn AgentDriver>)
-    })
+async fn start(launch: Launch<'_>) -> Result<Box<dyn AgentDriver>> {
+    let saved: Option<PiState> = launch.saved_state("pi")?;
+    let bin = launch.bin()?;
+    let config = launch.config;
+    let home = session_home(config);
+    let provider = configure_models(&home, config).await?;
+    let mut driver = PiDriver {
+        bin,
+        home,
+        provider,
+        config: config.clone(),
+        state: saved.unwrap_or_default(),
+        child: None,
+        converter: Converter::default(),
+        pending: Vec::new(),
+    };
+    driver.spawn().await?;
+    Ok(Box::new(driver))
 }
 
 /// The HOME the agent runs with: the session's own when its env sets one, else the node agent's.
@@ -247,7 +312,7 @@ impl PiDriver {
     }
 
     async fn emit_line(&mut self, ctx: &TurnContext, line: &str) -> Result<(), Interrupted> {
-        ctx.emit_converted(&mut self.converter, line).await
+        ctx.report(&mut self.converter, line).await
     }
 
     /// Reports an error that fails the turn.
