@@ -433,7 +433,7 @@ async fn serve_proxy_bridges(
     shutdown: &CancellationToken,
 ) -> anyhow::Result<()> {
     use agentplane_controller::dir::managed::SANDBOX_PROXY_ADDR;
-    use agentplane_node_agent::netproxy;
+    use agentplane_egress as netproxy;
     let listener = tokio::net::TcpListener::bind(SANDBOX_PROXY_ADDR)
         .await
         .with_context(|| format!("serving the proxy on {SANDBOX_PROXY_ADDR}"))?;
