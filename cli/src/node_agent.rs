@@ -123,10 +123,8 @@ pub enum NodeAgentCommand {
     /// Convert an agent's native transcript (stdin: JSON lines, or SSE `data:` lines)
     /// into universal events (stdout: one JSON envelope a line).
     Convert(crate::convert::ConvertArgs),
-    /// Serve the scripted model server the tests use, for trying the real agent CLIs
-    /// without a provider account: it speaks Anthropic Messages, OpenAI Responses and
-    /// Chat Completions, Gemini and Amp's API, and answers by a script (`[[run:CMD]]`
-    /// in a message asks for a shell tool call; otherwise it says how many messages it saw).
+    /// Say where the scripted model server went: it is a test tool, not in this binary;
+    /// from a checkout, `cargo run -p agentplane-model-server -- --listen ADDR` serves it.
     ModelServer(ModelServerArgs),
     /// Print the node agent's OpenAPI 3.1 document (what `/v1/openapi.json` serves),
     /// without serving: the TypeScript SDK's types are generated from it.
@@ -135,29 +133,28 @@ pub enum NodeAgentCommand {
 
 #[derive(Args, Debug)]
 pub struct ModelServerArgs {
-    /// Address to listen on.
-    #[arg(long, default_value = "127.0.0.1:8089")]
-    listen: std::net::SocketAddr,
+    /// Taken so that an old command line gets the pointer, with its own address.
+    #[arg(long, hide = true)]
+    listen: Option<std::net::SocketAddr>,
 }
 
-async fn model_server(args: ModelServerArgs) -> anyhow::Result<i32> {
-    let server = agentplane_node_agent::model_server::ModelServer::bind(args.listen)
-        .await
-        .with_context(|| format!("listening on {}", args.listen))?;
-    println!("scripted model server on {}", server.url());
-    println!("  claude:   ANTHROPIC_BASE_URL={} ANTHROPIC_API_KEY=any", server.url());
-    println!("  codex, opencode, pi: OPENAI_BASE_URL={}/v1 OPENAI_API_KEY=any", server.url());
-    println!("  gemini:   GOOGLE_GEMINI_BASE_URL={} GEMINI_API_KEY=any", server.url());
-    println!("  amp:      AMP_URL={} AMP_API_KEY=any", server.url());
-    tokio::signal::ctrl_c().await.context("waiting for Ctrl-C")?;
-    Ok(0)
+/// Where the scripted model server went: a binary of its own crate, so that the release
+/// binary carries no test tool; the exit code is 2, a usage error.
+fn model_server(args: &ModelServerArgs) -> i32 {
+    let listen = args.listen.map_or_else(|| "127.0.0.1:8089".to_string(), |addr| addr.to_string());
+    eprintln!(
+        "agentplane: the scripted model server is a test tool, not part of this binary.\n\
+         From a checkout of agentplane, run:\n  cargo run -p agentplane-model-server -- --listen {listen}\n\
+         (docs/testing.md says more)"
+    );
+    2
 }
 
 /// `agentplane node-agent [COMMAND]`: serves, or runs one of its tools; the exit code.
 pub async fn main(mut args: NodeAgentArgs) -> anyhow::Result<i32> {
     match args.command.take() {
         Some(NodeAgentCommand::Convert(convert)) => crate::convert::run(convert).await,
-        Some(NodeAgentCommand::ModelServer(options)) => model_server(options).await,
+        Some(NodeAgentCommand::ModelServer(options)) => Ok(model_server(&options)),
         Some(NodeAgentCommand::Openapi) => {
             print!("{}", agentplane_node_agent::api::openapi_document());
             Ok(0)
@@ -433,7 +430,7 @@ async fn serve_proxy_bridges(
     shutdown: &CancellationToken,
 ) -> anyhow::Result<()> {
     use agentplane_controller::dir::managed::SANDBOX_PROXY_ADDR;
-    use agentplane_node_agent::netproxy;
+    use agentplane_egress as netproxy;
     let listener = tokio::net::TcpListener::bind(SANDBOX_PROXY_ADDR)
         .await
         .with_context(|| format!("serving the proxy on {SANDBOX_PROXY_ADDR}"))?;

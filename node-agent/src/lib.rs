@@ -13,8 +13,6 @@ pub mod fs;
 pub mod leftovers;
 pub mod metrics;
 pub mod model;
-pub mod model_server;
-pub mod netproxy;
 pub mod output;
 pub mod process;
 pub mod random;

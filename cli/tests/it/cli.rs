@@ -176,6 +176,21 @@ fn errors_are_clear() {
     assert!(String::from_utf8_lossy(&unreachable.stderr).contains("127.0.0.1:9"));
 }
 
+/// The scripted model server is a test tool the binary does not carry: its old command
+/// says how to run it instead, with the address it was given.
+#[test]
+fn the_model_server_command_says_where_it_went() {
+    let out = Command::new(BIN)
+        .args(["node-agent", "model-server", "--listen", "127.0.0.1:9999"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stdout.is_empty(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("cargo run -p agentplane-model-server -- --listen 127.0.0.1:9999"), "{stderr}");
+}
+
 /// A tmux server of its own, with one window running a plain shell.
 struct Tmux {
     socket: String,

@@ -11,9 +11,9 @@ use crate::common;
 
 use std::time::Duration;
 
+use agentplane_model_server::ModelServer;
 use agentplane_node_agent::client::Client;
 use agentplane_node_agent::model::*;
-use agentplane_node_agent::model_server::ModelServer;
 use agentplane_node_agent::universal::*;
 use common::*;
 

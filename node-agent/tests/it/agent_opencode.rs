@@ -11,9 +11,9 @@ use crate::common;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use agentplane_model_server::{LoggedRequest, ModelServer, ReportedUsage};
 use agentplane_node_agent::client::Client;
 use agentplane_node_agent::model::*;
-use agentplane_node_agent::model_server::{LoggedRequest, ModelServer, ReportedUsage};
 use agentplane_node_agent::universal::*;
 use common::*;
 use serde_json::Value;

@@ -9,8 +9,8 @@ use crate::common;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use agentplane_model_server::ModelServer;
 use agentplane_node_agent::model::*;
-use agentplane_node_agent::model_server::ModelServer;
 use agentplane_node_agent::universal::*;
 use common::*;
 

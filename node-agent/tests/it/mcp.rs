@@ -16,8 +16,8 @@ use std::path::{Path, PathBuf};
 use std::sync::LazyLock;
 use std::time::Duration;
 
+use agentplane_model_server::ModelServer;
 use agentplane_node_agent::model::*;
-use agentplane_node_agent::model_server::ModelServer;
 use agentplane_node_agent::universal::*;
 use common::*;
 use tokio::io::AsyncBufReadExt;

@@ -123,35 +123,40 @@ pub fn into_closed_pipe(args: &[&str], env: &[(&str, &str)], stdin: Option<&std:
     child.wait_with_output().unwrap()
 }
 
-/// The scripted model server, as a person would run it.
+/// The scripted model server on a loopback port, served by a thread of its own (these
+/// tests are not async) until dropped. It is a test tool with no place in the binary
+/// under test (`cargo run -p agentplane-model-server` is how a person runs it).
 #[allow(dead_code)]
 pub struct ModelServer {
-    child: std::process::Child,
     pub port: u16,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    serving: Option<std::thread::JoinHandle<()>>,
 }
 
 #[allow(dead_code)]
 impl ModelServer {
     pub fn start() -> ModelServer {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let mut child = std::process::Command::new(bin())
-            .args(["node-agent", "model-server", "--listen", &format!("127.0.0.1:{port}")])
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        // Its first line says it listens.
-        let mut first = String::new();
-        std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.as_mut().unwrap()), &mut first).unwrap();
-        assert!(first.contains("scripted model server"), "{first}");
-        ModelServer { child, port }
+        let (started, port) = std::sync::mpsc::sync_channel(1);
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let serving = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            runtime.block_on(async move {
+                let server = agentplane_model_server::ModelServer::start().await.unwrap();
+                started.send(server.addr().port()).unwrap();
+                // Serves until the sender is dropped or fires.
+                let _ = stopped.await;
+            });
+        });
+        let port = port.recv().expect("the model server thread started it");
+        ModelServer { port, stop: Some(stop), serving: Some(serving) }
     }
 }
 
 impl Drop for ModelServer {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        drop(self.stop.take());
+        if let Some(serving) = self.serving.take() {
+            let _ = serving.join();
+        }
     }
 }

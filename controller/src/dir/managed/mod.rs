@@ -28,8 +28,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agentplane_crds::{Isolation, NetworkMode, SandboxLimits, SandboxPhase};
+use agentplane_egress::{self as netproxy, Allowlist, Proxy};
 use agentplane_node_agent::client::Client;
-use agentplane_node_agent::netproxy::{self, Allowlist, Proxy};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 use tokio::sync::watch;

@@ -78,7 +78,7 @@ fn desired_of(
         return Err("allow is only used with network: allowlist".into());
     }
     if spec.network == NetworkMode::Allowlist {
-        agentplane_node_agent::netproxy::Allowlist::parse(&spec.allow).map_err(|e| e.to_string())?;
+        agentplane_egress::Allowlist::parse(&spec.allow).map_err(|e| e.to_string())?;
     }
     crate::dir::managed::cgroup::Wanted::from_spec(spec.limits.as_ref())?;
     if spec.pod_template.is_some() {

@@ -453,9 +453,7 @@ pub fn assert_nothing_unparsed(events: &[agentplane_node_agent::universal::Unive
 
 /// The usage a scripted model server reported with `answers`, summed as the
 /// universal `Usage` counts it (no cost: the server names none).
-pub fn reported_usage(
-    answers: &[agentplane_node_agent::model_server::ReportedUsage],
-) -> agentplane_node_agent::universal::Usage {
+pub fn reported_usage(answers: &[agentplane_model_server::ReportedUsage]) -> agentplane_node_agent::universal::Usage {
     let mut sum = agentplane_node_agent::universal::Usage::default();
     for answer in answers {
         sum.input_tokens += answer.input;

@@ -245,7 +245,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_server_streams_text_in_chunks_and_answers_one_json() {
-        let server = super::super::ModelServer::start().await.unwrap();
+        let server = crate::ModelServer::start().await.unwrap();
         let client = reqwest::Client::new();
         let body = json!({"contents": [{"role": "user", "parts": [{"text": "hello"}]}]});
         let url = format!("{}/v1beta/models/gemini-2.5-pro:streamGenerateContent?alt=sse", server.url());

@@ -1,7 +1,11 @@
-//! A scripted model server on 127.0.0.1: what the real agent CLIs talk to in tests
-//! and demos instead of a model provider. It speaks the APIs the CLIs call
-//! (Anthropic Messages, OpenAI Responses and Chat Completions, Gemini, Amp's
-//! internal API) and answers by a script, the same for every API:
+//! The scripted model server: a test tool, what the real agent CLIs talk to on
+//! 127.0.0.1 in tests and demos instead of a model provider. It is a crate of its own,
+//! a dev-dependency of the crates whose tests drive real agents, so the release binary
+//! carries none of it; `cargo run -p agentplane-model-server` serves it by hand.
+//!
+//! It speaks the APIs the CLIs call (Anthropic Messages, OpenAI Responses and Chat
+//! Completions, Gemini, Amp's internal API) and answers by a script, the same for every
+//! API:
 //!
 //! - when the last message is a tool result, a text answer that quotes it
 //!   (`tool said: <output>`);
@@ -37,6 +41,20 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{any, post};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What failed: the server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The address could not be bound (taken, or not this machine's).
+    #[error("the scripted model server could not listen on {addr}: {source}")]
+    Listen {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+}
 
 /// One request the server received.
 #[derive(Debug, Clone)]
@@ -317,13 +335,15 @@ pub struct ModelServer {
 
 impl ModelServer {
     /// Binds 127.0.0.1 on a free port and serves.
-    pub async fn start() -> std::io::Result<ModelServer> {
-        Self::bind("127.0.0.1:0".parse().expect("an address")).await
+    pub async fn start() -> Result<ModelServer> {
+        Self::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await
     }
 
-    pub async fn bind(addr: SocketAddr) -> std::io::Result<ModelServer> {
-        let listener = tokio::net::TcpListener::bind(addr).await?;
-        let addr = listener.local_addr()?;
+    /// Binds `addr` and serves.
+    pub async fn bind(addr: SocketAddr) -> Result<ModelServer> {
+        let listen = |source| Error::Listen { addr, source };
+        let listener = tokio::net::TcpListener::bind(addr).await.map_err(listen)?;
+        let addr = listener.local_addr().map_err(listen)?;
         let shared = Shared::default();
         let shutdown = CancellationToken::new();
         let app = router(shared.clone());
@@ -353,7 +373,7 @@ impl ModelServer {
         self.shared.usage.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    /// Serves until `shutdown` fires (for `agentplane node-agent model-server`).
+    /// Serves until `shutdown` fires (for the `agentplane-model-server` binary).
     pub async fn wait(self, shutdown: CancellationToken) {
         shutdown.cancelled().await;
     }

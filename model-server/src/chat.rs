@@ -315,7 +315,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_server_answers_streaming_and_plain_requests() {
-        let server = super::super::ModelServer::start().await.unwrap();
+        let server = crate::ModelServer::start().await.unwrap();
         let client = reqwest::Client::new();
         let mut body = request();
         body["stream"] = json!(true);

@@ -1,5 +1,7 @@
-//! The network allowlist of a sandbox with `network: allowlist`, and the two halves that
-//! enforce it.
+//! Egress of a sandbox with `network: allowlist`: the allowlist, and the two halves that
+//! enforce it. A crate of its own because its two halves run in different places: the
+//! controller serves the proxy outside the sandbox (and on a cluster it is a Deployment
+//! of its own), and the node agent runs the bridges inside; it depends on neither.
 //!
 //! Such a sandbox runs in its own network namespace, where only loopback exists. Its one
 //! way out is a [`Proxy`] that runs outside the sandbox (in the controller) on a Unix
@@ -448,7 +450,7 @@ fn parse_request(buf: &[u8]) -> Result<ProxyRequest, BadRequest> {
     let target = request.path.unwrap_or_default();
     let version = request.version.unwrap_or(1);
     if method == "CONNECT" {
-        let (host, port) = parse_authority(target, None).map_err(BadRequest::Malformed)?;
+        let (host, port) = parse_authority(target, None)?;
         return Ok(ProxyRequest { host, port, head_len, forward: None });
     }
     let Some(rest) = strip_prefix_ignore_case(target, "http://") else {
@@ -461,7 +463,7 @@ fn parse_request(buf: &[u8]) -> Result<ProxyRequest, BadRequest> {
     };
     let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
     let (uri_authority, path) = rest.split_at(end);
-    let (host, port) = parse_authority(uri_authority, Some(80)).map_err(BadRequest::Malformed)?;
+    let (host, port) = parse_authority(uri_authority, Some(80))?;
     let path = path.split('#').next().unwrap_or_default();
     let path = match path.as_bytes().first() {
         None => "/".to_string(),
@@ -502,52 +504,56 @@ fn strip_prefix_ignore_case<'a>(s: &'a str, prefix: &str) -> Option<&'a str> {
 
 /// `host:port` or `[v6]:port` into a host (without brackets) and a port;
 /// `default_port` when the port is left out, if one may be.
-fn parse_authority(authority: &str, default_port: Option<u16>) -> Result<(String, u16), String> {
+fn parse_authority(authority: &str, default_port: Option<u16>) -> Result<(String, u16), BadRequest> {
+    let malformed = |problem: String| Err(BadRequest::Malformed(problem));
     if authority.contains('@') {
-        return Err("credentials in the URL are not supported".into());
+        return malformed("credentials in the URL are not supported".into());
     }
     let (host, port) = if let Some(inner) = authority.strip_prefix('[') {
         let Some((address, rest)) = inner.split_once(']') else {
-            return Err(format!("{authority:?} lacks the ']' of its IPv6 address"));
+            return malformed(format!("{authority:?} lacks the ']' of its IPv6 address"));
         };
         match rest {
             "" => (address, None),
             _ => match rest.strip_prefix(':') {
                 Some(port) => (address, Some(port)),
-                None => return Err(format!("{authority:?} is not [address]:port")),
+                None => return malformed(format!("{authority:?} is not [address]:port")),
             },
         }
     } else {
         match authority.rsplit_once(':') {
             Some((host, _)) if host.contains(':') => {
-                return Err(format!("{authority:?}: write an IPv6 address in brackets"));
+                return malformed(format!("{authority:?}: write an IPv6 address in brackets"));
             }
             Some((host, port)) => (host, Some(port)),
             None => (authority, None),
         }
     };
     if host.is_empty() {
-        return Err(format!("{authority:?} names no host"));
+        return malformed(format!("{authority:?} names no host"));
     }
     let port = match (port, default_port) {
-        (Some(port), _) => parse_port(port).ok_or_else(|| format!("{authority:?}: the port is not 1 to 65535"))?,
+        (Some(port), _) => parse_port(port)
+            .ok_or_else(|| BadRequest::Malformed(format!("{authority:?}: the port is not 1 to 65535")))?,
         (None, Some(port)) => port,
-        (None, None) => return Err(format!("{authority:?} names no port; write host:port")),
+        (None, None) => return malformed(format!("{authority:?} names no port; write host:port")),
     };
     Ok((host.to_string(), port))
 }
 
 /// Connects to an allowed destination; DNS resolution happens here (off the runtime,
 /// in tokio's blocking pool), outside the sandbox.
-async fn connect(host: &str, port: u16) -> Result<TcpStream, String> {
+async fn connect(host: &str, port: u16) -> io::Result<TcpStream> {
     match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect((host, port))).await {
         Ok(Ok(stream)) => {
             // Tunnels carry interactive protocols (TLS handshakes, SSE): no batching.
             let _ = stream.set_nodelay(true);
             Ok(stream)
         }
-        Ok(Err(error)) => Err(error.to_string()),
-        Err(_) => Err(format!("no answer within {} s", CONNECT_TIMEOUT.as_secs())),
+        Ok(Err(error)) => Err(error),
+        Err(_) => {
+            Err(io::Error::new(io::ErrorKind::TimedOut, format!("no answer within {} s", CONNECT_TIMEOUT.as_secs())))
+        }
     }
 }
 
