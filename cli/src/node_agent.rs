@@ -460,10 +460,30 @@ pub fn init_logging() {
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,tower_http=warn".into()),
         )
-        .with_writer(std::io::stderr)
+        .with_writer(|| LogWriter)
         // Colour only for a person watching; logs collected to files stay plain.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
+}
+
+/// Where log lines go: stderr, and nowhere once stderr cannot take them. A daemon whose
+/// stderr was a pipe that closed (`agentplane up 2>&1 | tee up.log`, then Ctrl-C kills
+/// `tee`) must go on and, above all, still shut down cleanly. tracing-subscriber
+/// reports a failed write with `eprintln!`, which panics on a closed stderr: the panic
+/// took the task that handles stop signals with it, and `up` then ignored SIGTERM.
+/// So a failed write is reported as written, and the line is dropped.
+struct LogWriter;
+
+impl std::io::Write for LogWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        let _ = std::io::Write::flush(&mut std::io::stderr().lock());
+        Ok(())
+    }
 }
 
 /// Shuts down cleanly on SIGTERM, SIGINT, SIGQUIT and SIGHUP.
@@ -496,8 +516,10 @@ pub fn watch_stop_signals(shutdown: CancellationToken) -> anyhow::Result<()> {
                 }
             }
         };
-        tracing::info!(signal = name, "shutting down");
+        // Cancelled before anything is logged: nothing said about stopping may keep it
+        // from happening.
         shutdown.cancel();
+        tracing::info!(signal = name, "shutting down");
     });
     Ok(())
 }

@@ -233,6 +233,65 @@ fn a_process_file_is_started_stopped_restarted_and_removed() {
     assert!(up.processes().is_empty(), "the process is gone from the node agent");
 }
 
+/// `agentplane up --dir D 2>&1 | head -1`, then SIGTERM: the pipe closed, every log
+/// line after the first goes nowhere, and `up` must still stop at once, stopping what
+/// it runs and recording the stop. (tracing reported its failed write with a panicking
+/// `eprintln!`, which killed the signal task: `up` then ignored SIGTERM for good.)
+#[test]
+fn up_whose_output_pipe_closed_still_stops_on_sigterm_and_records_the_stop() {
+    use std::io::Read;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("d");
+    fs::create_dir_all(&dir).unwrap();
+    // Close-on-exec, or `up` would hold a reading end of its own and never see it close.
+    let (reader, writer) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).unwrap();
+    let child = Command::new(BIN)
+        .args(["up", "--dir"])
+        .arg(&dir)
+        .env("RUST_LOG", "info")
+        .env_remove("AGENTPLANE_TOKEN")
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(writer.try_clone().unwrap()))
+        .stderr(Stdio::from(writer))
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut up = Up { child: Some(child), dir: dir.clone(), log: tmp.path().join("no-log") };
+    // `head -1`: one line read, then the reading end closed.
+    let mut reader = fs::File::from(reader);
+    let mut first = Vec::new();
+    let mut byte = [0u8; 1];
+    while reader.read(&mut byte).unwrap() == 1 && byte[0] != b'\n' {
+        first.push(byte[0]);
+    }
+    assert!(String::from_utf8_lossy(&first).contains("agentplane up"), "{first:?}");
+    drop(reader);
+    up.wait("up.json of this run", || up.state().read_up().filter(|i| i.pid == pid));
+    // Something to log into the closed pipe, and something to stop.
+    save(&dir.join("web.yaml"), &process_yaml("web", "  command: sleep\n  args: ['1000']\n"));
+    let running = up.wait_status("web", "running", |r| phase(r) == "Running");
+    let sleep_pid = running["status"]["pid"].as_u64().unwrap();
+
+    let mut child = up.child.take().unwrap();
+    let asked = Instant::now();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if asked.elapsed() > Duration::from_secs(5) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("up was still running 5 s after SIGTERM, its output pipe closed");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status:?}");
+    let run = up.state().read_run().expect("last-run.json");
+    assert!(run.stopped_at.is_some(), "the clean stop is recorded: {run:?}");
+    assert!(!Path::new(&format!("/proc/{sleep_pid}")).exists(), "what up ran is stopped with it");
+}
+
 #[test]
 fn a_broken_file_keeps_the_last_good_spec_and_says_where_it_is_wrong() {
     let tmp = tempfile::tempdir().unwrap();
