@@ -514,9 +514,19 @@ pub struct SessionStatus {
     /// The agent's own id of the conversation (used to resume it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_session_id: Option<String>,
-    /// How many entries of `spec.messages` were delivered.
+    /// How many entries of `spec.messages` were delivered (taken by the node agent,
+    /// each by its index: a message given through the API never counts as one).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub delivered_messages: u32,
+    /// Messages given through the node agent's API rather than `spec.messages` (a
+    /// person in the inspector, a program): each ran as a turn of its own.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub api_messages: u32,
+    /// Turns that ended failed (the agent's error, a model it could not reach); the
+    /// newest one's error is the `TurnSucceeded` condition's message until a turn
+    /// succeeds.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub failed_turns: u32,
     /// The sequence number of the last universal event seen.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_event_sequence: Option<u64>,
@@ -537,6 +547,11 @@ pub struct SessionStatus {
     /// before it): nothing more to do for them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub answered_replies: Vec<String>,
+    /// Ids of `spec.replies` whose request had been answered otherwise through the API
+    /// (a person in the inspector, a program) before the reply was read: that answer
+    /// stands, and this reply was not given.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub answered_through_api: Vec<String>,
     /// Ids of `spec.replies` that named no request of this session when they were
     /// first seen. They are never applied, not even to a request with that id that
     /// comes later: a reply approves only what its writer saw asked.

@@ -668,7 +668,18 @@ impl Client {
 
     /// Queues a message; it runs as a turn after those before it.
     pub async fn send_message(&self, id: &str, message: &str) -> ClientResult<SessionInfo> {
-        let body = SendMessageRequest { message: message.to_string() };
+        self.send_declared_message(id, message, None).await
+    }
+
+    /// Queues a message a controller declared: `declared` is its index in the
+    /// resource's `spec.messages`, by which the node agent takes it once and in order.
+    pub async fn send_declared_message(
+        &self,
+        id: &str,
+        message: &str,
+        declared: Option<u64>,
+    ) -> ClientResult<SessionInfo> {
+        let body = SendMessageRequest { message: message.to_string(), declared };
         self.send(self.request(Method::POST, &["sessions", id, "messages"]).json(&body)).await
     }
 

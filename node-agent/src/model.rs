@@ -690,7 +690,17 @@ pub struct SessionInfo {
     pub ended_at: Option<OffsetDateTime>,
     /// Messages accepted so far (each runs as one turn, in order).
     pub messages_received: u64,
+    /// Of those, the declared ones (sent with `declared`, by a controller from a
+    /// resource's `spec.messages`); the rest came through the API without it.
+    #[serde(default)]
+    pub declared_messages_received: u64,
     pub turns_completed: u64,
+    /// Turns that ended failed, among `turnsCompleted`.
+    #[serde(default)]
+    pub turns_failed: u64,
+    /// Why the newest finished turn failed; absent when it succeeded (or none ended yet).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn_error: Option<String>,
     /// The tokens of every turn so far, summed (each turn's is on its `turn.ended`);
     /// zeros while the agent has reported none.
     #[serde(default)]
@@ -717,6 +727,12 @@ pub struct SessionList {
 pub struct SendMessageRequest {
     #[schema(min_length = 1)]
     pub message: String,
+    /// For a controller: this message's index in the resource's `spec.messages`. Each
+    /// index is taken once and in order: one already taken changes nothing (the answer
+    /// is the session as it is), one past the next is refused (409). A message without
+    /// it (a person, a program, the inspector) is counted apart.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub declared: Option<u64>,
 }
 
 /// Body of `POST /v1/sessions/{id}/permissions/{pid}/reply`.

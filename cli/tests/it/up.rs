@@ -531,6 +531,48 @@ fn user_messages(up: &Up, record: &Value) -> Vec<String> {
         .collect()
 }
 
+/// The first-hour walk: "typed in the browser" sent through the node agent's API (as
+/// the inspector does), then `agentplane send`: the agent gets both, `get` counts the
+/// declared one as delivered and the other apart. And a turn that fails is `get`'s
+/// REASON until one succeeds.
+#[test]
+fn a_message_from_the_inspector_then_one_from_the_cli_are_both_delivered_and_a_failed_turn_shows() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("d");
+    let file = dir.join("chat.yaml");
+    let up = Up::start(&dir);
+    save(&file, &session_yaml(&["first message"], ""));
+    let record = wait_session(&up, "chat", "idle after the first", |r| {
+        r["status"]["deliveredMessages"] == 1 && r["status"]["phase"] == "Idle"
+    });
+    let id = format!("sess-{}", record["metadata"]["uid"].as_str().unwrap());
+    block_on(up.client().send_message(&id, "typed in the browser")).unwrap();
+    wait_session(&up, "chat", "the API's message counted apart", |r| {
+        r["status"]["apiMessages"] == 1 && r["status"]["phase"] == "Idle"
+    });
+    let sent =
+        Command::new(BIN).args(["send", "session/chat", "fix the failing test", "--dir"]).arg(&dir).output().unwrap();
+    assert!(sent.status.success(), "{}", String::from_utf8_lossy(&sent.stderr));
+    let record = wait_session(&up, "chat", "the CLI's message delivered", |r| {
+        r["status"]["deliveredMessages"] == 2 && r["status"]["failedTurns"] == 1
+    });
+    assert_eq!(user_messages(&up, &record), ["first message", "typed in the browser", "fix the failing test"]);
+    assert_eq!(record["status"]["apiMessages"], 1);
+    let get = Command::new(BIN).args(["get", "sessions", "--dir"]).arg(&dir).output().unwrap();
+    let table = String::from_utf8_lossy(&get.stdout);
+    let row = table.lines().find(|l| l.starts_with("chat ")).unwrap_or_else(|| panic!("{table}"));
+    assert!(row.contains("TurnFailed") && row.contains("2/2"), "{table}");
+
+    // The next turn succeeds: the reason goes.
+    fs::write(&file, session_yaml(&["first message", "fix the failing test", "say hello"], "")).unwrap();
+    let record = wait_session(&up, "chat", "a turn that succeeds", |r| {
+        r["status"]["deliveredMessages"] == 3
+            && r["status"]["phase"] == "Idle"
+            && !r["status"]["conditions"].as_array().unwrap().iter().any(|c| c["type"] == "TurnSucceeded")
+    });
+    assert_eq!(record["status"]["failedTurns"], 1);
+}
+
 #[test]
 fn a_mock_session_gets_each_message_once_across_restarts_of_up_and_takes_replies() {
     let tmp = tempfile::tempdir().unwrap();

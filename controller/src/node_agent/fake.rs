@@ -131,7 +131,39 @@ impl FakeNodeAgent {
         if let Some(s) = self.lock().sessions.get_mut(id) {
             s.state = SessionState::Idle;
             s.turns_completed = s.messages_received;
+            s.turn_error = None;
             s.last_sequence += 1;
+        }
+    }
+
+    /// The session's turn ends failed with `error`: idle, the next message gets a turn.
+    pub fn fail_turn(&self, id: &str, error: &str) {
+        if let Some(s) = self.lock().sessions.get_mut(id) {
+            s.state = SessionState::Idle;
+            s.turns_completed = s.messages_received;
+            s.turns_failed += 1;
+            s.turn_error = Some(error.to_string());
+            s.last_sequence += 1;
+        }
+    }
+
+    /// A message given through the API (a person in the inspector), not declared.
+    pub fn api_message(&self, id: &str, message: &str) {
+        let mut state = self.lock();
+        if let Some(s) = state.sessions.get_mut(id) {
+            s.messages_received += 1;
+            s.state = SessionState::Running;
+            state.messages.entry(id.to_string()).or_default().push(message.to_string());
+        }
+    }
+
+    /// A permission request answered through the API (a person clicking "Allow once").
+    pub fn api_reply_permission(&self, id: &str, request_id: &str, reply: PermissionReply) {
+        let mut state = self.lock();
+        if let Some(s) = state.sessions.get_mut(id) {
+            s.pending_permissions.retain(|p| p.id != request_id);
+            s.state = SessionState::Running;
+            state.replies.entry(id.to_string()).or_default().push((request_id.to_string(), format!("{reply:?}")));
         }
     }
 
@@ -207,7 +239,10 @@ fn session_info(id: &str, request: &CreateSessionRequest) -> SessionInfo {
         created_at: OffsetDateTime::now_utc(),
         ended_at: None,
         messages_received: 0,
+        declared_messages_received: 0,
         turns_completed: 0,
+        turns_failed: 0,
+        turn_error: None,
         usage: Default::default(),
         last_sequence: 1,
         pending_permissions: Vec::new(),
@@ -320,13 +355,22 @@ impl NodeAgent for FakeNodeAgent {
         Box::pin(async move { answer })
     }
 
-    fn send_message<'a>(&'a self, id: &'a str, message: &'a str) -> Call<'a, SessionInfo> {
+    fn send_message<'a>(&'a self, id: &'a str, message: &'a str, declared: Option<u64>) -> Call<'a, SessionInfo> {
         let answer = self.call("send_message", id).and_then(|mut state| {
             let info = state.sessions.get_mut(id).ok_or_else(|| problem(ProblemCode::SessionNotFound, id))?;
+            // As the node agent takes a declared message: once, in order, by its index.
+            match declared {
+                Some(index) if index < info.declared_messages_received => return Ok(info.clone()),
+                Some(index) if index > info.declared_messages_received => {
+                    return Err(problem(ProblemCode::Conflict, "out of order"));
+                }
+                _ => {}
+            }
             if info.state.is_final() {
                 return Err(problem(ProblemCode::Conflict, "ended"));
             }
             info.messages_received += 1;
+            info.declared_messages_received += u64::from(declared.is_some());
             info.state = SessionState::Running;
             let info = info.clone();
             state.messages.entry(id.to_string()).or_default().push(message.to_string());
@@ -342,7 +386,16 @@ impl NodeAgent for FakeNodeAgent {
         reply: PermissionReply,
     ) -> Call<'a, SessionInfo> {
         let answer = self.call("reply_permission", id).and_then(|mut state| {
+            // Answered before: the same answer again changes nothing, another is a
+            // conflict, as on the node agent.
+            let given = format!("{reply:?}");
+            let earlier = state.replies.get(id).and_then(|r| r.iter().find(|(rid, _)| rid == permission_id).cloned());
             let info = state.sessions.get_mut(id).ok_or_else(|| problem(ProblemCode::SessionNotFound, id))?;
+            match earlier {
+                Some((_, earlier)) if earlier == given => return Ok(info.clone()),
+                Some(_) => return Err(problem(ProblemCode::Conflict, "already answered")),
+                None => {}
+            }
             let before = info.pending_permissions.len();
             info.pending_permissions.retain(|p| p.id != permission_id);
             if info.pending_permissions.len() == before {

@@ -38,7 +38,9 @@ pub trait NodeAgent: Send + Sync + fmt::Debug {
     fn get_session<'a>(&'a self, id: &'a str) -> Call<'a, SessionInfo>;
     fn end_session<'a>(&'a self, id: &'a str) -> Call<'a, SessionInfo>;
     fn restart_session<'a>(&'a self, id: &'a str) -> Call<'a, SessionInfo>;
-    fn send_message<'a>(&'a self, id: &'a str, message: &'a str) -> Call<'a, SessionInfo>;
+    /// Queues `message`; `declared` is its index in the resource's `spec.messages`, by
+    /// which the node agent takes it once and in order.
+    fn send_message<'a>(&'a self, id: &'a str, message: &'a str, declared: Option<u64>) -> Call<'a, SessionInfo>;
     fn reply_permission<'a>(
         &'a self,
         id: &'a str,
@@ -104,8 +106,8 @@ impl NodeAgent for Client {
         Box::pin(Client::restart_session(self, id))
     }
 
-    fn send_message<'a>(&'a self, id: &'a str, message: &'a str) -> Call<'a, SessionInfo> {
-        Box::pin(Client::send_message(self, id, message))
+    fn send_message<'a>(&'a self, id: &'a str, message: &'a str, declared: Option<u64>) -> Call<'a, SessionInfo> {
+        Box::pin(Client::send_declared_message(self, id, message, declared))
     }
 
     fn reply_permission<'a>(

@@ -39,6 +39,8 @@ const RETRY_LATER: Duration = Duration::from_secs(30);
 const SUMMARY_CHARS: usize = 200;
 /// The condition that names replies refused for naming no request.
 const REPLIES_ACCEPTED: &str = "RepliesAccepted";
+/// The condition that says the newest turn failed, present only while it is so.
+pub const TURN_SUCCEEDED: &str = "TurnSucceeded";
 /// The `Ready` reason of a Session that waits for a node agent's limit.
 pub const LIMIT_EXCEEDED: &str = "LimitExceeded";
 /// A Session refused for a limit asks again after as long as it has waited so far (so
@@ -294,7 +296,9 @@ impl Step<'_> {
         let status = &mut self.status;
         status.phase = Some(phase_of(info.state));
         status.agent_session_id = info.agent_session_id.as_deref().map(|id| cut(id, MAX_NAME));
-        status.delivered_messages = info.messages_received.min(messages) as u32;
+        status.delivered_messages = info.declared_messages_received.min(messages) as u32;
+        status.api_messages = info.messages_received.saturating_sub(info.declared_messages_received) as u32;
+        status.failed_turns = info.turns_failed.min(u32::MAX as u64) as u32;
         status.last_event_sequence = (info.last_sequence > 0).then_some(info.last_sequence);
         status.pending_permissions = info
             .pending_permissions
@@ -348,6 +352,9 @@ impl Step<'_> {
                 "waiting for a reply in spec.replies (ids in status.pendingPermissions and status.pendingQuestions)"
                     .to_string(),
             ),
+            SessionState::Idle if info.turn_error.is_some() => {
+                (Status::True, "Idle", "waiting for a message; the last turn failed (see TurnSucceeded)".to_string())
+            }
             SessionState::Idle => (Status::True, "Idle", "every message so far was answered".to_string()),
             SessionState::Ended => (Status::False, "Ended", "the session has ended".to_string()),
             SessionState::Failed => {
@@ -358,6 +365,20 @@ impl Step<'_> {
             }
         };
         self.ready(ready, reason, message);
+        // A failed turn is no failed session (the next message gets a turn of its own),
+        // but it must not look like success: `TurnSucceeded` False says why, and `get`
+        // shows its reason, until a turn succeeds.
+        match &info.turn_error {
+            Some(error) if !info.state.is_final() => conditions::set(
+                &mut self.status.conditions,
+                TURN_SUCCEEDED,
+                false,
+                "TurnFailed",
+                format!("the last turn failed: {error}"),
+                self.generation,
+            ),
+            _ => self.status.conditions.retain(|c| c.type_ != TURN_SUCCEEDED),
+        }
     }
 }
 
@@ -557,9 +578,11 @@ impl SessionReconciler {
 
         if !info.state.is_final() {
             // Messages not yet accepted, in order; the node agent queues them behind a turn.
-            let accepted = info.messages_received as usize;
-            for message in spec.messages.iter().skip(accepted) {
-                match client.send_message(&id, message).await {
+            // Each by its index, so a message given through the API meanwhile is never
+            // taken for one of these.
+            let accepted = info.declared_messages_received as usize;
+            for (index, message) in spec.messages.iter().enumerate().skip(accepted) {
+                match client.send_message(&id, message, Some(index as u64)).await {
                     Ok(after) => info = after,
                     Err(e) => return step.refused(&e, Limit::QueuedMessages),
                 }
@@ -570,7 +593,10 @@ impl SessionReconciler {
             // with its id: it was not written for that request.
             for reply in &spec.replies {
                 let status = &step.status;
-                if status.answered_replies.contains(&reply.id) || status.refused_replies.contains(&reply.id) {
+                if status.answered_replies.contains(&reply.id)
+                    || status.refused_replies.contains(&reply.id)
+                    || status.answered_through_api.contains(&reply.id)
+                {
                     continue;
                 }
                 let permission = info.pending_permissions.iter().any(|p| p.id == reply.id);
@@ -605,10 +631,12 @@ impl SessionReconciler {
                         tracing::warn!(%resource, session = %id, reply = %reply.id, "reply names no request of this session: refused for good");
                         step.status.refused_replies.push(reply.id.clone());
                     }
-                    // Answered before, differently: settled, the request is gone.
+                    // Answered before, differently (through the API: this reply would
+                    // have answered as it did before): settled, the request is gone,
+                    // and this reply was not the one given.
                     Err(e) if e.code() == Some(ProblemCode::Conflict) => {
                         tracing::warn!(%resource, session = %id, reply = %reply.id, error = %e, "reply refused");
-                        step.status.answered_replies.push(reply.id.clone());
+                        step.status.answered_through_api.push(reply.id.clone());
                     }
                     // Does not fit the request (an option it does not offer): left to be
                     // corrected in place, and tried again then.

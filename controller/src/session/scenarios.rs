@@ -136,3 +136,71 @@ async fn an_ended_session_is_ended_on_its_node_agent_once_and_cleanup_tolerates_
     scene.fake.set_unreachable(true);
     assert!(scene.reconciler.cleanup(&scene.session).await.is_err());
 }
+
+/// Typed into the inspector, then `agentplane send`: the declared message is still
+/// delivered, by its index, and the inspector's is shown as given through the API.
+#[tokio::test]
+async fn a_message_given_through_the_api_never_makes_a_declared_one_count_as_sent() {
+    let mut scene = Scene::new("{agent: mock, messages: [one]}");
+    scene.pass().await;
+    scene.fake.finish_turn(&scene.id());
+    scene.fake.api_message(&scene.id(), "typed in the browser");
+    scene.fake.finish_turn(&scene.id());
+    scene.pass().await;
+    scene.declare("{agent: mock, messages: [one, two]}");
+    scene.pass().await;
+    scene.restart_controller();
+    scene.pass().await;
+    assert_eq!(scene.fake.messages(&scene.id()), ["one", "typed in the browser", "two"]);
+    let status = scene.session.status.clone().unwrap();
+    assert_eq!((status.delivered_messages, status.api_messages), (2, 1));
+}
+
+/// "Allow once" clicked in the inspector: a declared reply for that request is not
+/// taken as given (it is shown as answered through the API), and a declared reply for
+/// a later request is given to it.
+#[tokio::test]
+async fn a_reply_given_through_the_api_is_told_apart_and_a_later_declared_reply_is_given() {
+    use agentplane_node_agent::universal::PermissionReply;
+    let mut scene = Scene::new("{agent: mock, messages: [go]}");
+    scene.pass().await;
+    scene.fake.ask_permission(&scene.id(), "perm-1");
+    scene.fake.api_reply_permission(&scene.id(), "perm-1", PermissionReply::Once);
+    scene.fake.ask_permission(&scene.id(), "perm-2");
+    scene.declare(
+        "{agent: mock, messages: [go], replies: [{id: perm-1, decision: reject}, {id: perm-2, decision: once}]}",
+    );
+    scene.pass().await;
+    scene.pass().await;
+    let status = scene.session.status.clone().unwrap();
+    assert_eq!(status.answered_replies, ["perm-2"]);
+    assert_eq!(status.answered_through_api, ["perm-1"]);
+    assert_eq!(
+        scene.fake.replies(&scene.id()),
+        [("perm-1".to_string(), "Once".to_string()), ("perm-2".to_string(), "Once".to_string())]
+    );
+}
+
+/// A failed turn sets `TurnSucceeded` False with the agent's words (`get`'s REASON),
+/// counted apart from delivery, until a turn succeeds.
+#[tokio::test]
+async fn a_failed_turn_is_a_reason_until_the_next_turn_succeeds() {
+    use crate::conditions;
+    let mut scene = Scene::new("{agent: mock, messages: [fix the failing test]}");
+    scene.pass().await;
+    scene.fake.fail_turn(&scene.id(), "getaddrinfo ENOTFOUND api.anthropic.com");
+    scene.pass().await;
+    let status = scene.session.status.clone().unwrap();
+    assert_eq!((status.delivered_messages, status.failed_turns), (1, 1));
+    let explaining = conditions::explaining(Some("Idle"), &status.conditions).expect("a reason");
+    assert_eq!(explaining.reason, "TurnFailed");
+    assert!(explaining.message.contains("ENOTFOUND"), "{}", explaining.message);
+
+    scene.declare("{agent: mock, messages: [fix the failing test, try again]}");
+    scene.pass().await;
+    scene.fake.finish_turn(&scene.id());
+    scene.pass().await;
+    let status = scene.session.status.clone().unwrap();
+    assert_eq!(status.failed_turns, 1);
+    assert!(conditions::explaining(Some("Idle"), &status.conditions).is_none(), "{:?}", status.conditions);
+}

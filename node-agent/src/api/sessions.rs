@@ -134,7 +134,7 @@ async fn send_message(
     Json(request): Json<SendMessageRequest>,
 ) -> Result<(StatusCode, Json<SessionInfo>)> {
     let session = state.sessions.get(&id)?;
-    Ok((StatusCode::ACCEPTED, Json(session.send_message(request.message).await?)))
+    Ok((StatusCode::ACCEPTED, Json(session.send_message(request.message, request.declared).await?)))
 }
 
 /// Events after `offset` (exclusive), oldest first.

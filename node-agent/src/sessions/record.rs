@@ -60,8 +60,19 @@ pub struct SessionRecord {
     #[serde(default, with = "time::serde::rfc3339::option")]
     ended_at: Option<OffsetDateTime>,
     messages_received: u64,
+    /// How many of a controller's declared messages (each sent with its index in the
+    /// resource's `spec.messages`) were accepted, among `messages_received`. `None` in
+    /// a record written before messages were told apart, when every message was one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    declared_received: Option<u64>,
     turns_started: u64,
     turns_completed: u64,
+    /// Turns that ended failed, and the error of the newest turn while it is one that
+    /// failed (a turn that succeeds clears it).
+    #[serde(default)]
+    turns_failed: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    turn_error: Option<String>,
     /// The tokens of the turns so far, summed (a record from before usage has none).
     #[serde(default)]
     usage: Usage,
@@ -203,8 +214,11 @@ impl SessionRecord {
             created_at: OffsetDateTime::now_utc(),
             ended_at: None,
             messages_received: 0,
+            declared_received: Some(0),
             turns_started: 0,
             turns_completed: 0,
+            turns_failed: 0,
+            turn_error: None,
             usage: Usage::default(),
             last_sequence: 0,
             pending_permissions: Vec::new(),
@@ -236,7 +250,10 @@ impl SessionRecord {
             created_at: self.created_at,
             ended_at: self.ended_at,
             messages_received: self.messages_received,
+            declared_messages_received: self.declared_received(),
             turns_completed: self.turns_completed,
+            turns_failed: self.turns_failed,
+            turn_error: self.turn_error.clone(),
             usage: self.usage,
             last_sequence,
             pending_permissions: self.pending_permissions.clone(),
@@ -366,8 +383,29 @@ impl SessionRecord {
         }
     }
 
-    /// Queues a message; it runs as a turn after those before it.
-    pub(super) fn queue_message(&mut self, message: String, max_queued: usize) -> Result<()> {
+    /// Declared messages accepted so far (see `declared_received`).
+    fn declared_received(&self) -> u64 {
+        self.declared_received.unwrap_or(self.messages_received)
+    }
+
+    /// Queues a message; it runs as a turn after those before it. A declared message
+    /// (`declared`: its index in the resource's `spec.messages`) is taken once and in
+    /// order, by that index: one already taken changes nothing (false), one past the
+    /// next is refused. So a message given through the API in between (a person in the
+    /// inspector) never makes a declared one count as sent.
+    pub(super) fn queue_message(&mut self, message: String, declared: Option<u64>, max_queued: usize) -> Result<bool> {
+        let next = self.declared_received();
+        match declared {
+            Some(index) if index < next => return Ok(false),
+            Some(index) if index > next => {
+                return Err(Error::Conflict(format!(
+                    "declared message {index} comes before message {next}, which session {:?} has not received: \
+                     declared messages are taken in order",
+                    self.id
+                )));
+            }
+            _ => {}
+        }
         if self.state.is_final() {
             return Err(Error::Conflict(format!("session {:?} has ended: it takes no more messages", self.id)));
         }
@@ -379,8 +417,13 @@ impl SessionRecord {
         }
         self.queue.push_back(message);
         self.messages_received += 1;
+        if declared.is_some() {
+            self.declared_received = Some(next + 1);
+        } else {
+            self.declared_received = Some(next);
+        }
         self.settle();
-        Ok(())
+        Ok(true)
     }
 
     /// Answers a pending permission request; false when it was answered so already.
@@ -584,6 +627,12 @@ impl SessionRecord {
         }
         self.current_turn = None;
         self.turns_completed += 1;
+        if outcome.failed {
+            self.turns_failed += 1;
+            self.turn_error = Some(outcome.error.clone().unwrap_or_else(|| "the turn failed".to_string()));
+        } else {
+            self.turn_error = None;
+        }
         // A request the turn left unanswered (its agent went away) can no longer be
         // answered: cancelled, so the session does not wait for it.
         self.cancel_pending(batch);
@@ -711,7 +760,7 @@ mod tests {
     /// a question (`q-1`, the driver's `q`).
     fn waiting() -> (SessionRecord, TurnInput) {
         let mut record = started();
-        record.queue_message("hello".into(), 10).unwrap();
+        record.queue_message("hello".into(), None, 10).unwrap();
         assert_eq!(record.state, SessionState::Running);
         let turn = record.begin_turn(&mut Batch::default()).unwrap();
         let mut batch = Batch::default();
@@ -726,9 +775,9 @@ mod tests {
     #[test]
     fn a_turn_takes_the_oldest_message_with_the_process_outputs_before_it() {
         let mut record = started();
-        record.queue_message("first".into(), 2).unwrap();
-        record.queue_message("second".into(), 2).unwrap();
-        assert_eq!(record.queue_message("third".into(), 2).unwrap_err().code(), "limit_exceeded");
+        record.queue_message("first".into(), None, 2).unwrap();
+        record.queue_message("second".into(), None, 2).unwrap();
+        assert_eq!(record.queue_message("third".into(), None, 2).unwrap_err().code(), "limit_exceeded");
         record.process_outputs.push_back("Output of `true` (exit 0):\n```\n```".into());
         let mut batch = Batch::default();
         let turn = record.begin_turn(&mut batch).unwrap();
@@ -741,6 +790,62 @@ mod tests {
         // The second message waits: still running.
         assert_eq!(record.state, SessionState::Running);
         assert_eq!(record.begin_turn(&mut Batch::default()).unwrap().message, "second");
+    }
+
+    /// The inspector's message, then the CLI's declared one: both run. Declared messages
+    /// are told apart by their index, never by how many messages came before.
+    #[test]
+    fn a_declared_message_is_taken_once_by_its_index_whatever_came_through_the_api() {
+        let mut record = started();
+        assert!(record.queue_message("typed in the browser".into(), None, 10).unwrap());
+        assert!(record.queue_message("first declared".into(), Some(0), 10).unwrap());
+        // The same index again (a controller that lost the answer): nothing more.
+        assert!(!record.queue_message("first declared".into(), Some(0), 10).unwrap());
+        // Out of order: refused, nothing queued.
+        assert_eq!(record.queue_message("third".into(), Some(2), 10).unwrap_err().code(), "conflict");
+        assert!(record.queue_message("second declared".into(), Some(1), 10).unwrap());
+        let info = record.info(0);
+        assert_eq!((info.messages_received, info.declared_messages_received), (3, 2));
+        let mut batch = Batch::default();
+        let queued: Vec<String> = std::iter::from_fn(|| {
+            record.begin_turn(&mut batch).map(|t| t.message).inspect(|_| record.current_turn = None)
+        })
+        .collect();
+        assert_eq!(queued, ["typed in the browser", "first declared", "second declared"]);
+    }
+
+    /// A record written before messages were told apart counted declared messages only.
+    #[test]
+    fn a_record_from_before_declared_counts_takes_every_message_as_declared() {
+        let mut record = started();
+        record.queue_message("a".into(), Some(0), 10).unwrap();
+        record.queue_message("b".into(), Some(1), 10).unwrap();
+        let mut old = serde_json::to_value(&record).unwrap();
+        old.as_object_mut().unwrap().remove("declaredReceived");
+        let mut old: SessionRecord = serde_json::from_value(old).unwrap();
+        assert_eq!(old.info(0).declared_messages_received, 2);
+        assert!(!old.queue_message("b".into(), Some(1), 10).unwrap(), "not sent twice after an upgrade");
+        assert!(old.queue_message("from the API".into(), None, 10).unwrap());
+        assert!(old.queue_message("c".into(), Some(2), 10).unwrap());
+        assert_eq!(old.info(0).declared_messages_received, 3);
+    }
+
+    /// A failed turn is counted and its error kept until a turn succeeds.
+    #[test]
+    fn a_failed_turn_is_told_until_a_turn_succeeds() {
+        let mut record = started();
+        for m in ["fix the failing test", "again", "and again"] {
+            record.queue_message(m.into(), None, 10).unwrap();
+        }
+        let turn = record.begin_turn(&mut Batch::default()).unwrap();
+        record.finish_turn(&turn, TurnOutcome::failed("the mock cannot fix tests"), &mut Batch::default());
+        let info = record.info(0);
+        assert_eq!((info.turns_completed, info.turns_failed), (1, 1));
+        assert_eq!(info.turn_error.as_deref(), Some("the mock cannot fix tests"));
+        let turn = record.begin_turn(&mut Batch::default()).unwrap();
+        record.finish_turn(&turn, TurnOutcome::completed(), &mut Batch::default());
+        let info = record.info(0);
+        assert_eq!((info.turns_completed, info.turns_failed, info.turn_error), (2, 1, None));
     }
 
     #[test]
@@ -779,7 +884,7 @@ mod tests {
     #[test]
     fn ending_interrupts_the_turn_cancels_what_is_pending_and_closes_the_log() {
         let (mut record, _) = waiting();
-        record.queue_message("later".into(), 10).unwrap();
+        record.queue_message("later".into(), None, 10).unwrap();
         let mut batch = Batch::default();
         assert!(record.end(&mut batch));
         assert_eq!(
@@ -794,7 +899,7 @@ mod tests {
         let late = record.reply_permission("perm-1", PermissionReply::Once, &mut Batch::default());
         assert_eq!(late.unwrap_err().code(), "conflict");
         assert!(!record.end(&mut Batch::default()), "ending again changes nothing");
-        assert_eq!(record.queue_message("more".into(), 10).unwrap_err().code(), "conflict");
+        assert_eq!(record.queue_message("more".into(), None, 10).unwrap_err().code(), "conflict");
     }
 
     #[test]

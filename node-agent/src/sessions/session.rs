@@ -128,13 +128,16 @@ impl Session {
     }
 
     /// Queues a message; it runs as a turn after those before it.
-    pub async fn send_message(&self, message: String) -> Result<SessionInfo> {
+    /// Queues a message; `declared` is its index in a resource's `spec.messages` when a
+    /// controller sends it (see [`super::record`]'s `queue_message`).
+    pub async fn send_message(&self, message: String, declared: Option<u64>) -> Result<SessionInfo> {
         if message.is_empty() {
             return Err(Error::InvalidRequest("`message` must not be empty".into()));
         }
-        self.record().queue_message(message, self.max_queued)?;
-        self.notify();
-        self.persist().await;
+        if self.record().queue_message(message, declared, self.max_queued)? {
+            self.notify();
+            self.persist().await;
+        }
         Ok(self.info())
     }
 

@@ -1639,6 +1639,14 @@ export interface components {
         Role: "user" | "assistant" | "system";
         /** @description Body of `POST /v1/sessions/{id}/messages`. */
         SendMessageRequest: {
+            /**
+             * Format: int64
+             * @description For a controller: this message's index in the resource's `spec.messages`. Each
+             *     index is taken once and in order: one already taken changes nothing (the answer
+             *     is the session as it is), one past the next is refused (409). A message without
+             *     it (a person, a program, the inspector) is counted apart.
+             */
+            declared?: number | null;
             message: string;
         };
         /** @description Answer of `GET /v1/sessions/{id}/events`. */
@@ -1657,6 +1665,12 @@ export interface components {
             agentVersion?: string | null;
             /** Format: date-time */
             createdAt: string;
+            /**
+             * Format: int64
+             * @description Of those, the declared ones (sent with `declared`, by a controller from a
+             *     resource's `spec.messages`); the rest came through the API without it.
+             */
+            declaredMessagesReceived?: number;
             /** Format: date-time */
             endedAt?: string | null;
             error?: string | null;
@@ -1678,8 +1692,15 @@ export interface components {
             pendingQuestions: components["schemas"]["QuestionRequest"][];
             permissionMode: components["schemas"]["PermissionMode"];
             state: components["schemas"]["SessionState"];
+            /** @description Why the newest finished turn failed; absent when it succeeded (or none ended yet). */
+            turnError?: string | null;
             /** Format: int64 */
             turnsCompleted: number;
+            /**
+             * Format: int64
+             * @description Turns that ended failed, among `turnsCompleted`.
+             */
+            turnsFailed?: number;
             /**
              * @description The tokens of every turn so far, summed (each turn's is on its `turn.ended`);
              *     zeros while the agent has reported none.
