@@ -87,8 +87,10 @@ enum Command {
     Send(session::SendArgs),
     /// Answer a Session's question or permission request: appends to spec.replies.
     Reply(session::ReplyArgs),
-    /// Run a Process again now, with its restart back-off reset, or start a failed
-    /// Session again in the same conversation; the resource's file is not touched.
+    /// Run a Process again now, with its restart back-off reset; restart a Session's
+    /// agent, resuming its conversation (an idle one at once, one mid-turn after that
+    /// turn, a failed one starts again; an ended one is refused). The resource's file
+    /// is not touched.
     Restart(restart::RestartArgs),
     /// Create, list, message, follow, answer and end agent sessions on a node agent.
     #[command(name = "session")]

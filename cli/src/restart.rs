@@ -1,5 +1,6 @@
 //! `agentplane restart process/NAME` (or `session/NAME`): run it again now, with its
-//! restart back-off reset, as `kubectl rollout restart` does for a Deployment. The
+//! restart back-off reset, as `kubectl rollout restart` does for a Deployment; a
+//! Session's agent restarts, resuming its conversation. The
 //! verb only asks (an annotation in a cluster, a request beside the status in a watched
 //! directory, never an edit of the user's file); the controller honours each request
 //! once and records that it did (see `agentplane_controller::restart`).
@@ -58,6 +59,11 @@ async fn restart_one(store: &Store, key: &Key, at: &str) -> anyhow::Result<()> {
         && process.spec.desired_state == DesiredState::Stopped
     {
         bail!("{} is stopped (spec.desiredState: Stopped): set it to Running to run it", ref_name(key));
+    }
+    if let Object::Session(session) = &object
+        && session.spec.ended
+    {
+        bail!("{} has ended (spec.ended): there is no agent to restart", ref_name(key));
     }
     store.request_restart(key, at).await?;
     println!("{} restart requested", ref_name(key));

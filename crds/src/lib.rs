@@ -558,11 +558,21 @@ pub struct SessionStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub refused_replies: Vec<String>,
     /// The restart request (`agentplane.dev/restartedAt`, from `agentplane restart`)
-    /// last honoured: a failed session was started again for it, or it found the
-    /// session live and there was nothing to do. Each request is honoured once, never
-    /// applied to a later failure.
+    /// last honoured: the agent was restarted for it in the same conversation (a live
+    /// session's between turns, a failed session's at once), or the session had ended
+    /// and there was nothing to do. Each request is honoured once, never applied to a
+    /// later failure.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restarted_at: Option<String>,
+    /// A digest of the environment the agent was given (SHA-256 over the resource's uid
+    /// and each variable: never a value), by which a changed env file is noticed: the
+    /// agent is then restarted with the new environment between turns, resuming its
+    /// conversation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env_digest: Option<String>,
+    /// When the environment last changed and the agent was restarted with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env_changed_at: Option<Time>,
     /// The workspace: the commit checked out and the files changed since.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workspace: Option<WorkspaceStatus>,

@@ -654,10 +654,16 @@ impl Client {
         self.send(self.request(Method::DELETE, &["sessions", id])).await
     }
 
-    /// Starts a failed session again, resuming its conversation; `conflict` when it
-    /// is not failed (live, ended, or restarted meanwhile by another caller).
+    /// Restarts the session's agent in the same conversation: a live one between
+    /// turns, a failed one at once; `conflict` when it has ended (or a failed one is
+    /// being restarted by another caller).
     pub async fn restart_session(&self, id: &str) -> ClientResult<SessionInfo> {
         self.send(self.request(Method::POST, &["sessions", id, "restart"])).await
+    }
+
+    /// [`Self::restart_session`] with a new environment for the agent (`request.env`).
+    pub async fn restart_session_with(&self, id: &str, request: &RestartSessionRequest) -> ClientResult<SessionInfo> {
+        self.send(self.request(Method::POST, &["sessions", id, "restart"]).json(request)).await
     }
 
     /// The session's workspace against the commit it was cloned at (`text/x-diff`),

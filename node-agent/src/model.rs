@@ -735,6 +735,17 @@ pub struct SendMessageRequest {
     pub declared: Option<u64>,
 }
 
+/// Body of `POST /v1/sessions/{id}/restart` (optional: no body restarts with the same
+/// environment).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RestartSessionRequest {
+    /// The agent's environment from now on, in place of the one it was created with
+    /// (an env file that changed). Kept like `env` at creation, never echoed back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env: Option<BTreeMap<String, String>>,
+}
+
 /// Body of `POST /v1/sessions/{id}/permissions/{pid}/reply`.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

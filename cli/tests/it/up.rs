@@ -573,6 +573,60 @@ fn a_message_from_the_inspector_then_one_from_the_cli_are_both_delivered_and_a_f
     assert_eq!(record["status"]["failedTurns"], 1);
 }
 
+/// An env file is desired state: filled in after the session started, the next turn
+/// sees the new value (the agent restarted with it, in the same conversation), and
+/// `describe` says so. `restart` of the idle session restarts its agent, as its help says.
+#[test]
+fn an_env_file_edited_between_two_turns_reaches_the_second_and_restart_restarts_an_idle_agent() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("d");
+    let up = Up::start(&dir);
+    save(&dir.join("chat.env"), "KEY=sk-placeholder\n");
+    let mut yaml = session_yaml(&["what is $KEY"], "");
+    yaml.push_str("  envFrom:\n    - file: chat.env\n");
+    save(&dir.join("chat.yaml"), &yaml);
+    let first = wait_session(&up, "chat", "the first turn", |r| {
+        r["status"]["deliveredMessages"] == 1 && r["status"]["phase"] == "Idle"
+    });
+    let conversation = first["status"]["agentSessionId"].clone();
+    let logs = |up: &Up| {
+        let out = Command::new(BIN).args(["logs", "session/chat", "--dir"]).arg(&up.dir).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert!(logs(&up).contains("mock reply #1 to: what is $KEY (KEY=sk-placeholder)"), "{}", logs(&up));
+
+    save(&dir.join("chat.env"), "KEY=sk-real\n");
+    wait_session(&up, "chat", "the env change seen", |r| r["status"]["envChangedAt"].is_string());
+    let sent = Command::new(BIN).args(["send", "session/chat", "and now $KEY", "--dir"]).arg(&dir).output().unwrap();
+    assert!(sent.status.success(), "{}", String::from_utf8_lossy(&sent.stderr));
+    let second = wait_session(&up, "chat", "the second turn", |r| {
+        r["status"]["deliveredMessages"] == 2 && r["status"]["phase"] == "Idle"
+    });
+    assert!(logs(&up).contains("mock reply #2 to: and now $KEY (KEY=sk-real)"), "{}", logs(&up));
+    assert_eq!(second["status"]["agentSessionId"], conversation, "the same conversation");
+    let record = serde_json::to_string(&second).unwrap();
+    assert!(!record.contains("sk-real") && !record.contains("sk-placeholder"), "no value in status: {record}");
+
+    // `restart` of the idle session: its agent restarts, resuming, once.
+    let restart = Command::new(BIN).args(["restart", "session/chat", "--dir"]).arg(&dir).output().unwrap();
+    assert!(restart.status.success(), "{}", String::from_utf8_lossy(&restart.stderr));
+    let restarted = wait_session(&up, "chat", "restarted", |r| r["status"]["restartedAt"].is_string());
+    let uid = restarted["metadata"]["uid"].as_str().unwrap();
+    let client = up.client();
+    let query = agentplane_node_agent::model::SessionEventsQuery { offset: Some(0), limit: Some(10_000) };
+    up.wait("the agent started again, resumed, twice in all", || {
+        let events = block_on(client.session_events(&format!("sess-{uid}"), &query)).ok()?;
+        let resumed = events
+            .events
+            .iter()
+            .filter(|e| {
+                matches!(e.data, agentplane_node_agent::universal::EventData::SessionStarted { resumed: true, .. })
+            })
+            .count();
+        (resumed == 2).then_some(())
+    });
+}
+
 #[test]
 fn a_mock_session_gets_each_message_once_across_restarts_of_up_and_takes_replies() {
     let tmp = tempfile::tempdir().unwrap();

@@ -28,6 +28,8 @@ struct State {
     messages: BTreeMap<String, Vec<String>>,
     /// Every reply each session received: (request id, how).
     replies: BTreeMap<String, Vec<(String, String)>>,
+    /// Every restart of each session's agent: the environment it was given, if any.
+    restarts: BTreeMap<String, Vec<Option<BTreeMap<String, String>>>>,
     /// Every call, as `verb id`.
     calls: Vec<String>,
     unreachable: bool,
@@ -120,6 +122,10 @@ impl FakeNodeAgent {
 
     pub fn messages(&self, id: &str) -> Vec<String> {
         self.lock().messages.get(id).cloned().unwrap_or_default()
+    }
+
+    pub fn restarts(&self, id: &str) -> Vec<Option<BTreeMap<String, String>>> {
+        self.lock().restarts.get(id).cloned().unwrap_or_default()
     }
 
     pub fn replies(&self, id: &str) -> Vec<(String, String)> {
@@ -343,14 +349,22 @@ impl NodeAgent for FakeNodeAgent {
         Box::pin(async move { answer })
     }
 
-    fn restart_session<'a>(&'a self, id: &'a str) -> Call<'a, SessionInfo> {
+    fn restart_session<'a>(
+        &'a self,
+        id: &'a str,
+        env: Option<std::collections::BTreeMap<String, String>>,
+    ) -> Call<'a, SessionInfo> {
         let answer = self.call("restart_session", id).and_then(|mut state| {
             let info = state.sessions.get_mut(id).ok_or_else(|| problem(ProblemCode::SessionNotFound, id))?;
-            if info.state != SessionState::Failed {
-                return Err(problem(ProblemCode::Conflict, "not failed"));
+            if info.state == SessionState::Ended {
+                return Err(problem(ProblemCode::Conflict, "ended"));
             }
-            info.state = SessionState::Idle;
-            Ok(info.clone())
+            if info.state == SessionState::Failed {
+                info.state = SessionState::Idle;
+            }
+            let info = info.clone();
+            state.restarts.entry(id.to_string()).or_default().push(env);
+            Ok(info)
         });
         Box::pin(async move { answer })
     }

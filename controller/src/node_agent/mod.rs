@@ -4,6 +4,7 @@
 //! `fake`), so a rule of the Process or Session reconcile is proven in milliseconds,
 //! with no binary, no apiserver and no network.
 
+use std::collections::BTreeMap;
 use std::fmt;
 
 use agentplane_node_agent::client::{Client, ClientError, SessionStreamItem, SseMessage};
@@ -37,7 +38,9 @@ pub trait NodeAgent: Send + Sync + fmt::Debug {
     fn create_session<'a>(&'a self, id: &'a str, request: &'a CreateSessionRequest) -> Call<'a, SessionInfo>;
     fn get_session<'a>(&'a self, id: &'a str) -> Call<'a, SessionInfo>;
     fn end_session<'a>(&'a self, id: &'a str) -> Call<'a, SessionInfo>;
-    fn restart_session<'a>(&'a self, id: &'a str) -> Call<'a, SessionInfo>;
+    /// Restarts the session's agent in the same conversation (see the node agent's
+    /// route), with `env` as its environment from now on when given.
+    fn restart_session<'a>(&'a self, id: &'a str, env: Option<BTreeMap<String, String>>) -> Call<'a, SessionInfo>;
     /// Queues `message`; `declared` is its index in the resource's `spec.messages`, by
     /// which the node agent takes it once and in order.
     fn send_message<'a>(&'a self, id: &'a str, message: &'a str, declared: Option<u64>) -> Call<'a, SessionInfo>;
@@ -102,8 +105,11 @@ impl NodeAgent for Client {
         Box::pin(Client::end_session(self, id))
     }
 
-    fn restart_session<'a>(&'a self, id: &'a str) -> Call<'a, SessionInfo> {
-        Box::pin(Client::restart_session(self, id))
+    fn restart_session<'a>(&'a self, id: &'a str, env: Option<BTreeMap<String, String>>) -> Call<'a, SessionInfo> {
+        Box::pin(async move {
+            let request = agentplane_node_agent::model::RestartSessionRequest { env };
+            Client::restart_session_with(self, id, &request).await
+        })
     }
 
     fn send_message<'a>(&'a self, id: &'a str, message: &'a str, declared: Option<u64>) -> Call<'a, SessionInfo> {

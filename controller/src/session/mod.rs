@@ -2,7 +2,9 @@
 //! of `spec.messages` delivered once and in order, each entry of `spec.replies` given
 //! to the question or permission request it names, the session ended when
 //! `spec.ended` says so or the resource goes. A restart request (`agentplane restart`)
-//! starts a failed session again, once.
+//! restarts the agent once, resuming its conversation (a failed session starts again),
+//! and so does a change of the environment its env files resolve to: the node agent
+//! restarts it between turns with the new one.
 //!
 //! Exactly once: the node agent persists how many messages a session has accepted
 //! (`messagesReceived`), and that count, not the controller's own memory, says which
@@ -458,11 +460,11 @@ impl SessionReconciler {
         let mut info = match observed {
             Some(info) => info,
             None => {
-                let env = match input.env {
-                    Ok(env) => env,
+                let env = match &input.env {
+                    Ok(env) => env.clone(),
                     Err(problem) => {
                         step.status.phase.get_or_insert(SessionPhase::Pending);
-                        step.ready(false, "EnvNotResolved", problem);
+                        step.ready(false, "EnvNotResolved", problem.clone());
                         return step.done(Some(RETRY_LATER));
                     }
                 };
@@ -519,7 +521,11 @@ impl SessionReconciler {
                     workspace: spec.workspace.as_ref().map(|w| workspace_request(w, git_credentials)),
                     mcp_servers,
                 };
-                match client.create_session(&id, &request).await {
+                let created = client.create_session(&id, &request).await;
+                if created.is_ok() {
+                    step.status.env_digest = Some(env_digest(uid, &request.env));
+                }
+                match created {
                     Ok(info) => info,
                     // Created by an earlier pass whose answer was lost: adopt it.
                     Err(e) if e.code() == Some(ProblemCode::SessionAlreadyExists) => {
@@ -553,16 +559,20 @@ impl SessionReconciler {
             }
         };
 
+        // The environment as the store resolved it now (an env file edited since the
+        // session started, say), when it resolved, and its digest.
+        let env = input.env.as_ref().ok().map(|env| (env_digest(uid, env), env));
         // A restart asked for with `agentplane restart session/NAME` (see `restart`),
-        // honoured once: a session that failed starts again where its conversation was
-        // (the node agent resumes the agent's own session), and the request is
+        // honoured once: the agent starts again where its conversation was (a live
+        // session's between turns, a failed session's at once; the node agent resumes
+        // the agent's own session), with the environment as it is now. The request is
         // recorded as honoured whatever the state, so it never applies to a later failure.
         if let Some(at) = crate::restart::requested(&session.metadata)
             && step.status.restarted_at.as_deref() != Some(at)
         {
-            if info.state == SessionState::Failed {
-                tracing::info!(%resource, session = %id, requested = %at, "restarting the failed session");
-                info = match client.restart_session(&id).await {
+            if info.state != SessionState::Ended {
+                tracing::info!(%resource, session = %id, requested = %at, state = ?info.state, "restarting the session's agent");
+                info = match client.restart_session(&id, env.as_ref().map(|(_, env)| (*env).clone())).await {
                     Ok(info) => info,
                     // Restarted meanwhile by another pass: what it is now is what counts.
                     Err(e) if e.code() == Some(ProblemCode::Conflict) => match client.get_session(&id).await {
@@ -572,8 +582,29 @@ impl SessionReconciler {
                     // Restarting counts against --max-sessions as a new session does.
                     Err(e) => return step.refused(&e, Limit::Sessions),
                 };
+                if let Some((digest, _)) = &env {
+                    step.status.env_digest = Some(digest.clone());
+                }
             }
             step.status.restarted_at = Some(at.to_string());
+        }
+
+        // An env file is desired state: when what it resolves to changed, the agent is
+        // restarted with it between turns (its next turn sees it), resuming its
+        // conversation. A status from before the digest only records it.
+        if let Some((digest, env)) = &env
+            && !info.state.is_final()
+            && step.status.env_digest.as_ref() != Some(digest)
+        {
+            if step.status.env_digest.is_some() {
+                tracing::info!(%resource, session = %id, "the environment changed: restarting the agent with it");
+                info = match client.restart_session(&id, Some((*env).clone())).await {
+                    Ok(info) => info,
+                    Err(e) => return step.refused(&e, Limit::Sessions),
+                };
+                step.status.env_changed_at = Some(conditions::now());
+            }
+            step.status.env_digest = Some(digest.clone());
         }
 
         if !info.state.is_final() {
@@ -666,6 +697,22 @@ impl SessionReconciler {
             Err(source) => Err(Error::NodeAgent { sandbox: session.spec.sandbox.clone(), source }),
         }
     }
+}
+
+/// SHA-256 over the resource's uid and each variable, in order: says whether the
+/// environment changed without keeping a value (the uid keeps equal environments of
+/// two Sessions from having equal digests).
+fn env_digest(uid: &str, env: &BTreeMap<String, String>) -> String {
+    use sha2::{Digest, Sha256};
+    let mut hash = Sha256::new();
+    hash.update(uid.as_bytes());
+    for (name, value) in env {
+        for part in [name, value] {
+            hash.update((part.len() as u64).to_le_bytes());
+            hash.update(part.as_bytes());
+        }
+    }
+    format!("sha256:{:x}", hash.finalize())
 }
 
 /// Follows a node-agent session's events from `last` and calls `notify` whenever

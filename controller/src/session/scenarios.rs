@@ -204,3 +204,65 @@ async fn a_failed_turn_is_a_reason_until_the_next_turn_succeeds() {
     assert_eq!(status.failed_turns, 1);
     assert!(conditions::explaining(Some("Idle"), &status.conditions).is_none(), "{:?}", status.conditions);
 }
+
+impl Scene {
+    async fn pass_with_env(&mut self, env: &[(&str, &str)]) {
+        let input = SessionInput {
+            session: &self.session,
+            env: Ok(env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
+            spec_problem: None,
+            git_credentials: Ok(None),
+            mcp_servers: Ok(Vec::new()),
+        };
+        let reconciled = self.reconciler.reconcile(input).await;
+        self.session.status = Some(reconciled.status);
+    }
+}
+
+/// An env file filled in after the session started: the agent is restarted once with
+/// the new environment (the node agent resumes its conversation between turns), and
+/// never again while it stays the same, across a controller restart too. The status
+/// keeps a digest, never a value.
+#[tokio::test]
+async fn a_changed_env_restarts_the_agent_with_it_once() {
+    let mut scene = Scene::new("{agent: mock, messages: [hello]}");
+    scene.pass_with_env(&[("ANTHROPIC_API_KEY", "sk-placeholder")]).await;
+    let created = scene.session.status.clone().unwrap();
+    let digest = created.env_digest.clone().expect("a digest of the env it was created with");
+    assert!(!digest.contains("sk-placeholder"));
+    scene.pass_with_env(&[("ANTHROPIC_API_KEY", "sk-placeholder")]).await;
+    assert!(scene.fake.restarts(&scene.id()).is_empty(), "the same env restarts nothing");
+
+    scene.pass_with_env(&[("ANTHROPIC_API_KEY", "sk-real")]).await;
+    let restarts = scene.fake.restarts(&scene.id());
+    assert_eq!(restarts.len(), 1, "{restarts:?}");
+    assert_eq!(restarts[0].as_ref().unwrap()["ANTHROPIC_API_KEY"], "sk-real");
+    let status = scene.session.status.clone().unwrap();
+    assert_ne!(status.env_digest.as_ref(), Some(&digest));
+    assert!(status.env_changed_at.is_some());
+    scene.restart_controller();
+    scene.pass_with_env(&[("ANTHROPIC_API_KEY", "sk-real")]).await;
+    assert_eq!(scene.fake.restarts(&scene.id()).len(), 1, "restarted once");
+}
+
+/// `agentplane restart` of a session that has not failed restarts its agent (with the
+/// env as it is now), once per request; an ended one is left alone.
+#[tokio::test]
+async fn restart_of_a_live_session_restarts_its_agent_once_per_request() {
+    let mut scene = Scene::new("{agent: mock, messages: [hello]}");
+    scene.pass_with_env(&[("K", "v")]).await;
+    scene.fake.finish_turn(&scene.id());
+    let annotations = &mut scene.session.metadata.annotations.get_or_insert_with(Default::default);
+    annotations.insert(crate::restart::RESTARTED_AT.to_string(), "2026-11-28T20:00:00Z".to_string());
+    scene.pass_with_env(&[("K", "v")]).await;
+    scene.pass_with_env(&[("K", "v")]).await;
+    assert_eq!(scene.fake.restarts(&scene.id()).len(), 1);
+    assert_eq!(scene.session.status.as_ref().unwrap().restarted_at.as_deref(), Some("2026-11-28T20:00:00Z"));
+
+    scene.declare("{agent: mock, messages: [hello], ended: true}");
+    scene.pass_with_env(&[("K", "v")]).await;
+    let annotations = &mut scene.session.metadata.annotations.get_or_insert_with(Default::default);
+    annotations.insert(crate::restart::RESTARTED_AT.to_string(), "2026-11-28T21:00:00Z".to_string());
+    scene.pass_with_env(&[("K", "v")]).await;
+    assert_eq!(scene.fake.restarts(&scene.id()).len(), 1, "an ended session is not restarted");
+}

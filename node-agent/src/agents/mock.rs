@@ -7,7 +7,10 @@
 //! `reasoning` (a reasoning item), `unparsed` (an `agent.unparsed` event),
 //! `permission` (a `bash` tool call behind a permission request; the command is what
 //! follows `run `), `question` (a yes/no question), then `fail` (an `error` and a failed
-//! turn) or else a streamed answer `mock reply #N to: <message>`, N being the turn.
+//! turn) or else a streamed answer `mock reply #N to: <message>`, N being the turn,
+//! which names the value of each `$NAME` in the message from the environment the
+//! session gave it (`NAME=value`, or `NAME unset`): what a restart with a new
+//! environment changed is seen in the conversation.
 //! A completed turn reports the same [`USAGE`] every time.
 
 use std::collections::BTreeSet;
@@ -176,6 +179,21 @@ fn command_of(message: &str) -> String {
 pub struct MockDriver {
     state: MockState,
     permission_mode: PermissionMode,
+    env: std::collections::BTreeMap<String, String>,
+}
+
+/// `NAME=value` (or `NAME unset`) for each `$NAME` in `message`, from `env`.
+fn env_notes(message: &str, env: &std::collections::BTreeMap<String, String>) -> Vec<String> {
+    message
+        .split('$')
+        .skip(1)
+        .map(|rest| rest.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).next().unwrap_or_default())
+        .filter(|name| !name.is_empty())
+        .map(|name| match env.get(name) {
+            Some(value) => format!("{name}={value}"),
+            None => format!("{name} unset"),
+        })
+        .collect()
 }
 
 impl MockDriver {
@@ -184,7 +202,7 @@ impl MockDriver {
             Some(state) => state,
             None => MockState { agent_session_id: format!("mock-{}", crate::random::hex(6)), ..Default::default() },
         };
-        Ok(MockDriver { state, permission_mode: launch.config.permission_mode })
+        Ok(MockDriver { state, permission_mode: launch.config.permission_mode, env: launch.config.env.clone() })
     }
 
     fn save(&self, ctx: &TurnContext) {
@@ -248,6 +266,7 @@ impl MockDriver {
                 }
                 Step::Answer => {
                     let mut text = format!("mock reply #{n} to: {}", turn.message);
+                    progress.notes.extend(env_notes(&turn.message, &self.env));
                     if !progress.notes.is_empty() {
                         text.push_str(&format!(" ({})", progress.notes.join("; ")));
                     }
@@ -401,5 +420,7 @@ mod tests {
         assert_eq!(command_of("ask permission to run touch x"), "touch x");
         assert_eq!(chunks("a b c d e", 2).concat(), "a b c d e");
         assert_eq!(chunks("mock reply #1 to: hi", 3).len(), 2);
+        let env = std::collections::BTreeMap::from([("KEY".to_string(), "v1".to_string())]);
+        assert_eq!(env_notes("what is $KEY, and $OTHER? $", &env), ["KEY=v1", "OTHER unset"]);
     }
 }

@@ -80,22 +80,39 @@ async fn end_session(State(state): State<AppState>, PathId(id): PathId) -> Resul
     Ok(Json(state.sessions.end(&id, &state.processes).await?))
 }
 
-/// Starts a failed session again: a new run of the same conversation, resumed by the
-/// agent's own id as after a restart of the node agent. The log takes events again
-/// (`session.started` with `resumed` follows; sequences continue), the turn under way
-/// when it failed goes on, then the messages accepted before it failed; the state is
-/// `starting` (or `installing`) and `messagesReceived` is unchanged. Only a failed
-/// session: any other state (live, ended, restarted meanwhile) is a `conflict`, so that
-/// asking twice restarts once.
+/// Restarts the session's agent in the same conversation, with a new environment when
+/// the body gives one (`{"env": {...}}`; no body keeps the one it has).
+///
+/// A **live** session (`idle`, `running`, `awaitingInput`, or still starting): the
+/// agent is stopped between turns (after the one under way, before any queued one)
+/// and started again, resumed by its own id (`session.started` with `resumed: true`);
+/// asked twice before that, it restarts once. The answer is the session as it is.
+///
+/// A **failed** session starts again: its event log reopens (`session.started` with
+/// `resumed` follows; sequences continue), the turn under way when it failed goes on,
+/// then the messages accepted before it failed; the state is `starting` (or
+/// `installing`) and `messagesReceived` is unchanged. Asked twice, it starts once
+/// (the second is a `conflict`). An **ended** session is a `conflict`.
 #[utoipa::path(post, path = "/v1/sessions/{id}/restart", tag = "sessions", params(("id" = String, Path)),
+    request_body(content = Option<RestartSessionRequest>, description = "Optional: the new environment"),
     responses(
-        (status = 200, body = SessionInfo, description = "Restarted: `starting` or `installing`"),
+        (status = 200, body = SessionInfo, description = "Restarted, or to restart between turns"),
+        (status = 400, body = Problem, content_type = "application/problem+json", description = "invalid_request: a body that is not a RestartSessionRequest"),
         (status = 404, body = Problem, content_type = "application/problem+json", description = "session_not_found"),
-        (status = 409, body = Problem, content_type = "application/problem+json", description = "conflict: the session has not failed"),
+        (status = 409, body = Problem, content_type = "application/problem+json", description = "conflict: the session has ended, or is being restarted"),
         (status = 429, body = Problem, content_type = "application/problem+json", description = "limit_exceeded: --max-sessions live sessions"),
     ))]
-async fn restart_session(State(state): State<AppState>, PathId(id): PathId) -> Result<Json<SessionInfo>> {
-    Ok(Json(state.sessions.restart(&id).await?.info()))
+async fn restart_session(
+    State(state): State<AppState>,
+    PathId(id): PathId,
+    body: axum::body::Bytes,
+) -> Result<Json<SessionInfo>> {
+    let request: RestartSessionRequest = if body.iter().all(u8::is_ascii_whitespace) {
+        RestartSessionRequest::default()
+    } else {
+        serde_json::from_slice(&body).map_err(|e| Error::InvalidRequest(format!("the restart's body: {e}")))?
+    };
+    Ok(Json(state.sessions.restart(&id, request.env).await?.info()))
 }
 
 /// The session's workspace against the commit it was cloned at, as a unified diff

@@ -3,7 +3,7 @@
 //! ending one with the processes that feed it, loading and resuming those a previous
 //! run left, and stopping every runner at shutdown.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -205,14 +205,22 @@ impl SessionManager {
         Ok(self.session(agent, dir, record, log))
     }
 
-    /// Starts a failed session again: a new run of the same conversation, resumed by
-    /// the agent's own id as after a restart of the node agent (the turn under way
-    /// when it failed goes on, then the queued messages; nothing accepted is lost).
-    /// Only a failed session: any other state is a `conflict`, so a caller that asks
-    /// twice, or asks while another restart is under way, starts it once. Counts
-    /// against `--max-sessions` as a new session does.
-    pub async fn restart(&self, id: &str) -> Result<Arc<Session>> {
+    /// Restarts a session's agent, in the same conversation, with `env` when given.
+    /// A live session's agent is stopped between turns (after the one under way) and
+    /// started again, resumed by the agent's own id; asked twice before that happens,
+    /// it restarts once. A failed session starts again: a new run of the same
+    /// conversation, as after a restart of the node agent (the turn under way when it
+    /// failed goes on, then the queued messages; nothing accepted is lost); asked
+    /// twice, or while another restart is under way, it starts once (the second is a
+    /// `conflict`), and it counts against `--max-sessions` as a new session does. An
+    /// ended session is a `conflict`.
+    pub async fn restart(&self, id: &str, env: Option<BTreeMap<String, String>>) -> Result<Arc<Session>> {
         let session = self.get(id)?;
+        // A live session keeps its runner: the agent restarts between turns.
+        if !session.record().state.is_final() {
+            session.relaunch(env).await?;
+            return Ok(session);
+        }
         {
             let mut sessions = self.sessions();
             if sessions.reserved.contains(id) {
@@ -224,6 +232,11 @@ impl SessionManager {
             }
             // Counted as live (and not restarted twice) until its state says so.
             sessions.reserved.insert(id.to_string());
+        }
+        if let Some(env) = env
+            && session.record().state == crate::model::SessionState::Failed
+        {
+            session.record().set_env(env);
         }
         let reopened = session.reopen(self.inner.options.events_in_memory).await;
         self.sessions().reserved.remove(id);

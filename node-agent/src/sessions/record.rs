@@ -104,6 +104,10 @@ pub struct SessionRecord {
     /// Output of processes that fed this session, for the next turn (see [`super::feed`]).
     #[serde(default, skip_serializing_if = "VecDeque::is_empty")]
     pub(super) process_outputs: VecDeque<String>,
+    /// A restart of the live session's agent was asked for (see [`Self::relaunch`]): its
+    /// runner stops the agent before the next turn and starts it again, resuming.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    relaunch: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -230,6 +234,7 @@ impl SessionRecord {
             resolutions: VecDeque::new(),
             driver_state: None,
             process_outputs: VecDeque::new(),
+            relaunch: false,
         }
     }
 
@@ -562,6 +567,38 @@ impl SessionRecord {
         Ok(self.agent_session_id.is_some() || self.driver_state.is_some())
     }
 
+    /// Asks for a live session's agent to be stopped and started again, resuming its
+    /// conversation, with `env` when given (an env file that changed): at once when no
+    /// turn is under way, else after it, and before any later message's turn. A
+    /// failed session is reopened instead ([`Self::reopen`]); an ended one is a conflict.
+    pub(super) fn relaunch(&mut self, env: Option<BTreeMap<String, String>>) -> Result<()> {
+        if self.state.is_final() {
+            return Err(Error::Conflict(format!(
+                "session {:?} is {:?}: only a live session's agent is restarted",
+                self.id, self.state
+            )));
+        }
+        // Still starting with the environment it has: it starts as asked anyway.
+        if env.is_none() && self.starting() {
+            return Ok(());
+        }
+        if let Some(env) = env {
+            self.env = env;
+        }
+        self.relaunch = true;
+        Ok(())
+    }
+
+    /// Whether the runner is to restart the agent before the next turn.
+    pub(super) fn relaunch_asked(&self) -> bool {
+        self.relaunch && !self.state.is_final()
+    }
+
+    /// The new environment for a failed session about to reopen.
+    pub(super) fn set_env(&mut self, env: BTreeMap<String, String>) {
+        self.env = env;
+    }
+
     /// Moves a session that has not started yet between `Preparing`, `Installing` and
     /// `Starting`; false when it is past starting (resumed, or ended) or there already.
     pub(super) fn set_state_while_starting(&mut self, state: SessionState) -> bool {
@@ -579,6 +616,7 @@ impl SessionRecord {
             return false;
         }
         self.agent_session_id = agent_session_id.clone();
+        self.relaunch = false;
         if self.starting() {
             self.state = SessionState::Idle;
         }

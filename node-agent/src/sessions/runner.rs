@@ -12,7 +12,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::session::Session;
-use super::turn::SessionTurn;
+use super::turn::{Next, SessionTurn};
 use crate::agents::install::Installed;
 use crate::agents::{AgentHost, DriverConfig, Launch};
 use crate::driver::{AgentDriver, TurnContext};
@@ -36,46 +36,61 @@ pub(super) fn spawn(
     })
 }
 
-async fn run(session: Arc<Session>, host: Arc<AgentHost>, shutdown: CancellationToken, resumed: bool) {
-    let (config, saved) = {
-        let rec = session.record();
-        (rec.driver_config(session.dir.clone(), host), rec.driver_state.clone())
-    };
+async fn run(session: Arc<Session>, host: Arc<AgentHost>, shutdown: CancellationToken, mut resumed: bool) {
     if !session.prepare_workspace(&shutdown).await {
         return;
     }
-    // Checked at creation, but it may have gone since (before a restart of the node
-    // agent, say): the session fails saying so, the same for every agent, and a
-    // restart once it is back resumes the conversation.
-    if let Some(dir) = &config.working_dir
-        && !tokio::fs::metadata(dir).await.is_ok_and(|m| m.is_dir())
-    {
-        let error = Error::InvalidRequest(format!("working directory {dir:?} does not exist"));
-        session.fail(error.to_string(), Some(error.code().to_string())).await;
-        return;
-    }
-    let Some(installed) = session.install(&config, &shutdown).await else { return };
-    let launch = Launch { config: &config, installed, saved };
-    let mut driver = match session.agent.agent().launch(launch).await {
-        Ok(driver) => driver,
-        Err(error) => {
-            tracing::warn!(session = %session.id, label = ?session.label, %error, "the agent did not start");
+    // One launch per pass: a restart of the live session's agent (a changed env, or
+    // `restart` asked for) stops it between turns and starts it again, resuming.
+    loop {
+        let (config, saved) = {
+            let rec = session.record();
+            (rec.driver_config(session.dir.clone(), Arc::clone(&host)), rec.driver_state.clone())
+        };
+        // Checked at creation, but it may have gone since (before a restart of the node
+        // agent, say): the session fails saying so, the same for every agent, and a
+        // restart once it is back resumes the conversation.
+        if let Some(dir) = &config.working_dir
+            && !tokio::fs::metadata(dir).await.is_ok_and(|m| m.is_dir())
+        {
+            let error = Error::InvalidRequest(format!("working directory {dir:?} does not exist"));
             session.fail(error.to_string(), Some(error.code().to_string())).await;
             return;
         }
-    };
-    if session.started(driver.agent_session_id(), resumed).await {
-        let ctx = TurnContext::new(SessionTurn { session: Arc::clone(&session), shutdown: shutdown.clone() });
-        drive(&session, &shutdown, &ctx, driver.as_mut()).await;
-        // Requests a stopped driver left are answered by nobody in this run.
-        session.opened().clear();
+        let Some(installed) = session.install(&config, &shutdown).await else { return };
+        let launch = Launch { config: &config, installed, saved };
+        let mut driver = match session.agent.agent().launch(launch).await {
+            Ok(driver) => driver,
+            Err(error) => {
+                tracing::warn!(session = %session.id, label = ?session.label, %error, "the agent did not start");
+                session.fail(error.to_string(), Some(error.code().to_string())).await;
+                return;
+            }
+        };
+        let mut relaunch = false;
+        if session.started(driver.agent_session_id(), resumed).await {
+            let ctx = TurnContext::new(SessionTurn { session: Arc::clone(&session), shutdown: shutdown.clone() });
+            relaunch = drive(&session, &shutdown, &ctx, driver.as_mut()).await;
+            // Requests a stopped driver left are answered by nobody in this run.
+            session.opened().clear();
+        }
+        driver.stop().await;
+        if !relaunch {
+            return;
+        }
+        tracing::info!(session = %session.id, label = ?session.label, "restarting the agent, resuming its conversation");
+        resumed = true;
     }
-    driver.stop().await;
 }
 
 /// Runs the turn a stop cut short (if any), then each queued message, until the
-/// session ends or the node agent stops.
-async fn drive(session: &Session, shutdown: &CancellationToken, ctx: &TurnContext, driver: &mut dyn AgentDriver) {
+/// session ends or the node agent stops (false) or the agent is to be restarted (true).
+async fn drive(
+    session: &Session,
+    shutdown: &CancellationToken,
+    ctx: &TurnContext,
+    driver: &mut dyn AgentDriver,
+) -> bool {
     let interrupted = session.record().current_turn.clone();
     if let Some(turn) = interrupted {
         tracing::info!(session = %session.id, label = ?session.label, turn = turn.number, "resuming a turn");
@@ -84,16 +99,21 @@ async fn drive(session: &Session, shutdown: &CancellationToken, ctx: &TurnContex
         session.count_turn(&outcome, started);
         session.refresh_changed_files().await;
         if session.finish_turn(&turn, outcome).await.is_err() {
-            return;
+            return false;
         }
     }
-    while let Some(turn) = session.next_turn(shutdown).await {
+    loop {
+        let turn = match session.next_turn(shutdown).await {
+            Some(Next::Turn(turn)) => turn,
+            Some(Next::Relaunch) => return true,
+            None => return false,
+        };
         let started = Instant::now();
         let outcome = driver.run_turn(ctx, &turn, false).await;
         session.count_turn(&outcome, started);
         session.refresh_changed_files().await;
         if session.finish_turn(&turn, outcome).await.is_err() {
-            return;
+            return false;
         }
     }
 }

@@ -188,6 +188,15 @@ impl Session {
     /// stays (see [`SessionRecord::reopen`]). Any other state is a `conflict`: live,
     /// there is nothing to restart; ended, the session was ended on purpose. True when
     /// the record holds a conversation to resume.
+    /// Restarts a live session's agent between turns, resuming, with `env` when given
+    /// (see `SessionRecord::relaunch`).
+    pub(super) async fn relaunch(&self, env: Option<std::collections::BTreeMap<String, String>>) -> Result<()> {
+        self.record().relaunch(env)?;
+        tracing::info!(session = %self.id, label = ?self.label, "restart of the agent asked for");
+        self.settled(true).await;
+        Ok(())
+    }
+
     pub(super) async fn reopen(&self, capacity: usize) -> Result<bool> {
         let resumable = self.log.reopen(capacity, || self.record().reopen()).await?;
         tracing::info!(session = %self.id, label = ?self.label, "session restarted");

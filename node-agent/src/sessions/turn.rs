@@ -17,15 +17,18 @@ use crate::model::PermissionMode;
 use crate::universal::{EventData, EventSource, PermissionReply, PermissionRequest, QuestionOutcome, QuestionRequest};
 
 impl Session {
-    /// Takes the oldest queued message as the next turn; `None` when the session ended
-    /// or the node agent stops.
-    pub(super) async fn next_turn(&self, shutdown: &CancellationToken) -> Option<TurnInput> {
+    /// Takes the oldest queued message as the next turn, or says that the agent is to
+    /// be restarted first; `None` when the session ended or the node agent stops.
+    pub(super) async fn next_turn(&self, shutdown: &CancellationToken) -> Option<Next> {
         let mut changes = self.changes.subscribe();
         loop {
             {
                 let rec = self.record();
                 if rec.state.is_final() {
                     return None;
+                }
+                if rec.relaunch_asked() {
+                    return Some(Next::Relaunch);
                 }
                 if rec.has_next_turn() {
                     break;
@@ -38,7 +41,7 @@ impl Session {
         }
         let turn = self.log.append_with(|batch| self.record().begin_turn(batch)).await;
         self.persist().await;
-        turn
+        turn.map(Next::Turn)
     }
 
     /// Counts a turn that ended (one the node agent's stop cut short goes on after the
@@ -66,6 +69,13 @@ impl Session {
         self.persist().await;
         if recorded { Ok(()) } else { Err(Interrupted::Ended) }
     }
+}
+
+/// What the runner does next.
+pub(super) enum Next {
+    Turn(TurnInput),
+    /// Stop the agent and start it again, resuming (see `SessionRecord::relaunch`).
+    Relaunch,
 }
 
 /// The session's side of a driver's [`crate::driver::TurnContext`].

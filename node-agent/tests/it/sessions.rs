@@ -823,8 +823,6 @@ async fn a_failed_session_restarts_into_the_same_conversation() {
     };
     let created = server.client.create_session("chat", &request).await.unwrap();
     assert_eq!(created.label.as_deref(), Some("Session/default/chat"));
-    let live = server.client.restart_session("chat").await.unwrap_err();
-    assert_eq!(live.problem_code(), Some("conflict"), "a live session is not restarted: {live}");
     assert_eq!(server.client.restart_session("nope").await.unwrap_err().problem_code(), Some("session_not_found"));
     let mut events = Events::open(&server.client, "chat").await;
     server.client.send_message("chat", "hello").await.unwrap();
@@ -860,8 +858,10 @@ async fn a_failed_session_restarts_into_the_same_conversation() {
     let restarted = client.restart_session("chat").await.unwrap();
     assert!(matches!(restarted.state, SessionState::Starting | SessionState::AwaitingInput), "{restarted:?}");
     assert_eq!(restarted.messages_received, 3, "nothing accepted is counted twice");
-    let twice = client.restart_session("chat").await.unwrap_err();
-    assert_eq!(twice.problem_code(), Some("conflict"), "asked twice, restarted once: {twice}");
+    // Live again: asked again, its agent restarts once more between turns, in the
+    // same conversation (the turn waiting for its reply is not cut).
+    let twice = client.restart_session("chat").await.unwrap();
+    assert!(!twice.state.is_final(), "{twice:?}");
     let mut events = Events::open(client, "chat").await;
     let resumed =
         events.until("the resumed start", |e| matches!(e.data, EventData::SessionStarted { resumed: true, .. })).await;
@@ -885,6 +885,60 @@ async fn a_failed_session_restarts_into_the_same_conversation() {
     assert_eq!(after.label.as_deref(), Some("Session/default/chat"), "kept across restarts");
 
     // Ended on purpose is not failed: no restart.
+    client.end_session("chat").await.unwrap();
+    assert_eq!(client.restart_session("chat").await.unwrap_err().problem_code(), Some("conflict"));
+}
+
+/// A live session's agent restarts between turns (never in the middle of one), in the
+/// same conversation, with the environment the restart gives (an env file edited after
+/// the session started); without one it keeps what it has. An ended one does not.
+#[tokio::test]
+async fn a_live_session_restarts_its_agent_between_turns_with_a_new_env_in_the_same_conversation() {
+    let server = TestServer::start().await;
+    let client = &server.client;
+    let env = std::collections::BTreeMap::from([("KEY".to_string(), "placeholder".to_string())]);
+    client.create_session("chat", &CreateSessionRequest { env, ..mock() }).await.unwrap();
+    let mut events = Events::open(client, "chat").await;
+    client.send_message("chat", "what is $KEY").await.unwrap();
+    assert_eq!(reply_text(&events.turn().await), "mock reply #1 to: what is $KEY (KEY=placeholder)");
+    let before = client.get_session("chat").await.unwrap();
+
+    // Asked mid-turn: the turn waiting for its permission is not cut; the restart
+    // comes after it, before the next message's turn.
+    client.send_message("chat", "permission to run true").await.unwrap();
+    let request = permission_request(&events.until_type(EventType::PermissionRequested).await);
+    let new_env = std::collections::BTreeMap::from([("KEY".to_string(), "sk-real".to_string())]);
+    let asked = client.restart_session_with("chat", &RestartSessionRequest { env: Some(new_env) }).await.unwrap();
+    assert_eq!(asked.state, SessionState::AwaitingInput, "{asked:?}");
+    client.send_message("chat", "and now $KEY").await.unwrap();
+    client.reply_permission("chat", &request.id, PermissionReply::Once).await.unwrap();
+    let turn = events.turn().await;
+    assert_eq!(reply_text(&turn), "mock reply #2 to: permission to run true (ran `true`)");
+    assert!(!turn.iter().any(|e| matches!(e.data, EventData::SessionStarted { .. })), "not restarted mid-turn");
+    let restarted =
+        events.until("the restart", |e| matches!(e.data, EventData::SessionStarted { resumed: true, .. })).await;
+    assert_eq!(restarted.last().unwrap().agent_session_id, before.agent_session_id, "the same conversation");
+    assert_eq!(reply_text(&events.turn().await), "mock reply #3 to: and now $KEY (KEY=sk-real)");
+
+    // No body: restarted with what it has.
+    client.restart_session("chat").await.unwrap();
+    events.until("the second restart", |e| matches!(e.data, EventData::SessionStarted { resumed: true, .. })).await;
+    client.send_message("chat", "still $KEY").await.unwrap();
+    assert_eq!(reply_text(&events.turn().await), "mock reply #4 to: still $KEY (KEY=sk-real)");
+    let after = client.get_session("chat").await.unwrap();
+    assert_eq!((after.messages_received, after.turns_completed, after.state), (4, 4, SessionState::Idle));
+
+    // A body that is no restart request is refused; an ended session is not restarted.
+    let bad = reqwest::Client::new()
+        .post(format!("{}/v1/sessions/chat/restart", server.url))
+        .bearer_auth(TOKEN)
+        .header("content-type", "application/json")
+        .body("{\"environment\": {}}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), 400);
+    assert_eq!(bad.headers()["content-type"], "application/problem+json");
     client.end_session("chat").await.unwrap();
     assert_eq!(client.restart_session("chat").await.unwrap_err().problem_code(), Some("conflict"));
 }

@@ -352,7 +352,7 @@ export class Sessions {
     return this.#http.call("delete", "/v1/sessions/{id}", { path: { id }, signal });
   }
 
-  /** Starts a failed session again, in the same conversation. */
+  /** Restarts its agent in the same conversation: a live session's between turns, a failed one at once. */
   restart(id: string, signal?: AbortSignal): Promise<SessionInfo> {
     return this.#http.call("post", "/v1/sessions/{id}/restart", { path: { id }, signal });
   }

@@ -796,13 +796,18 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * Starts a failed session again: a new run of the same conversation, resumed by the
-         *     agent's own id as after a restart of the node agent. The log takes events again
-         *     (`session.started` with `resumed` follows; sequences continue), the turn under way
-         *     when it failed goes on, then the messages accepted before it failed; the state is
-         *     `starting` (or `installing`) and `messagesReceived` is unchanged. Only a failed
-         *     session: any other state (live, ended, restarted meanwhile) is a `conflict`, so that
-         *     asking twice restarts once.
+         * Restarts the session's agent in the same conversation, with a new environment when
+         *     the body gives one (`{"env": {...}}`; no body keeps the one it has).
+         * @description A **live** session (`idle`, `running`, `awaitingInput`, or still starting): the
+         *     agent is stopped between turns (after the one under way, before any queued one)
+         *     and started again, resumed by its own id (`session.started` with `resumed: true`);
+         *     asked twice before that, it restarts once. The answer is the session as it is.
+         *
+         *     A **failed** session starts again: its event log reopens (`session.started` with
+         *     `resumed` follows; sequences continue), the turn under way when it failed goes on,
+         *     then the messages accepted before it failed; the state is `starting` (or
+         *     `installing`) and `messagesReceived` is unchanged. Asked twice, it starts once
+         *     (the second is a `conflict`). An **ended** session is a `conflict`.
          */
         post: operations["restart_session"];
         delete?: never;
@@ -1634,6 +1639,19 @@ export interface components {
              *     transition, started, exited, deleted).
              */
             updatedAt?: string | null;
+        };
+        /**
+         * @description Body of `POST /v1/sessions/{id}/restart` (optional: no body restarts with the same
+         *     environment).
+         */
+        RestartSessionRequest: {
+            /**
+             * @description The agent's environment from now on, in place of the one it was created with
+             *     (an env file that changed). Kept like `env` at creation, never echoed back.
+             */
+            env?: {
+                [key: string]: string;
+            } | null;
         };
         /** @enum {string} */
         Role: "user" | "assistant" | "system";
@@ -3833,15 +3851,29 @@ export interface operations {
             };
             cookie?: never;
         };
-        requestBody?: never;
+        /** @description Optional: the new environment */
+        requestBody?: {
+            content: {
+                "application/json": null | components["schemas"]["RestartSessionRequest"];
+            };
+        };
         responses: {
-            /** @description Restarted: `starting` or `installing` */
+            /** @description Restarted, or to restart between turns */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["SessionInfo"];
+                };
+            };
+            /** @description invalid_request: a body that is not a RestartSessionRequest */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
             /** @description session_not_found */
@@ -3853,7 +3885,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description conflict: the session has not failed */
+            /** @description conflict: the session has ended, or is being restarted */
             409: {
                 headers: {
                     [name: string]: unknown;
