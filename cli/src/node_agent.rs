@@ -207,20 +207,30 @@ pub struct RegisterArgs {
     heartbeat_interval: u64,
 }
 
-fn parse_name(value: &str) -> Result<String, String> {
-    register::validate_name(value).map(|()| value.to_string())
+/// Why a registration flag's value is refused; clap prints it after the flag's name.
+#[derive(Debug, thiserror::Error)]
+enum FlagError {
+    /// What the registration's own check says of a name or an endpoint, whole.
+    #[error("{0}")]
+    Refused(String),
+    #[error("{value:?} has an empty key after ':' (give NAME, or NAME:KEY)")]
+    EmptySecretKey { value: String },
 }
 
-fn parse_endpoint(value: &str) -> Result<String, String> {
-    register::validate_endpoint(value).map(|()| value.to_string())
+fn parse_name(value: &str) -> Result<String, FlagError> {
+    register::validate_name(value).map(|()| value.to_string()).map_err(FlagError::Refused)
+}
+
+fn parse_endpoint(value: &str) -> Result<String, FlagError> {
+    register::validate_endpoint(value).map(|()| value.to_string()).map_err(FlagError::Refused)
 }
 
 /// `NAME` or `NAME:KEY`, the key `token` when absent.
-fn parse_token_secret(value: &str) -> Result<SecretKeySelector, String> {
+fn parse_token_secret(value: &str) -> Result<SecretKeySelector, FlagError> {
     let (name, key) = value.split_once(':').unwrap_or((value, "token"));
-    register::validate_name(name)?;
+    register::validate_name(name).map_err(FlagError::Refused)?;
     if key.is_empty() {
-        return Err(format!("{value:?} has an empty key after ':' (give NAME, or NAME:KEY)"));
+        return Err(FlagError::EmptySecretKey { value: value.to_string() });
     }
     Ok(SecretKeySelector { name: name.to_string(), key: key.to_string() })
 }

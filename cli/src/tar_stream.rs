@@ -201,9 +201,8 @@ pub fn unpack_from(reader: impl Read, root: &Path) -> anyhow::Result<Unpacked> {
         let mut entry = entry.map_err(unreadable)?;
         // Up to 64 KiB long (the guard's limit), and anything at all: cut and escaped.
         let shown = quoted(&String::from_utf8_lossy(&entry.path_bytes()));
-        let refuse = |why: String| anyhow!("the node agent sent the tar entry {shown}, {why}: refused");
-        let relative =
-            confined(&entry.path().map_err(|e| refuse(format!("whose name cannot be read ({e})")))?).map_err(refuse)?;
+        let refuse = |why: Refused| anyhow!("the node agent sent the tar entry {shown}, {why}: refused");
+        let relative = confined(&entry.path().map_err(|e| refuse(Refused::NameUnreadable(e)))?).map_err(refuse)?;
         let header = entry.header();
         let mode = header.mode().unwrap_or(0o644) & KEPT_MODE;
         let mtime = header.mtime().ok();
@@ -217,7 +216,7 @@ pub fn unpack_from(reader: impl Read, root: &Path) -> anyhow::Result<Unpacked> {
                 match fs::symlink_metadata(&path) {
                     Ok(meta) if meta.is_dir() => {}
                     Ok(meta) if meta.file_type().is_symlink() => {
-                        return Err(refuse("which is a symlink here: nothing is written through one".into()));
+                        return Err(refuse(Refused::SymlinkHere));
                     }
                     Ok(_) => bail!("{}: cannot replace a file with a directory", named(&path)),
                     Err(e) if e.kind() == io::ErrorKind::NotFound => {
@@ -245,12 +244,8 @@ pub fn unpack_from(reader: impl Read, root: &Path) -> anyhow::Result<Unpacked> {
                 unpacked.bytes += written;
             }
             tar::EntryType::Symlink => {
-                let target = entry
-                    .link_name()
-                    .ok()
-                    .flatten()
-                    .ok_or_else(|| refuse("a symlink without a target".into()))?
-                    .into_owned();
+                let target =
+                    entry.link_name().ok().flatten().ok_or_else(|| refuse(Refused::SymlinkWithoutTarget))?.into_owned();
                 // As the node agent refuses an upload's link out of its root: a link
                 // is harmless until followed, but a person following one from the
                 // copy should land in the copy. Left out, not fatal: a tree with a
@@ -266,17 +261,13 @@ pub fn unpack_from(reader: impl Read, root: &Path) -> anyhow::Result<Unpacked> {
                 std::os::unix::fs::symlink(&target, &path).with_context(|| format!("creating {}", named(&path)))?;
             }
             tar::EntryType::Link => {
-                let target = entry
-                    .link_name()
-                    .ok()
-                    .flatten()
-                    .ok_or_else(|| refuse("a hard link without a target".into()))?
-                    .into_owned();
-                let target = confined(&target).map_err(|why| refuse(format!("a hard link to a name {why}")))?;
-                let original =
-                    file_path(root, &target).map_err(|why| refuse(format!("a hard link to a name {why}")))?;
+                let target =
+                    entry.link_name().ok().flatten().ok_or_else(|| refuse(Refused::LinkWithoutTarget))?.into_owned();
+                let link_to = |why| refuse(Refused::LinkTo(Box::new(why)));
+                let target = confined(&target).map_err(link_to)?;
+                let original = file_path(root, &target).map_err(link_to)?;
                 if !fs::symlink_metadata(&original).is_ok_and(|m| m.is_file()) {
-                    return Err(refuse(format!("a hard link to {}, which is not a file it sent", named(&target))));
+                    return Err(refuse(Refused::LinkToNonFile(named(&target))));
                 }
                 let path = file_path(root, &relative).map_err(refuse)?;
                 clear(&path)?;
@@ -310,16 +301,57 @@ fn named(path: &Path) -> String {
     quoted(&path.to_string_lossy())
 }
 
+/// Why an entry of a download is refused, as said after its quoted name: `the node
+/// agent sent the tar entry NAME, WHY: refused`. Names of local paths are quoted and
+/// cut short ([`named`]).
+#[derive(Debug, thiserror::Error)]
+pub enum Refused {
+    #[error("whose name cannot be read ({0})")]
+    NameUnreadable(#[source] io::Error),
+    #[error("whose name climbs out with `..`")]
+    ClimbsOut,
+    #[error("whose name is absolute")]
+    Absolute,
+    #[error("whose path passes through the symlink {0}")]
+    ThroughSymlink(String),
+    #[error("whose path passes through the file {0}")]
+    ThroughFile(String),
+    #[error("whose directory {dir} cannot be created: {source}")]
+    DirectoryNotCreated {
+        dir: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("whose directory {dir} cannot be read: {source}")]
+    DirectoryUnreadable {
+        dir: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("which names the destination itself as a file")]
+    DestinationAsFile,
+    #[error("which is a symlink here: nothing is written through one")]
+    SymlinkHere,
+    #[error("a symlink without a target")]
+    SymlinkWithoutTarget,
+    #[error("a hard link without a target")]
+    LinkWithoutTarget,
+    #[error("a hard link to a name {0}")]
+    LinkTo(#[source] Box<Refused>),
+    #[error("a hard link to {0}, which is not a file it sent")]
+    LinkToNonFile(String),
+}
+
 /// An archive name as a path relative to the destination, or why it is refused.
 /// `.` components are dropped; an empty result names the destination itself.
-pub fn confined(name: &Path) -> Result<PathBuf, String> {
+pub fn confined(name: &Path) -> Result<PathBuf, Refused> {
     let mut relative = PathBuf::new();
     for component in name.components() {
         match component {
             Component::Normal(part) => relative.push(part),
             Component::CurDir => {}
-            Component::ParentDir => return Err("whose name climbs out with `..`".into()),
-            Component::RootDir | Component::Prefix(_) => return Err("whose name is absolute".into()),
+            Component::ParentDir => return Err(Refused::ClimbsOut),
+            Component::RootDir | Component::Prefix(_) => return Err(Refused::Absolute),
         }
     }
     Ok(relative)
@@ -348,7 +380,7 @@ fn stays_inside(target: &Path, depth: usize) -> bool {
 
 /// `root/relative`, after making sure that every directory on the way is a real
 /// directory below `root` (missing ones are created): never a symlink.
-fn beneath(root: &Path, relative: &Path) -> Result<PathBuf, String> {
+fn beneath(root: &Path, relative: &Path) -> Result<PathBuf, Refused> {
     let mut path = root.to_path_buf();
     let mut parts = relative.components().peekable();
     while let Some(part) = parts.next() {
@@ -359,22 +391,22 @@ fn beneath(root: &Path, relative: &Path) -> Result<PathBuf, String> {
         match fs::symlink_metadata(&path) {
             Ok(meta) if meta.is_dir() => {}
             Ok(meta) if meta.file_type().is_symlink() => {
-                return Err(format!("whose path passes through the symlink {}", named(&path)));
+                return Err(Refused::ThroughSymlink(named(&path)));
             }
-            Ok(_) => return Err(format!("whose path passes through the file {}", named(&path))),
+            Ok(_) => return Err(Refused::ThroughFile(named(&path))),
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                fs::create_dir(&path).map_err(|e| format!("whose directory {} cannot be created: {e}", named(&path)))?
+                fs::create_dir(&path).map_err(|source| Refused::DirectoryNotCreated { dir: named(&path), source })?
             }
-            Err(e) => return Err(format!("whose directory {} cannot be read: {e}", named(&path))),
+            Err(source) => return Err(Refused::DirectoryUnreadable { dir: named(&path), source }),
         }
     }
     Ok(path)
 }
 
 /// Where a non-directory entry goes: [`beneath`], and never the destination itself.
-fn file_path(root: &Path, relative: &Path) -> Result<PathBuf, String> {
+fn file_path(root: &Path, relative: &Path) -> Result<PathBuf, Refused> {
     if relative.as_os_str().is_empty() {
-        return Err("which names the destination itself as a file".into());
+        return Err(Refused::DestinationAsFile);
     }
     beneath(root, relative)
 }
