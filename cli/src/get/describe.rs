@@ -177,6 +177,40 @@ pub async fn describe(args: DescribeArgs) -> anyhow::Result<i32> {
                 out.optional(1, "Observed generation", status.observed_generation.map(|g| g.to_string()));
                 out.optional(1, "Agent session", status.agent_session_id.clone());
                 out.field(1, "Delivered", format!("{} of {}", status.delivered_messages, spec.messages.len()));
+                if status.api_messages > 0 {
+                    out.field(
+                        1,
+                        "Through the API",
+                        format!(
+                            "{} message{} (from the inspector or a program, not in spec.messages)",
+                            status.api_messages,
+                            if status.api_messages == 1 { "" } else { "s" }
+                        ),
+                    );
+                }
+                if status.failed_turns > 0 {
+                    out.field(1, "Failed turns", status.failed_turns.to_string());
+                }
+                if !status.answered_through_api.is_empty() {
+                    out.field(
+                        1,
+                        "Answered elsewhere",
+                        format!(
+                            "{} (answered through the API first: those replies were not given)",
+                            status.answered_through_api.join(", ")
+                        ),
+                    );
+                }
+                out.optional(
+                    1,
+                    "Env changed",
+                    status.env_changed_at.as_ref().map(|at| {
+                        format!(
+                            "{} ago: the agent was restarted with the new environment, resuming its conversation",
+                            crate::printing::age_of(at)
+                        )
+                    }),
+                );
                 out.optional(1, "Tokens", status.usage.map(|u| tokens_line(&u)));
                 if let Some(workspace) = &status.workspace {
                     out.optional(1, "Workspace", workspace.path.clone());

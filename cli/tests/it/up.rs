@@ -558,6 +558,9 @@ fn a_message_from_the_inspector_then_one_from_the_cli_are_both_delivered_and_a_f
     });
     assert_eq!(user_messages(&up, &record), ["first message", "typed in the browser", "fix the failing test"]);
     assert_eq!(record["status"]["apiMessages"], 1);
+    let described = Command::new(BIN).args(["describe", "session/chat", "--dir"]).arg(&dir).output().unwrap();
+    let described = String::from_utf8_lossy(&described.stdout);
+    assert!(described.contains("Through the API:") && described.contains("Failed turns:"), "{described}");
     let get = Command::new(BIN).args(["get", "sessions", "--dir"]).arg(&dir).output().unwrap();
     let table = String::from_utf8_lossy(&get.stdout);
     let row = table.lines().find(|l| l.starts_with("chat ")).unwrap_or_else(|| panic!("{table}"));
@@ -606,6 +609,12 @@ fn an_env_file_edited_between_two_turns_reaches_the_second_and_restart_restarts_
     assert_eq!(second["status"]["agentSessionId"], conversation, "the same conversation");
     let record = serde_json::to_string(&second).unwrap();
     assert!(!record.contains("sk-real") && !record.contains("sk-placeholder"), "no value in status: {record}");
+    let described = Command::new(BIN).args(["describe", "session/chat", "--dir"]).arg(&dir).output().unwrap();
+    let described = String::from_utf8_lossy(&described.stdout);
+    assert!(
+        described.contains("Env changed:") && described.contains("restarted with the new environment"),
+        "{described}"
+    );
 
     // `restart` of the idle session: its agent restarts, resuming, once.
     let restart = Command::new(BIN).args(["restart", "session/chat", "--dir"]).arg(&dir).output().unwrap();

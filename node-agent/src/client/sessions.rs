@@ -29,10 +29,16 @@ impl Client {
         self.send(self.request(Method::DELETE, &["sessions", id])).await
     }
 
-    /// Starts a failed session again, resuming its conversation; `conflict` when it
-    /// is not failed (live, ended, or restarted meanwhile by another caller).
+    /// Restarts the session's agent in the same conversation: a live one between
+    /// turns, a failed one at once; `conflict` when it has ended (or a failed one is
+    /// being restarted by another caller).
     pub async fn restart_session(&self, id: &str) -> ClientResult<SessionInfo> {
         self.send(self.request(Method::POST, &["sessions", id, "restart"])).await
+    }
+
+    /// [`Self::restart_session`] with a new environment for the agent (`request.env`).
+    pub async fn restart_session_with(&self, id: &str, request: &RestartSessionRequest) -> ClientResult<SessionInfo> {
+        self.send(self.request(Method::POST, &["sessions", id, "restart"]).json(request)).await
     }
 
     /// The session's workspace against the commit it was cloned at (`text/x-diff`),
@@ -43,7 +49,18 @@ impl Client {
 
     /// Queues a message; it runs as a turn after those before it.
     pub async fn send_message(&self, id: &str, message: &str) -> ClientResult<SessionInfo> {
-        let body = SendMessageRequest { message: message.to_string() };
+        self.send_declared_message(id, message, None).await
+    }
+
+    /// Queues a message a controller declared: `declared` is its index in the
+    /// resource's `spec.messages`, by which the node agent takes it once and in order.
+    pub async fn send_declared_message(
+        &self,
+        id: &str,
+        message: &str,
+        declared: Option<u64>,
+    ) -> ClientResult<SessionInfo> {
+        let body = SendMessageRequest { message: message.to_string(), declared };
         self.send(self.request(Method::POST, &["sessions", id, "messages"]).json(&body)).await
     }
 
