@@ -5,6 +5,39 @@
 use super::*;
 
 impl Inner {
+    pub(super) async fn reconcile_template(self: &Arc<Self>, key: &Key, template: agentplane_crds::SandboxTemplate) {
+        // Nothing runs from a template itself; the pools that wait for it go on.
+        if template.metadata.deletion_timestamp.is_some() {
+            self.forget(key, template.metadata.uid.clone()).await;
+        }
+        self.enqueue_kind(Kind::SandboxWarmPool);
+    }
+
+    pub(super) async fn reconcile_pool(
+        self: &Arc<Self>,
+        key: &Key,
+        pool: agentplane_crds::SandboxWarmPool,
+        problem: Option<String>,
+    ) {
+        if pool.metadata.deletion_timestamp.is_some() {
+            let (this, k) = (Arc::clone(self), key.clone());
+            let _ = tokio::task::spawn_blocking(move || this.drain_pool(&k)).await;
+            self.forget(key, pool.metadata.uid.clone()).await;
+            return;
+        }
+        let (this, k, uid) = (Arc::clone(self), key.clone(), pool.metadata.uid.clone());
+        let status =
+            tokio::task::spawn_blocking(move || this.pool_status(&k, &pool, problem)).await.unwrap_or_default();
+        self.write_status(key, uid, move |object| match object {
+            Object::SandboxWarmPool(p) if p.status.as_ref() != Some(&status) => {
+                p.status = Some(status);
+                true
+            }
+            _ => false,
+        })
+        .await;
+    }
+
     pub(super) fn enqueue_kind(&self, kind: Kind) {
         let keys: Vec<Key> = self.lock().resources.keys().filter(|k| k.kind == kind).cloned().collect();
         for key in keys {
@@ -132,7 +165,7 @@ impl Inner {
 
     /// Keeps `replicas` unclaimed sandboxes of the pool's template: makes what is
     /// missing, deletes what is over (those not ready first).
-    pub(super) fn reconcile_pool(
+    pub(super) fn pool_status(
         &self,
         key: &Key,
         pool: &agentplane_crds::SandboxWarmPool,

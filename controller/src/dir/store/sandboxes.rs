@@ -128,6 +128,54 @@ fn desired_of(
 }
 
 impl Inner {
+    /// A Sandbox: deleted once its claimer's TTL is over, removed (a managed one stopped)
+    /// when deleted, looked at and its status written otherwise.
+    pub(super) async fn reconcile_sandbox(
+        self: &Arc<Self>,
+        key: &Key,
+        mut sandbox: agentplane_crds::Sandbox,
+        problem: Option<String>,
+        env: Env,
+    ) {
+        // A claim that finished is kept for its TTL, then deleted like any other.
+        if sandbox.metadata.deletion_timestamp.is_none()
+            && let Some(left) = crate::dir::pools::ttl_left(&sandbox.metadata, &conditions::now())
+        {
+            if !left.is_zero() {
+                self.queue.add_after(key.clone(), left);
+            } else {
+                let (this, k) = (Arc::clone(self), key.clone());
+                if let Ok(Some(marked)) = tokio::task::spawn_blocking(move || this.mark_deleted(&k)).await {
+                    sandbox = marked;
+                }
+            }
+        }
+        if sandbox.metadata.deletion_timestamp.is_some() {
+            match (self.managed.get(), sandbox.spec.is_managed()) {
+                (Some(managed), true) => {
+                    self.sandbox_followers.stop(&key.name);
+                    managed.remove(&key.name).await;
+                    if let Some(uid) = &sandbox.metadata.uid {
+                        managed.remove_leftover(&key.name, uid);
+                    }
+                }
+                _ => self.sandboxes.remove(&key.name),
+            }
+            self.forget(key, sandbox.metadata.uid.clone()).await;
+            return;
+        }
+        let status = self.sandbox_status(&sandbox, problem, env).await;
+        self.write_status(key, sandbox.metadata.uid.clone(), move |object| match object {
+            Object::Sandbox(s) if s.status.as_ref() != Some(&status) => {
+                s.status = Some(status);
+                true
+            }
+            _ => false,
+        })
+        .await;
+        self.queue.add_after(key.clone(), Duration::from_secs(30));
+    }
+
     /// A managed sandbox changed (started, died, refused a connection): it and what
     /// runs on it are looked at again.
     pub(super) fn sandbox_changed(&self, name: &str) {
@@ -248,7 +296,7 @@ impl Inner {
         }
     }
 
-    pub(super) async fn reconcile_sandbox(
+    pub(super) async fn sandbox_status(
         self: &Arc<Self>,
         sandbox: &agentplane_crds::Sandbox,
         problem: Option<String>,
