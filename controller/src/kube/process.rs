@@ -56,7 +56,9 @@ pub(super) async fn reconcile_process(
 impl Context {
     async fn apply_process(&self, api: &Api<Process>, process: &Process) -> Result<Action> {
         let namespace = process.namespace().unwrap_or_default();
-        let env = env::resolve(&self.client, &namespace, &process.spec.env, &process.spec.env_from).await;
+        let env = env::resolve(&self.client, &namespace, &process.spec.env, &process.spec.env_from)
+            .await
+            .map_err(|e| e.to_string());
         let mut session_sandbox = None;
         let session = match &process.spec.session_ref {
             None => Ok(None),

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentplane_crds::{Kind, Process, Sandbox, SandboxStatus, Session};
-use agentplane_node_agent::client::Client;
+use agentplane_node_agent::client::{Client, ClientError};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
@@ -23,6 +23,21 @@ use super::{Context, Metrics, ReconcileError, SANDBOX_FINALIZER, env, requeue};
 use crate::conditions::{self, READY};
 use crate::follow::Seen;
 use crate::node_agent::NodeAgent;
+
+/// Why there is no client for a Sandbox's node agent: said in its `Ready` condition.
+#[derive(Debug, thiserror::Error)]
+enum NoClient {
+    #[error(transparent)]
+    Token(#[from] env::EnvError),
+    #[error("it has no endpoint")]
+    NoEndpoint,
+    #[error("endpoint {endpoint:?}: {source}")]
+    Endpoint {
+        endpoint: String,
+        #[source]
+        source: ClientError,
+    },
+}
 
 /// A Sandbox's node agent writes its heartbeat into the status: that is news.
 pub(super) fn heartbeat(sandbox: &Sandbox) -> Option<u64> {
@@ -79,7 +94,7 @@ async fn look_at_sandbox(sandbox: &Sandbox, ctx: &Context) -> Result<Action> {
     status.conditions = before.conditions.clone();
 
     let (ready, reason, message, after) = match ctx.sandbox_client(sandbox, &namespace).await {
-        Err(why) => (false, "TokenUnavailable", why, Some(Duration::from_secs(30))),
+        Err(why) => (false, "TokenUnavailable", why.to_string(), Some(Duration::from_secs(30))),
         Ok(client) => match &before.last_heartbeat {
             Some(beat) => {
                 let age = ctx.heartbeat_age(&key, beat);
@@ -152,13 +167,13 @@ impl Context {
         }
     }
 
-    async fn sandbox_client(&self, sandbox: &Sandbox, namespace: &str) -> std::result::Result<Client, String> {
+    async fn sandbox_client(&self, sandbox: &Sandbox, namespace: &str) -> std::result::Result<Client, NoClient> {
         let token = match &sandbox.spec.token_secret_ref {
             Some(selector) => Some(env::secret_key(&self.client, namespace, &selector.name, &selector.key).await?),
             None => None,
         };
-        let endpoint = sandbox.endpoint().ok_or_else(|| "it has no endpoint".to_string())?;
-        Client::new(endpoint, token).map_err(|e| format!("endpoint {endpoint:?}: {e}"))
+        let endpoint = sandbox.endpoint().ok_or(NoClient::NoEndpoint)?;
+        Client::new(endpoint, token).map_err(|source| NoClient::Endpoint { endpoint: endpoint.to_string(), source })
     }
 
     /// A Sandbox turned ready or not: an event, and everything placed on it learns of

@@ -66,10 +66,10 @@ async fn mcp_servers(
     for server in servers {
         let env = env::resolve(client, namespace, &server.env, &[])
             .await
-            .map_err(|e| crate::mcp::context(server, "env", e))?;
+            .map_err(|e| crate::mcp::context(server, "env", e.to_string()))?;
         let headers = env::resolve(client, namespace, &crate::mcp::header_vars(&server.headers), &[])
             .await
-            .map_err(|e| crate::mcp::context(server, "headers", e))?;
+            .map_err(|e| crate::mcp::context(server, "headers", e.to_string()))?;
         resolved.push(crate::mcp::resolved(server, env, headers));
     }
     Ok(resolved)
@@ -78,7 +78,9 @@ async fn mcp_servers(
 impl Context {
     async fn apply_session(self: &Context, api: &Api<Session>, session: &Session) -> Result<Action> {
         let namespace = session.namespace().unwrap_or_default();
-        let env = env::resolve(&self.client, &namespace, &session.spec.env, &session.spec.env_from).await;
+        let env = env::resolve(&self.client, &namespace, &session.spec.env, &session.spec.env_from)
+            .await
+            .map_err(|e| e.to_string());
         let held = session.status.as_ref().and_then(|s| s.sandbox.as_deref());
         let ended = session.status.as_ref().and_then(|s| s.phase) == Some(SessionPhase::Ended);
         let placement = match (&session.spec.sandbox_template, held) {
@@ -95,7 +97,10 @@ impl Context {
         let mut placed = session.clone();
         let problem = placement.apply(&mut placed.spec.sandbox, &mut placed.spec.sandbox_template);
         let git_credentials = match session.spec.workspace.as_ref().and_then(|w| w.git.as_ref()?.credentials.as_ref()) {
-            Some(source) => env::resolve_git_credentials(&self.client, &namespace, source).await.map(Some),
+            Some(source) => env::resolve_git_credentials(&self.client, &namespace, source)
+                .await
+                .map(Some)
+                .map_err(|e| e.to_string()),
             None => Ok(None),
         };
         let reconciled = self
@@ -155,7 +160,7 @@ impl Context {
                 _ => {}
             }
         }
-        let live = crate::follow::session_is_live(&status);
+        let live = crate::follow::session_is_live(status);
         let last = status.last_event_sequence;
         let key = ObjectRef::from_obj(session);
         if live {

@@ -126,7 +126,7 @@ impl Inner {
                     *sandbox = name;
                     *template = None;
                 }
-                Err(why) => problem = Some(why),
+                Err(why) => problem = Some(why.to_string()),
             }
         }
         crate::restart::Requests::new(self.state.root()).overlay(object.meta_mut());
@@ -142,7 +142,8 @@ impl Inner {
             Object::Session(s) => resolve_env(&files, &s.spec.env, &s.spec.env_from),
             Object::Sandbox(s) => resolve_env(&files, &s.spec.env, &[]),
             Object::SandboxTemplate(_) | Object::SandboxWarmPool(_) => Ok(BTreeMap::new()),
-        };
+        }
+        .map_err(|e| e.to_string());
         self.watch_env_files(key, &object, &files);
         Some(Prepared { object, problem, env, session })
     }

@@ -127,7 +127,9 @@ impl Inner {
             } else {
                 match read_resource_file(path) {
                     Ok(text) => parse_file(relative, &text),
-                    Err(message) => Err(FileError { file: relative.clone(), line: None, column: None, message }),
+                    Err(e) => {
+                        Err(FileError { file: relative.clone(), line: None, column: None, message: e.to_string() })
+                    }
                 }
             };
             index.files.insert(relative.clone(), FileEntry { stamp: *stamp, parsed });

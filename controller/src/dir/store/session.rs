@@ -25,9 +25,11 @@ impl Inner {
             // Files are read off the runtime, as env files are.
             Some(source) => {
                 let (this, s) = (Arc::clone(self), session.clone());
-                tokio::task::spawn_blocking(move || this.git_credentials(&s, &source).map(Some))
-                    .await
-                    .unwrap_or_else(|e| Err(format!("reading the workspace's credentials: {e}")))
+                tokio::task::spawn_blocking(move || {
+                    this.git_credentials(&s, &source).map(Some).map_err(|e| e.to_string())
+                })
+                .await
+                .unwrap_or_else(|e| Err(format!("reading the workspace's credentials: {e}")))
             }
             None => Ok(None),
         };
@@ -113,9 +115,10 @@ impl Inner {
         servers
             .iter()
             .map(|server| {
-                let env = resolve_env(&files, &server.env, &[]).map_err(|e| crate::mcp::context(server, "env", e))?;
+                let env = resolve_env(&files, &server.env, &[])
+                    .map_err(|e| crate::mcp::context(server, "env", e.to_string()))?;
                 let headers = resolve_env(&files, &crate::mcp::header_vars(&server.headers), &[])
-                    .map_err(|e| crate::mcp::context(server, "headers", e))?;
+                    .map_err(|e| crate::mcp::context(server, "headers", e.to_string()))?;
                 Ok(crate::mcp::resolved(server, env, headers))
             })
             .collect()
@@ -126,7 +129,7 @@ impl Inner {
         &self,
         session: &agentplane_crds::Session,
         source: &agentplane_crds::GitCredentialsSource,
-    ) -> std::result::Result<agentplane_node_agent::model::GitCredentials, String> {
+    ) -> std::result::Result<agentplane_node_agent::model::GitCredentials, crate::dir::env::ResolveError> {
         let base =
             source_file(&session.metadata).map(|f| self.dir.join(f)).and_then(|f| f.parent().map(Path::to_path_buf));
         let writable = self.writes.snapshot();

@@ -13,6 +13,19 @@ use crate::dir::sandbox_writes::{SandboxWrites, Writable};
 /// Larger than any sensible file of resources: a log or a dump saved as `.yaml` by
 /// mistake is reported, not read into memory.
 pub(super) const MAX_FILE_BYTES: u64 = 4 * 1024 * 1024;
+/// Why a resource file was not read: said in the file's error, which the CLI lists.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum ReadError {
+    #[error("cannot read it: {0}")]
+    Io(#[source] std::io::Error),
+    #[error("it is not a regular file: only regular files are read")]
+    NotRegular,
+    #[error("it holds more than a resource file may hold ({MAX_FILE_BYTES} bytes)")]
+    TooLarge,
+    #[error("it is not UTF-8 text")]
+    NotUtf8,
+}
+
 /// Deeper than any sensible repository. Loops are stopped by walking each real
 /// directory once; this bounds a tree that is merely very deep.
 const MAX_DEPTH: usize = 32;
@@ -181,15 +194,15 @@ pub(super) fn walk(dir: &Path, skip: &Path, writes: &SandboxWrites) -> Walked {
 /// A resource file's text. The walk saw a regular file of a sensible size, but it may
 /// have been replaced since (by a FIFO, whose read would block a rescan for ever) or
 /// grown: opened without blocking, checked again, and read up to the limit only.
-pub(super) fn read_resource_file(path: &Path) -> std::result::Result<String, String> {
+pub(super) fn read_resource_file(path: &Path) -> std::result::Result<String, ReadError> {
     use crate::dir::read::{self, Refused};
-    let file = read::open(path, true).map_err(|e| format!("cannot read it: {e}"))?;
+    let file = read::open(path, true).map_err(ReadError::Io)?;
     let bytes = read::regular_bytes(&file, MAX_FILE_BYTES).map_err(|refused| match refused {
-        Refused::Io(e) => format!("cannot read it: {e}"),
-        Refused::NotRegular(_) => "it is not a regular file: only regular files are read".to_string(),
-        Refused::TooLarge => format!("it holds more than a resource file may hold ({MAX_FILE_BYTES} bytes)"),
+        Refused::Io(e) => ReadError::Io(e),
+        Refused::NotRegular(_) => ReadError::NotRegular,
+        Refused::TooLarge => ReadError::TooLarge,
     })?;
-    String::from_utf8(bytes).map_err(|_| "it is not UTF-8 text".to_string())
+    String::from_utf8(bytes).map_err(|_| ReadError::NotUtf8)
 }
 
 #[cfg(test)]
@@ -272,10 +285,10 @@ mod tests {
             let _ = tx.send(read_resource_file(&fifo));
         });
         let read = rx.recv_timeout(Duration::from_secs(10)).expect("reading a FIFO must not block");
-        assert_eq!(read.unwrap_err(), "it is not a regular file: only regular files are read");
+        assert_eq!(read.unwrap_err().to_string(), "it is not a regular file: only regular files are read");
         let big = tmp.path().join("big.yaml");
         fs::write(&big, vec![b'#'; MAX_FILE_BYTES as usize + 1]).unwrap();
-        assert!(read_resource_file(&big).unwrap_err().starts_with("it holds more than"));
+        assert!(read_resource_file(&big).unwrap_err().to_string().starts_with("it holds more than"));
         fs::write(&big, "a: 1\n").unwrap();
         assert_eq!(read_resource_file(&big).unwrap(), "a: 1\n");
     }
