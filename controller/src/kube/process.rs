@@ -2,15 +2,15 @@
 //! finalizer, the sandbox it is placed on (a claimed one from its template, or its
 //! Session's), its status written back and an Event on each turn of its life.
 
+use std::sync::Arc;
+
+use agentplane_crds::{Key, Kind, Process, ProcessPhase};
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType as KubeEventType;
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::runtime::reflector::ObjectRef;
-use std::sync::Arc;
-
-use agentplane_crds::{Key, Kind, Process, ProcessPhase};
 
 use super::error::Result;
 use super::{Context, FINALIZER, Metrics, ReconcileError, env, pools, requeue};

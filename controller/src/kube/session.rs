@@ -3,15 +3,15 @@
 //! namespace), the sandbox it is placed on, its status written back, an Event on each
 //! change of phase, and its event stream followed while it is live.
 
+use std::sync::Arc;
+
+use agentplane_crds::{Key, Kind, Session, SessionPhase};
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType as KubeEventType;
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::runtime::reflector::ObjectRef;
-use std::sync::Arc;
-
-use agentplane_crds::{Key, Kind, Session, SessionPhase};
 
 use super::error::Result;
 use super::{Context, FINALIZER, Metrics, ReconcileError, env, pools, requeue};
