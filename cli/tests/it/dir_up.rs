@@ -138,7 +138,7 @@ impl DirUp {
                     .into_iter()
                     .map(|r| match r {
                         Ok(o) => format!("{}: {}", o.key(), serde_json::to_string(&o.to_json()["status"]).unwrap()),
-                        Err(e) => e,
+                        Err(e) => e.to_string(),
                     })
                     .collect();
                 panic!(

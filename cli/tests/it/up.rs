@@ -102,7 +102,7 @@ impl Up {
                     .into_iter()
                     .map(|r| match r {
                         Ok(o) => serde_json::to_string(&o.to_json()["status"]).unwrap_or_default(),
-                        Err(e) => e,
+                        Err(e) => e.to_string(),
                     })
                     .collect();
                 panic!("timed out waiting for {what}\n--- up's log:\n{log}\n--- statuses:\n{}", records.join("\n"));

@@ -38,6 +38,27 @@ pub enum EnvFileError {
     SandboxWritable { path: PathBuf, folder: Option<PathBuf> },
 }
 
+/// Why a resource's environment (or its git credentials) cannot be resolved from the
+/// files beside it: a problem said in its status as written here.
+#[derive(Debug, thiserror::Error)]
+pub enum ResolveError {
+    /// `field` names what read the file (`envFrom.file`, `env X: fileKeyRef`, ...).
+    #[error("{field} {reference:?}: {source}")]
+    File {
+        field: String,
+        reference: String,
+        #[source]
+        source: EnvFileError,
+    },
+    #[error("env {var}: {file} has no key {key:?}")]
+    NoKey { var: String, file: String, key: String },
+    #[error("workspace.git.credentials.file {0:?} has no key \"token\"")]
+    NoToken(String),
+    /// A Secret named where only files can be read; `instead` is what to write.
+    #[error("{field} {secret:?} needs the cluster store; in a directory use {instead}")]
+    ClusterOnly { field: String, secret: String, instead: &'static str },
+}
+
 fn outside(path: &Path, real: &Path, root: &Path) -> String {
     let leads = if path == real { String::new() } else { format!(" leads to {}, which", real.display()) };
     format!(
@@ -105,16 +126,21 @@ pub fn resolve_env(
     files: &EnvFiles<'_>,
     env: &[EnvVar],
     env_from: &[EnvFromSource],
-) -> std::result::Result<BTreeMap<String, String>, String> {
+) -> std::result::Result<BTreeMap<String, String>, ResolveError> {
     let mut out = BTreeMap::new();
     for source in env_from {
         if let Some(file) = &source.file {
-            out.extend(files.read(file).map_err(|e| format!("envFrom.file {file:?}: {e}"))?);
+            out.extend(files.read(file).map_err(|source| ResolveError::File {
+                field: "envFrom.file".into(),
+                reference: file.clone(),
+                source,
+            })?);
         } else if let Some(secret) = &source.secret_ref {
-            return Err(format!(
-                "envFrom.secretRef {:?} needs the cluster store; in a directory use envFrom.file",
-                secret.name
-            ));
+            return Err(ResolveError::ClusterOnly {
+                field: "envFrom.secretRef".into(),
+                secret: secret.name.clone(),
+                instead: "envFrom.file",
+            });
         }
     }
     for var in env {
@@ -122,18 +148,22 @@ pub fn resolve_env(
             (Some(value), _) => value.clone(),
             (None, Some(from)) => {
                 if let Some(file_ref) = &from.file_key_ref {
-                    let values = files
-                        .read(&file_ref.path)
-                        .map_err(|e| format!("env {}: fileKeyRef {:?}: {e}", var.name, file_ref.path))?;
-                    values
-                        .get(&file_ref.key)
-                        .cloned()
-                        .ok_or_else(|| format!("env {}: {} has no key {:?}", var.name, file_ref.path, file_ref.key))?
+                    let values = files.read(&file_ref.path).map_err(|source| ResolveError::File {
+                        field: format!("env {}: fileKeyRef", var.name),
+                        reference: file_ref.path.clone(),
+                        source,
+                    })?;
+                    values.get(&file_ref.key).cloned().ok_or_else(|| ResolveError::NoKey {
+                        var: var.name.clone(),
+                        file: file_ref.path.clone(),
+                        key: file_ref.key.clone(),
+                    })?
                 } else if let Some(secret) = &from.secret_key_ref {
-                    return Err(format!(
-                        "env {}: secretKeyRef {:?} needs the cluster store; in a directory use fileKeyRef",
-                        var.name, secret.name
-                    ));
+                    return Err(ResolveError::ClusterOnly {
+                        field: format!("env {}: secretKeyRef", var.name),
+                        secret: secret.name.clone(),
+                        instead: "fileKeyRef",
+                    });
                 } else {
                     String::new()
                 }
@@ -151,26 +181,34 @@ pub fn resolve_env(
 pub fn resolve_git_credentials(
     files: &EnvFiles<'_>,
     source: &agentplane_crds::GitCredentialsSource,
-) -> std::result::Result<agentplane_node_agent::model::GitCredentials, String> {
+) -> std::result::Result<agentplane_node_agent::model::GitCredentials, ResolveError> {
     if let Some(secret) = &source.secret_ref {
-        return Err(format!(
-            "workspace.git.credentials.secretRef {:?} needs the cluster store; in a directory use file or sshPrivateKeyFile",
-            secret.name
-        ));
+        return Err(ResolveError::ClusterOnly {
+            field: "workspace.git.credentials.secretRef".into(),
+            secret: secret.name.clone(),
+            instead: "file or sshPrivateKeyFile",
+        });
     }
     let mut credentials = agentplane_node_agent::model::GitCredentials::default();
     if let Some(file) = &source.file {
-        let values = files.read(file).map_err(|e| format!("workspace.git.credentials.file {file:?}: {e}"))?;
+        let values = files.read(file).map_err(|source| ResolveError::File {
+            field: "workspace.git.credentials.file".into(),
+            reference: file.clone(),
+            source,
+        })?;
         credentials.token = values.get("token").cloned();
         credentials.username = values.get("username").cloned();
         if credentials.token.is_none() {
-            return Err(format!("workspace.git.credentials.file {file:?} has no key \"token\""));
+            return Err(ResolveError::NoToken(file.clone()));
         }
     }
     if let Some(key_file) = &source.ssh_private_key_file {
         let path = files.path_of(key_file);
-        let key = read_confined(files.root, files.sandbox_writable, &path)
-            .map_err(|e| format!("workspace.git.credentials.sshPrivateKeyFile {key_file:?}: {e}"))?;
+        let key = read_confined(files.root, files.sandbox_writable, &path).map_err(|source| ResolveError::File {
+            field: "workspace.git.credentials.sshPrivateKeyFile".into(),
+            reference: key_file.clone(),
+            source,
+        })?;
         credentials.ssh_private_key = Some(key);
     }
     Ok(credentials)
@@ -310,7 +348,7 @@ mod tests {
         let missing: Vec<EnvVar> =
             serde_json::from_str(r#"[{"name":"X","valueFrom":{"fileKeyRef":{"path":"app.env","key":"NOPE"}}}]"#)
                 .unwrap();
-        assert!(resolve_env(&files(&root), &missing, &[]).unwrap_err().contains("no key \"NOPE\""));
+        assert!(resolve_env(&files(&root), &missing, &[]).unwrap_err().to_string().contains("no key \"NOPE\""));
         assert!(resolve_env(&files(&root), &[], &from_file("gone.env")).is_err());
     }
 
@@ -337,12 +375,12 @@ mod tests {
         assert_eq!(both.username.as_deref(), Some("oauth2"));
         assert!(both.ssh_private_key.unwrap().contains("\nAAAA\n"), "the key is read whole, lines and all");
         let no_token = resolve_git_credentials(&files(&root), &source(serde_json::json!({"file": "empty.env"})));
-        assert!(no_token.unwrap_err().contains("no key \"token\""));
+        assert!(no_token.unwrap_err().to_string().contains("no key \"token\""));
         let outside =
             resolve_git_credentials(&files(&root), &source(serde_json::json!({"sshPrivateKeyFile": "/etc/hostname"})));
-        assert!(outside.unwrap_err().contains("outside the watched folder"));
+        assert!(outside.unwrap_err().to_string().contains("outside the watched folder"));
         let secret = resolve_git_credentials(&files(&root), &source(serde_json::json!({"secretRef": {"name": "git"}})));
-        assert!(secret.unwrap_err().contains("needs the cluster store"));
+        assert!(secret.unwrap_err().to_string().contains("needs the cluster store"));
     }
 
     /// A FIFO with no writer: a plain read would block for ever. Run on a thread, so a
@@ -389,7 +427,7 @@ mod tests {
         assert_eq!(from_sub.read("../sub/in.env").unwrap()["A"], "1");
         assert!(matches!(from_sub.read("sub"), Err(EnvFileError::Unreadable { .. })));
         assert!(matches!(env.read("sub"), Err(EnvFileError::NotRegular { what: "a directory", .. })));
-        let message = resolve_env(&env, &[], &from_file("/dev/zero")).unwrap_err();
+        let message = resolve_env(&env, &[], &from_file("/dev/zero")).unwrap_err().to_string();
         assert!(
             message.starts_with("envFrom.file \"/dev/zero\": /dev/zero is outside the watched folder"),
             "{message}"

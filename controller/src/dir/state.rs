@@ -16,7 +16,30 @@ use serde::{Deserialize, Serialize};
 
 use super::parse::FileError;
 use crate::{Error, Result};
-use agentplane_crds::{Key, Kind, Object};
+use agentplane_crds::{IdentityError, Key, Kind, Object};
+
+/// Why a resource's record in the state directory cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    #[error("{}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{}: {source}", path.display())]
+    Json {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("{}: {source}", path.display())]
+    Resource {
+        path: PathBuf,
+        #[source]
+        source: IdentityError,
+    },
+}
 
 pub const DEFAULT_STATE_DIR: &str = ".agentplane";
 
@@ -122,7 +145,7 @@ impl StateDir {
     }
 
     /// Every stored resource; a record that cannot be read is reported and skipped.
-    pub fn load_all(&self) -> Vec<std::result::Result<Object, String>> {
+    pub fn load_all(&self) -> Vec<std::result::Result<Object, RecordError>> {
         let mut out = Vec::new();
         for kind in Kind::ALL {
             let dir = self.root.join("resources").join(kind.plural());
@@ -141,7 +164,7 @@ impl StateDir {
         out
     }
 
-    pub fn read(&self, key: &Key) -> Option<std::result::Result<Object, String>> {
+    pub fn read(&self, key: &Key) -> Option<std::result::Result<Object, RecordError>> {
         let path = self.record_path(key);
         path.exists().then(|| read_record(&path))
     }
@@ -312,10 +335,11 @@ fn record_file_name(name: &str) -> String {
     format!("{}_{:x}.json", &name[..cut], sha2::Sha256::digest(name.as_bytes()))
 }
 
-fn read_record(path: &Path) -> std::result::Result<Object, String> {
-    let bytes = fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let value = serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
-    Object::from_json(value).map_err(|e| format!("{}: {e}", path.display()))
+fn read_record(path: &Path) -> std::result::Result<Object, RecordError> {
+    let path_buf = || path.to_path_buf();
+    let bytes = fs::read(path).map_err(|source| RecordError::Read { path: path_buf(), source })?;
+    let value = serde_json::from_slice(&bytes).map_err(|source| RecordError::Json { path: path_buf(), source })?;
+    Object::from_json(value).map_err(|source| RecordError::Resource { path: path_buf(), source })
 }
 
 fn write_atomically(path: &Path, body: &[u8], private: bool) -> Result<()> {

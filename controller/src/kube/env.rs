@@ -6,6 +6,41 @@ use agentplane_crds::{EnvFromSource, EnvVar};
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 
+/// Why a value cannot be read from the cluster: a problem the reconcile core reports
+/// in the status (as written here) and retries, not an error of the reconcile.
+#[derive(Debug, thiserror::Error)]
+pub enum EnvError {
+    #[error(
+        "envFrom.file reads a file beside the resource's YAML: it works only in the directory store; use envFrom.secretRef"
+    )]
+    EnvFromFile,
+    #[error(
+        "env {0}: fileKeyRef reads a file beside the resource's YAML: it works only in the directory store; use secretKeyRef"
+    )]
+    FileKeyRef(String),
+    #[error("env {var}: Secret {secret:?} has no key {key:?}")]
+    NoKeyForVar { var: String, secret: String, key: String },
+    #[error(
+        "workspace.git.credentials.file and sshPrivateKeyFile read files beside the resource's YAML: \
+         they work only in the directory store; use secretRef"
+    )]
+    GitCredentialFiles,
+    #[error("Secret {0:?} has neither key \"token\" nor \"sshPrivateKey\"")]
+    NoGitCredentials(String),
+    #[error("Secret {secret:?} has no key {key:?}")]
+    NoKey { secret: String, key: String },
+    #[error("Secret {0:?} not found")]
+    SecretNotFound(String),
+    #[error("Secret {secret:?}: {source}")]
+    Api {
+        secret: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("Secret {secret:?} key {key:?} is not UTF-8 text")]
+    NotUtf8 { secret: String, key: String },
+}
+
 /// Resolves `envFrom` then `env` over it, as Kubernetes does. A missing Secret or key
 /// is a problem to report in the status (and retried), not an error of the reconcile.
 pub async fn resolve(
@@ -13,7 +48,7 @@ pub async fn resolve(
     namespace: &str,
     env: &[EnvVar],
     env_from: &[EnvFromSource],
-) -> Result<BTreeMap<String, String>, String> {
+) -> Result<BTreeMap<String, String>, EnvError> {
     let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
     // Each Secret is read once however many variables name it.
     let mut read: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
@@ -22,7 +57,7 @@ pub async fn resolve(
         if let Some(secret) = &source.secret_ref {
             out.extend(secret_once(&secrets, &mut read, &secret.name).await?.clone());
         } else if source.file.is_some() {
-            return Err("envFrom.file reads a file beside the resource's YAML: it works only in the directory store; use envFrom.secretRef".into());
+            return Err(EnvError::EnvFromFile);
         }
     }
     for var in env {
@@ -36,15 +71,14 @@ pub async fn resolve(
         };
         if let Some(selector) = &from.secret_key_ref {
             let data = secret_once(&secrets, &mut read, &selector.name).await?;
-            let value = data
-                .get(&selector.key)
-                .ok_or_else(|| format!("env {}: Secret {:?} has no key {:?}", var.name, selector.name, selector.key))?;
+            let value = data.get(&selector.key).ok_or_else(|| EnvError::NoKeyForVar {
+                var: var.name.clone(),
+                secret: selector.name.clone(),
+                key: selector.key.clone(),
+            })?;
             out.insert(var.name.clone(), value.clone());
         } else if from.file_key_ref.is_some() {
-            return Err(format!(
-                "env {}: fileKeyRef reads a file beside the resource's YAML: it works only in the directory store; use secretKeyRef",
-                var.name
-            ));
+            return Err(EnvError::FileKeyRef(var.name.clone()));
         }
     }
     Ok(out)
@@ -54,7 +88,7 @@ async fn secret_once<'a>(
     secrets: &Api<Secret>,
     read: &'a mut BTreeMap<String, BTreeMap<String, String>>,
     name: &str,
-) -> Result<&'a BTreeMap<String, String>, String> {
+) -> Result<&'a BTreeMap<String, String>, EnvError> {
     if !read.contains_key(name) {
         let data = secret_data(secrets, name).await?;
         read.insert(name.to_string(), data);
@@ -68,11 +102,9 @@ pub async fn resolve_git_credentials(
     client: &kube::Client,
     namespace: &str,
     source: &agentplane_crds::GitCredentialsSource,
-) -> Result<agentplane_node_agent::model::GitCredentials, String> {
+) -> Result<agentplane_node_agent::model::GitCredentials, EnvError> {
     let Some(secret) = &source.secret_ref else {
-        return Err("workspace.git.credentials.file and sshPrivateKeyFile read files beside the resource's YAML: \
-                    they work only in the directory store; use secretRef"
-            .into());
+        return Err(EnvError::GitCredentialFiles);
     };
     let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
     let data = secret_data(&secrets, &secret.name).await?;
@@ -82,27 +114,28 @@ pub async fn resolve_git_credentials(
         ssh_private_key: data.get("sshPrivateKey").cloned(),
     };
     if credentials.token.is_none() && credentials.ssh_private_key.is_none() {
-        return Err(format!("Secret {:?} has neither key \"token\" nor \"sshPrivateKey\"", secret.name));
+        return Err(EnvError::NoGitCredentials(secret.name.clone()));
     }
     Ok(credentials)
 }
 
 /// One key of a Secret, as text.
-pub async fn secret_key(client: &kube::Client, namespace: &str, name: &str, key: &str) -> Result<String, String> {
+pub async fn secret_key(client: &kube::Client, namespace: &str, name: &str, key: &str) -> Result<String, EnvError> {
     let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
     let data = secret_data(&secrets, name).await?;
-    data.get(key).cloned().ok_or_else(|| format!("Secret {name:?} has no key {key:?}"))
+    data.get(key).cloned().ok_or_else(|| EnvError::NoKey { secret: name.to_string(), key: key.to_string() })
 }
 
-async fn secret_data(secrets: &Api<Secret>, name: &str) -> Result<BTreeMap<String, String>, String> {
+async fn secret_data(secrets: &Api<Secret>, name: &str) -> Result<BTreeMap<String, String>, EnvError> {
     let secret = match secrets.get_opt(name).await {
         Ok(Some(secret)) => secret,
-        Ok(None) => return Err(format!("Secret {name:?} not found")),
-        Err(e) => return Err(format!("Secret {name:?}: {e}")),
+        Ok(None) => return Err(EnvError::SecretNotFound(name.to_string())),
+        Err(source) => return Err(EnvError::Api { secret: name.to_string(), source }),
     };
     let mut out = BTreeMap::new();
     for (key, value) in secret.data.unwrap_or_default() {
-        let text = String::from_utf8(value.0).map_err(|_| format!("Secret {name:?} key {key:?} is not UTF-8 text"))?;
+        let text =
+            String::from_utf8(value.0).map_err(|_| EnvError::NotUtf8 { secret: name.to_string(), key: key.clone() })?;
         out.insert(key, text);
     }
     // `stringData` is write-only on a real API server; honoured for objects built by hand.

@@ -156,7 +156,9 @@ impl Context {
         let uid = sandbox.uid().unwrap_or_default();
         let made = match pods::make(sandbox, &self.config.sandbox_image) {
             Ok(made) => made,
-            Err(problem) => return Ok(Observed::new(SandboxPhase::Failed, "InvalidSpec", problem, IDLE_POLL)),
+            Err(problem) => {
+                return Ok(Observed::new(SandboxPhase::Failed, "InvalidSpec", problem.to_string(), IDLE_POLL));
+            }
         };
         status.isolation = Some(made.isolation.clone());
         status.applied_limits = made.applied.clone();

@@ -23,6 +23,39 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{Resource, ResourceExt};
 use sha2::{Digest, Sha256};
 
+/// Why a Sandbox's spec cannot be made into a Pod: what it asks that a sandbox never
+/// does, said in its `Ready` condition as written here.
+#[derive(Debug, thiserror::Error)]
+pub enum PodSpecError {
+    #[error("the Sandbox has no uid yet")]
+    NoUid,
+    #[error("podTemplate must be an object with `metadata` and `spec`")]
+    NotAnObject,
+    #[error("podTemplate is a Pod template (`metadata`, `spec`); {} belong under its `spec`", .0.join(", "))]
+    Misplaced(Vec<String>),
+    #[error("podTemplate: {0}")]
+    Template(#[source] serde_json::Error),
+    #[error("podTemplate annotation {0}: unconfined: a sandbox is never unconfined")]
+    UnconfinedAnnotation(String),
+    #[error("podTemplate asks for {0}: a sandbox never shares the node's namespaces")]
+    SharedNamespace(&'static str),
+    #[error("podTemplate volume {0:?} is a hostPath: the node's files are never part of a sandbox")]
+    HostPath(String),
+    #[error("podTemplate runs as user 0: a sandbox never runs as root")]
+    RunsAsRoot,
+    #[error("podTemplate asks for an Unconfined AppArmor profile: a sandbox never is")]
+    UnconfinedAppArmor,
+    #[error("podTemplate container {container:?} {what}: a sandbox never does")]
+    Weakened { container: String, what: &'static str },
+    #[error("env {0}: set by the controller for every sandbox")]
+    ReservedEnv(String),
+    #[error(
+        "env {0}: fileKeyRef reads a file beside the resource's YAML: it works only in the \
+         directory store; use valueFrom.secretKeyRef"
+    )]
+    FileKeyRef(String),
+}
+
 /// The container that runs the node agent; a template's container of this name gives
 /// its image, resources and mounts.
 pub const CONTAINER: &str = "node-agent";
@@ -74,10 +107,10 @@ pub struct Made {
 }
 
 /// Builds what `sandbox` asks for; an error says what in the spec cannot be made.
-pub fn make(sandbox: &Sandbox, default_image: &str) -> Result<Made, String> {
+pub fn make(sandbox: &Sandbox, default_image: &str) -> Result<Made, PodSpecError> {
     let name = sandbox.name_any();
     let namespace = sandbox.namespace().unwrap_or_else(|| "default".into());
-    let owner = sandbox.controller_owner_ref(&()).ok_or("the Sandbox has no uid yet")?;
+    let owner = sandbox.controller_owner_ref(&()).ok_or(PodSpecError::NoUid)?;
     let template = template(sandbox.spec.pod_template.as_ref())?;
     let mut applied = Vec::new();
 
@@ -93,7 +126,7 @@ pub fn make(sandbox: &Sandbox, default_image: &str) -> Result<Made, String> {
             || key.starts_with("seccomp.security.alpha.kubernetes.io/")
             || key.starts_with("container.seccomp.security.alpha.kubernetes.io/");
         if profile && value == "unconfined" {
-            return Err(format!("podTemplate annotation {key}: unconfined: a sandbox is never unconfined"));
+            return Err(PodSpecError::UnconfinedAnnotation(key.clone()));
         }
     }
     let mut spec = template.spec.unwrap_or_default();
@@ -195,32 +228,26 @@ pub fn make(sandbox: &Sandbox, default_image: &str) -> Result<Made, String> {
 }
 
 /// `spec.podTemplate` as a Pod template: `metadata` (labels, annotations) and `spec`.
-fn template(value: Option<&serde_json::Value>) -> Result<PodTemplateSpec, String> {
+fn template(value: Option<&serde_json::Value>) -> Result<PodTemplateSpec, PodSpecError> {
     let Some(value) = value else { return Ok(PodTemplateSpec::default()) };
-    let object = value.as_object().ok_or("podTemplate must be an object with `metadata` and `spec`")?;
-    let misplaced: Vec<&str> =
-        object.keys().map(String::as_str).filter(|k| !matches!(*k, "metadata" | "spec")).collect();
+    let object = value.as_object().ok_or(PodSpecError::NotAnObject)?;
+    let misplaced: Vec<String> =
+        object.keys().filter(|k| !matches!(k.as_str(), "metadata" | "spec")).cloned().collect();
     if !misplaced.is_empty() {
-        return Err(format!(
-            "podTemplate is a Pod template (`metadata`, `spec`); {} belong under its `spec`",
-            misplaced.join(", ")
-        ));
+        return Err(PodSpecError::Misplaced(misplaced));
     }
-    serde_json::from_value(value.clone()).map_err(|e| format!("podTemplate: {e}"))
+    serde_json::from_value(value.clone()).map_err(PodSpecError::Template)
 }
 
 /// The Pod-wide defenses; what the template says is kept where it is no weaker.
-fn harden_pod(spec: &mut PodSpec) -> Result<(), String> {
+fn harden_pod(spec: &mut PodSpec) -> Result<(), PodSpecError> {
     for (asked, what) in [(spec.host_network, "hostNetwork"), (spec.host_pid, "hostPID"), (spec.host_ipc, "hostIPC")] {
         if asked == Some(true) {
-            return Err(format!("podTemplate asks for {what}: a sandbox never shares the node's namespaces"));
+            return Err(PodSpecError::SharedNamespace(what));
         }
     }
     if let Some(volume) = spec.volumes.iter().flatten().find(|v| v.host_path.is_some()) {
-        return Err(format!(
-            "podTemplate volume {:?} is a hostPath: the node's files are never part of a sandbox",
-            volume.name
-        ));
+        return Err(PodSpecError::HostPath(volume.name.clone()));
     }
     // The node agent needs no API access: no token in the sandbox for an agent to use.
     spec.automount_service_account_token = Some(false);
@@ -228,10 +255,10 @@ fn harden_pod(spec: &mut PodSpec) -> Result<(), String> {
     spec.restart_policy = Some("Always".into());
     let security = spec.security_context.get_or_insert_with(PodSecurityContext::default);
     if security.run_as_user == Some(0) {
-        return Err("podTemplate runs as user 0: a sandbox never runs as root".into());
+        return Err(PodSpecError::RunsAsRoot);
     }
     if security.app_armor_profile.as_ref().is_some_and(|p| p.type_ == "Unconfined") {
-        return Err("podTemplate asks for an Unconfined AppArmor profile: a sandbox never is".into());
+        return Err(PodSpecError::UnconfinedAppArmor);
     }
     security.run_as_non_root = Some(true);
     security.run_as_user.get_or_insert(SANDBOX_USER);
@@ -246,7 +273,7 @@ fn harden_pod(spec: &mut PodSpec) -> Result<(), String> {
 
 /// The node agent's container: the template's image, resources and mounts, and
 /// everything else ours.
-fn configure_node_agent(container: &mut Container, sandbox: &Sandbox, default_image: &str) -> Result<(), String> {
+fn configure_node_agent(container: &mut Container, sandbox: &Sandbox, default_image: &str) -> Result<(), PodSpecError> {
     if container.image.as_deref().is_none_or(str::is_empty) {
         container.image = Some(default_image.to_string());
     }
@@ -269,7 +296,7 @@ fn configure_node_agent(container: &mut Container, sandbox: &Sandbox, default_im
     let mut env: Vec<EnvVar> = Vec::new();
     for var in &sandbox.spec.env {
         if ours.contains(&var.name.as_str()) {
-            return Err(format!("env {}: set by the controller for every sandbox", var.name));
+            return Err(PodSpecError::ReservedEnv(var.name.clone()));
         }
         let value_from = match var.value_from.as_ref() {
             None => None,
@@ -283,11 +310,7 @@ fn configure_node_agent(container: &mut Container, sandbox: &Sandbox, default_im
                     ..Default::default()
                 }),
                 (None, Some(_)) => {
-                    return Err(format!(
-                        "env {}: fileKeyRef reads a file beside the resource's YAML: it works only in the \
-                         directory store; use valueFrom.secretKeyRef",
-                        var.name
-                    ));
+                    return Err(PodSpecError::FileKeyRef(var.name.clone()));
                 }
                 (None, None) => None,
             },
@@ -338,7 +361,7 @@ fn configure_node_agent(container: &mut Container, sandbox: &Sandbox, default_im
 }
 
 /// What a container's own securityContext may not ask of a sandbox at all.
-fn refuse_weakened(security: Option<&SecurityContext>, container: &str) -> Result<(), String> {
+fn refuse_weakened(security: Option<&SecurityContext>, container: &str) -> Result<(), PodSpecError> {
     let Some(security) = security else { return Ok(()) };
     let refused = if security.privileged == Some(true) {
         Some("is privileged")
@@ -354,7 +377,7 @@ fn refuse_weakened(security: Option<&SecurityContext>, container: &str) -> Resul
         None
     };
     match refused {
-        Some(what) => Err(format!("podTemplate container {container:?} {what}: a sandbox never does")),
+        Some(what) => Err(PodSpecError::Weakened { container: container.to_string(), what }),
         None => Ok(()),
     }
 }
@@ -373,7 +396,7 @@ fn hardened(given: Option<SecurityContext>) -> SecurityContext {
 
 /// Another container of the template (a sidecar, an init container): the same
 /// defenses by default; it may loosen what it writes, never to privileged or root.
-fn harden_other(container: &mut Container) -> Result<(), String> {
+fn harden_other(container: &mut Container) -> Result<(), PodSpecError> {
     refuse_weakened(container.security_context.as_ref(), &container.name)?;
     let security = container.security_context.get_or_insert_with(SecurityContext::default);
     security.allow_privilege_escalation.get_or_insert(false);
@@ -632,7 +655,7 @@ mod tests {
                 "directory store",
             ),
         ] {
-            let err = make(&sandbox(spec.clone()), "i").unwrap_err();
+            let err = make(&sandbox(spec.clone()), "i").unwrap_err().to_string();
             assert!(err.contains(says), "{spec}: {err}");
         }
     }

@@ -9,8 +9,61 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use agentplane_crds::SandboxLimits;
+
+/// A limit the spec asks for that is not a valid one: a spec error, said in the
+/// Sandbox's `Ready` condition as it is written here.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LimitError {
+    #[error("pids 0: at least 1 (the node agent is one)")]
+    ZeroPids,
+    #[error("{what} {text:?}: write a size such as 512Mi or 2Gi")]
+    NotASize { what: &'static str, text: String },
+    #[error("memory {0:?}: at least 16Mi, the node agent alone needs about 10")]
+    MemoryTooSmall(String),
+    #[error("tmp {0:?}: at least 1Mi")]
+    TmpTooSmall(String),
+    #[error("cpu {0:?}: write CPUs such as 1, 0.5 or 500m")]
+    NotCpus(String),
+    #[error("cpu {0:?}: at least 10m")]
+    TooFewCpus(String),
+    #[error("cpu {0:?}: at most {max} CPUs", max = MAX_CPU_MILLIS / 1000)]
+    TooManyCpus(String),
+    #[error("cpu {0}m overflows a CFS quota")]
+    QuotaOverflow(u64),
+}
+
+/// Why one limit could not be enforced on this machine. Cloned: one group that
+/// cannot be made fails each limit written into it.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum EnforceError {
+    #[error(transparent)]
+    Limit(#[from] LimitError),
+    #[error("no cgroup {0} hierarchy on this machine")]
+    NoHierarchy(String),
+    #[error("the {0} hierarchy is not mounted")]
+    NotMounted(String),
+    #[error("cannot create {}: {source}", path.display())]
+    Create {
+        path: PathBuf,
+        #[source]
+        source: Arc<std::io::Error>,
+    },
+    #[error("cannot write {}: {source}", path.display())]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: Arc<std::io::Error>,
+    },
+}
+
+/// The limits that could not be enforced, each as `status.appliedLimits` says it: the
+/// groups made for them are removed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}", .0.join("; "))]
+pub struct NotEnforced(pub Vec<String>);
 
 /// The most CPUs a sandbox may ask for: more than any machine has, few enough that
 /// every product below stays far from overflowing.
@@ -33,10 +86,10 @@ pub struct Wanted {
 }
 
 impl Wanted {
-    pub fn from_spec(limits: Option<&SandboxLimits>) -> Result<Wanted, String> {
+    pub fn from_spec(limits: Option<&SandboxLimits>) -> Result<Wanted, LimitError> {
         let Some(limits) = limits else { return Ok(Wanted::default()) };
         if limits.pids == Some(0) {
-            return Err("pids 0: at least 1 (the node agent is one)".into());
+            return Err(LimitError::ZeroPids);
         }
         Ok(Wanted {
             memory_bytes: limits.memory.as_deref().map(parse_bytes).transpose()?,
@@ -53,13 +106,13 @@ impl Wanted {
 /// The size of the private `/tmp`: the spec's `tmp`, else the default or a quarter of
 /// the memory limit, whichever is less (a full `/tmp` must not be what OOM-kills the
 /// node agent).
-pub fn tmp_bytes(limits: Option<&SandboxLimits>) -> Result<u64, String> {
+pub fn tmp_bytes(limits: Option<&SandboxLimits>) -> Result<u64, LimitError> {
     let memory = limits.and_then(|l| l.memory.as_deref()).map(parse_bytes).transpose()?;
     match limits.and_then(|l| l.tmp.as_deref()) {
         Some(text) => {
             let bytes = parse_quantity(text, "tmp")?;
             if bytes < MIN_TMP_BYTES {
-                return Err(format!("tmp {text:?}: at least 1Mi"));
+                return Err(LimitError::TmpTooSmall(text.to_string()));
             }
             Ok(bytes)
         }
@@ -68,18 +121,18 @@ pub fn tmp_bytes(limits: Option<&SandboxLimits>) -> Result<u64, String> {
 }
 
 /// A Kubernetes memory quantity: `512Mi`, `1Gi`, `500M`, `1000000`.
-pub fn parse_bytes(text: &str) -> Result<u64, String> {
+pub fn parse_bytes(text: &str) -> Result<u64, LimitError> {
     let bytes = parse_quantity(text, "memory")?;
     // Below this nothing starts, not even the node agent.
     if bytes < 16 << 20 {
-        return Err(format!("memory {text:?}: at least 16Mi, the node agent alone needs about 10"));
+        return Err(LimitError::MemoryTooSmall(text.to_string()));
     }
     Ok(bytes)
 }
 
 /// A Kubernetes byte quantity, for the field named `what`.
-fn parse_quantity(text: &str, what: &str) -> Result<u64, String> {
-    let bad = || format!("{what} {text:?}: write a size such as 512Mi or 2Gi");
+fn parse_quantity(text: &str, what: &'static str) -> Result<u64, LimitError> {
+    let bad = || LimitError::NotASize { what, text: text.to_string() };
     let t = text.trim();
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (digits, suffix) = t.split_at(split);
@@ -100,30 +153,30 @@ fn parse_quantity(text: &str, what: &str) -> Result<u64, String> {
 }
 
 /// A Kubernetes CPU quantity: `1`, `0.5`, `500m`.
-pub fn parse_cpu(text: &str) -> Result<u64, String> {
-    let bad = || format!("cpu {text:?}: write CPUs such as 1, 0.5 or 500m");
+pub fn parse_cpu(text: &str) -> Result<u64, LimitError> {
+    let bad = || LimitError::NotCpus(text.to_string());
     let t = text.trim();
     let millis = if let Some(m) = t.strip_suffix('m') {
         m.parse::<u64>().map_err(|_| bad())?
     } else {
         let value: f64 = t.parse().map_err(|_| bad())?;
         if !value.is_finite() || value <= 0.0 || value > (MAX_CPU_MILLIS / 1000) as f64 {
-            return Err(format!("cpu {text:?}: at most {} CPUs", MAX_CPU_MILLIS / 1000));
+            return Err(LimitError::TooManyCpus(text.to_string()));
         }
         (value * 1000.0).round() as u64
     };
     if millis < 10 {
-        return Err(format!("cpu {text:?}: at least 10m"));
+        return Err(LimitError::TooFewCpus(text.to_string()));
     }
     if millis > MAX_CPU_MILLIS {
-        return Err(format!("cpu {text:?}: at most {} CPUs", MAX_CPU_MILLIS / 1000));
+        return Err(LimitError::TooManyCpus(text.to_string()));
     }
     Ok(millis)
 }
 
 /// The CFS quota for `millis` thousandths of a CPU, per `CPU_PERIOD_US`.
-fn cpu_quota_us(millis: u64) -> Result<u64, String> {
-    millis.checked_mul(CPU_PERIOD_US / 1000).ok_or_else(|| format!("cpu {millis}m overflows a CFS quota"))
+fn cpu_quota_us(millis: u64) -> Result<u64, LimitError> {
+    millis.checked_mul(CPU_PERIOD_US / 1000).ok_or(LimitError::QuotaOverflow(millis))
 }
 
 /// The groups made for one sandbox, one per hierarchy (v1) or one (v2).
@@ -137,15 +190,14 @@ pub struct Groups {
 /// Makes the groups named `name` under this process's own and writes the limits;
 /// returns no group at all when nothing is asked. When any limit cannot be enforced,
 /// the groups made are removed and the answer says, for each limit, how it went.
-pub fn create(name: &str, wanted: &Wanted, spec: Option<&SandboxLimits>) -> Result<Groups, String> {
+pub fn create(name: &str, wanted: &Wanted, spec: Option<&SandboxLimits>) -> Result<Groups, NotEnforced> {
     let groups = create_groups(name, wanted, spec);
-    let failed: Vec<&String> = groups.applied.iter().filter(|a| a.contains(NOT_APPLIED)).collect();
+    let failed: Vec<String> = groups.applied.iter().filter(|a| a.contains(NOT_APPLIED)).cloned().collect();
     if failed.is_empty() {
         return Ok(groups);
     }
-    let why = failed.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("; ");
     remove(&groups);
-    Err(why)
+    Err(NotEnforced(failed))
 }
 
 /// How a limit that could not be enforced is said.
@@ -159,7 +211,7 @@ fn create_groups(name: &str, wanted: &Wanted, spec: Option<&SandboxLimits>) -> G
     let own = fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
     let unified = own.lines().find_map(|l| l.strip_prefix("0::")).filter(|_| is_v2_only(&own));
     let spec = spec.cloned().unwrap_or_default();
-    let mut limit = |what: &str, shown: String, result: Result<String, String>| {
+    let mut limit = |what: &str, shown: String, result: Result<String, EnforceError>| {
         groups.applied.push(match result {
             Ok(how) => format!("{what}: {shown} ({how})"),
             Err(why) => format!("{what}: {shown}{NOT_APPLIED}{why}"),
@@ -168,7 +220,7 @@ fn create_groups(name: &str, wanted: &Wanted, spec: Option<&SandboxLimits>) -> G
     if let Some(path) = unified {
         let dir = Path::new("/sys/fs/cgroup").join(path.trim_start_matches('/')).join(name);
         let made = make(&dir);
-        let write = |file: &str, value: String| -> Result<String, String> {
+        let write = |file: &str, value: String| -> Result<String, EnforceError> {
             made.clone()?;
             write_file(&dir.join(file), &value).map(|()| format!("cgroup v2 {file}"))
         };
@@ -176,7 +228,9 @@ fn create_groups(name: &str, wanted: &Wanted, spec: Option<&SandboxLimits>) -> G
             limit("memory", spec.memory.clone().unwrap_or_default(), write("memory.max", bytes.to_string()));
         }
         if let Some(millis) = wanted.cpu_millis {
-            let written = cpu_quota_us(millis).and_then(|q| write("cpu.max", format!("{q} {CPU_PERIOD_US}")));
+            let written = cpu_quota_us(millis)
+                .map_err(EnforceError::from)
+                .and_then(|q| write("cpu.max", format!("{q} {CPU_PERIOD_US}")));
             limit("cpu", spec.cpu.clone().unwrap_or_default(), written);
         }
         if let Some(pids) = wanted.pids {
@@ -188,16 +242,16 @@ fn create_groups(name: &str, wanted: &Wanted, spec: Option<&SandboxLimits>) -> G
         return groups;
     }
     // v1: one group per hierarchy, made when a limit needs it.
-    let group_of = |controller: &str| -> Result<PathBuf, String> {
+    let group_of = |controller: &str| -> Result<PathBuf, EnforceError> {
         let own_path =
-            own_path_of(&own, controller).ok_or_else(|| format!("no cgroup {controller} hierarchy on this machine"))?;
-        let mount = mount_of(controller).ok_or_else(|| format!("the {controller} hierarchy is not mounted"))?;
+            own_path_of(&own, controller).ok_or_else(|| EnforceError::NoHierarchy(controller.to_string()))?;
+        let mount = mount_of(controller).ok_or_else(|| EnforceError::NotMounted(controller.to_string()))?;
         let dir = mount.join(own_path.trim_start_matches('/')).join(name);
         make(&dir)?;
         Ok(dir)
     };
     let mut dirs: Vec<PathBuf> = Vec::new();
-    let mut v1 = |controller: &str, files: &[(&str, String)]| -> Result<String, String> {
+    let mut v1 = |controller: &str, files: &[(&str, String)]| -> Result<String, EnforceError> {
         let dir = group_of(controller)?;
         if !dirs.contains(&dir) {
             dirs.push(dir.clone());
@@ -212,7 +266,7 @@ fn create_groups(name: &str, wanted: &Wanted, spec: Option<&SandboxLimits>) -> G
         limit("memory", spec.memory.clone().unwrap_or_default(), r);
     }
     if let Some(millis) = wanted.cpu_millis {
-        let r = cpu_quota_us(millis).and_then(|quota| {
+        let r = cpu_quota_us(millis).map_err(EnforceError::from).and_then(|quota| {
             v1("cpu", &[("cpu.cfs_period_us", CPU_PERIOD_US.to_string()), ("cpu.cfs_quota_us", quota.to_string())])
         });
         limit("cpu", spec.cpu.clone().unwrap_or_default(), r);
@@ -251,16 +305,16 @@ fn mount_of(controller: &str) -> Option<PathBuf> {
     })
 }
 
-fn make(dir: &Path) -> Result<(), String> {
+fn make(dir: &Path) -> Result<(), EnforceError> {
     match fs::create_dir(dir) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
-        Err(e) => Err(format!("cannot create {}: {e}", dir.display())),
+        Err(e) => Err(EnforceError::Create { path: dir.to_path_buf(), source: Arc::new(e) }),
     }
 }
 
-fn write_file(path: &Path, value: &str) -> Result<(), String> {
-    fs::write(path, value).map_err(|e| format!("cannot write {}: {e}", path.display()))
+fn write_file(path: &Path, value: &str) -> Result<(), EnforceError> {
+    fs::write(path, value).map_err(|e| EnforceError::Write { path: path.to_path_buf(), source: Arc::new(e) })
 }
 
 /// Removes the groups once empty. A group still holding a process (it is being
@@ -316,8 +370,8 @@ mod tests {
         assert_eq!(parse_bytes("512Mi"), Ok(512 << 20));
         assert_eq!(parse_bytes("1G"), Ok(1_000_000_000));
         assert_eq!(parse_bytes("2Gi"), Ok(2 << 30));
-        assert!(parse_bytes("1Mi").unwrap_err().contains("at least 16Mi"));
-        assert!(parse_bytes("lots").unwrap_err().contains("512Mi"));
+        assert!(parse_bytes("1Mi").unwrap_err().to_string().contains("at least 16Mi"));
+        assert!(parse_bytes("lots").unwrap_err().to_string().contains("512Mi"));
         assert!(parse_bytes("99999999999999Ti").is_err());
         assert_eq!(parse_cpu("500m"), Ok(500));
         assert_eq!(parse_cpu("1.5"), Ok(1500));
@@ -330,10 +384,10 @@ mod tests {
     #[test]
     fn a_cpu_count_that_would_overflow_is_a_spec_error() {
         // The quantity a hostile review used: it made `millis * 100` overflow.
-        assert!(parse_cpu("184467440737095517m").unwrap_err().contains("at most 4096 CPUs"));
+        assert!(parse_cpu("184467440737095517m").unwrap_err().to_string().contains("at most 4096 CPUs"));
         assert!(parse_cpu("4096001m").is_err());
         assert_eq!(parse_cpu("4096000m"), Ok(4_096_000));
-        assert!(parse_cpu("4097").unwrap_err().contains("at most 4096"));
+        assert!(parse_cpu("4097").unwrap_err().to_string().contains("at most 4096"));
         assert_eq!(cpu_quota_us(MAX_CPU_MILLIS), Ok(409_600_000));
         assert!(cpu_quota_us(u64::MAX).is_err());
         let limits = SandboxLimits { cpu: Some("184467440737095517m".into()), ..Default::default() };

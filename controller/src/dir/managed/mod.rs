@@ -432,8 +432,10 @@ impl Supervisor {
     /// user), its cgroups with their limits, the allowlist proxy. An error is a
     /// reason and a message, and leaves no group behind.
     async fn prepare(&self, isolated: bool, group_name: &str) -> Result<Prepared, (&'static str, String)> {
-        let wanted = cgroup::Wanted::from_spec(self.desired.limits.as_ref()).map_err(|e| ("InvalidLimits", e))?;
-        let tmp_bytes = cgroup::tmp_bytes(self.desired.limits.as_ref()).map_err(|e| ("InvalidLimits", e))?;
+        let wanted =
+            cgroup::Wanted::from_spec(self.desired.limits.as_ref()).map_err(|e| ("InvalidLimits", e.to_string()))?;
+        let tmp_bytes =
+            cgroup::tmp_bytes(self.desired.limits.as_ref()).map_err(|e| ("InvalidLimits", e.to_string()))?;
         let (dir, root, seed) = (self.dir.clone(), self.config.root.clone(), self.dir_seed());
         let (agents_dir, workspace) = (self.config.agents_dir.clone(), self.desired.workspace.clone());
         let writable: Vec<PathBuf> = self.desired.binds.iter().filter(|b| b.2).map(|b| b.0.clone()).collect();

@@ -4,7 +4,58 @@
 
 use super::*;
 
+/// Why a Session or Process has no sandbox of its template yet: said in its status
+/// (its `Valid` condition) while it waits.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum ClaimError {
+    #[error("it has no uid yet")]
+    NoUid,
+    #[error("sandboxTemplate {template:?}: no SandboxTemplate of that name in namespace {namespace:?}")]
+    NoTemplate { template: String, namespace: String },
+    /// `what` is the record that could not be written: a sandbox made, or a claim.
+    /// Boxed: the crate's error is large, and this one is returned on every claim.
+    #[error("cannot record {what}: {source}")]
+    Record {
+        what: String,
+        #[source]
+        source: Box<crate::Error>,
+    },
+}
+
 impl Inner {
+    pub(super) async fn reconcile_template(self: &Arc<Self>, key: &Key, template: agentplane_crds::SandboxTemplate) {
+        // Nothing runs from a template itself; the pools that wait for it go on.
+        if template.metadata.deletion_timestamp.is_some() {
+            self.forget(key, template.metadata.uid.clone()).await;
+        }
+        self.enqueue_kind(Kind::SandboxWarmPool);
+    }
+
+    pub(super) async fn reconcile_pool(
+        self: &Arc<Self>,
+        key: &Key,
+        pool: agentplane_crds::SandboxWarmPool,
+        problem: Option<String>,
+    ) {
+        if pool.metadata.deletion_timestamp.is_some() {
+            let (this, k) = (Arc::clone(self), key.clone());
+            let _ = tokio::task::spawn_blocking(move || this.drain_pool(&k)).await;
+            self.forget(key, pool.metadata.uid.clone()).await;
+            return;
+        }
+        let (this, k, uid) = (Arc::clone(self), key.clone(), pool.metadata.uid.clone());
+        let status =
+            tokio::task::spawn_blocking(move || this.pool_status(&k, &pool, problem)).await.unwrap_or_default();
+        self.write_status(key, uid, move |object| match object {
+            Object::SandboxWarmPool(p) if p.status.as_ref() != Some(&status) => {
+                p.status = Some(status);
+                true
+            }
+            _ => false,
+        })
+        .await;
+    }
+
     pub(super) fn enqueue_kind(&self, kind: Kind) {
         let keys: Vec<Key> = self.lock().resources.keys().filter(|k| k.kind == kind).cloned().collect();
         for key in keys {
@@ -13,9 +64,9 @@ impl Inner {
     }
 
     /// Records a new object the store made (a sandbox of a template) and looks at it.
-    pub(super) fn add_made(&self, index: &mut Index, object: Object) -> std::result::Result<Key, String> {
+    pub(super) fn add_made(&self, index: &mut Index, object: Object) -> std::result::Result<Key, ClaimError> {
         let key = object.key();
-        self.state.write(&object).map_err(|e| format!("cannot record {key}: {e}"))?;
+        self.state.write(&object).map_err(|e| ClaimError::Record { what: key.to_string(), source: Box::new(e) })?;
         index.resources.insert(key.clone(), Entry { object, problem: None, missing_since: None });
         self.queue.add(key.clone());
         Ok(key)
@@ -24,10 +75,15 @@ impl Inner {
     /// The sandbox the resource `key` runs on for its `sandboxTemplate`: the one it
     /// holds, else a ready one from a warm pool of that template (which then refills),
     /// else a new one. Under the index lock: two claimers never take the same one.
-    pub(super) fn claim(&self, index: &mut Index, key: &Key, template: &str) -> std::result::Result<String, String> {
+    pub(super) fn claim(
+        &self,
+        index: &mut Index,
+        key: &Key,
+        template: &str,
+    ) -> std::result::Result<String, ClaimError> {
         use crate::dir::pools::{self, Found};
         let Some(uid) = index.resources.get(key).and_then(|e| e.object.meta().uid.clone()) else {
-            return Err("it has no uid yet".into());
+            return Err(ClaimError::NoUid);
         };
         match pools::find(index.resources.iter().map(|(k, e)| (k, &e.object)), &key.namespace, template, &uid) {
             Found::Held(name) => return Ok(name),
@@ -41,7 +97,9 @@ impl Inner {
                     .annotations
                     .get_or_insert_with(BTreeMap::new)
                     .extend(pools::claim_annotations(key, &uid, ttl));
-                self.state.write(&object).map_err(|e| format!("cannot record the claim of {member}: {e}"))?;
+                self.state
+                    .write(&object)
+                    .map_err(|e| ClaimError::Record { what: format!("the claim of {member}"), source: Box::new(e) })?;
                 entry.object = object;
                 info!(resource = %key, sandbox = %member.name, "claimed a ready sandbox from its warm pool");
                 self.queue.add(member.clone());
@@ -54,10 +112,7 @@ impl Inner {
             Found::Nothing => {}
         }
         let Some(found) = self.template(index, &key.namespace, template) else {
-            return Err(format!(
-                "sandboxTemplate {template:?}: no SandboxTemplate of that name in namespace {:?}",
-                key.namespace
-            ));
+            return Err(ClaimError::NoTemplate { template: template.to_string(), namespace: key.namespace.clone() });
         };
         let name = pools::fresh_name(|k| index.resources.contains_key(k), &key.namespace, template);
         let annotations = BTreeMap::from(pools::claim_annotations(key, &uid, found.spec.ttl_seconds_after_finished));
@@ -132,7 +187,7 @@ impl Inner {
 
     /// Keeps `replicas` unclaimed sandboxes of the pool's template: makes what is
     /// missing, deletes what is over (those not ready first).
-    pub(super) fn reconcile_pool(
+    pub(super) fn pool_status(
         &self,
         key: &Key,
         pool: &agentplane_crds::SandboxWarmPool,

@@ -7,17 +7,67 @@ use super::*;
 /// The condition on a Sandbox that names its workspace.
 const WORKSPACE: &str = "Workspace";
 
+/// Why a managed Sandbox's spec cannot run in a folder as written: said in its `Ready`
+/// condition (`InvalidSpec`), while the last good spec keeps running.
+#[derive(Debug, thiserror::Error)]
+enum SpecError {
+    #[error("network: none and allowlist need isolation: bubblewrap (a network namespace)")]
+    NetworkNeedsIsolation,
+    #[error("allow is only used with network: allowlist")]
+    AllowWithoutAllowlist,
+    #[error(transparent)]
+    Allowlist(#[from] agentplane_egress::Error),
+    #[error(transparent)]
+    Limits(#[from] crate::dir::managed::cgroup::LimitError),
+    #[error("podTemplate is for a cluster; in a folder the sandbox is a bubblewrap process")]
+    PodTemplate,
+    #[error("binds.path {0:?}: write an absolute path")]
+    RelativeBindPath(String),
+    #[error("{what} {written:?} ({}): {source}", path.display())]
+    Unresolved {
+        what: &'static str,
+        written: String,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "{what} {written:?} leads to {}, which holds or is inside the state directory {}: never bound into a sandbox",
+        real.display(),
+        state.display()
+    )]
+    IntoState { what: &'static str, written: String, real: PathBuf, state: PathBuf },
+    #[error(
+        "{what} is the watched folder {} or holds it: a sandbox writes only a folder of its own (such as \
+         ./{name}-workspace), and what it can write is never read as resources",
+        root.display()
+    )]
+    HoldsWatchedFolder { what: String, root: PathBuf, name: String },
+    #[error("{what} holds this Sandbox's own file {file}: what a sandbox can write is never read as resources")]
+    HoldsOwnFile { what: String, file: String },
+    #[error(
+        "workspace {written:?} leads to {}, outside the watched folder {}: name it in binds to grant it",
+        real.display(),
+        root.display()
+    )]
+    WorkspaceOutside { written: String, real: PathBuf, root: PathBuf },
+}
+
 /// Resolves a host path a Sandbox names (relative to its file's folder), refusing one
 /// that leads into the state directory, where every sandbox's token is kept.
-fn sandbox_host_path(base: &Path, state: &Path, written: &str, what: &str) -> std::result::Result<PathBuf, String> {
+fn sandbox_host_path(
+    base: &Path,
+    state: &Path,
+    written: &str,
+    what: &'static str,
+) -> std::result::Result<PathBuf, SpecError> {
     let path = base.join(written);
-    let real = fs::canonicalize(&path).map_err(|e| format!("{what} {written:?} ({}): {e}", path.display()))?;
+    let real = match fs::canonicalize(&path) {
+        Ok(real) => real,
+        Err(source) => return Err(SpecError::Unresolved { what, written: written.to_string(), path, source }),
+    };
     if real.starts_with(state) || state.starts_with(&real) {
-        return Err(format!(
-            "{what} {written:?} leads to {}, which holds or is inside the state directory {}: never bound into a sandbox",
-            real.display(),
-            state.display()
-        ));
+        return Err(SpecError::IntoState { what, written: written.to_string(), real, state: state.to_path_buf() });
     }
     Ok(real)
 }
@@ -41,21 +91,18 @@ fn own_folder(
     sandbox: &agentplane_crds::Sandbox,
     real: &Path,
     what: &str,
-) -> std::result::Result<(), String> {
+) -> std::result::Result<(), SpecError> {
     if folders.root.starts_with(real) {
-        return Err(format!(
-            "{what} is the watched folder {} or holds it: a sandbox writes only a folder of its own (such as ./{}-workspace), \
-             and what it can write is never read as resources",
-            folders.root.display(),
-            sandbox.metadata.name.as_deref().unwrap_or("sandbox")
-        ));
+        return Err(SpecError::HoldsWatchedFolder {
+            what: what.to_string(),
+            root: folders.root.clone(),
+            name: sandbox.metadata.name.as_deref().unwrap_or("sandbox").to_string(),
+        });
     }
     if let Some(file) = source_file(&sandbox.metadata)
         && folders.root.join(file).starts_with(real)
     {
-        return Err(format!(
-            "{what} holds this Sandbox's own file {file}: what a sandbox can write is never read as resources"
-        ));
+        return Err(SpecError::HoldsOwnFile { what: what.to_string(), file: file.to_string() });
     }
     Ok(())
 }
@@ -67,22 +114,22 @@ fn desired_of(
     folders: &Folders,
     sandbox: &agentplane_crds::Sandbox,
     env: BTreeMap<String, String>,
-) -> std::result::Result<crate::dir::managed::Desired, String> {
+) -> std::result::Result<crate::dir::managed::Desired, SpecError> {
     use agentplane_crds::{Isolation, NetworkMode};
     let spec = &sandbox.spec;
     let isolation = spec.isolation.unwrap_or(Isolation::Bubblewrap);
     if isolation == Isolation::None && spec.network != NetworkMode::Host {
-        return Err("network: none and allowlist need isolation: bubblewrap (a network namespace)".into());
+        return Err(SpecError::NetworkNeedsIsolation);
     }
     if !spec.allow.is_empty() && spec.network != NetworkMode::Allowlist {
-        return Err("allow is only used with network: allowlist".into());
+        return Err(SpecError::AllowWithoutAllowlist);
     }
     if spec.network == NetworkMode::Allowlist {
-        agentplane_egress::Allowlist::parse(&spec.allow).map_err(|e| e.to_string())?;
+        agentplane_egress::Allowlist::parse(&spec.allow)?;
     }
     crate::dir::managed::cgroup::Wanted::from_spec(spec.limits.as_ref())?;
     if spec.pod_template.is_some() {
-        return Err("podTemplate is for a cluster; in a folder the sandbox is a bubblewrap process".into());
+        return Err(SpecError::PodTemplate);
     }
     let base = source_file(&sandbox.metadata)
         .map(|f| folders.dir.join(f))
@@ -93,7 +140,7 @@ fn desired_of(
         let host = sandbox_host_path(&base, &folders.state, &bind.host_path, "binds.hostPath")?;
         let inside = match &bind.path {
             Some(path) if Path::new(path).is_absolute() => PathBuf::from(path),
-            Some(path) => return Err(format!("binds.path {path:?}: write an absolute path")),
+            Some(path) => return Err(SpecError::RelativeBindPath(path.clone())),
             None => host.clone(),
         };
         if bind.writable {
@@ -105,11 +152,7 @@ fn desired_of(
         Some(written) => {
             let real = sandbox_host_path(&base, &folders.state, written, "workspace")?;
             if !real.starts_with(&folders.root) && !binds.iter().any(|(host, _, _)| real.starts_with(host)) {
-                return Err(format!(
-                    "workspace {written:?} leads to {}, outside the watched folder {}: name it in binds to grant it",
-                    real.display(),
-                    folders.root.display()
-                ));
+                return Err(SpecError::WorkspaceOutside { written: written.clone(), real, root: folders.root.clone() });
             }
             own_folder(folders, sandbox, &real, &format!("workspace {written:?}"))?;
             Some(real)
@@ -128,6 +171,54 @@ fn desired_of(
 }
 
 impl Inner {
+    /// A Sandbox: deleted once its claimer's TTL is over, removed (a managed one stopped)
+    /// when deleted, looked at and its status written otherwise.
+    pub(super) async fn reconcile_sandbox(
+        self: &Arc<Self>,
+        key: &Key,
+        mut sandbox: agentplane_crds::Sandbox,
+        problem: Option<String>,
+        env: Env,
+    ) {
+        // A claim that finished is kept for its TTL, then deleted like any other.
+        if sandbox.metadata.deletion_timestamp.is_none()
+            && let Some(left) = crate::dir::pools::ttl_left(&sandbox.metadata, &conditions::now())
+        {
+            if !left.is_zero() {
+                self.queue.add_after(key.clone(), left);
+            } else {
+                let (this, k) = (Arc::clone(self), key.clone());
+                if let Ok(Some(marked)) = tokio::task::spawn_blocking(move || this.mark_deleted(&k)).await {
+                    sandbox = marked;
+                }
+            }
+        }
+        if sandbox.metadata.deletion_timestamp.is_some() {
+            match (self.managed.get(), sandbox.spec.is_managed()) {
+                (Some(managed), true) => {
+                    self.sandbox_followers.stop(&key.name);
+                    managed.remove(&key.name).await;
+                    if let Some(uid) = &sandbox.metadata.uid {
+                        managed.remove_leftover(&key.name, uid);
+                    }
+                }
+                _ => self.sandboxes.remove(&key.name),
+            }
+            self.forget(key, sandbox.metadata.uid.clone()).await;
+            return;
+        }
+        let status = self.sandbox_status(&sandbox, problem, env).await;
+        self.write_status(key, sandbox.metadata.uid.clone(), move |object| match object {
+            Object::Sandbox(s) if s.status.as_ref() != Some(&status) => {
+                s.status = Some(status);
+                true
+            }
+            _ => false,
+        })
+        .await;
+        self.queue.add_after(key.clone(), Duration::from_secs(30));
+    }
+
     /// A managed sandbox changed (started, died, refused a connection): it and what
     /// runs on it are looked at again.
     pub(super) fn sandbox_changed(&self, name: &str) {
@@ -154,7 +245,7 @@ impl Inner {
         self: &Arc<Self>,
         sandbox: &agentplane_crds::Sandbox,
         mut status: SandboxStatus,
-        env: std::result::Result<BTreeMap<String, String>, String>,
+        env: Env,
     ) -> SandboxStatus {
         let generation = sandbox.metadata.generation;
         let name = sandbox.metadata.name.as_deref().unwrap_or_default();
@@ -171,7 +262,7 @@ impl Inner {
                     Folders { dir: self.dir.clone(), root: self.root.clone(), state: self.real_state.clone() };
                 let sandbox = sandbox.clone();
                 // Paths are resolved on the file system: off the async threads.
-                tokio::task::spawn_blocking(move || desired_of(&folders, &sandbox, env))
+                tokio::task::spawn_blocking(move || desired_of(&folders, &sandbox, env).map_err(|e| e.to_string()))
                     .await
                     .unwrap_or_else(|e| Err(format!("resolving the sandbox's paths: {e}")))
             }
@@ -248,11 +339,11 @@ impl Inner {
         }
     }
 
-    pub(super) async fn reconcile_sandbox(
+    pub(super) async fn sandbox_status(
         self: &Arc<Self>,
         sandbox: &agentplane_crds::Sandbox,
         problem: Option<String>,
-        env: std::result::Result<BTreeMap<String, String>, String>,
+        env: Env,
     ) -> SandboxStatus {
         let mut status = sandbox.status.clone().unwrap_or_default();
         let generation = sandbox.metadata.generation;

@@ -1,0 +1,173 @@
+//! One pass over one resource: a snapshot of it from the index (its claim of a
+//! sandbox, where it is placed, a restart request overlaid, its environment resolved),
+//! a share of the workers for its sandbox, then the reconcile of its kind (`process`,
+//! `session`, `sandboxes`, `claims`).
+
+use super::*;
+
+/// How many workers one sandbox's resources may hold at once: a quarter of the default
+/// 32, so a node agent that answers slowly (each call bounded by the client's
+/// timeouts) never holds them all. The embedded node agent is not limited.
+const WORKERS_PER_SANDBOX: usize = 8;
+/// When a resource finds its sandbox's share taken, it is looked at again after this.
+const BUSY_SANDBOX_RETRY: Duration = Duration::from_millis(250);
+
+/// What a reconcile takes from the index.
+pub(super) struct Prepared {
+    pub(super) object: Object,
+    /// Why its latest file was not taken.
+    pub(super) problem: Option<String>,
+    /// Its resolved environment.
+    pub(super) env: Env,
+    /// For a Process: the node-agent id of the session it feeds.
+    pub(super) session: std::result::Result<Option<String>, String>,
+}
+
+impl Inner {
+    /// A slot of `sandbox`'s share of the workers, if one is free.
+    fn sandbox_slot(&self, sandbox: &str) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        let semaphore = {
+            let mut slots = self.sandbox_slots.lock().unwrap_or_else(|e| e.into_inner());
+            Arc::clone(
+                slots
+                    .entry(sandbox.to_string())
+                    .or_insert_with(|| Arc::new(tokio::sync::Semaphore::new(WORKERS_PER_SANDBOX))),
+            )
+        };
+        semaphore.try_acquire_owned().ok()
+    }
+
+    pub(super) async fn reconcile(self: &Arc<Self>, key: &Key) {
+        let this = Arc::clone(self);
+        let k = key.clone();
+        let prepared = tokio::task::spawn_blocking(move || this.prepare(&k)).await.ok().flatten();
+        let Some(Prepared { object, problem, env, session }) = prepared else { return };
+        // Each sandbox's node agent is given a few workers at most: one that answers
+        // slowly (or never, until the client's timeout) holds those, and the other
+        // sandboxes' resources still get the rest. Looked at again shortly.
+        let sandbox = match &object {
+            Object::Process(p) => Some(p.spec.sandbox.as_str()),
+            Object::Session(s) => Some(s.spec.sandbox.as_str()),
+            _ => None,
+        };
+        let _slot = match sandbox.filter(|s| *s != agentplane_crds::LOCAL_SANDBOX) {
+            Some(sandbox) => match self.sandbox_slot(sandbox) {
+                Some(slot) => Some(slot),
+                None => {
+                    self.queue.add_after(key.clone(), BUSY_SANDBOX_RETRY);
+                    return;
+                }
+            },
+            None => None,
+        };
+        crate::metrics::Metrics::count(&self.config.metrics.reconciles, key.kind.as_str());
+        match object {
+            Object::Process(process) => self.reconcile_process(key, process, problem, env, session).await,
+            Object::SandboxTemplate(template) => self.reconcile_template(key, template).await,
+            Object::SandboxWarmPool(pool) => self.reconcile_pool(key, pool, problem).await,
+            Object::Sandbox(sandbox) => self.reconcile_sandbox(key, sandbox, problem, env).await,
+            Object::Session(session) => self.reconcile_session(key, session, problem, env).await,
+        }
+    }
+
+    /// A snapshot of the resource, its problem, and (for a Process) its environment.
+    fn prepare(&self, key: &Key) -> Option<Prepared> {
+        let mut session_sandbox = None;
+        let mut claimed = None;
+        let (object, problem, session) = {
+            let mut index = self.lock();
+            let template = match &index.resources.get(key)?.object {
+                Object::Process(p) if p.metadata.deletion_timestamp.is_none() => p.spec.sandbox_template.clone(),
+                Object::Session(s) if s.metadata.deletion_timestamp.is_none() => s.spec.sandbox_template.clone(),
+                _ => None,
+            };
+            if let Some(template) = template {
+                claimed = Some(self.claim(&mut index, key, &template));
+            }
+            let entry = index.resources.get(key)?;
+            // The node-agent id of the Session a Process's sessionRef names.
+            let session = match &entry.object {
+                Object::Process(p) => {
+                    let named = p.spec.session_ref.as_ref().and_then(|name| {
+                        let named = Key { kind: Kind::Session, namespace: key.namespace.clone(), name: name.clone() };
+                        match &index.resources.get(&named)?.object {
+                            Object::Session(s) => Some(s),
+                            _ => None,
+                        }
+                    });
+                    let resolved = crate::follow::resolve_session_ref(p, &key.namespace, named);
+                    session_sandbox = resolved.sandbox;
+                    resolved.id
+                }
+                _ => Ok(None),
+            };
+            (entry.object.clone(), entry.problem.clone(), session)
+        };
+        // A restart request is the store's, not the file's: overlaid (see `restart`).
+        let mut object = object;
+        // A Process that feeds a Session and names no sandbox of its own runs where the
+        // Session runs: the node agent that has that session.
+        if let (Object::Process(p), Some(sandbox)) = (&mut object, session_sandbox)
+            && p.spec.sandbox == agentplane_crds::LOCAL_SANDBOX
+        {
+            p.spec.sandbox = sandbox;
+        }
+        // A resource naming a template runs on the sandbox it claimed; until it has one,
+        // it waits saying why (the reconcilers never run it elsewhere).
+        let mut problem = problem;
+        if let Some(claimed) = claimed {
+            let (sandbox, template) = match &mut object {
+                Object::Process(p) => (&mut p.spec.sandbox, &mut p.spec.sandbox_template),
+                Object::Session(s) => (&mut s.spec.sandbox, &mut s.spec.sandbox_template),
+                _ => unreachable!("only Processes and Sessions claim"),
+            };
+            match claimed {
+                Ok(name) => {
+                    *sandbox = name;
+                    *template = None;
+                }
+                Err(why) => problem = Some(why.to_string()),
+            }
+        }
+        crate::restart::Requests::new(self.state.root()).overlay(object.meta_mut());
+        let base = source_file(object.meta()).map(|f| self.dir.join(f)).and_then(|f| f.parent().map(Path::to_path_buf));
+        let writable = self.writes.snapshot();
+        let files = EnvFiles {
+            root: &self.root,
+            base: base.as_deref().unwrap_or(&self.dir),
+            sandbox_writable: Some(&writable),
+        };
+        let env = match &object {
+            Object::Process(p) => resolve_env(&files, &p.spec.env, &p.spec.env_from),
+            Object::Session(s) => resolve_env(&files, &s.spec.env, &s.spec.env_from),
+            Object::Sandbox(s) => resolve_env(&files, &s.spec.env, &[]),
+            Object::SandboxTemplate(_) | Object::SandboxWarmPool(_) => Ok(BTreeMap::new()),
+        }
+        .map_err(|e| e.to_string());
+        self.watch_env_files(key, &object, &files);
+        Some(Prepared { object, problem, env, session })
+    }
+
+    /// Remembers which files `object` reads, so that their events bring it in.
+    fn watch_env_files(&self, key: &Key, object: &Object, files: &EnvFiles<'_>) {
+        let references: Vec<&str> = match object {
+            _ if object.meta().deletion_timestamp.is_some() => Vec::new(),
+            Object::Process(p) => referenced_files(&p.spec.env, &p.spec.env_from).collect(),
+            Object::Session(s) => referenced_files(&s.spec.env, &s.spec.env_from)
+                .chain(crate::mcp::referenced_files(&s.spec.mcp_servers))
+                .collect(),
+            Object::Sandbox(s) => referenced_files(&s.spec.env, &[]).collect(),
+            Object::SandboxTemplate(_) | Object::SandboxWarmPool(_) => Vec::new(),
+        };
+        // Files outside the folder are refused, and the state directory is not watched.
+        let paths = references
+            .into_iter()
+            .flat_map(|r| files.watched_paths(r))
+            .filter(|p| p.starts_with(&self.root) && !p.starts_with(&self.real_state))
+            .collect();
+        if self.env_watch.lock().unwrap_or_else(|e| e.into_inner()).set(key, paths) {
+            // A folder to watch that the walk does not: the rescan adds it.
+            let _ = self.wake.try_send(());
+        }
+    }
+}

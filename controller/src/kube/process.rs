@@ -1,0 +1,137 @@
+//! Processes on a cluster: the reconcile core's Process reconcile under the cleanup
+//! finalizer, the sandbox it is placed on (a claimed one from its template, or its
+//! Session's), its status written back and an Event on each turn of its life.
+
+use std::sync::Arc;
+
+use agentplane_crds::{Key, Kind, Process, ProcessPhase};
+use kube::ResourceExt;
+use kube::api::Api;
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType as KubeEventType;
+use kube::runtime::finalizer::{Event as Finalizer, finalizer};
+use kube::runtime::reflector::ObjectRef;
+
+use super::error::Result;
+use super::{Context, FINALIZER, Metrics, ReconcileError, env, pools, requeue};
+use crate::conditions::{self, READY};
+use crate::process::ProcessInput;
+
+pub(super) async fn reconcile_process(
+    process: Arc<Process>,
+    ctx: Arc<Context>,
+) -> std::result::Result<Action, ReconcileError> {
+    Metrics::count(&ctx.metrics.reconciles, "Process");
+    let namespace = process.namespace().unwrap_or_else(|| "default".into());
+    let api: Api<Process> = Api::namespaced(ctx.client.clone(), &namespace);
+    let result = finalizer(&api, FINALIZER, process, |event| async {
+        match event {
+            Finalizer::Apply(process) => ctx.apply_process(&api, &process).await,
+            Finalizer::Cleanup(process) => {
+                // Stopped where it ran: the sandbox it was placed on, when not its spec's.
+                let mut placed = (*process).clone();
+                if let Some(sandbox) = process.status.as_ref().and_then(|s| s.sandbox.clone()) {
+                    placed.spec.sandbox = sandbox;
+                }
+                ctx.processes.cleanup(&placed).await?;
+                if process.spec.sandbox_template.is_some() {
+                    ctx.finish_claims(&namespace, process.uid().as_deref()).await?;
+                }
+                ctx.event(
+                    &*process,
+                    KubeEventType::Normal,
+                    "Stopped",
+                    "Delete",
+                    "stopped on its node agent before deletion",
+                )
+                .await;
+                Ok(Action::await_change())
+            }
+        }
+    })
+    .await;
+    result.map_err(|e| ReconcileError::Finalizer(Box::new(e)))
+}
+
+impl Context {
+    async fn apply_process(&self, api: &Api<Process>, process: &Process) -> Result<Action> {
+        let namespace = process.namespace().unwrap_or_default();
+        let env = env::resolve(&self.client, &namespace, &process.spec.env, &process.spec.env_from)
+            .await
+            .map_err(|e| e.to_string());
+        let mut session_sandbox = None;
+        let session = match &process.spec.session_ref {
+            None => Ok(None),
+            Some(name) => {
+                let found = self.session_store.get(&ObjectRef::new(name).within(&namespace));
+                session_sandbox = found.as_ref().and_then(|s| s.status.as_ref()?.sandbox.clone());
+                let uid = found.and_then(|s| s.metadata.uid.clone());
+                uid.map(|uid| Some(crate::session::node_session_id(&uid))).ok_or_else(|| {
+                    format!("sessionRef names session {name:?}, which namespace {namespace:?} does not have")
+                })
+            }
+        };
+        let held = process.status.as_ref().and_then(|s| s.sandbox.as_deref());
+        let placement = match &process.spec.sandbox_template {
+            Some(template) => {
+                let claimer =
+                    Key { kind: Kind::Process, namespace: namespace.clone(), name: process.name_any() }.to_string();
+                self.place(&claimer, &process.metadata, held, template).await?
+            }
+            // A Process that feeds a Session and names no sandbox of its own runs where
+            // the Session was placed: the node agent that has that session.
+            None if process.spec.sandbox == agentplane_crds::LOCAL_SANDBOX => {
+                session_sandbox.map_or(pools::Placement::Unplaced, pools::Placement::Placed)
+            }
+            None => pools::Placement::Unplaced,
+        };
+        let mut placed = process.clone();
+        let problem = placement.apply(&mut placed.spec.sandbox, &mut placed.spec.sandbox_template);
+        // Node agents here outlive the controller: what one no longer has, it lost.
+        let input = ProcessInput { process: &placed, env, spec_problem: problem, session, own_node_agent_since: None };
+        let reconciled = self.processes.reconcile(input).await;
+        let mut status = reconciled.status;
+        if let Some(sandbox) = placement.placed() {
+            status.sandbox = Some(sandbox.to_string()).filter(|s| *s != process.spec.sandbox);
+        }
+        let before = process.status.as_ref();
+        self.write_status(api, process, before, &status, "Process").await?;
+        self.process_events(process, before, &status).await;
+        Ok(requeue(placement.requeue(reconciled.requeue_after)))
+    }
+
+    async fn process_events(
+        &self,
+        process: &Process,
+        before: Option<&agentplane_crds::ProcessStatus>,
+        after: &agentplane_crds::ProcessStatus,
+    ) {
+        let (was, is) = (before.and_then(|s| s.phase), after.phase);
+        let started_again = before.and_then(|s| s.pid) != after.pid && after.pid.is_some();
+        if is == Some(ProcessPhase::Running) && (was != is || started_again) {
+            let note = after.pid.map_or_else(|| "started".into(), |p| format!("started, pid {p}"));
+            self.event(process, KubeEventType::Normal, "Started", "Start", &note).await;
+        }
+        if was == is {
+            return;
+        }
+        let exit = match (after.exit_code, &after.signal) {
+            (Some(code), _) => format!("exited with code {code}"),
+            (None, Some(signal)) => format!("killed by {signal}"),
+            _ => "exited".into(),
+        };
+        match is {
+            Some(ProcessPhase::Succeeded) | Some(ProcessPhase::Stopped) => {
+                self.event(process, KubeEventType::Normal, "Exited", "Exit", &exit).await
+            }
+            Some(ProcessPhase::BackOff) => {
+                self.event(process, KubeEventType::Warning, "BackOff", "Restart", &exit).await
+            }
+            Some(ProcessPhase::Failed) => {
+                let why = conditions::get(&after.conditions, READY).map(|c| c.message.clone()).unwrap_or(exit);
+                self.event(process, KubeEventType::Warning, "Failed", "Exit", &why).await
+            }
+            _ => {}
+        }
+    }
+}
