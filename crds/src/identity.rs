@@ -97,6 +97,11 @@ impl fmt::Display for Key {
 
 /// One resource of any kind, as declared or as stored.
 #[derive(Debug, Clone, PartialEq)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "an Object is one resource held by value where it is read or written; every variant is a whole \
+              resource of about the same size, and boxing them would only add an allocation each"
+)]
 pub enum Object {
     Sandbox(Sandbox),
     Session(Session),
