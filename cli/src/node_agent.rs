@@ -468,7 +468,8 @@ async fn serve_proxy_bridges(
 pub fn init_logging() {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,tower_http=warn".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,tower_http=warn,notify::inotify=error".into()),
         )
         .with_writer(|| LogWriter)
         // Colour only for a person watching; logs collected to files stay plain.

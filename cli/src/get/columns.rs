@@ -84,10 +84,21 @@ impl Columns {
             }
             Object::Session(s) => {
                 let status = s.status.clone().unwrap_or_default();
-                let phase = status.phase.map(|p| format!("{p:?}"));
+                let recorded = status.phase.map(|p| format!("{p:?}"));
+                // After a clean stop of `up` its agent was stopped with it (the
+                // conversation resumes when `up` runs again), as a Process's run was.
+                let (phase, reason) = match recorded {
+                    Some(p) if self.stopped_cleanly.get() && !FINAL_PHASES.contains(&p.as_str()) => {
+                        (Some("Stopped".to_string()), "UpStopped".to_string())
+                    }
+                    recorded => {
+                        let reason = reason(recorded.as_deref(), &status.conditions);
+                        (recorded, reason)
+                    }
+                };
                 row.extend([
                     self.phase_cell(meta, phase.clone(), &status.conditions),
-                    reason(phase.as_deref(), &status.conditions),
+                    reason,
                     enum_word(&s.spec.agent),
                     s.spec.model.clone().unwrap_or_default(),
                     format!("{}/{}", status.delivered_messages, s.spec.messages.len()),
@@ -138,14 +149,27 @@ impl Columns {
                         enum_word(&s.spec.network),
                     ),
                 };
+                // A managed sandbox stops with the `up` that ran it: after a clean stop it
+                // is not ready and serves nothing, whatever its last status said.
+                let stopped = self.stopped_cleanly.get() && s.spec.endpoint.is_none();
+                let (phase, ready, reason, endpoint) = if stopped {
+                    ("Stopped".to_string(), "False".to_string(), "UpStopped".to_string(), String::new())
+                } else {
+                    (
+                        phase,
+                        self.phase_cell(meta, ready, &status.conditions),
+                        reason(None, &status.conditions),
+                        s.endpoint().unwrap_or_default().to_string(),
+                    )
+                };
                 row.extend([
                     phase,
-                    self.phase_cell(meta, ready, &status.conditions),
-                    reason(None, &status.conditions),
+                    ready,
+                    reason,
                     isolation,
                     network,
                     status.claimed_by.clone().unwrap_or_default(),
-                    s.endpoint().unwrap_or_default().to_string(),
+                    endpoint,
                     age,
                 ]);
                 if self.wide {

@@ -27,9 +27,13 @@ pub(super) fn staleness(store: &Store, args: &StoreArgs) -> Option<String> {
                     age(run.started_at)
                 ),
             };
-            // What was written while it ran; a record older than the run is as of the run.
-            let at = written.unwrap_or(run.started_at).max(run.started_at);
-            let at = run.stopped_at.map_or(at, |stopped| at.min(stopped));
+            // A clean stop stopped everything and said so: what is shown is as of then.
+            // Otherwise, what was written while it ran; a record older than the run is
+            // as of the run.
+            let at = match run.stopped_at {
+                Some(stopped) => stopped,
+                None => written.unwrap_or(run.started_at).max(run.started_at),
+            };
             format!("{} ({since}): {refresh}", as_of(at))
         }
     })

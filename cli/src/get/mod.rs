@@ -87,6 +87,17 @@ pub struct DescribeArgs {
 
 pub async fn get(args: GetArgs) -> anyhow::Result<i32> {
     let store = Store::open(&args.store).await?;
+    // `get errors`: the files a folder's `up` did not take, each with why, on stdout.
+    if args.kind == "errors" && args.name.is_none() {
+        let problems = store.problems();
+        if problems.is_empty() {
+            eprintln!("No file errors.");
+        }
+        for line in &problems {
+            println!("{line}");
+        }
+        return Ok(0);
+    }
     let (kind, name) = match args.kind.contains('/') {
         true if args.name.is_none() => {
             let ResourceRef { kind, name } = args.kind.parse()?;
@@ -145,7 +156,11 @@ pub async fn get(args: GetArgs) -> anyhow::Result<i32> {
             }
         }
     }
-    print_problems(&store, &mut shown_problems);
+    if args.watch {
+        print_problems(&store, &mut shown_problems);
+    } else {
+        summarize_problems(&store, &args.store);
+    }
     if args.watch {
         watch(&store, &args.store, &selection, args.output, &columns, objects, shown_problems).await?;
     }
@@ -161,6 +176,22 @@ fn print_watched(format: Format, object: &Object) -> anyhow::Result<()> {
         println!("---");
     }
     print_structured(format, &object.to_json())
+}
+
+/// The store's problems (files not taken), to stderr where they do not mix with a
+/// table read by a program: one in full, several in one line that says where to see
+/// them all, so that every `get` does not repeat them.
+fn summarize_problems(store: &Store, args: &StoreArgs) {
+    let problems = store.problems();
+    match problems.as_slice() {
+        [] => {}
+        [one] => eprintln!("error: {one}"),
+        [first, ..] => eprintln!(
+            "error: {} files not taken (the first: {first}); `agentplane get errors{}` lists them all",
+            problems.len(),
+            store_flags(args)
+        ),
+    }
 }
 
 /// The store's problems not shown yet (a file that was not taken), to stderr, where

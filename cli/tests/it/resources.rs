@@ -208,7 +208,15 @@ fn get_prints_tables_records_and_the_errors_of_broken_files() {
     let out = d.cli(&["get", "proc"]);
     let table = String::from_utf8(out.stdout).unwrap();
     assert!(table.contains("Running (invalid spec)"), "{table}");
-    assert!(String::from_utf8(out.stderr).unwrap().contains("error: sleeper.yaml:4:"));
+    // Two files not taken now: one line says so and where to see them, not every error
+    // again on every `get`; `get errors` lists them.
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(stderr.contains("error: 2 files not taken (the first: broken.yaml:5:3"), "{stderr}");
+    assert!(stderr.contains("`agentplane get errors"), "{stderr}");
+    assert_eq!(stderr.lines().filter(|l| l.starts_with("error:")).count(), 1, "{stderr}");
+    let errors = d.ok(&["get", "errors"]);
+    assert!(errors.contains("broken.yaml:5:3: spec: unknown field `comand`"), "{errors}");
+    assert!(errors.contains("sleeper.yaml:4:"), "{errors}");
 
     // `-w`: the header, the rows, then a row per change.
     let mut watch = Command::new(BIN)

@@ -28,8 +28,13 @@ fn now() -> time::OffsetDateTime {
 fn without_up_the_status_is_shown_as_of_when_up_last_ran() {
     let mut d = Dir::new();
     d.write("sleeper.yaml", &process("sleeper", "sleep", &["1000"]));
+    d.write(
+        "chat.yaml",
+        "apiVersion: agentplane.dev/v1alpha1\nkind: Session\nmetadata: {name: chat}\nspec: {agent: mock, messages: [hi]}\n",
+    );
     d.start();
     d.wait_phase("sleeper", "Running");
+    d.wait_record("sessions", "chat", "idle", |r| r["status"]["phase"] == "Idle");
 
     // While `up` runs: the present tense.
     let (table, stderr) = d.ok(&["get", "proc"]);
@@ -52,8 +57,13 @@ fn without_up_the_status_is_shown_as_of_when_up_last_ran() {
     assert!(stderr.contains(", when agentplane up last ran (not running since "), "{stderr}");
     let since = time_after(&stderr, "not running since ");
     assert!(before_stop <= since && since <= after_stop, "{since} not in {before_stop}..{after_stop}: {stderr}");
-    assert!(time_after(&stderr, "status as of ") <= since, "{stderr}");
+    // A clean stop stopped everything: what is shown is as of the stop, not the start.
+    assert_eq!(time_after(&stderr, "status as of "), since, "{stderr}");
     assert!(stderr.contains(&format!("run `agentplane up --dir {}` to refresh it", d.quoted())), "{stderr}");
+    // A session's agent stopped with it too: not `Idle?`.
+    let (sessions, _) = d.ok(&["get", "sessions"]);
+    let chat = cells(&sessions, "chat");
+    assert_eq!((chat["PHASE"].as_str(), chat["REASON"].as_str()), ("Stopped", "UpStopped"), "{sessions}");
     // A program reading JSON still gets JSON alone on stdout.
     let (json, _) = d.ok(&["get", "proc", "-o", "json"]);
     assert_eq!(serde_json::from_str::<serde_json::Value>(&json).unwrap()["items"][0]["status"]["phase"], "Running");

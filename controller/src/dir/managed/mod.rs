@@ -390,6 +390,11 @@ impl Supervisor {
                         terminate(&mut child).await;
                         break;
                     };
+                    // Gone as `up` stops (a signal that reached it too): no restart, and
+                    // nothing to warn about.
+                    if self.stop.is_cancelled() {
+                        break;
+                    }
                     let how = status.map(|s| s.to_string()).unwrap_or_else(|e| e.to_string());
                     warn!(sandbox = %self.name, %how, "the sandbox's node agent exited; starting it again");
                     self.sandboxes
@@ -657,6 +662,10 @@ impl Supervisor {
         let mut command = tokio::process::Command::new(&self.config.binary);
         command.arg("sandbox-exec").arg("--launch").arg(&plan_path).env_clear();
         command.stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).stderr(log).kill_on_drop(true);
+        // A process group of its own: Ctrl-C at `up`'s terminal reaches `up`, which stops
+        // the sandbox in order, rather than the sandbox at the same instant (its
+        // processes stopped under it, then restarted, as if it had crashed).
+        command.process_group(0);
         let mut child = command.spawn().map_err(|e| format!("cannot start {}: {e}", self.config.binary.display()))?;
         if let Some(mut stdin) = child.stdin.take() {
             let _ = stdin.write_all(format!("{token}\n").as_bytes()).await;
