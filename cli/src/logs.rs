@@ -21,6 +21,7 @@ use crate::agent_session::event_lines;
 use crate::get::{namespace_flag, require, store_flags};
 use crate::printing::shell_quote;
 use crate::proc::StreamArg;
+use crate::resources::kind_word;
 use crate::store::{Store, StoreArgs};
 use crate::workspace::{parse_duration, parse_one, ref_name};
 
@@ -134,6 +135,12 @@ pub enum EventFormat {
 pub async fn logs(args: LogsArgs) -> anyhow::Result<i32> {
     if let Ok(ResourceRef { kind: Kind::Session, name }) = args.process.parse::<ResourceRef>() {
         return session_logs(&args, &name).await;
+    }
+    // `parse_one` would say "acts on a process": true of `attach`, half the story here.
+    if let Ok(ResourceRef { kind, .. }) = args.process.parse::<ResourceRef>()
+        && kind != Kind::Process
+    {
+        bail!("logs acts on a process (its output) or a session (its events), not a {}", kind_word(kind));
     }
     let (client, id, _) = locate_process(&args.store, args.namespace.as_deref(), &args.process).await?;
     process_logs(&client, &id, &args).await

@@ -50,7 +50,8 @@ pub enum GetFormat {
 
 #[derive(Args, Debug)]
 pub struct GetArgs {
-    /// processes (proc), sessions (sess) or sandboxes (sbx); or KIND/NAME.
+    /// processes (proc), sessions (sess), sandboxes (sbx), sandboxtemplates (sbxt) or
+    /// sandboxwarmpools (sbxpool); or KIND/NAME.
     kind: String,
     /// Only this resource.
     name: Option<String>,

@@ -14,6 +14,7 @@ mod cli;
 mod convert_cli;
 mod cp;
 mod dir_hostile;
+mod docs;
 mod edit_concurrency;
 mod edit_verbs;
 mod inspector;
