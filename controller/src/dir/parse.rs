@@ -136,7 +136,7 @@ pub fn parse_file(file: &str, text: &str) -> Result<Vec<Declared>, FileError> {
         file: file.to_string(),
         line,
         column,
-        message,
+        message: with_field_hint(message),
     };
     let located = |e: &serde_yaml_ng::Error| {
         let location = e.location();
@@ -237,6 +237,30 @@ enum KnownKind {
     Sandbox,
     SandboxTemplate,
     SandboxWarmPool,
+}
+
+/// A message about an unknown field (serde's "unknown field `comand`, expected one of
+/// `command`, `args`, ..."), with the field it most likely meant, as a mistyped kind
+/// gets: the same but for case, or within two letters' edit. Any other message as it is.
+fn with_field_hint(message: String) -> String {
+    let Some((_, rest)) = message.split_once("unknown field `") else { return message };
+    let Some((written, expected)) = rest.split_once('`') else { return message };
+    if written.chars().count() > 40 {
+        return message;
+    }
+    let known: Vec<&str> = expected.split('`').skip(1).step_by(2).collect();
+    let best = known
+        .iter()
+        .map(|k| {
+            let d = if k.eq_ignore_ascii_case(written) { 0 } else { edit_distance(written, k) };
+            (d, *k)
+        })
+        .filter(|(d, _)| *d <= 2)
+        .min();
+    match best {
+        Some((_, field)) => format!("{message} (did you mean `{field}`?)"),
+        None => message,
+    }
 }
 
 /// The kind a misspelt one most likely meant: the same but for case, or within two
@@ -440,6 +464,11 @@ mod tests {
         );
         assert_eq!((typo.line, typo.column), (Some(6), Some(3)), "{typo}");
         assert!(typo.message.contains("unknown field `comand`"), "{typo}");
+        assert!(typo.message.ends_with("(did you mean `command`?)"), "{typo}");
+        let far = err(
+            "apiVersion: agentplane.dev/v1alpha1\nkind: Process\nmetadata: {name: a}\nspec:\n  command: sleep\n  xyzzy: x\n",
+        );
+        assert!(!far.message.contains("did you mean"), "nothing close: {far}");
         let missing =
             err("apiVersion: agentplane.dev/v1alpha1\nkind: Process\nmetadata: {name: a}\nspec:\n  args: [x]\n");
         assert!(missing.message.contains("missing field `command`"), "{missing}");
