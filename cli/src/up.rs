@@ -154,6 +154,17 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         eprintln!("  ui:     agentplane ui{flags}   (a new inspector link: each logs in once)");
     }
 
+    // Said again once every resource found has been taken once: what starting them
+    // logged (sessions resuming, sandboxes starting) would otherwise bury the link.
+    let mut first_pass = store.first_pass();
+    let inspector = crate::ui::inspector_url(&url, code.as_deref());
+    let ready_state = state.root().to_path_buf();
+    tokio::spawn(async move {
+        if first_pass.wait_for(|done| *done).await.is_ok() {
+            eprintln!("agentplane up: ready; status in {}", ready_state.display());
+            eprintln!("  inspector: {inspector}");
+        }
+    });
     let server_task = tokio::spawn(server.run());
     let store_result = store.run(shutdown.clone()).await;
     shutdown.cancel();

@@ -16,6 +16,8 @@ use tokio::time::Instant;
 pub struct WorkQueue<K> {
     inner: Mutex<Inner<K>>,
     ready: Notify,
+    /// Told whenever the last key is done and none waits.
+    idle: Notify,
 }
 
 struct Inner<K> {
@@ -41,6 +43,7 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
                 closed: false,
             }),
             ready: Notify::new(),
+            idle: Notify::new(),
         })
     }
 
@@ -125,12 +128,32 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
             inner.queue.push_back(key.clone());
             drop(inner);
             self.ready.notify_one();
+        } else if inner.queue.is_empty() && inner.active.is_empty() {
+            drop(inner);
+            self.idle.notify_waiters();
+        }
+    }
+
+    /// Resolves once nothing waits and nothing is being worked on (keys scheduled for
+    /// later do not count): what was added so far is done.
+    pub async fn idle(&self) {
+        loop {
+            // Made before looking, so that a `done` in between is not missed.
+            let notified = self.idle.notified();
+            {
+                let inner = self.lock();
+                if inner.closed || (inner.queue.is_empty() && inner.active.is_empty()) {
+                    return;
+                }
+            }
+            notified.await;
         }
     }
 
     pub fn close(&self) {
         self.lock().closed = true;
         self.ready.notify_waiters();
+        self.idle.notify_waiters();
     }
 
     pub fn len(&self) -> usize {
@@ -145,6 +168,30 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn idle_waits_for_what_was_added_to_be_done_and_for_nothing_more() {
+        let q = WorkQueue::new();
+        q.idle().await;
+        q.add("a");
+        q.add("b");
+        let waiting = {
+            let q = Arc::clone(&q);
+            tokio::spawn(async move { q.idle().await })
+        };
+        let a = q.next().await.unwrap();
+        q.done(&a);
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished(), "b still waits");
+        let b = q.next().await.unwrap();
+        q.add("a");
+        q.done(&b);
+        let a = q.next().await.unwrap();
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished(), "a is being worked on again");
+        q.done(&a);
+        waiting.await.unwrap();
+    }
 
     #[tokio::test]
     async fn a_key_waits_once_and_runs_again_if_added_while_active() {

@@ -782,6 +782,15 @@ fn the_examples_converge_as_the_readme_says() {
         });
     }
     assert!(up.state().read_errors().is_empty(), "every example file parses");
+    // Once every resource was taken once, the link is said again, after what starting
+    // them logged.
+    let log = up.wait("up to say it is ready", || {
+        let log = fs::read_to_string(&up.log).ok()?;
+        log.contains("agentplane up: ready").then_some(log)
+    });
+    let ready = log.find("agentplane up: ready").unwrap();
+    assert!(log[ready..].contains("  inspector: http://"), "{log}");
+    assert!(log[..ready].contains("session started"), "said after the sessions started: {log}");
     let demo = record_of(&up, "sessions", "default", "demo").unwrap();
     assert_eq!(demo["status"]["deliveredMessages"], 2);
     let claude = record_of(&up, "sessions", "default", "claude").unwrap();

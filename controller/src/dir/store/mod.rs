@@ -186,6 +186,8 @@ struct Inner {
     /// managed sandboxes') started with it, so a run older than this ended with the
     /// previous `up` (see `ProcessInput::own_node_agent_since`).
     opened_at: time::OffsetDateTime,
+    /// True once every resource found at the start has been reconciled once.
+    first_pass: tokio::sync::watch::Sender<bool>,
 }
 
 #[derive(Clone)]
@@ -252,6 +254,7 @@ impl DirStore {
                 wake,
                 wake_rx: Mutex::new(Some(wake_rx)),
                 opened_at: time::OffsetDateTime::now_utc(),
+                first_pass: tokio::sync::watch::Sender::new(false),
             }
         });
         Ok(DirStore { inner })
@@ -259,6 +262,12 @@ impl DirStore {
 
     pub fn state(&self) -> &StateDir {
         &self.inner.state
+    }
+
+    /// Turns true once every resource found when `run` started has been reconciled
+    /// once (`up` then says it is ready, after what starting them logged).
+    pub fn first_pass(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.inner.first_pass.subscribe()
     }
 
     /// Watches, reconciles and writes status until `shutdown`.
@@ -280,6 +289,13 @@ impl DirStore {
         }
         // Everything is looked at once after a start: the node agent may have lost what it ran.
         inner.enqueue_all();
+        {
+            let (queue, first_pass) = (Arc::clone(&inner.queue), inner.first_pass.clone());
+            tokio::spawn(async move {
+                queue.idle().await;
+                first_pass.send_replace(true);
+            });
+        }
         let mut workers = tokio::task::JoinSet::new();
         for _ in 0..inner.config.workers.max(1) {
             let inner = Arc::clone(inner);
