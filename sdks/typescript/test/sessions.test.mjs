@@ -103,8 +103,11 @@ test("questions are answered and declined; a reply to a request never asked is r
     status: 404,
   });
   await assert.rejects(plane.sessions.replyQuestion(id, questions[0].id, [["no"]]), { code: "conflict" });
-  // Only a failed session restarts.
-  await assert.rejects(plane.sessions.restart(id), { code: "conflict", status: 409 });
+  // A live session's agent restarts (between turns, in the same conversation)...
+  const restarted = await plane.sessions.restart(id);
+  assert.equal(restarted.agentSessionId, (await plane.sessions.get(id)).agentSessionId);
   const ended = await plane.sessions.end(id);
   assert.equal(ended.state, "ended");
+  // ...an ended one does not.
+  await assert.rejects(plane.sessions.restart(id), { code: "conflict", status: 409 });
 });
