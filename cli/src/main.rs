@@ -16,6 +16,7 @@ mod convert;
 mod cp;
 mod diff;
 mod edit;
+mod env;
 mod fs;
 mod get;
 mod kubeconfig;
@@ -98,6 +99,10 @@ enum Command {
     /// Print a link to the web inspector of the `agentplane up` running on --dir, with
     /// a one-time login code (valid 10 minutes) in its fragment.
     Ui(ui::UiArgs),
+    /// Print shell assignments of AGENTPLANE_URL and AGENTPLANE_TOKEN for the
+    /// `agentplane up` running on --dir: `eval "$(agentplane env --dir DIR)"`, then
+    /// the SDK's `AgentPlane.connect()`, `curl` or `agentplane proc ls` reach it.
+    Env(env::EnvArgs),
     /// Print a shell's completion script: `source <(agentplane completion bash)`, or
     /// `agentplane completion zsh > "${fpath[1]}/_agentplane"`,
     /// `agentplane completion fish > ~/.config/fish/completions/agentplane.fish`.
@@ -176,6 +181,7 @@ fn main() {
             Command::Restart(args) => restart::restart(args).await,
             Command::AgentSession(args) => agent_session::run(args).await,
             Command::Ui(args) => ui::run(args).await,
+            Command::Env(args) => env::run(args),
             Command::Completion(args) => completion::run(args, Cli::command()),
             Command::SandboxExec(args) => Ok(agentplane_controller::dir::managed::launch::exec(&args.launch)),
         };

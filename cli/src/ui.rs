@@ -45,7 +45,7 @@ pub fn inspector_url(base: &str, code: Option<&str>) -> String {
 }
 
 /// `scheme://host:port` of `base`, its wildcard host made loopback.
-fn origin_of(base: &str) -> Option<String> {
+pub fn origin_of(base: &str) -> Option<String> {
     let (scheme, rest) = base.split_once("://")?;
     let authority = rest.split('/').next()?;
     let authority = match authority.rsplit_once(':') {

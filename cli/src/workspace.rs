@@ -183,8 +183,8 @@ impl Workspace {
         }
     }
 
-    /// The node agent of the running `agentplane up`.
-    pub fn node_agent(&self) -> anyhow::Result<Client> {
+    /// The running `agentplane up`; none is an error saying how to start one.
+    pub fn running_up(&self) -> anyhow::Result<UpInfo> {
         let Some(info) = self.up() else {
             bail!(
                 "no `agentplane up` is running on {}: start one with `agentplane up --dir {}`",
@@ -192,6 +192,12 @@ impl Workspace {
                 crate::printing::shell_quote(&self.dir.to_string_lossy())
             )
         };
+        Ok(info)
+    }
+
+    /// The node agent of the running `agentplane up`.
+    pub fn node_agent(&self) -> anyhow::Result<Client> {
+        let info = self.running_up()?;
         Ok(Client::new(&info.url, info.token)?)
     }
 

@@ -1,6 +1,7 @@
 //! What the web inspector gets from `agentplane up`: its resources listed and streamed
 //! from the store (a file broken and fixed reaches an open stream as it is saved), the
-//! link `up` prints and the one `agentplane ui` prints, each logging a page in once.
+//! link `up` prints and the one `agentplane ui` prints, each logging a page in once;
+//! `agentplane env`, whose assignments let a shell (and the SDK) reach that node agent.
 
 use crate::common;
 use crate::dir_up;
@@ -200,6 +201,53 @@ async fn the_link_up_prints_and_the_one_agentplane_ui_prints_each_log_a_page_in_
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("no `agentplane up` is running") && stderr.contains("agentplane up --dir"), "{stderr}");
+}
+
+#[tokio::test]
+async fn agentplane_env_lets_a_shell_reach_the_node_agent_of_up() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("d");
+    let up = DirUp::start(&dir, &[]);
+    let info = up.state().read_up().unwrap();
+
+    // As a user does it: `eval "$(agentplane env --dir DIR)"`, in a POSIX shell.
+    let script = r#"eval "$("$0" env --dir "$1")" && printf '%s\n%s\n' "$AGENTPLANE_URL" "$AGENTPLANE_TOKEN""#;
+    let out = std::process::Command::new("sh")
+        .args(["-c", script])
+        .arg(common::bin())
+        .arg(&dir)
+        .env_remove("AGENTPLANE_DIR")
+        .env("AGENTPLANE_TOKEN", "stale")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let (url, token) = stdout.trim_end().split_once('\n').unwrap_or_else(|| panic!("two lines, not {stdout:?}"));
+    assert_eq!(url, info.url);
+    assert_eq!(Some(token), info.token.as_deref());
+
+    // The URL with the token answers; without it, it does not.
+    let http = reqwest::Client::new();
+    let sessions = format!("{url}/v1/sessions");
+    let answer = http.get(&sessions).bearer_auth(token).send().await.unwrap();
+    assert_eq!(answer.status(), 200, "{}", answer.text().await.unwrap());
+    let body: serde_json::Value = answer.json().await.unwrap();
+    assert!(body.is_array() || body["sessions"].is_array(), "{body}");
+    assert_eq!(http.get(&sessions).send().await.unwrap().status(), 401);
+
+    // A folder no `up` runs on: said, with how to start one, and nothing to eval.
+    let other = root.path().join("other");
+    fs::create_dir(&other).unwrap();
+    let out = std::process::Command::new(common::bin())
+        .args(["env", "--dir"])
+        .arg(&other)
+        .env_remove("AGENTPLANE_DIR")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty(), "{}", String::from_utf8_lossy(&out.stdout));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("no `agentplane up` is running") && stderr.contains("agentplane up --dir"), "{stderr}");
 }

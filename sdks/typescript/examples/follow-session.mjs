@@ -13,15 +13,17 @@
 //   SESSION_ID        the session to follow
 //   OFFSET            optional: print only events after this sequence (default 0)
 //
-// Run it (from sdks/typescript, after `npx tsc -p tsconfig.json`):
+// Run it on the `agentplane up` of a folder (`agentplane env` sets AGENTPLANE_URL and
+// AGENTPLANE_TOKEN for it):
 //
-//   AGENTPLANE_URL=http://127.0.0.1:2468 AGENTPLANE_TOKEN=... SESSION_ID=... OFFSET=7 \
-//     AGENTPLANE_BIN=../../target/debug/agentplane node --experimental-websocket examples/follow-session.mjs
+//   eval "$(agentplane env --dir DIR)"
+//   SESSION_ID=... OFFSET=7 node examples/follow-session.mjs
 //
-// Without AGENTPLANE_URL it starts a node agent of its own ($AGENTPLANE_BIN) with a
-// short mock session to follow, so that it runs alone too:
+// Without AGENTPLANE_URL it starts a node agent of its own ($AGENTPLANE_BIN if set,
+// else `agentplane` on the PATH) with a short mock session to follow, so that it runs
+// alone too:
 //
-//   AGENTPLANE_BIN=../../target/debug/agentplane node --experimental-websocket examples/follow-session.mjs
+//   AGENTPLANE_BIN=../../target/debug/agentplane node examples/follow-session.mjs
 //
 // The events go to stdout, one per line; anything else goes to stderr.
 import { AgentPlane } from "@agentplane/sdk";
@@ -40,7 +42,7 @@ if (process.env.AGENTPLANE_URL) {
     console.error("SESSION_ID is required with AGENTPLANE_URL");
     process.exit(2);
   }
-  plane = AgentPlane.connect({ baseUrl: process.env.AGENTPLANE_URL, token: process.env.AGENTPLANE_TOKEN });
+  plane = AgentPlane.connect(); // AGENTPLANE_URL and AGENTPLANE_TOKEN
 } else {
   plane = await AgentPlane.start();
   sessionId = (await plane.sessions.create({ agent: "mock" })).id;

@@ -6,14 +6,15 @@
 // The mock is scripted by cue words: `permission` makes it ask before a `bash`
 // tool call, whose command is whatever follows `run ` in the message.
 //
-// Run it (from sdks/typescript, after `npx tsc -p tsconfig.json`):
+// Run it with AGENTPLANE_BIN naming the binary, else `agentplane` on the PATH (from
+// sdks/typescript in the repository, after `cargo build -p agentplane`):
 //
 //   AGENTPLANE_BIN=../../target/debug/agentplane node --experimental-websocket examples/mock-conversation.mjs
 import { AgentPlane } from "@agentplane/sdk";
 
 const message = "ask permission to run echo hello from the tool";
 
-const plane = await AgentPlane.start(); // the binary is $AGENTPLANE_BIN
+const plane = await AgentPlane.start(); // $AGENTPLANE_BIN if set, else `agentplane` on the PATH
 try {
   const session = await plane.sessions.create({ agent: "mock" });
   console.log(`session ${session.id} (agent ${session.agent})`);

@@ -6,12 +6,13 @@
 // Node 20 has WebSocket only behind --experimental-websocket (Node 22 and later
 // have it by default; or pass one to AgentPlane.connect({ WebSocket })).
 //
-// Run it (from sdks/typescript, after `npx tsc -p tsconfig.json`):
+// Run it with AGENTPLANE_BIN naming the binary, else `agentplane` on the PATH (from
+// sdks/typescript in the repository, after `cargo build -p agentplane`):
 //
 //   AGENTPLANE_BIN=../../target/debug/agentplane node --experimental-websocket examples/terminal.mjs
 import { AgentPlane } from "@agentplane/sdk";
 
-const plane = await AgentPlane.start(); // the binary is $AGENTPLANE_BIN
+const plane = await AgentPlane.start(); // $AGENTPLANE_BIN if set, else `agentplane` on the PATH
 try {
   const proc = await plane.processes.create({
     command: "bash",

@@ -80,6 +80,7 @@ export function setLauncher(launch: Launcher): void {
  *
  * ```ts
  * const plane = AgentPlane.connect({ baseUrl: "http://127.0.0.1:2468", token });
+ * const fromEnv = AgentPlane.connect(); // $AGENTPLANE_URL and $AGENTPLANE_TOKEN
  * await using local = await AgentPlane.start(); // Node: a node agent of its own
  * ```
  */
@@ -111,9 +112,23 @@ export class AgentPlane implements AsyncDisposable {
     this.#stop = launched?.stop;
   }
 
-  /** A client of a node agent that runs already. Makes no request. */
-  static connect(options: ConnectOptions): AgentPlane {
-    return new AgentPlane(options);
+  /**
+   * A client of a node agent that runs already. Makes no request.
+   *
+   * Without `baseUrl` (Node), it is `$AGENTPLANE_URL` and the token `$AGENTPLANE_TOKEN`:
+   * what `eval "$(agentplane env --dir DIR)"` sets for the `agentplane up` on DIR. A
+   * `baseUrl` given is never paired with the environment's token.
+   */
+  static connect(options: Partial<ConnectOptions> = {}): AgentPlane {
+    if (options.baseUrl !== undefined) return new AgentPlane({ ...options, baseUrl: options.baseUrl });
+    const env = (globalThis as { process?: { env?: Record<string, string | undefined> } }).process?.env ?? {};
+    const baseUrl = env["AGENTPLANE_URL"];
+    if (!baseUrl) {
+      throw new Error(
+        'AgentPlane.connect() needs a baseUrl, or AGENTPLANE_URL (and AGENTPLANE_TOKEN) in the environment: eval "$(agentplane env --dir DIR)"',
+      );
+    }
+    return new AgentPlane({ ...options, baseUrl, token: options.token ?? (env["AGENTPLANE_TOKEN"] || undefined) });
   }
 
   /**

@@ -1,11 +1,11 @@
-import type { Http } from "./http.js";
+import type { Http, RequestBody } from "./http.js";
 import { AgentPlaneNetworkError } from "./errors.js";
 import { retriable, sleep } from "./follow.js";
 import { parseSse } from "./sse.js";
 import type { FsEntries, FsEntry, FsEvent, FsUploadResult } from "./types.js";
 
 /** What a file's bytes may be given as: every body `fetch` takes. */
-export type FileBody = BodyInit;
+export type FileBody = RequestBody;
 
 /** Options of {@link Files.write}. */
 export interface WriteOptions {

@@ -34,12 +34,19 @@ export type CallOptions<O> = ([PathParams<O>] extends [never | undefined] ? { pa
   query?: QueryParams<O>;
   body?: JsonRequest<O>;
   /** A body that is not JSON (a file's bytes, a tar stream), sent as it is. */
-  raw?: { body: BodyInit; contentType: string } | undefined;
+  raw?: { body: RequestBody; contentType: string } | undefined;
   signal?: AbortSignal | undefined;
   headers?: Record<string, string>;
 };
 
 export type Fetch = typeof globalThis.fetch;
+
+/**
+ * Every body `fetch` takes. Named through `RequestInit`, not the DOM's `BodyInit`, so
+ * that the emitted types compile with the DOM lib (browsers) and with `@types/node`
+ * alone (Node, whose globals declare `RequestInit` but no `BodyInit`).
+ */
+export type RequestBody = NonNullable<RequestInit["body"]>;
 
 /**
  * The one place requests are made: the base URL, the bearer token, JSON in and out,

@@ -6,6 +6,7 @@
 // The node agent is $AGENTPLANE_BIN, else the workspace's target/debug/agentplane.
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
+import { readFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { test } from "node:test";
 import { fileURLToPath } from "node:url";
@@ -121,6 +122,17 @@ function eventLines(stdout) {
 function range(from, to) {
   return Array.from({ length: to - from + 1 }, (_, i) => from + i);
 }
+
+test("quickstart: the READMEs' example, shown as it is in both and run as plain JavaScript", async () => {
+  const source = readFileSync(join(root, "examples/quickstart.mjs"), "utf8");
+  for (const readme of ["README.md", "../../README.md"]) {
+    const text = readFileSync(join(root, readme), "utf8");
+    assert.ok(text.includes("```js\n" + source + "```\n"), `${readme} does not show examples/quickstart.mjs as it is`);
+  }
+  const result = await runExample("quickstart.mjs").done;
+  assertSucceeded(result);
+  assert.match(result.stdout, /^mock reply #1 to: ask permission to run echo hi \(ran `echo hi`\)$/m, describe(result));
+});
 
 test("mock-conversation: answers the permission, streams the reply, ends the session", async () => {
   const result = await runExample("mock-conversation.mjs").done;

@@ -1,5 +1,6 @@
 // AgentPlane.start(): a node agent of the caller's own, and nothing of it left
-// once disposed: not the node agent, not what it ran, not its data directory.
+// once disposed: not the node agent, not what it ran, not its data directory; and
+// AgentPlane.connect() with no arguments, which reaches one through the environment.
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { existsSync, readFileSync } from "node:fs";
@@ -73,4 +74,32 @@ test("a program that dies without dispose() takes its node agent and its process
 test("start() says why when the binary cannot serve", async () => {
   await assert.rejects(AgentPlane.start({ binary: "/nonexistent/agentplane" }), /could not run \/nonexistent\/agentplane/);
   await assert.rejects(AgentPlane.start({ binary: BINARY, args: ["--max-sessions", "0"] }), /exited before serving/);
+});
+
+test("connect() with no arguments reads AGENTPLANE_URL and AGENTPLANE_TOKEN, as `agentplane env` sets them", async (t) => {
+  const plane = await AgentPlane.start({ binary: BINARY });
+  t.after(() => plane.dispose());
+  const saved = { url: process.env.AGENTPLANE_URL, token: process.env.AGENTPLANE_TOKEN };
+  t.after(() => {
+    for (const [key, value] of [["AGENTPLANE_URL", saved.url], ["AGENTPLANE_TOKEN", saved.token]]) {
+      if (value === undefined) delete process.env[key];
+      else process.env[key] = value;
+    }
+  });
+
+  delete process.env.AGENTPLANE_URL;
+  delete process.env.AGENTPLANE_TOKEN;
+  assert.throws(() => AgentPlane.connect(), /AGENTPLANE_URL/);
+
+  process.env.AGENTPLANE_URL = plane.baseUrl;
+  process.env.AGENTPLANE_TOKEN = plane.token;
+  const fromEnv = AgentPlane.connect();
+  assert.equal(fromEnv.token, plane.token);
+  const made = await plane.processes.create({ command: "true" });
+  assert.ok((await fromEnv.processes.list()).some((p) => p.id === made.id));
+
+  // A baseUrl given is never sent the environment's token.
+  const named = AgentPlane.connect({ baseUrl: plane.baseUrl });
+  assert.equal(named.token, undefined);
+  await assert.rejects(named.processes.list(), (error) => error.code === "unauthorized");
 });

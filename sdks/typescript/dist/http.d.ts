@@ -1,0 +1,82 @@
+import type { paths } from "./generated/openapi.js";
+type Method = "get" | "post" | "put" | "delete";
+/** The operation at `P` for method `M`, from the generated document types. */
+type Operation<P extends keyof paths, M extends Method> = paths[P] extends Record<M, infer O> ? O : never;
+/** The JSON body of the operation's 2xx answer. */
+type SuccessBody<O> = O extends {
+    responses: infer R;
+} ? {
+    [S in keyof R]: S extends 200 | 201 | 202 ? R[S] extends {
+        content: {
+            "application/json": infer T;
+        };
+    } ? T : never : never;
+}[keyof R] : never;
+type JsonRequest<O> = O extends {
+    requestBody: {
+        content: {
+            "application/json": infer B;
+        };
+    };
+} ? B : O extends {
+    requestBody?: {
+        content: {
+            "application/json": infer B;
+        };
+    };
+} ? B | undefined : never;
+type PathParams<O> = O extends {
+    parameters: {
+        path: infer X;
+    };
+} ? X : never;
+type QueryParams<O> = O extends {
+    parameters: {
+        query?: infer X;
+    };
+} ? Loose<X> : never;
+/** Optional fields that also take `undefined` (left out of the query). */
+export type Loose<T> = {
+    [K in keyof T]?: T[K] | undefined;
+};
+/** What a call names beyond method and path: each part typed by the operation. */
+export type CallOptions<O> = ([PathParams<O>] extends [never | undefined] ? {
+    path?: never;
+} : {
+    path: PathParams<O>;
+}) & {
+    query?: QueryParams<O>;
+    body?: JsonRequest<O>;
+    /** A body that is not JSON (a file's bytes, a tar stream), sent as it is. */
+    raw?: {
+        body: RequestBody;
+        contentType: string;
+    } | undefined;
+    signal?: AbortSignal | undefined;
+    headers?: Record<string, string>;
+};
+export type Fetch = typeof globalThis.fetch;
+/**
+ * Every body `fetch` takes. Named through `RequestInit`, not the DOM's `BodyInit`, so
+ * that the emitted types compile with the DOM lib (browsers) and with `@types/node`
+ * alone (Node, whose globals declare `RequestInit` but no `BodyInit`).
+ */
+export type RequestBody = NonNullable<RequestInit["body"]>;
+/**
+ * The one place requests are made: the base URL, the bearer token, JSON in and out,
+ * and every failure turned into {@link AgentPlaneError} (an answer) or
+ * {@link AgentPlaneNetworkError} (none). Typed by the generated `paths`, so a route,
+ * parameter or body the server does not have does not compile.
+ */
+export declare class Http {
+    #private;
+    readonly baseUrl: string;
+    constructor(baseUrl: string | URL, token: string | undefined, fetchImpl: Fetch | undefined);
+    /** Calls an operation and returns its JSON answer. */
+    call<P extends keyof paths, M extends Method>(method: M, path: P, options: CallOptions<Operation<P, M>>): Promise<SuccessBody<Operation<P, M>>>;
+    /** Calls an operation and returns the raw 2xx response (for streams and text). */
+    send<P extends keyof paths, M extends Method>(method: M, path: P, options: CallOptions<Operation<P, M>>): Promise<Response>;
+    /** `path` with its `{name}` parameters filled in (encoded) and the query appended. */
+    url(path: string, params?: Record<string, string>, query?: object): string;
+}
+export {};
