@@ -88,7 +88,7 @@ impl Columns {
                 // After a clean stop of `up` its agent was stopped with it (the
                 // conversation resumes when `up` runs again), as a Process's run was.
                 let (phase, reason) = match recorded {
-                    Some(p) if self.stopped_cleanly.get() && !FINAL_PHASES.contains(&p.as_str()) => {
+                    Some(p) if self.stopped_cleanly.get() && !FINAL_PHASES.contains(&p.as_str()) && p != "Pending" => {
                         (Some("Stopped".to_string()), "UpStopped".to_string())
                     }
                     recorded => {
@@ -211,7 +211,8 @@ pub(super) fn process_phase(
     conditions: &[Condition],
     stopped_cleanly: bool,
 ) -> (Option<String>, String, bool) {
-    let alive = recorded.as_deref().is_some_and(|p| !FINAL_PHASES.contains(&p));
+    // Pending never started: what it waits for is still what it waits for.
+    let alive = recorded.as_deref().is_some_and(|p| !FINAL_PHASES.contains(&p) && p != "Pending");
     if stopped_cleanly && alive {
         return (Some("Stopped".into()), "UpStopped".into(), false);
     }

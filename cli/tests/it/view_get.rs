@@ -32,6 +32,10 @@ fn without_up_the_status_is_shown_as_of_when_up_last_ran() {
         "chat.yaml",
         "apiVersion: agentplane.dev/v1alpha1\nkind: Session\nmetadata: {name: chat}\nspec: {agent: mock, messages: [hi]}\n",
     );
+    d.write(
+        "waiting.yaml",
+        "apiVersion: agentplane.dev/v1alpha1\nkind: Session\nmetadata: {name: waiting}\nspec: {agent: mock, envFrom: [{file: none.env}]}\n",
+    );
     d.start();
     d.wait_phase("sleeper", "Running");
     d.wait_record("sessions", "chat", "idle", |r| r["status"]["phase"] == "Idle");
@@ -64,6 +68,9 @@ fn without_up_the_status_is_shown_as_of_when_up_last_ran() {
     let (sessions, _) = d.ok(&["get", "sessions"]);
     let chat = cells(&sessions, "chat");
     assert_eq!((chat["PHASE"].as_str(), chat["REASON"].as_str()), ("Stopped", "UpStopped"), "{sessions}");
+    // One that never started still says what it waits for.
+    let waiting = cells(&sessions, "waiting");
+    assert_eq!(waiting["REASON"], "EnvNotResolved", "{sessions}");
     // A program reading JSON still gets JSON alone on stdout.
     let (json, _) = d.ok(&["get", "proc", "-o", "json"]);
     assert_eq!(serde_json::from_str::<serde_json::Value>(&json).unwrap()["items"][0]["status"]["phase"], "Running");
