@@ -110,14 +110,16 @@ export function SessionList() {
               {sorted.map((s) => {
                 const pending = s.pendingPermissions.length + s.pendingQuestions.length;
                 const last = lastActivity(s);
+                const name = nameOf(s);
                 return (
                   <tr key={s.id} {...rowLink(href("sessions", s.id))}>
                     <td>
                       <a href={href("sessions", s.id)} className="mono name" title={`open session ${s.id}`}>
-                        {nameOf(s) ?? <span className="muted">unnamed</span>}
+                        {name ?? s.id}
                       </a>
                     </td>
-                    <td className="mono small muted">{s.id}</td>
+                    {/* Unnamed (made through the API without a label), its id is its name. */}
+                    <td className="mono small muted">{name === undefined ? "" : s.id}</td>
                     <td>
                       {s.agent}
                       {s.model && <span className="muted"> · {s.model}</span>}
