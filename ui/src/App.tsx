@@ -185,9 +185,18 @@ const NAV: [route: string, label: string][] = [
   ["requests", "Requests"],
 ];
 
+/**
+ * The view an address without one opens: under `agentplane up` (its node agent serves
+ * resources) the Resources view, which lists what the folder declares, started or not;
+ * else the node agent's sessions.
+ */
+export function home(connection: Connection): string {
+  return connection.resources ? "resources" : "sessions";
+}
+
 function Shell({ connection, onDisconnect }: { connection: Connection; onDisconnect: () => void }) {
   const route = useRoute();
-  const section = route[0] ?? "sessions";
+  const section = route[0] ?? home(connection);
   const nav = NAV.filter(([name]) => name !== "resources" || connection.resources);
   useEffect(() => {
     const titles: Record<string, string> = { sessions: "Sessions", terminals: "Terminals", agents: "Agents", resources: "Resources", requests: "Requests" };
@@ -196,7 +205,7 @@ function Shell({ connection, onDisconnect }: { connection: Connection; onDisconn
   return (
     <div className="app">
       <header className="topbar">
-        <a className="brand" href={href("sessions")}>
+        <a className="brand" href={href(home(connection))}>
           <span className="logo" aria-hidden="true">
             ◆
           </span>{" "}
@@ -225,7 +234,7 @@ function Shell({ connection, onDisconnect }: { connection: Connection; onDisconn
 }
 
 function View({ route, connection }: { route: Route; connection: Connection }) {
-  const [section = "sessions", id] = route;
+  const [section = home(connection), id] = route;
   switch (section) {
     case "sessions":
       return id ? <ConversationView key={id} sessionId={id} /> : <SessionList />;

@@ -1,6 +1,7 @@
-// Under `agentplane up`: the link it prints logs in at once (and only once), the
-// Resources view lists what the folder declares with its phases, and a broken file's
-// error appears while the page is open.
+// Under `agentplane up`: the link it prints logs in at once (and only once) and opens
+// on the Resources view, which lists what the folder declares with its phases (names
+// first, ids second, a Pending session with its reason; a row opens wherever it is
+// clicked), and a broken file's error appears while the page is open.
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
 import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
@@ -9,7 +10,7 @@ import { join } from "node:path";
 import test from "node:test";
 import { promisify } from "node:util";
 
-import { REPO, browserTest, launchBrowser, openPage, screenshot, sessionsView, startUp, waitFor } from "./helpers.mjs";
+import { REPO, browserTest, launchBrowser, openPage, routeId, screenshot, sessionsView, startUp, waitFor } from "./helpers.mjs";
 
 const run = promisify(execFile);
 
@@ -78,17 +79,16 @@ browserTest(test, "up: the printed link logs in once, the Resources view and a b
   assert.ok(token, "up made a token");
   for (const line of up.output) assert.ok(!line.includes(token), `up printed its token: ${line}`);
 
-  // The link connects at once: no form, the Sessions view.
+  // The link connects at once: no form, and (under up) the Resources view, not Sessions.
   const browser = await launchBrowser(t);
   const page = await openPage(t, up.url, { browser });
-  await sessionsView(page, 30_000);
+  await page.getByRole("heading", { name: "Resources", exact: true, level: 1 }).waitFor({ timeout: 30_000 });
+  const nav = page.getByRole("navigation", { name: "Main" });
+  assert.equal(await nav.getByRole("link", { name: "Resources", exact: true }).getAttribute("aria-current"), "page", "the Resources nav link is current");
   assert.doesNotMatch(page.url(), /code=/, "the code is taken out of the address");
   await screenshot(t, page, "logged-in-by-link");
 
   // The Resources view: every resource up has, with its phase.
-  const nav = page.getByRole("navigation", { name: "Main" });
-  await nav.getByRole("link", { name: "Resources", exact: true }).click();
-  await page.getByRole("heading", { name: "Resources", exact: true, level: 1 }).waitFor();
   let api;
   let shown;
   await waitFor(
@@ -124,6 +124,60 @@ browserTest(test, "up: the printed link logs in once, the Resources view and a b
   // The resources are still listed beside it.
   assert.ok((await shownResources(page)).Processes.some((row) => row.name === "shell"));
   await screenshot(t, page, "broken-file-error");
+
+  // examples/claude-session.yaml's Session waits for claude.env, which is not there:
+  // listed Pending with its reason, and without a link (no node-agent session yet).
+  const sessionRows = page.getByRole("table", { name: "Sessions", exact: true }).locator("tbody tr");
+  const claudeRow = sessionRows.filter({ has: page.locator(".name", { hasText: /^claude$/ }) });
+  await claudeRow.filter({ hasText: "EnvNotResolved" }).waitFor({ timeout: 30_000 });
+  const claudeText = await claudeRow.innerText();
+  t.diagnostic(`the pending session's row: ${claudeText.replace(/\s+/g, " ")}`);
+  assert.match(claudeText, /Pending/);
+  assert.match(claudeText, /claude\.env/, "the reason's message names the missing file");
+  assert.equal(await claudeRow.locator("a").count(), 0, "a session not started has nothing to open");
+  await screenshot(t, page, "pending-session");
+
+  // The mock session demo: its name first, its id second, and its whole row opens it.
+  const demo = await waitFor("the Session demo to have started on the node agent", async () => {
+    const { body } = await resourcesApi(page);
+    const r = body.resources.find((r) => r.kind === "Session" && r.name === "demo");
+    return r?.sessionId && r.phase !== "Pending" && r;
+  }, 30_000);
+  const demoRow = sessionRows.filter({ has: page.locator(".name", { hasText: /^demo$/ }) });
+  await demoRow.locator("a", { hasText: /^demo$/ }).waitFor({ timeout: 30_000 });
+  const nameCell = await demoRow.locator("td").first().innerText();
+  assert.ok(nameCell.startsWith("demo"), `the name comes first: ${JSON.stringify(nameCell)}`);
+  assert.ok(nameCell.indexOf(demo.sessionId) > nameCell.indexOf("demo"), `the id comes second: ${JSON.stringify(nameCell)}`);
+  // A click on the row's Namespace cell, not on its link.
+  await demoRow.locator("td").nth(1).click();
+  assert.equal(await routeId(page, "sessions"), demo.sessionId, "the row opened its session");
+  await page.getByRole("heading", { name: demo.sessionId, exact: true, level: 1 }).waitFor();
+  await screenshot(t, page, "resource-row-opened");
+
+  // The Sessions list: names first, ids second, the row opens; the pending one listed apart.
+  await nav.getByRole("link", { name: "Sessions", exact: true }).click();
+  await sessionsView(page);
+  const listed = page.getByRole("table", { name: "Sessions", exact: true }).locator("tbody tr").filter({ hasText: demo.sessionId });
+  await listed.waitFor();
+  const cells = await listed.locator("td").allInnerTexts();
+  assert.equal(cells[0], "demo", `the Name column first: ${JSON.stringify(cells)}`);
+  assert.equal(cells[1], demo.sessionId, `the id second: ${JSON.stringify(cells)}`);
+  const notStarted = page.getByRole("table", { name: "Sessions not started", exact: true }).locator("tbody tr").filter({ hasText: "claude" });
+  await notStarted.filter({ hasText: "EnvNotResolved" }).waitFor();
+  await screenshot(t, page, "sessions-named");
+  await listed.locator("td").nth(2).click(); // its State cell
+  assert.equal(await routeId(page, "sessions"), demo.sessionId, "the Sessions row opened its session");
+  await page.getByRole("heading", { name: demo.sessionId, exact: true, level: 1 }).waitFor();
+
+  // A terminal on another sandbox (examples/sandboxed.yaml) cannot open here: when it
+  // runs, its row says the command that attaches to it.
+  const { body: now } = await resourcesApi(page);
+  const sandboxed = now.resources.find((r) => r.kind === "Process" && r.name === "sandboxed-shell");
+  t.diagnostic(`sandboxed-shell: ${sandboxed?.phase} on ${sandboxed?.sandbox}`);
+  if (sandboxed && sandboxed.phase !== "Pending" && sandboxed.sandbox !== "local") {
+    await nav.getByRole("link", { name: "Resources", exact: true }).click();
+    await page.getByText("agentplane attach process/sandboxed-shell --dir DIR", { exact: true }).waitFor();
+  }
 
   // The code was for one login only: the same link again is refused, in words.
   const second = await openPage(t, up.url, { browser });

@@ -5,6 +5,7 @@ import type { FileError, ResourceList, ResourceView } from "@agentplane/sdk";
 import { useEffect, useState } from "react";
 import { useConnection } from "../context";
 import { absoluteTime, errorText, relativeTime, useNow } from "../format";
+import { rowLink } from "../components/rowLink";
 import { href } from "../router";
 
 const GROUPS: [kind: string, title: string][] = [
@@ -122,16 +123,17 @@ function ResourceTable({ title, items, now }: { title: string; items: ResourceVi
             </thead>
             <tbody>
               {items.map((r) => (
-                <tr key={`${r.kind}/${r.namespace}/${r.name}`}>
+                <tr key={`${r.kind}/${r.namespace}/${r.name}`} {...rowLink(opens(r))}>
                   <td>
                     <ResourceName resource={r} />
                     {(r.reason || r.message) && (
-                      <div className="muted small">
+                      <div className="muted small reason">
                         {r.reason}
                         {r.reason && r.message ? ": " : ""}
                         {r.message}
                       </div>
                     )}
+                    <AttachHint resource={r} />
                   </td>
                   <td className="muted">{r.namespace}</td>
                   <td>{r.phase ? <span className={`badge phase-${r.phase.toLowerCase()}`}>{r.phase}</span> : <span className="muted">—</span>}</td>
@@ -162,29 +164,71 @@ function ResourceTable({ title, items, now }: { title: string; items: ResourceVi
   );
 }
 
+/** Whether it runs on the node agent serving this page (`local`), where its ids open. */
+function isHere(resource: ResourceView): boolean {
+  return !resource.sandbox || resource.sandbox === "local";
+}
+
+/**
+ * Whether its node-agent process or session exists yet: a Pending one (its env file
+ * missing, its sandbox not ready) has an id that names nothing so far.
+ */
+function started(resource: ResourceView): boolean {
+  return resource.phase !== "Pending";
+}
+
+/** Its id on its node agent, once it has started there. */
+function nodeId(resource: ResourceView): string | undefined {
+  const id = resource.kind === "Process" ? resource.processId : resource.kind === "Session" ? resource.sessionId : undefined;
+  return id && started(resource) ? id : undefined;
+}
+
+/** The address that opens it in this page (its terminal or its conversation), if it can. */
+export function opens(resource: ResourceView): string | undefined {
+  const id = nodeId(resource);
+  if (!id || !isHere(resource)) return undefined;
+  return resource.kind === "Process" ? href("terminals", id) : href("sessions", id);
+}
+
+/** Its name first, then its id on its node agent (or why there is none yet). */
 function ResourceName({ resource }: { resource: ResourceView }) {
-  // Its ids are on its sandbox's node agent: only those of this one (`local`) open here.
-  const here = !resource.sandbox || resource.sandbox === "local";
-  if (!here && (resource.processId || resource.sessionId)) {
-    return (
-      <span className="mono" title={`${resource.processId ?? resource.sessionId} on the node agent of sandbox ${resource.sandbox}`}>
-        {resource.name}
-      </span>
-    );
-  }
-  if (resource.kind === "Process" && resource.processId) {
-    return (
-      <a href={href("terminals", resource.processId)} className="mono" title={`open process ${resource.processId}`}>
-        {resource.name}
-      </a>
-    );
-  }
-  if (resource.kind === "Session" && resource.sessionId) {
-    return (
-      <a href={href("sessions", resource.sessionId)} className="mono" title={`open session ${resource.sessionId}`}>
-        {resource.name}
-      </a>
-    );
-  }
-  return <span className="mono">{resource.name}</span>;
+  const target = opens(resource);
+  const id = nodeId(resource);
+  const what = resource.kind === "Process" ? "process" : "session";
+  return (
+    <>
+      {target ? (
+        <a href={target} className="mono name" title={`open ${what} ${id}`}>
+          {resource.name}
+        </a>
+      ) : (
+        <span className="mono name" title={id && !isHere(resource) ? `${id} on the node agent of sandbox ${resource.sandbox}` : undefined}>
+          {resource.name}
+        </span>
+      )}
+      {id ? (
+        <div className="muted small mono resource-id">{id}</div>
+      ) : (
+        (resource.kind === "Process" || resource.kind === "Session") && <div className="muted small resource-id">not started</div>
+      )}
+    </>
+  );
+}
+
+/**
+ * A terminal of a Process on another sandbox: its ids are on that sandbox's node agent,
+ * which this page holds no token for, so the command that attaches to it instead.
+ */
+function AttachHint({ resource }: { resource: ResourceView }) {
+  if (resource.kind !== "Process" || isHere(resource) || !started(resource)) return null;
+  const spec = (resource.spec ?? {}) as { tty?: unknown; stdin?: unknown };
+  if (!spec.tty && !spec.stdin) return null;
+  const namespace = resource.namespace && resource.namespace !== "default" ? ` -n ${resource.namespace}` : "";
+  return (
+    <div className="small attach-hint">
+      Its terminal is on sandbox {resource.sandbox}'s node agent; attach with{" "}
+      <code className="command-line">{`agentplane attach process/${resource.name}${namespace} --dir DIR`}</code> (DIR: the folder{" "}
+      <code>agentplane up</code> watches).
+    </div>
+  );
 }

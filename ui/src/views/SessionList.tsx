@@ -1,9 +1,10 @@
 // The sessions of the node agent, and the form that starts one.
-import type { AgentInfo, AgentModels, AgentModes, CreateSessionRequest, PermissionMode, SessionInfo } from "@agentplane/sdk";
+import type { AgentInfo, AgentModels, AgentModes, CreateSessionRequest, PermissionMode, ResourceView, SessionInfo } from "@agentplane/sdk";
 import { useEffect, useRef, useState } from "react";
 import { Field } from "../components/Field";
 import { useConnection } from "../context";
 import { absoluteTime, errorText, relativeTime, useNow } from "../format";
+import { rowLink } from "../components/rowLink";
 import { href, navigate } from "../router";
 
 const POLL_MS = 3000;
@@ -12,9 +13,17 @@ export function StateBadge({ state }: { state: string }) {
   return <span className={`badge state-${state}`}>{state === "awaitingInput" ? "awaiting input" : state}</span>;
 }
 
+/** A declared Session's name as a person wrote it (`NAME`, or `NAMESPACE/NAME` outside `default`). */
+function resourceName(r: ResourceView): string {
+  return r.namespace && r.namespace !== "default" ? `${r.namespace}/${r.name}` : r.name;
+}
+
 export function SessionList() {
-  const { plane } = useConnection();
+  const { plane, resources } = useConnection();
   const [sessions, setSessions] = useState<SessionInfo[] | undefined>();
+  // Under `agentplane up`: its Session resources, which name the sessions it started
+  // and list those it has not (Pending, with why).
+  const [declared, setDeclared] = useState<ResourceView[]>([]);
   const [error, setError] = useState<string | undefined>();
   const [creating, setCreating] = useState(false);
   // The time of each session's newest event, fetched again only when its lastSequence moves.
@@ -27,8 +36,9 @@ export function SessionList() {
     let timer: ReturnType<typeof setTimeout> | undefined;
     const load = async () => {
       try {
-        const list = await plane.sessions.list(stop.signal);
+        const [list, resourceList] = await Promise.all([plane.sessions.list(stop.signal), resources?.list(stop.signal)]);
         setSessions(list);
+        if (resourceList) setDeclared(resourceList.resources.filter((r) => r.kind === "Session"));
         setError(undefined);
         const stale = list.filter((s) => s.lastSequence > 0 && activity.current.get(s.id)?.sequence !== s.lastSequence);
         await Promise.all(
@@ -50,8 +60,16 @@ export function SessionList() {
       stop.abort();
       clearTimeout(timer);
     };
-  }, [plane]);
+  }, [plane, resources]);
 
+  const byId = new Map(declared.filter((r) => r.sessionId).map((r) => [r.sessionId, r]));
+  const known = new Set((sessions ?? []).map((s) => s.id));
+  // Declared but with no node-agent session yet (its env file missing, its sandbox not ready).
+  const notStarted = declared.filter((r) => r.phase === "Pending" && !(r.sessionId && known.has(r.sessionId)));
+  const nameOf = (s: SessionInfo): string | undefined => {
+    const r = byId.get(s.id);
+    return r ? resourceName(r) : (s.label ?? undefined);
+  };
   const lastActivity = (s: SessionInfo) => activity.current.get(s.id)?.time ?? s.endedAt ?? s.createdAt;
   const sorted = [...(sessions ?? [])].sort((a, b) => Date.parse(lastActivity(b)) - Date.parse(lastActivity(a)));
 
@@ -76,9 +94,10 @@ export function SessionList() {
         <p className="muted pad">No sessions yet. Start one with “New session”.</p>
       ) : (
         <div className="table-wrap">
-          <table className="grid">
+          <table className="grid" aria-label="Sessions">
             <thead>
               <tr>
+                <th scope="col">Name</th>
                 <th scope="col">Session</th>
                 <th scope="col">Agent</th>
                 <th scope="col">State</th>
@@ -91,14 +110,16 @@ export function SessionList() {
               {sorted.map((s) => {
                 const pending = s.pendingPermissions.length + s.pendingQuestions.length;
                 const last = lastActivity(s);
+                const name = nameOf(s);
                 return (
-                  <tr key={s.id}>
+                  <tr key={s.id} {...rowLink(href("sessions", s.id))}>
                     <td>
-                      <a href={href("sessions", s.id)} className="mono">
-                        {s.id}
+                      <a href={href("sessions", s.id)} className="mono name" title={`open session ${s.id}`}>
+                        {name ?? s.id}
                       </a>
-                      {s.label && <div className="muted small">{s.label}</div>}
                     </td>
+                    {/* Unnamed (made through the API without a label), its id is its name. */}
+                    <td className="mono small muted">{name === undefined ? "" : s.id}</td>
                     <td>
                       {s.agent}
                       {s.model && <span className="muted"> · {s.model}</span>}
@@ -124,7 +145,46 @@ export function SessionList() {
           </table>
         </div>
       )}
+      {notStarted.length > 0 && <NotStarted sessions={notStarted} />}
     </section>
+  );
+}
+
+/** Sessions the folder declares that have no node-agent session yet, and why. */
+function NotStarted({ sessions }: { sessions: ResourceView[] }) {
+  return (
+    <div className="resource-group">
+      <h2>
+        Declared, not started <span className="muted small">{sessions.length}</span>
+      </h2>
+      <div className="table-wrap">
+        <table className="grid" aria-label="Sessions not started">
+          <thead>
+            <tr>
+              <th scope="col">Name</th>
+              <th scope="col">Phase</th>
+              <th scope="col">Why</th>
+              <th scope="col">File</th>
+            </tr>
+          </thead>
+          <tbody>
+            {sessions.map((r) => (
+              <tr key={`${r.namespace}/${r.name}`}>
+                <td className="mono name">{resourceName(r)}</td>
+                <td>
+                  <span className="badge phase-pending">{r.phase}</span>
+                </td>
+                <td className="small">
+                  {r.reason ?? <span className="muted">waiting</span>}
+                  {r.message ? `: ${r.message}` : ""}
+                </td>
+                <td className="mono small">{r.file ?? ""}</td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      </div>
+    </div>
   );
 }
 
