@@ -33,6 +33,7 @@ pub struct ApplyArgs {
 #[derive(Args, Debug)]
 pub struct DeleteArgs {
     /// KIND/NAME ..., or KIND NAME ...
+    #[arg(add = clap_complete::ArgValueCandidates::new(crate::completion::resource_refs))]
     resources: Vec<String>,
     /// Delete what these files (or directories of files) declare.
     #[arg(short = 'f', long = "filename", conflicts_with = "resources")]

@@ -19,6 +19,7 @@ use crate::workspace::ref_name;
 #[derive(Args, Debug)]
 pub struct DiffArgs {
     /// session/NAME (or NAME) of a Session with `spec.workspace.git`.
+    #[arg(add = clap_complete::ArgValueCandidates::new(crate::completion::resource_refs))]
     session: String,
     /// Colour the diff: `auto` (on a terminal), `always` or `never`.
     #[arg(long, value_enum, default_value = "auto")]

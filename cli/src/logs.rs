@@ -28,6 +28,7 @@ use crate::workspace::{parse_duration, parse_one, ref_name};
 #[derive(Args, Debug)]
 pub struct LogsArgs {
     /// process/NAME (or NAME): its output; session/NAME: its events.
+    #[arg(add = clap_complete::ArgValueCandidates::new(crate::completion::resource_refs))]
     process: String,
     /// Keep following until the process exits (the session ends).
     #[arg(short, long)]
@@ -64,6 +65,7 @@ pub struct LogsArgs {
 #[derive(Args, Debug)]
 pub struct AttachArgs {
     /// process/NAME (or NAME) of a process with `tty` (or `stdin`) in its spec.
+    #[arg(add = clap_complete::ArgValueCandidates::new(crate::completion::resource_refs))]
     process: String,
     /// The namespace of the resource (default: the kubeconfig context's, else `default`).
     #[arg(short, long)]

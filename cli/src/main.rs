@@ -122,6 +122,8 @@ struct SandboxExecArgs {
 }
 
 fn main() {
+    // `COMPLETE=bash agentplane ...`: the shell asks what may come next (see `completion`).
+    clap_complete::CompleteEnv::with_factory(Cli::command).complete();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         // A mistyped command line is an error like any other (exit 1); help is not.
@@ -182,7 +184,7 @@ fn main() {
             Command::AgentSession(args) => agent_session::run(args).await,
             Command::Ui(args) => ui::run(args).await,
             Command::Env(args) => env::run(args),
-            Command::Completion(args) => completion::run(args, Cli::command()),
+            Command::Completion(args) => completion::run(args),
             Command::SandboxExec(args) => Ok(agentplane_controller::dir::managed::launch::exec(&args.launch)),
         };
         match result {

@@ -16,7 +16,7 @@ use crate::store::{Store, StoreArgs};
 #[derive(Args, Debug)]
 pub struct RestartArgs {
     /// process/NAME or session/NAME; several at once, or KIND NAME ...
-    #[arg(required = true)]
+    #[arg(required = true, add = clap_complete::ArgValueCandidates::new(crate::completion::resource_refs))]
     resources: Vec<String>,
     /// The namespace of the resources (default: the kubeconfig context's, else `default`).
     #[arg(short, long)]

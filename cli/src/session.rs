@@ -16,6 +16,7 @@ use crate::store::{Store, StoreArgs};
 #[derive(Args, Debug)]
 pub struct SendArgs {
     /// session/NAME (or NAME).
+    #[arg(add = clap_complete::ArgValueCandidates::new(crate::completion::resource_refs))]
     session: String,
     /// What to say; appended to spec.messages.
     text: String,
@@ -30,6 +31,7 @@ pub struct SendArgs {
 #[command(group = clap::ArgGroup::new("reply").required(true).args(["decision", "answer", "reject"]))]
 pub struct ReplyArgs {
     /// session/NAME (or NAME).
+    #[arg(add = clap_complete::ArgValueCandidates::new(crate::completion::resource_refs))]
     session: String,
     /// The id of the question or permission request (`agentplane describe session NAME`).
     id: String,

@@ -52,6 +52,7 @@ pub enum GetFormat {
 pub struct GetArgs {
     /// processes (proc), sessions (sess), sandboxes (sbx), sandboxtemplates (sbxt) or
     /// sandboxwarmpools (sbxpool); or KIND/NAME.
+    #[arg(add = clap_complete::ArgValueCandidates::new(crate::completion::resource_refs))]
     kind: String,
     /// Only this resource.
     name: Option<String>,
@@ -74,7 +75,7 @@ pub struct GetArgs {
 #[derive(Args, Debug)]
 pub struct DescribeArgs {
     /// process, session or sandbox, and its name: `process web` or `process/web`.
-    #[arg(required = true, num_args = 1..=2)]
+    #[arg(required = true, num_args = 1..=2, add = clap_complete::ArgValueCandidates::new(crate::completion::resource_refs))]
     resource: Vec<String>,
     /// The namespace of the resource (default: the kubeconfig context's, else `default`).
     #[arg(short, long)]

@@ -198,8 +198,10 @@ fn a_reply_to_a_request_that_is_not_pending_is_refused_in_the_cluster_store() {
     assert_eq!(spec(&runtime).replies.len(), 1);
 }
 
+/// The completion scripts are dynamic: loaded into a real bash, they ask the binary,
+/// which completes verbs, flags, and the kinds and resources of the folder's state.
 #[test]
-fn completion_scripts_load_and_know_the_verbs() {
+fn completion_scripts_load_and_complete_verbs_and_the_folders_resources() {
     let out = agentplane().args(["completion", "bash"]).output().unwrap();
     let script = ok(out, &["completion", "bash"]);
     let dir = tempfile::tempdir().unwrap();
@@ -207,22 +209,43 @@ fn completion_scripts_load_and_know_the_verbs() {
     std::fs::write(&file, &script).unwrap();
     let checked = Command::new("bash").arg("-n").arg(&file).output().unwrap();
     assert!(checked.status.success(), "bash -n: {}", String::from_utf8_lossy(&checked.stderr));
-    // Loaded into a real bash, it completes the verbs.
-    let words = Command::new("bash")
-        .arg("-c")
-        .arg(r#"source "$1"; COMP_WORDS=(agentplane re); COMP_CWORD=1; COMP_LINE="agentplane re"; COMP_POINT=13; _agentplane agentplane re agentplane; printf '%s\n' "${COMPREPLY[@]}""#)
-        .arg("bash")
-        .arg(&file)
-        .output()
-        .unwrap();
-    let offered = String::from_utf8(words.stdout).unwrap();
-    assert!(offered.lines().any(|w| w == "reply"), "{offered}");
-    for verb in ["send", "reply", "session", "completion", "get", "describe", "delete"] {
-        assert!(script.contains(verb), "the bash script does not know {verb}");
+    // A folder `up` ran on: one Process and one Session recorded in its state.
+    let folder = dir.path().join("demo");
+    let state = agentplane_controller::dir::state::StateDir::new(folder.join(".agentplane"));
+    state.create().unwrap();
+    for yaml in [
+        "apiVersion: agentplane.dev/v1alpha1\nkind: Process\nmetadata: {name: web, namespace: default}\nspec: {command: sleep}\n",
+        "apiVersion: agentplane.dev/v1alpha1\nkind: Session\nmetadata: {name: chat, namespace: default}\nspec: {agent: mock}\n",
+    ] {
+        let declared = agentplane_controller::dir::parse::parse_file("x.yaml", yaml).unwrap();
+        state.write(&declared[0].object).unwrap();
     }
+    let complete = |line: &str| {
+        let words: Vec<&str> = line.split(' ').collect();
+        let script = format!(
+            r#"source "$1"; COMP_WORDS=({}); COMP_CWORD={}; COMP_LINE="{line}"; COMP_POINT={}; COMP_TYPE=9; _clap_complete_agentplane agentplane "{}" "{}"; printf '%s\n' "${{COMPREPLY[@]}}""#,
+            words.iter().map(|w| format!("\"{w}\"")).collect::<Vec<_>>().join(" "),
+            words.len() - 1,
+            line.len(),
+            words[words.len() - 1],
+            words[words.len().saturating_sub(2)],
+        );
+        let out =
+            Command::new("bash").arg("-c").arg(script).arg("bash").arg(&file).current_dir(dir.path()).output().unwrap();
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let verbs = complete("agentplane re");
+    assert!(verbs.lines().any(|w| w.trim() == "reply") && verbs.lines().any(|w| w.trim() == "restart"), "{verbs}");
+    let resources = complete("agentplane attach --dir demo pro");
+    assert!(resources.lines().any(|w| w.trim() == "process/web"), "{resources}");
+    let sessions = complete("agentplane logs --dir demo session/");
+    assert!(sessions.lines().any(|w| w.trim() == "session/chat"), "{sessions}");
+    assert!(!sessions.contains("process/web"), "{sessions}");
+    let kinds = complete("agentplane describe --dir demo sa");
+    assert!(kinds.lines().any(|w| w.trim() == "sandbox/"), "{kinds}");
     for shell in ["zsh", "fish"] {
         let script = ok(agentplane().args(["completion", shell]).output().unwrap(), &["completion", shell]);
-        assert!(script.contains("agentplane") && script.contains("reply"), "{shell}: {script}");
+        assert!(script.contains("agentplane") && script.contains("COMPLETE"), "{shell}: {script}");
     }
     let out = common::into_closed_pipe(&["completion", "bash"], &[], None);
     assert!(out.status.success(), "a closed pipe: {}", String::from_utf8_lossy(&out.stderr));
