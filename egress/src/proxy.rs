@@ -1,0 +1,324 @@
+//! The allowlisting HTTP proxy of one sandbox, served outside it on a Unix socket:
+//! `CONNECT` tunnels and plain `http://` requests to the destinations its allowlist
+//! names, 403 (counted, the last ones kept) to the rest.
+
+use std::collections::VecDeque;
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpStream, UnixListener, UnixStream};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::Allowlist;
+use crate::allowlist::authority;
+use crate::bridge::accept_loop;
+use crate::head::{BadRequest, HEAD_TIMEOUT, HeadError, MAX_HEAD, parse_request, read_head, request_head_ended};
+
+/// How long connecting to a destination may take before the client gets a 502.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Refused destinations kept for [`Proxy::last_denied`]: enough to name what an agent
+/// was trying, small enough for a status message.
+const LAST_DENIED: usize = 10;
+/// After an error answer, how long and how much of the client's unread input is drained
+/// before closing: closing a socket with unread input resets the connection, and the
+/// client may then lose the answer just written.
+const LINGER: Duration = Duration::from_secs(2);
+const LINGER_BYTES: u64 = 64 * 1024;
+
+/// The allowlisting HTTP proxy of one sandbox: `CONNECT` tunnels and plain `http://`
+/// requests to allowed destinations, 403 to the rest.
+#[derive(Debug)]
+pub struct Proxy {
+    allowlist: Allowlist,
+    allowed: AtomicU64,
+    denied: AtomicU64,
+    last_denied: Mutex<VecDeque<String>>,
+    /// The denied count, for whoever wants to hear of each denial at once.
+    denials: watch::Sender<u64>,
+}
+
+impl Proxy {
+    pub fn new(allowlist: Allowlist) -> Proxy {
+        Proxy {
+            allowlist,
+            allowed: AtomicU64::new(0),
+            denied: AtomicU64::new(0),
+            last_denied: Mutex::new(VecDeque::with_capacity(LAST_DENIED)),
+            denials: watch::channel(0).0,
+        }
+    }
+
+    pub fn allowlist(&self) -> &Allowlist {
+        &self.allowlist
+    }
+
+    /// Connections refused by the allowlist since the proxy was made.
+    pub fn denied(&self) -> u64 {
+        self.denied.load(Ordering::Relaxed)
+    }
+
+    /// The last refused destinations (`host:port`), newest last, repeats included.
+    pub fn last_denied(&self) -> Vec<String> {
+        self.last_denied.lock().unwrap_or_else(|e| e.into_inner()).iter().cloned().collect()
+    }
+
+    /// Connections the allowlist let through (whether or not the destination answered).
+    pub fn allowed_connections(&self) -> u64 {
+        self.allowed.load(Ordering::Relaxed)
+    }
+
+    /// The denied count, changed on each denial: [`last_denied`](Self::last_denied)
+    /// already holds the destination when a subscriber wakes.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.denials.subscribe()
+    }
+
+    /// Serves connections from `listener` until `shutdown`; then closes those still open.
+    pub async fn serve(self: Arc<Self>, listener: UnixListener, shutdown: CancellationToken) {
+        accept_loop(listener, shutdown, "network proxy", move |client| {
+            let proxy = Arc::clone(&self);
+            async move { proxy.handle(client).await }
+        })
+        .await
+    }
+
+    fn record_denial(&self, host: &str, port: u16) {
+        tracing::warn!(host, port, "connection refused by the allowlist");
+        {
+            let mut last = self.last_denied.lock().unwrap_or_else(|e| e.into_inner());
+            if last.len() == LAST_DENIED {
+                last.pop_front();
+            }
+            last.push_back(authority(host, port));
+        }
+        let count = self.denied.fetch_add(1, Ordering::Relaxed) + 1;
+        // Two denials at once may finish out of order; the watch only moves forward.
+        self.denials.send_if_modified(|seen| {
+            let newer = count > *seen;
+            if newer {
+                *seen = count;
+            }
+            newer
+        });
+    }
+
+    async fn handle(&self, mut client: UnixStream) {
+        let buf = match tokio::time::timeout(HEAD_TIMEOUT, read_head(&mut client, request_head_ended)).await {
+            Ok(Ok(buf)) => buf,
+            Ok(Err(HeadError::TooLarge)) => return refuse(&mut client, BadRequest::TooLarge).await,
+            Ok(Err(HeadError::Closed)) => return,
+            Ok(Err(HeadError::Io(error))) => {
+                tracing::debug!(%error, "reading a request head failed");
+                return;
+            }
+            Err(_) => {
+                tracing::debug!("no request head within {} s; closing", HEAD_TIMEOUT.as_secs());
+                return;
+            }
+        };
+        let request = match parse_request(&buf) {
+            Ok(request) => request,
+            Err(bad) => return refuse(&mut client, bad).await,
+        };
+        let (host, port) = (request.host.as_str(), request.port);
+        if !self.allowlist.allows(host, port) {
+            self.record_denial(host, port);
+            let body = format!("agentplane: {} is not in this sandbox's network allowlist\n", authority(host, port));
+            return answer_and_close(&mut client, 403, "Forbidden", &body).await;
+        }
+        self.allowed.fetch_add(1, Ordering::Relaxed);
+        let mut upstream = match connect(host, port).await {
+            Ok(upstream) => upstream,
+            Err(problem) => {
+                tracing::debug!(host, port, %problem, "could not connect to an allowed destination");
+                let body = format!("agentplane: could not connect to {}: {problem}\n", authority(host, port));
+                return answer_and_close(&mut client, 502, "Bad Gateway", &body).await;
+            }
+        };
+        tracing::debug!(host, port, "connection allowed");
+        let started = match &request.forward {
+            None => client.write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n").await,
+            Some(head) => upstream.write_all(head).await,
+        };
+        let early = &buf[request.head_len..];
+        let started = match started {
+            Ok(()) => upstream.write_all(early).await,
+            Err(error) => Err(error),
+        };
+        if let Err(error) = started {
+            tracing::debug!(host, port, %error, "starting the relay failed");
+            return;
+        }
+        if let Err(error) = tokio::io::copy_bidirectional(&mut client, &mut upstream).await {
+            tracing::debug!(host, port, %error, "relay ended with an error");
+        }
+    }
+}
+
+/// Connects to an allowed destination; DNS resolution happens here (off the runtime,
+/// in tokio's blocking pool), outside the sandbox.
+async fn connect(host: &str, port: u16) -> io::Result<TcpStream> {
+    match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect((host, port))).await {
+        Ok(Ok(stream)) => {
+            // Tunnels carry interactive protocols (TLS handshakes, SSE): no batching.
+            let _ = stream.set_nodelay(true);
+            Ok(stream)
+        }
+        Ok(Err(error)) => Err(error),
+        Err(_) => {
+            Err(io::Error::new(io::ErrorKind::TimedOut, format!("no answer within {} s", CONNECT_TIMEOUT.as_secs())))
+        }
+    }
+}
+
+async fn refuse(client: &mut UnixStream, bad: BadRequest) {
+    match bad {
+        BadRequest::TooLarge => {
+            let body = format!("agentplane: the request head is larger than {} KiB\n", MAX_HEAD / 1024);
+            answer_and_close(client, 431, "Request Header Fields Too Large", &body).await
+        }
+        BadRequest::Malformed(problem) => {
+            let body =
+                format!("agentplane: this proxy takes CONNECT host:port or an absolute http:// URL: {problem}\n");
+            answer_and_close(client, 400, "Bad Request", &body).await
+        }
+    }
+}
+
+/// Writes a short text answer, then closes, draining a little unread input first (see
+/// [`LINGER`]).
+async fn answer_and_close(client: &mut UnixStream, status: u16, reason: &str, body: &str) {
+    let answer = format!(
+        "HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\n\
+         Connection: close\r\n\r\n{body}",
+        body.len()
+    );
+    if client.write_all(answer.as_bytes()).await.is_err() || client.shutdown().await.is_err() {
+        return;
+    }
+    let _ =
+        tokio::time::timeout(LINGER, tokio::io::copy(&mut (&mut *client).take(LINGER_BYTES), &mut tokio::io::sink()))
+            .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::*;
+
+    #[test]
+    fn last_denied_keeps_the_newest_ten() {
+        let proxy = Proxy::new(Allowlist::default());
+        for port in 1..=12 {
+            proxy.record_denial("blocked.test", port);
+        }
+        proxy.record_denial("::1", 8080);
+        assert_eq!(proxy.denied(), 13);
+        let last = proxy.last_denied();
+        assert_eq!(last.len(), 10);
+        assert_eq!(last.first().map(String::as_str), Some("blocked.test:4"));
+        assert_eq!(last.last().map(String::as_str), Some("[::1]:8080"));
+    }
+
+    #[tokio::test]
+    async fn connect_forwards_bytes_sent_with_the_head() {
+        let echo = echo_server().await;
+        let harness = start_proxy(&[&format!("127.0.0.1:{echo}")]);
+        let mut stream = UnixStream::connect(&harness.socket).await.expect("connect to the proxy");
+        let request = format!("CONNECT 127.0.0.1:{echo} HTTP/1.1\r\nHost: 127.0.0.1:{echo}\r\n\r\nearly bytes");
+        stream.write_all(request.as_bytes()).await.expect("write");
+        let expected = b"HTTP/1.1 200 Connection Established\r\n\r\nearly bytes";
+        let mut answer = vec![0u8; expected.len()];
+        within("the answer", stream.read_exact(&mut answer)).await.expect("read");
+        assert_eq!(String::from_utf8_lossy(&answer), String::from_utf8_lossy(expected));
+    }
+
+    #[tokio::test]
+    async fn connect_to_a_refused_port_is_403_and_counted() {
+        let echo = echo_server().await;
+        let harness = start_proxy(&[&format!("127.0.0.1:{echo}")]);
+        let mut denials = harness.proxy.subscribe();
+        let refused = other_port(echo);
+        let request = format!("CONNECT 127.0.0.1:{refused} HTTP/1.1\r\nHost: 127.0.0.1:{refused}\r\n\r\n");
+        let answer = exchange(&harness.socket, request.as_bytes()).await;
+
+        assert!(answer.starts_with("HTTP/1.1 403 Forbidden\r\n"), "{answer:?}");
+        assert!(answer.contains("\r\nConnection: close\r\n"), "{answer:?}");
+        let body = format!("agentplane: 127.0.0.1:{refused} is not in this sandbox's network allowlist\n");
+        assert!(answer.ends_with(&body), "{answer:?}");
+        within("the denial to be told", denials.changed()).await.expect("the proxy is alive");
+        assert_eq!(*denials.borrow(), 1);
+        assert_eq!(harness.proxy.denied(), 1);
+        assert_eq!(harness.proxy.last_denied(), vec![format!("127.0.0.1:{refused}")]);
+        assert_eq!(harness.proxy.allowed_connections(), 0);
+    }
+
+    #[tokio::test]
+    async fn plain_get_to_a_refused_host_is_403() {
+        let harness = start_proxy(&["api.example.com:443"]);
+        let answer =
+            exchange(&harness.socket, b"GET http://blocked.test/ HTTP/1.1\r\nHost: blocked.test\r\n\r\n").await;
+        assert!(answer.starts_with("HTTP/1.1 403 Forbidden\r\n"), "{answer:?}");
+        assert_eq!(harness.proxy.last_denied(), vec!["blocked.test:80".to_string()]);
+    }
+
+    #[tokio::test]
+    async fn malformed_and_unproxiable_heads_are_400() {
+        let harness = start_proxy(&["127.0.0.1"]);
+        let requests: [&[u8]; 6] = [
+            b"this is not http\r\n\r\n",
+            b"\x00\xff\x16\x03\x01 garbage\r\n\r\n",
+            b"GET /path HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+            b"GET https://127.0.0.1/ HTTP/1.1\r\n\r\n",
+            b"CONNECT 127.0.0.1 HTTP/1.1\r\n\r\n",
+            b"CONNECT 127.0.0.1:99999 HTTP/1.1\r\n\r\n",
+        ];
+        for request in requests {
+            let answer = exchange(&harness.socket, request).await;
+            assert!(answer.starts_with("HTTP/1.1 400 Bad Request\r\n"), "{request:?}: {answer:?}");
+        }
+        assert_eq!(harness.proxy.denied() + harness.proxy.allowed_connections(), 0);
+        // The proxy is still serving after all that.
+        let answer = exchange(&harness.socket, b"CONNECT blocked.test:443 HTTP/1.1\r\n\r\n").await;
+        assert!(answer.starts_with("HTTP/1.1 403 "), "{answer:?}");
+    }
+
+    #[tokio::test]
+    async fn an_oversized_head_is_431() {
+        let harness = start_proxy(&["127.0.0.1"]);
+        let mut stream = UnixStream::connect(&harness.socket).await.expect("connect to the proxy");
+        let (mut reader, mut writer) = stream.split();
+        let mut head = b"GET http://127.0.0.1/ HTTP/1.1\r\nX-Big: ".to_vec();
+        head.resize(MAX_HEAD + 4096, b'a');
+        let writing = async {
+            // The proxy may stop reading once it has seen enough; that is not a failure.
+            let _ = writer.write_all(&head).await;
+        };
+        let mut answer = Vec::new();
+        let reading = reader.read_to_end(&mut answer);
+        let ((), read) = within("the answer", async { tokio::join!(writing, reading) }).await;
+        read.expect("read the answer");
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(answer.starts_with("HTTP/1.1 431 Request Header Fields Too Large\r\n"), "{answer:?}");
+    }
+
+    #[tokio::test]
+    async fn shutdown_ends_serving_and_open_tunnels() {
+        let echo = echo_server().await;
+        let harness = start_proxy(&[&format!("127.0.0.1:{echo}")]);
+        let mut stream = UnixStream::connect(&harness.socket).await.expect("connect to the proxy");
+        stream.write_all(format!("CONNECT 127.0.0.1:{echo} HTTP/1.1\r\n\r\n").as_bytes()).await.expect("write");
+        let mut established = vec![0u8; b"HTTP/1.1 200 Connection Established\r\n\r\n".len()];
+        within("the tunnel", stream.read_exact(&mut established)).await.expect("read");
+
+        harness.shutdown.cancel();
+        within("serve to return", harness.served).await.expect("serve ended cleanly");
+        let mut rest = Vec::new();
+        let _ = within("the tunnel to close", stream.read_to_end(&mut rest)).await;
+        assert!(rest.is_empty(), "{rest:?}");
+    }
+}
