@@ -3,7 +3,6 @@
 //! controller restart (a new reconciler that knows only the written status), and a
 //! reply never given to a request it was not written for.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use agentplane_crds::{Session, SessionPhase};
@@ -35,9 +34,14 @@ impl Scene {
     }
 
     async fn pass(&mut self) {
+        self.pass_with_env(&[]).await;
+    }
+
+    /// One reconcile, the store having resolved the env to `env`.
+    async fn pass_with_env(&mut self, env: &[(&str, &str)]) {
         let input = SessionInput {
             session: &self.session,
-            env: Ok(BTreeMap::new()),
+            env: Ok(env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
             spec_problem: None,
             git_credentials: Ok(None),
             mcp_servers: Ok(Vec::new()),
@@ -203,20 +207,6 @@ async fn a_failed_turn_is_a_reason_until_the_next_turn_succeeds() {
     let status = scene.session.status.clone().unwrap();
     assert_eq!(status.failed_turns, 1);
     assert!(conditions::explaining(Some("Idle"), &status.conditions).is_none(), "{:?}", status.conditions);
-}
-
-impl Scene {
-    async fn pass_with_env(&mut self, env: &[(&str, &str)]) {
-        let input = SessionInput {
-            session: &self.session,
-            env: Ok(env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
-            spec_problem: None,
-            git_credentials: Ok(None),
-            mcp_servers: Ok(Vec::new()),
-        };
-        let reconciled = self.reconciler.reconcile(input).await;
-        self.session.status = Some(reconciled.status);
-    }
 }
 
 /// An env file filled in after the session started: the agent is restarted once with
