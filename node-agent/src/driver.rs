@@ -43,6 +43,8 @@ pub struct TurnInput {
 #[derive(Debug, Clone, PartialEq)]
 pub struct TurnOutcome {
     pub failed: bool,
+    /// Cut short by a client's interrupt (the session's, never a driver's, to say).
+    pub interrupted: bool,
     pub error: Option<String>,
     /// The turn's tokens, as the agent reported them (`None`: it reported none).
     pub usage: Option<Usage>,
@@ -50,11 +52,16 @@ pub struct TurnOutcome {
 
 impl TurnOutcome {
     pub fn completed() -> Self {
-        TurnOutcome { failed: false, error: None, usage: None }
+        TurnOutcome { failed: false, interrupted: false, error: None, usage: None }
     }
 
     pub fn failed(error: impl Into<String>) -> Self {
-        TurnOutcome { failed: true, error: Some(error.into()), usage: None }
+        TurnOutcome { failed: true, interrupted: false, error: Some(error.into()), usage: None }
+    }
+
+    /// A turn a client interrupted.
+    pub fn interrupted() -> Self {
+        TurnOutcome { interrupted: true, ..TurnOutcome::completed() }
     }
 
     /// This outcome with the turn's usage.

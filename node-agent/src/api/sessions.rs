@@ -33,6 +33,7 @@ pub(super) fn routes() -> OpenApiRouter<AppState> {
         .routes(utoipa_axum::routes!(get_session, create_session, end_session))
         .routes(utoipa_axum::routes!(send_message))
         .routes(utoipa_axum::routes!(restart_session))
+        .routes(utoipa_axum::routes!(interrupt_session))
         .routes(utoipa_axum::routes!(session_diff))
         .routes(utoipa_axum::routes!(session_events))
         .routes(utoipa_axum::routes!(session_events_sse))
@@ -113,6 +114,23 @@ async fn restart_session(
         serde_json::from_slice(&body).map_err(|e| Error::InvalidRequest(format!("the restart's body: {e}")))?
     };
     Ok(Json(state.sessions.restart(&id, request.env).await?.info()))
+}
+
+/// Cuts the turn under way short, as a person pressing Escape in the agent's own
+/// interface: the agent is stopped in the middle of it, the turn ends `interrupted`
+/// (`turn.ended`), its pending permission requests and questions are cancelled, and
+/// the agent starts again in the same conversation (`session.started` with
+/// `resumed: true`), ready for the next message; messages queued behind the turn run
+/// after it as usual. With no turn under way nothing changes. The answer is the
+/// session as it is (the turn ends a moment later: follow the events).
+#[utoipa::path(post, path = "/v1/sessions/{id}/interrupt", tag = "sessions", params(("id" = String, Path)),
+    responses(
+        (status = 200, body = SessionInfo, description = "Interrupted, or nothing to interrupt"),
+        (status = 404, body = Problem, content_type = "application/problem+json", description = "session_not_found"),
+        (status = 409, body = Problem, content_type = "application/problem+json", description = "conflict: the session has ended or failed"),
+    ))]
+async fn interrupt_session(State(state): State<AppState>, PathId(id): PathId) -> Result<Json<SessionInfo>> {
+    Ok(Json(state.sessions.get(&id)?.interrupt().await?))
 }
 
 /// The session's workspace against the commit it was cloned at, as a unified diff

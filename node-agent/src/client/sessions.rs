@@ -36,6 +36,12 @@ impl Client {
         self.send(self.request(Method::POST, &["sessions", id, "restart"])).await
     }
 
+    /// Cuts the turn under way short (nothing changes when none is): it ends
+    /// `interrupted` and the agent starts again in the same conversation.
+    pub async fn interrupt_session(&self, id: &str) -> ClientResult<SessionInfo> {
+        self.send(self.request(Method::POST, &["sessions", id, "interrupt"])).await
+    }
+
     /// [`Self::restart_session`] with a new environment for the agent (`request.env`).
     pub async fn restart_session_with(&self, id: &str, request: &RestartSessionRequest) -> ClientResult<SessionInfo> {
         self.send(self.request(Method::POST, &["sessions", id, "restart"]).json(request)).await

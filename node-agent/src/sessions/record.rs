@@ -108,6 +108,10 @@ pub struct SessionRecord {
     /// runner stops the agent before the next turn and starts it again, resuming.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     relaunch: bool,
+    /// The turn of this number is to be cut short (see [`Self::interrupt`]). Not
+    /// saved: a turn that a stop of the node agent cut short resumes whole.
+    #[serde(skip)]
+    interrupt: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -235,6 +239,7 @@ impl SessionRecord {
             driver_state: None,
             process_outputs: VecDeque::new(),
             relaunch: false,
+            interrupt: None,
         }
     }
 
@@ -589,6 +594,30 @@ impl SessionRecord {
         Ok(())
     }
 
+    /// Asks for the turn under way to be cut short: its runner stops the agent, ends
+    /// the turn `interrupted` (its pending requests cancelled) and starts the agent
+    /// again, resuming the conversation; later messages run after it as usual. The
+    /// turn's number, or `None` when no turn is under way (nothing to do). An ended
+    /// session is a conflict.
+    pub(super) fn interrupt(&mut self) -> Result<Option<u64>> {
+        if self.state.is_final() {
+            return Err(Error::Conflict(format!(
+                "session {:?} is {:?}: it has no turn to interrupt",
+                self.id, self.state
+            )));
+        }
+        let turn = self.current_turn.as_ref().map(|t| t.number);
+        if turn.is_some() {
+            self.interrupt = turn;
+        }
+        Ok(turn)
+    }
+
+    /// Whether the turn `number` is to be cut short.
+    pub(super) fn interrupt_asked(&self, number: u64) -> bool {
+        self.interrupt == Some(number) && !self.state.is_final()
+    }
+
     /// Whether the runner is to restart the agent before the next turn.
     pub(super) fn relaunch_asked(&self) -> bool {
         self.relaunch && !self.state.is_final()
@@ -664,8 +693,11 @@ impl SessionRecord {
             return false;
         }
         self.current_turn = None;
+        self.interrupt = None;
         self.turns_completed += 1;
-        if outcome.failed {
+        if outcome.interrupted {
+            // Cut short on request: neither a success nor a failure of the agent.
+        } else if outcome.failed {
             self.turns_failed += 1;
             self.turn_error = Some(outcome.error.clone().unwrap_or_else(|| "the turn failed".to_string()));
         } else {
@@ -678,7 +710,13 @@ impl SessionRecord {
         if let Some(usage) = &outcome.usage {
             self.usage.add(usage);
         }
-        let status = if outcome.failed { TurnStatus::Failed } else { TurnStatus::Completed };
+        let status = if outcome.interrupted {
+            TurnStatus::Interrupted
+        } else if outcome.failed {
+            TurnStatus::Failed
+        } else {
+            TurnStatus::Completed
+        };
         batch.push(self.draft(
             EventSource::Daemon,
             EventData::TurnEnded { turn: turn.number, status, error: outcome.error, usage: outcome.usage },
@@ -952,6 +990,30 @@ mod tests {
             record.question_resolution_of_native("q").map(|(outcome, _)| outcome),
             Some(QuestionOutcome::Cancelled)
         );
+    }
+
+    #[test]
+    fn an_interrupt_cuts_short_only_the_turn_under_way_and_ends_it_interrupted() {
+        let mut record = started();
+        assert_eq!(record.interrupt().unwrap(), None, "no turn: nothing to interrupt");
+        assert!(!record.interrupt_asked(1));
+        let (mut record, turn) = waiting();
+        record.queue_message("later".into(), None, 10).unwrap();
+        assert_eq!(record.interrupt().unwrap(), Some(turn.number));
+        assert!(record.interrupt_asked(turn.number));
+        assert!(!record.interrupt_asked(turn.number + 1), "a later turn is not cut short");
+        let mut batch = Batch::default();
+        assert!(record.finish_turn(&turn, TurnOutcome::interrupted(), &mut batch));
+        assert_eq!(kinds(&batch), [EventType::PermissionResolved, EventType::QuestionResolved, EventType::TurnEnded]);
+        let Some(EventData::TurnEnded { status, error, .. }) = batch.drafts().last().map(|d| d.data.clone()) else {
+            panic!("the turn's end is the last event")
+        };
+        assert_eq!((status, error), (TurnStatus::Interrupted, None));
+        assert_eq!((record.turns_failed, record.turn_error.as_deref()), (0, None), "not a failure of the agent");
+        assert!(!record.interrupt_asked(turn.number), "the ask went with the turn");
+        assert!(record.has_next_turn(), "the queued message still runs");
+        assert!(record.end(&mut Batch::default()));
+        assert_eq!(record.interrupt().unwrap_err().code(), "conflict");
     }
 
     #[test]

@@ -15,7 +15,7 @@ use super::session::Session;
 use super::turn::{Next, SessionTurn};
 use crate::agents::install::Installed;
 use crate::agents::{AgentHost, DriverConfig, Launch};
-use crate::driver::{AgentDriver, TurnContext};
+use crate::driver::{AgentDriver, TurnContext, TurnInput, TurnOutcome};
 use crate::error::Error;
 use crate::model::SessionState;
 
@@ -91,15 +91,13 @@ async fn drive(
     ctx: &TurnContext,
     driver: &mut dyn AgentDriver,
 ) -> bool {
-    let interrupted = session.record().current_turn.clone();
-    if let Some(turn) = interrupted {
+    let cut_short = session.record().current_turn.clone();
+    if let Some(turn) = cut_short {
         tracing::info!(session = %session.id, label = ?session.label, turn = turn.number, "resuming a turn");
-        let started = Instant::now();
-        let outcome = driver.run_turn(ctx, &turn, true).await;
-        session.count_turn(&outcome, started);
-        session.refresh_changed_files().await;
-        if session.finish_turn(&turn, outcome).await.is_err() {
-            return false;
+        match run_turn(session, ctx, driver, &turn, true).await {
+            Ran::On => {}
+            Ran::Stop => return false,
+            Ran::Interrupted => return true,
         }
     }
     loop {
@@ -108,14 +106,48 @@ async fn drive(
             Some(Next::Relaunch) => return true,
             None => return false,
         };
-        let started = Instant::now();
-        let outcome = driver.run_turn(ctx, &turn, false).await;
-        session.count_turn(&outcome, started);
-        session.refresh_changed_files().await;
-        if session.finish_turn(&turn, outcome).await.is_err() {
-            return false;
+        match run_turn(session, ctx, driver, &turn, false).await {
+            Ran::On => {}
+            Ran::Stop => return false,
+            Ran::Interrupted => return true,
         }
     }
+}
+
+/// How a turn went, for the runner.
+enum Ran {
+    /// Recorded: on to the next.
+    On,
+    /// The session ended or the node agent stops.
+    Stop,
+    /// A client cut it short: recorded as interrupted; the agent, stopped in the
+    /// middle of it, is started again, resuming its conversation.
+    Interrupted,
+}
+
+/// Runs one turn to its end, or until a client interrupts it, and records its end.
+async fn run_turn(
+    session: &Session,
+    ctx: &TurnContext,
+    driver: &mut dyn AgentDriver,
+    turn: &TurnInput,
+    resume: bool,
+) -> Ran {
+    let started = Instant::now();
+    let mut interrupted = false;
+    let outcome = tokio::select! {
+        outcome = driver.run_turn(ctx, turn, resume) => outcome,
+        () = session.interrupt_asked(turn.number) => {
+            interrupted = true;
+            Ok(TurnOutcome::interrupted())
+        }
+    };
+    session.count_turn(&outcome, started);
+    session.refresh_changed_files().await;
+    if session.finish_turn(turn, outcome).await.is_err() {
+        return Ran::Stop;
+    }
+    if interrupted { Ran::Interrupted } else { Ran::On }
 }
 
 impl Session {

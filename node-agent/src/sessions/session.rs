@@ -197,6 +197,31 @@ impl Session {
         Ok(())
     }
 
+    /// Cuts the turn under way short (see `SessionRecord::interrupt`); answers the
+    /// session as it is. With no turn under way, nothing changes.
+    pub async fn interrupt(&self) -> Result<SessionInfo> {
+        let turn = self.record().interrupt()?;
+        if let Some(turn) = turn {
+            tracing::info!(session = %self.id, label = ?self.label, turn, "interrupt of the turn asked for");
+            self.notify();
+        }
+        Ok(self.info())
+    }
+
+    /// Resolves once the turn `number` is to be cut short; never when the session
+    /// ends (the turn then ends through the driver).
+    pub(super) async fn interrupt_asked(&self, number: u64) {
+        let mut changes = self.changes.subscribe();
+        loop {
+            if self.record().interrupt_asked(number) {
+                return;
+            }
+            if changes.changed().await.is_err() {
+                return std::future::pending().await;
+            }
+        }
+    }
+
     pub(super) async fn reopen(&self, capacity: usize) -> Result<bool> {
         let resumable = self.log.reopen(capacity, || self.record().reopen()).await?;
         tracing::info!(session = %self.id, label = ?self.label, "session restarted");

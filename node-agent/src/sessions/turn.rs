@@ -48,6 +48,7 @@ impl Session {
     /// restart: counted then).
     pub(super) fn count_turn(&self, outcome: &Result<TurnOutcome, Interrupted>, started: Instant) {
         let status = match outcome {
+            Ok(outcome) if outcome.interrupted => "interrupted",
             Ok(outcome) if outcome.failed => "failed",
             Ok(_) => "completed",
             Err(Interrupted::Ended) => "interrupted",
