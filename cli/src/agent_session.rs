@@ -69,21 +69,28 @@ struct CreateArgs {
     /// claude, codex, opencode, pi, gemini, amp, or mock.
     #[arg(long)]
     agent: String,
-    /// A pinned version of the agent (default: the node agent's pin).
-    #[arg(long)]
-    version: Option<String>,
-    /// The agent's own mode (e.g. build, plan).
-    #[arg(long)]
-    agent_mode: Option<String>,
-    #[arg(long, value_enum)]
-    permission_mode: Option<PermissionModeArg>,
-    #[arg(long)]
-    model: Option<String>,
-    #[arg(long)]
-    variant: Option<String>,
+    #[command(flatten)]
+    session: SessionFlags,
     /// The agent's working directory (on the node agent's machine).
     #[arg(long)]
     cwd: Option<String>,
+}
+
+/// What a session is made of: `session create`'s flags, and `acp`'s.
+#[derive(Args, Debug, Clone)]
+pub struct SessionFlags {
+    /// A pinned version of the agent (default: the node agent's pin).
+    #[arg(long)]
+    pub version: Option<String>,
+    /// The agent's own mode (e.g. build, plan).
+    #[arg(long)]
+    pub agent_mode: Option<String>,
+    #[arg(long, value_enum)]
+    permission_mode: Option<PermissionModeArg>,
+    #[arg(long)]
+    pub model: Option<String>,
+    #[arg(long)]
+    pub variant: Option<String>,
     /// KEY=VALUE for the agent's environment, repeatable.
     #[arg(long = "env", short = 'e')]
     env: Vec<String>,
@@ -138,6 +145,13 @@ pub async fn run(args: SessionArgs) -> anyhow::Result<i32> {
 
 impl CreateArgs {
     fn request(&self) -> anyhow::Result<CreateSessionRequest> {
+        Ok(CreateSessionRequest { working_dir: self.cwd.clone(), ..self.session.request(&self.agent)? })
+    }
+}
+
+impl SessionFlags {
+    /// The session of `agent` these flags make (no working directory: the caller's to say).
+    pub fn request(&self, agent: &str) -> anyhow::Result<CreateSessionRequest> {
         let env = self
             .env
             .iter()
@@ -145,7 +159,7 @@ impl CreateArgs {
             .collect::<Option<BTreeMap<_, _>>>()
             .context("--env takes KEY=VALUE")?;
         Ok(CreateSessionRequest {
-            agent: self.agent.clone(),
+            agent: agent.to_string(),
             agent_version: self.version.clone(),
             agent_mode: self.agent_mode.clone(),
             permission_mode: self.permission_mode.map(|m| match m {
@@ -155,7 +169,7 @@ impl CreateArgs {
             }),
             model: self.model.clone(),
             variant: self.variant.clone(),
-            working_dir: self.cwd.clone(),
+            working_dir: None,
             env,
             label: None,
             mcp_servers: Vec::new(),

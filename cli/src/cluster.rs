@@ -70,6 +70,17 @@ impl Cluster {
         }
     }
 
+    /// Creates the resource; refused (409) when it exists.
+    pub async fn create(&self, object: &Object) -> anyhow::Result<()> {
+        let key = object.key();
+        let value: DynamicObject = serde_json::from_value(object.to_json())?;
+        self.api(key.kind, Some(&key.namespace))
+            .create(&kube::api::PostParams::default(), &value)
+            .await
+            .map_err(|e| self.error(e))?;
+        Ok(())
+    }
+
     pub async fn get(&self, key: &Key) -> anyhow::Result<Object> {
         let found = self.api(key.kind, Some(&key.namespace)).get_opt(&key.name).await.map_err(|e| self.error(e))?;
         to_object(key.kind, found.ok_or_else(|| self.not_found(key))?)

@@ -5,6 +5,7 @@
 #[macro_use]
 mod print_macros;
 
+mod acp;
 mod agent;
 mod agent_session;
 mod apply;
@@ -52,6 +53,9 @@ enum Command {
     /// Run the controller and a node agent on a watched directory of YAML resources:
     /// the embedded default, no cluster needed.
     Up(up::UpArgs),
+    /// An ACP agent over stdio, for editors (Zed, JetBrains, Neovim, VS Code): their
+    /// sessions run on a node agent, in a sandbox, or continue a Session resource.
+    Acp(acp::AcpArgs),
     /// Run the controller on a Kubernetes cluster: reconciles the Session, Process and
     /// Sandbox resources of the API server (the cluster store).
     Controller(controller::ControllerArgs),
@@ -165,6 +169,7 @@ fn main() {
     let code = runtime.block_on(async {
         let result = match cli.command {
             Command::Up(args) => up::run(args).await.map(|()| 0),
+            Command::Acp(args) => acp::run(args).await,
             Command::NodeAgent(args) => node_agent::main(args).await,
             Command::Controller(args) => controller::run(args).await.map(|()| 0),
             Command::Proc(args) => proc::run(args).await,

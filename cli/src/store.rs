@@ -149,6 +149,15 @@ impl Store {
 }
 
 impl Store {
+    /// Declares a new resource: in the directory store a file of its own
+    /// (`DIR/NAME.yaml`), on a cluster a create. Either refuses one that exists.
+    pub async fn create(&self, object: &Object) -> anyhow::Result<()> {
+        match self {
+            Store::Dir(workspace) => workspace.declare(object).await,
+            Store::Kube(cluster) => cluster.create(object).await,
+        }
+    }
+
     /// Asks the controller to restart a Process or Session once, with the back-off
     /// reset; returns the resource as it was.
     pub async fn request_restart(&self, key: &Key, at: &str) -> anyhow::Result<Object> {

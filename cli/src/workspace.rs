@@ -290,6 +290,26 @@ impl Workspace {
         edit::lock(&self.state).await
     }
 
+    /// Declares a new resource in a file of its own, `DIR/NAME.yaml`; refused when
+    /// the directory declares it already, or that file exists.
+    pub async fn declare(&self, object: &Object) -> anyhow::Result<()> {
+        let key = object.key();
+        let _lock = self.lock_edits().await?;
+        for file in self.files() {
+            if file.parsed.unwrap_or_default().iter().any(|d| d.object.key() == key) {
+                bail!("{} is declared already, in {}", ref_name(&key), file.relative);
+            }
+        }
+        let path = self.dir.join(format!("{}.yaml", key.name));
+        if path.symlink_metadata().is_ok() {
+            bail!("{} exists already", path.display());
+        }
+        let text = serde_yaml_ng::to_string(&object.to_json())?;
+        // What the store will read: checked before it is written.
+        parse_file(&path.display().to_string(), &text).map_err(|e| anyhow::anyhow!("{e}"))?;
+        edit::write_atomically(&path, text.as_bytes())
+    }
+
     /// Appends `item` to `spec.<list>` of the Session `key` in the file that declares
     /// it, checking that the edited file declares that Session with exactly that item
     /// more and everything else unchanged; returns the list's length and the file.

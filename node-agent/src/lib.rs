@@ -2,6 +2,7 @@
 //! sessions and serves them over HTTP (REST, SSE, WebSocket). It knows nothing of Kubernetes; the
 //! controller is just one of its clients, and [`client::Client`] is how they all talk to it.
 
+pub mod acp;
 pub mod agents;
 pub mod api;
 pub mod auth;

@@ -9,6 +9,7 @@ mod common;
 mod dir_up;
 mod view_common;
 
+mod acp;
 mod agent_cli;
 mod cli;
 mod convert_cli;

@@ -24,14 +24,14 @@ const PATIENCE: Duration = Duration::from_secs(60);
 /// Installing Claude Code from the npm registry (once per build) and a turn or two.
 const AGENT_PATIENCE: Duration = Duration::from_secs(300);
 
-struct Up {
+pub(crate) struct Up {
     child: Child,
-    dir: PathBuf,
+    pub(crate) dir: PathBuf,
     _tmp: tempfile::TempDir,
 }
 
 impl Up {
-    fn start(files: &[(&str, &str)], args: &[&str]) -> Up {
+    pub(crate) fn start(files: &[(&str, &str)], args: &[&str]) -> Up {
         Self::start_in(files, args, &[])
     }
 
@@ -103,7 +103,7 @@ impl Up {
         StateDir::new(self.dir.join(".agentplane"))
     }
 
-    fn record(&self, kind: Kind, name: &str) -> Option<Object> {
+    pub(crate) fn record(&self, kind: Kind, name: &str) -> Option<Object> {
         self.state().read(&Key { kind, namespace: "default".into(), name: name.into() })?.ok()
     }
 
