@@ -221,6 +221,12 @@ export declare class Sessions {
     send(id: string, message: string, signal?: AbortSignal): Promise<SessionInfo>;
     /** Ends it: `session.ended` is its last event. */
     end(id: string, signal?: AbortSignal): Promise<SessionInfo>;
+    /**
+     * Cuts the turn under way short: it ends `interrupted` (`turn.ended`), its pending
+     * requests are cancelled, and the agent starts again in the same conversation,
+     * ready for the next message. With no turn under way, nothing changes.
+     */
+    interrupt(id: string, signal?: AbortSignal): Promise<SessionInfo>;
     /** Restarts its agent in the same conversation: a live session's between turns, a failed one at once. */
     restart(id: string, signal?: AbortSignal): Promise<SessionInfo>;
     /** Answers a permission request (`perm-…` from `permission.requested` or `pendingPermissions`). */

@@ -245,6 +245,14 @@ export class Sessions {
     end(id, signal) {
         return this.#http.call("delete", "/v1/sessions/{id}", { path: { id }, signal });
     }
+    /**
+     * Cuts the turn under way short: it ends `interrupted` (`turn.ended`), its pending
+     * requests are cancelled, and the agent starts again in the same conversation,
+     * ready for the next message. With no turn under way, nothing changes.
+     */
+    interrupt(id, signal) {
+        return this.#http.call("post", "/v1/sessions/{id}/interrupt", { path: { id }, signal });
+    }
     /** Restarts its agent in the same conversation: a live session's between turns, a failed one at once. */
     restart(id, signal) {
         return this.#http.call("post", "/v1/sessions/{id}/restart", { path: { id }, signal });

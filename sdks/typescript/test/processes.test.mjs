@@ -188,7 +188,9 @@ test("a dropped connection resumes from the last byte: nothing lost, nothing rep
   assert.deepEqual(exit, { exitCode: 0, signal: null });
   assert.equal(cuts.length, 0, "both cuts happened while output was arriving");
   assert.ok(states.filter((s) => s === "reconnecting").length >= 2, `reconnected twice: ${states}`);
-  assert.ok(proxy.connections >= 3 * 2, `tickets and sockets went through the proxy (${proxy.connections})`);
+  // One connection at least per attempt (the first and two after cuts); how many
+  // more the tickets' requests take depends on keep-alive reuse, so is not counted.
+  assert.ok(proxy.connections >= 3, `each attempt went through the proxy (${proxy.connections})`);
   assert.deepEqual(gaps, []);
   assert.ok(offsetsContiguous, "each chunk starts where the last ended");
 

@@ -111,3 +111,27 @@ test("questions are answered and declined; a reply to a request never asked is r
   // ...an ended one does not.
   await assert.rejects(plane.sessions.restart(id), { code: "conflict", status: 409 });
 });
+
+test("an interrupt cuts a waiting turn short, and the conversation goes on", async (t) => {
+  const plane = await startPlane(t);
+  const { id } = await plane.sessions.create({ agent: "mock" });
+  // Nothing under way: nothing changes.
+  assert.equal((await plane.sessions.interrupt(id)).turnsCompleted, 0);
+  await plane.sessions.send(id, "ask permission to run sleep 600");
+  const seen = [];
+  for await (const event of plane.sessions.events(id)) {
+    seen.push(event);
+    if (event.type === "permission.requested") await plane.sessions.interrupt(id);
+    if (event.type === "turn.ended" && event.data.turn === 1) await plane.sessions.send(id, "still there?");
+    if (event.type === "turn.ended" && event.data.turn === 2) break;
+  }
+  const ends = seen.filter((e) => e.type === "turn.ended").map((e) => [e.data.turn, e.data.status]);
+  assert.deepEqual(ends, [[1, "interrupted"], [2, "completed"]]);
+  const cancelled = seen.find((e) => e.type === "permission.resolved");
+  assert.equal(cancelled.data.reply, null, "the pending request was cancelled, not answered");
+  assert.ok(seen.some((e) => e.type === "session.started" && e.data.resumed), "the agent started again, resuming");
+  const answer = seen.findLast((e) => e.type === "item.completed" && e.data.item.role === "assistant");
+  assert.equal(answer.data.item.text, "mock reply #2 to: still there?");
+  await plane.sessions.end(id);
+  await assert.rejects(plane.sessions.interrupt(id), { status: 409 });
+});
