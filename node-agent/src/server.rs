@@ -140,6 +140,21 @@ impl Server {
         let host = AgentHost::metered(config.data_dir.clone(), agents_dir, metrics.clone());
         let sessions =
             SessionManager::load(config.data_dir.join("sessions"), host, sessions, shutdown.child_token()).await?;
+        let own_client = match &listener {
+            Listener::Tcp(tcp) => {
+                let mut addr = tcp.local_addr().map_err(|e| Error::io("reading the listening address", e))?;
+                if addr.ip().is_unspecified() {
+                    addr.set_ip(match addr.ip() {
+                        std::net::IpAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+                        std::net::IpAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+                    });
+                }
+                let client = crate::client::Client::new(&format!("http://{addr}"), config.token.clone())
+                    .map_err(|e| Error::InvalidRequest(format!("a client of its own address: {e}")))?;
+                Some(Arc::new(client))
+            }
+            Listener::Unix(_) => None,
+        };
         let state = AppState {
             processes: ProcessManager::metered(config.limits.clone(), Some(children), metrics.clone()),
             sessions,
@@ -149,6 +164,7 @@ impl Server {
             metrics,
             resources: None,
             fs,
+            own_client,
         };
         Ok(Server { listener, state })
     }

@@ -14,25 +14,29 @@
 //   claude  initialize; session/new; a text prompt; a prompt whose tool call asks
 //           permission, answered allow_once.
 //   prompt  initialize; session/new; one prompt from ACP_PROMPT.
+//   remote  over ACP's remote transport instead: a ticket from ACP_URL's
+//           /v1/acp/ticket (the token ACP_TOKEN in a header, never in the URL),
+//           then a WebSocket to /v1/acp?agent=mock: initialize; session/new; a
+//           permission allowed; a cancel; the socket closed; a second socket loads
+//           the session. (Node 20: run with --experimental-websocket.)
 import { spawn } from "node:child_process";
 import { Readable, Writable } from "node:stream";
 import * as acp from "@agentclientprotocol/sdk";
+import { createWebSocketStream } from "@agentclientprotocol/sdk/experimental/ws-client";
 
+const scenario = process.argv[2];
 const command = JSON.parse(process.env.ACP_AGENT ?? "null");
 const cwd = process.env.ACP_CWD;
-if (!Array.isArray(command) || !cwd) {
+if ((!Array.isArray(command) && scenario !== "remote") || !cwd) {
   console.error("set ACP_AGENT (a JSON argv) and ACP_CWD");
   process.exit(2);
 }
-const scenario = process.argv[2];
 const transcript = { steps: [] };
 const record = (step) => transcript.steps.push(step);
 
-/** Starts the agent process and an ACP client on its stdio; `onPermission` answers. */
-function launch(onPermission) {
-  const child = spawn(command[0], command.slice(1), { stdio: ["pipe", "pipe", "inherit"] });
-  const stream = acp.ndJsonStream(Writable.toWeb(child.stdin), Readable.toWeb(child.stdout));
-  const app = acp
+/** An ACP client app that records what it is told; `onPermission` answers. */
+function editorApp(onPermission) {
+  return acp
     .client({ name: "agentplane-test-editor" })
     .onNotification(acp.methods.client.session.update, ({ params }) => {
       record({ kind: "update", sessionId: params.sessionId, update: params.update });
@@ -42,7 +46,13 @@ function launch(onPermission) {
       record({ kind: "permission", params, answer });
       return answer;
     });
-  const connection = app.connect(stream);
+}
+
+/** Starts the agent process and an ACP client on its stdio. */
+function launch(onPermission) {
+  const child = spawn(command[0], command.slice(1), { stdio: ["pipe", "pipe", "inherit"] });
+  const stream = acp.ndJsonStream(Writable.toWeb(child.stdin), Readable.toWeb(child.stdout));
+  const connection = editorApp(onPermission).connect(stream);
   const exited = new Promise((resolve) => child.on("exit", (code, signal) => resolve({ code, signal })));
   return {
     agent: connection.agent,
@@ -130,7 +140,51 @@ async function onePrompt() {
   await editor.close();
 }
 
-const scenarios = { mock, claude, prompt: onePrompt };
+/** A WebSocket to the node agent's /v1/acp, opened with a single-use ticket. */
+async function connectRemote(onPermission) {
+  const base = process.env.ACP_URL;
+  const answer = await fetch(`${base}/v1/acp/ticket`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${process.env.ACP_TOKEN}` },
+  });
+  if (!answer.ok) throw new Error(`ticket: ${answer.status} ${await answer.text()}`);
+  const { ticket } = await answer.json();
+  const url = `${base.replace(/^http/, "ws")}/v1/acp?agent=mock&ticket=${ticket}`;
+  record({ kind: "socket", url });
+  const connection = editorApp(onPermission).connect(createWebSocketStream(url));
+  return {
+    agent: connection.agent,
+    async close() {
+      connection.close();
+      await connection.closed.catch(() => {});
+      record({ kind: "exit", code: 0, signal: null });
+    },
+  };
+}
+
+async function remote() {
+  let cancelNext = false;
+  const editor = await connectRemote(async (params, agent) => {
+    if (!cancelNext) return allowOnce(params);
+    await agent.notify(acp.methods.agent.session.cancel, { sessionId: params.sessionId });
+    return { outcome: { outcome: "cancelled" } };
+  });
+  const sessionId = await start(editor.agent);
+  record({ kind: "mark", what: "permission allowed" });
+  await prompt(editor.agent, sessionId, "ask permission to run echo over-the-wire");
+  record({ kind: "mark", what: "permission cancelled" });
+  cancelNext = true;
+  await prompt(editor.agent, sessionId, "ask permission to run sleep 600");
+  await editor.close();
+  const again = await connectRemote(allowOnce);
+  await call(again.agent, acp.methods.agent.initialize, { protocolVersion: acp.PROTOCOL_VERSION });
+  record({ kind: "mark", what: "load" });
+  await call(again.agent, acp.methods.agent.session.load, { sessionId, cwd, mcpServers: [] });
+  record({ kind: "mark", what: "loaded" });
+  await again.close();
+}
+
+const scenarios = { mock, claude, prompt: onePrompt, remote };
 try {
   if (!scenarios[scenario]) throw new Error(`no scenario ${scenario}`);
   await scenarios[scenario]();

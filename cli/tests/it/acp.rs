@@ -54,7 +54,9 @@ fn lock_matches(lock: &str, have: &str) -> bool {
 fn play(scenario: &str, agent: &[String], cwd: &Path, env: &[(&str, &str)]) -> Vec<Value> {
     install_editor();
     let mut command = Command::new("node");
+    // Node 20 has WebSocket behind a flag (22 and later always).
     command
+        .arg("--experimental-websocket")
         .arg(editor_dir().join("editor.mjs"))
         .arg(scenario)
         .env("ACP_AGENT", serde_json::to_string(agent).unwrap())
@@ -356,4 +358,62 @@ fn an_editors_session_gets_a_sandbox_from_a_template_and_is_continued_by_name() 
         "mock reply #1 to: hello sandboxmock reply #2 to: and again",
         "{all}"
     );
+}
+
+/// The same mapping served by the node agent over ACP's remote transport: a
+/// WebSocket at `/v1/acp`, opened with a single-use ticket.
+#[test]
+fn an_editor_reaches_a_remote_node_agent_over_acps_websocket_transport() {
+    let node = NodeAgent::start();
+    let cwd = tempfile::tempdir().unwrap();
+    let steps = play("remote", &[], cwd.path(), &[("ACP_URL", &node.url), ("ACP_TOKEN", TOKEN)]);
+    let all = pretty(&steps);
+    let sockets: Vec<&str> =
+        steps.iter().filter(|s| s["kind"] == "socket").map(|s| s["url"].as_str().unwrap()).collect();
+    assert_eq!(sockets.len(), 2, "{all}");
+    assert!(
+        sockets.iter().all(|url| !url.contains(TOKEN) && url.contains("ticket=")),
+        "never the token in a URL: {all}"
+    );
+
+    let allowed = section(&steps, "permission allowed");
+    assert!(allowed.iter().any(|s| s["kind"] == "permission"), "{all}");
+    assert!(text(allowed, "agent_message_chunk").starts_with("mock reply #1 to: ask permission"), "{all}");
+    assert_eq!(stop_reason(allowed), "end_turn");
+    let cancelled = section(&steps, "permission cancelled");
+    assert_eq!(stop_reason(cancelled), "cancelled", "{all}");
+    let loaded = section(&steps, "load");
+    assert_eq!(
+        updates(loaded, "user_message_chunk").map(|u| u["content"]["text"].as_str().unwrap()).collect::<Vec<_>>(),
+        ["ask permission to run echo over-the-wire", "ask permission to run sleep 600"],
+        "{all}"
+    );
+
+    // A ticket is single use, and the socket is not opened without one.
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let http = reqwest::Client::new();
+    let ticket: Value = runtime
+        .block_on(async {
+            http.post(format!("{}/v1/acp/ticket", node.url)).bearer_auth(TOKEN).send().await?.json().await
+        })
+        .unwrap();
+    let ticket = ticket["ticket"].as_str().unwrap();
+    let open = |query: String| {
+        let url = format!("{}/v1/acp?{query}", node.url);
+        runtime.block_on(async {
+            http.get(url)
+                .header("connection", "upgrade")
+                .header("upgrade", "websocket")
+                .header("sec-websocket-version", "13")
+                .header("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ==")
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        })
+    };
+    assert_eq!(open("agent=mock".into()), 401);
+    assert_eq!(open(format!("agent=mock&ticket={ticket}")), 101);
+    assert_eq!(open(format!("agent=mock&ticket={ticket}")), 401, "used up");
 }

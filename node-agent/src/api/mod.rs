@@ -9,6 +9,7 @@
 //! files; here what they share (the state, the extractors whose rejections are problem
 //! documents, authentication) and the OpenAPI document.
 
+mod acp;
 mod agents;
 mod fs;
 mod login;
@@ -60,6 +61,9 @@ pub struct AppState {
     pub resources: Option<Arc<dyn ResourceSource>>,
     /// What `/v1/fs/...` serves: the file roots, opened at start.
     pub fs: Arc<crate::fs::FsRoots>,
+    /// This node agent as a client of its own API (`/v1/acp` drives sessions through
+    /// it): over TCP to its own address with its own token; `None` on a Unix socket.
+    pub own_client: Option<Arc<crate::client::Client>>,
 }
 
 /// A JSON body whose rejection is a problem document.
@@ -126,6 +130,7 @@ fn documented_routes() -> OpenApiRouter<AppState> {
         .merge(resources::routes())
         .merge(metrics::routes())
         .merge(fs::routes())
+        .merge(acp::routes())
 }
 
 /// The OpenAPI document: what `/v1/openapi.json` serves and `agentplane node-agent
@@ -177,14 +182,18 @@ async fn authenticate(State(state): State<AppState>, request: Request, next: Mid
     Error::Unauthorized.into_response()
 }
 
-/// A WebSocket request carrying a valid single-use ticket for this very process.
+/// A WebSocket request carrying a valid single-use ticket for this very process, or
+/// for `/v1/acp`.
 fn ticket_grants(state: &AppState, request: &Request) -> bool {
-    let Some(id) = request.uri().path().strip_prefix("/v1/processes/").and_then(|rest| rest.strip_suffix("/connect"))
+    let Some(ticket) = request.uri().query().and_then(|q| q.split('&').find_map(|pair| pair.strip_prefix("ticket=")))
     else {
         return false;
     };
-    let Some(ticket) = request.uri().query().and_then(|q| q.split('&').find_map(|pair| pair.strip_prefix("ticket=")))
-    else {
+    let path = request.uri().path();
+    if path == acp::TICKET_SCOPE {
+        return state.auth.redeem_ticket(ticket, acp::TICKET_SCOPE);
+    }
+    let Some(id) = path.strip_prefix("/v1/processes/").and_then(|rest| rest.strip_suffix("/connect")) else {
         return false;
     };
     match state.processes.get(id) {
@@ -208,6 +217,7 @@ fn ticket_grants(state: &AppState, request: &Request) -> bool {
         (name = "auth", description = "Logging a browser page in with a one-time code"),
         (name = "files", description = "Files inside the node agent's file roots"),
         (name = "resources", description = "The resources of `agentplane up`'s store (served by `up` only)"),
+        (name = "acp", description = "The Agent Client Protocol over a WebSocket, for editors"),
         (name = "system", description = "Health and the API document")
     )
 )]

@@ -334,18 +334,7 @@ async fn connect(
     headers: HeaderMap,
     upgrade: std::result::Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Result<Response> {
-    // Browsers send Origin; a page from an origin not allowed must not drive a terminal.
-    // The node agent's own pages (the inspector at `/ui/`) are of the origin the
-    // request is addressed to.
-    if let Some(origin) = headers.get(header::ORIGIN)
-        && !state.allowed_origins.iter().any(|allowed| allowed == origin)
-        && !same_origin(origin, &headers)
-    {
-        return Err(Error::Forbidden(format!(
-            "origin {:?} is not allowed (--cors-origin)",
-            origin.to_str().unwrap_or("?")
-        )));
-    }
+    check_origin(&state, &headers)?;
     let process = state.processes.get(&id)?;
     let stream = query.stream.unwrap_or(OutputStream::Stdout);
     let buffer = Arc::clone(process.output(stream)?);
@@ -362,6 +351,22 @@ async fn connect(
     Ok(upgrade.on_upgrade(move |socket| {
         terminal_session(socket, state, process, buffer, query.offset, query.ack == Some(true))
     }))
+}
+
+/// Browsers send Origin; a page from an origin not allowed must not drive a terminal
+/// (or an agent). The node agent's own pages (the inspector at `/ui/`) are of the
+/// origin the request is addressed to.
+pub(super) fn check_origin(state: &AppState, headers: &HeaderMap) -> Result<()> {
+    if let Some(origin) = headers.get(header::ORIGIN)
+        && !state.allowed_origins.iter().any(|allowed| allowed == origin)
+        && !same_origin(origin, headers)
+    {
+        return Err(Error::Forbidden(format!(
+            "origin {:?} is not allowed (--cors-origin)",
+            origin.to_str().unwrap_or("?")
+        )));
+    }
+    Ok(())
 }
 
 /// Whether `origin` is `http://HOST` or `https://HOST` of the `Host` the request was

@@ -379,6 +379,44 @@ async fn a_conversation_resumes_after_the_node_agent_restarts() {
     server.stop().await;
 }
 
+/// An interrupt while Claude waits for a permission: the turn ends `interrupted`, the
+/// command never runs, the claude process is stopped and a new one resumes the
+/// conversation, whose next turn has the earlier one in context.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupt_cuts_a_turn_short_and_the_next_resumes_the_conversation() {
+    let setup = Setup::new().await;
+    let client = &setup.server.client;
+    client.create_session("i1", &setup.request()).await.unwrap();
+    let mut events = Events::open(client, "i1", None).await;
+    client.send_message("i1", "remember the word heron").await.unwrap();
+    assert_completed(&events.turn().await);
+    let first = claude_pids(setup.home.path());
+    assert_eq!(first.len(), 1, "one claude: {first:?}");
+
+    client.send_message("i1", "please [[run:touch interrupted.txt]]").await.unwrap();
+    let request = events.permission(&setup.model).await;
+    client.interrupt_session("i1").await.unwrap();
+    let turn = events.turn().await;
+    assert_eq!(status(&turn), (TurnStatus::Interrupted, None), "{turn:#?}");
+    assert!(
+        turn.iter().any(|e| matches!(&e.data, EventData::PermissionResolved { id, reply: None } if *id == request.id))
+    );
+    assert!(!setup.work.path().join("interrupted.txt").exists(), "the command did not run");
+
+    client.send_message("i1", "what was the word?").await.unwrap();
+    let next = events.turn().await;
+    assert_completed(&next);
+    assert!(
+        next.iter().chain(&turn).any(|e| matches!(&e.data, EventData::SessionStarted { resumed: true, .. })),
+        "the agent started again, resuming: {next:#?}"
+    );
+    let now = claude_pids(setup.home.path());
+    assert!(now.len() == 1 && now != first, "the interrupted claude was replaced: {first:?} then {now:?}");
+    let last = setup.conversations().last().cloned().unwrap();
+    assert!(mentions(&last, "remember the word heron"), "the earlier turn is in context: {last:?}");
+    assert_eq!(reply_text(&next), format!("scripted reply: {} messages in context", last.messages.len()));
+}
+
 /// The live `claude` processes whose HOME is `home` (the session's).
 fn claude_pids(home: &std::path::Path) -> Vec<u32> {
     let needle = format!("HOME={}", home.display());

@@ -19,6 +19,45 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/acp": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The Agent Client Protocol over a WebSocket: one JSON-RPC message per text message.
+         *     Sessions made here run on this node agent with the query's agent; they end when
+         *     the socket closes (their events stay, for `session/load` on a later socket).
+         *     Only a node agent serving TCP has it (one on a Unix socket answers `conflict`).
+         */
+        get: operations["acp_socket"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/acp/ticket": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** A short-lived single-use ticket to open `/v1/acp` without the token. */
+        post: operations["acp_ticket"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/agents": {
         parameters: {
             query?: never;
@@ -1884,6 +1923,88 @@ export interface operations {
                 };
                 content: {
                     "application/openmetrics-text": unknown;
+                };
+            };
+            /** @description An RFC 7807 problem document; `type` is `urn:agentplane:error:<code>` */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    acp_socket: {
+        parameters: {
+            query: {
+                /** @description The agent of every session made on this socket (`GET /v1/agents`). */
+                agent: string;
+                /** @description Its mode, model and permission mode; absent: the agent's defaults. */
+                agentMode?: string;
+                model?: string;
+                permissionMode?: components["schemas"]["PermissionMode"];
+                /** @description A ticket from `POST /v1/acp/ticket`, for clients that cannot send headers. */
+                ticket?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Switching to the WebSocket protocol */
+            101: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description invalid_request, unsupported_agent */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description conflict: served on a Unix socket */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description An RFC 7807 problem document; `type` is `urn:agentplane:error:<code>` */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    acp_ticket: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Ticket"];
                 };
             };
             /** @description An RFC 7807 problem document; `type` is `urn:agentplane:error:<code>` */
