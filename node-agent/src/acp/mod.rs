@@ -46,6 +46,9 @@ pub const PROTOCOL_VERSION: u64 = 1;
 const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
 /// Messages waiting to be written to the editor before senders wait.
 const OUTBOX: usize = 256;
+/// Requests of the editor's answered at once (a prompt holds one for its whole turn);
+/// one past it is refused.
+const MAX_IN_FLIGHT: usize = 64;
 
 /// JSON-RPC's error codes, and ACP's.
 mod code {
@@ -181,6 +184,7 @@ where
         next_id: AtomicU64::new(1),
         sessions: Mutex::new(HashMap::new()),
         made: Mutex::new(Vec::new()),
+        in_flight: Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT)),
     });
     let read = read_all(&acp, input).await;
     acp.close().await;
@@ -274,6 +278,8 @@ struct Acp {
     sessions: Mutex<HashMap<String, Arc<Followed>>>,
     /// The sessions made here, released when the editor goes.
     made: Mutex<Vec<Made>>,
+    /// Bounds the requests answered at once.
+    in_flight: Arc<tokio::sync::Semaphore>,
 }
 
 impl Acp {
@@ -312,8 +318,16 @@ impl Acp {
                 }
             }
             (Some(id), Some(method)) => {
-                // Each request on its own: a prompt waits for its turn while others go on.
+                // Each request on its own: a prompt waits for its turn while others go
+                // on. Past MAX_IN_FLIGHT one is refused at once (reading never waits: the
+                // answers that let the others finish come on the same input).
+                let Ok(permit) = Arc::clone(&self.in_flight).try_acquire_owned() else {
+                    let busy = format!("{MAX_IN_FLIGHT} requests are being answered already: try again");
+                    self.send(error_answer(id, code::INTERNAL_ERROR, &busy)).await;
+                    return;
+                };
                 tokio::spawn(async move {
+                    let _permit = permit;
                     let mut after = None;
                     let answer = match self.request(&method, params, &mut after).await {
                         Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
