@@ -68,6 +68,14 @@ def follow(
                         yield item
                         if spec.is_last(item):
                             return
+                for message in parser.close():
+                    if message.id:
+                        last_event_id = message.id
+                    item = spec.decode(message)
+                    if item is not None:
+                        yield item
+                        if spec.is_last(item):
+                            return
             if ended_cleanly is not None and ended_cleanly():
                 return
         except (AgentPlaneError, AgentPlaneNetworkError) as error:
@@ -98,6 +106,14 @@ async def afollow(
                         if item is None:
                             continue
                         delay = FIRST_DELAY
+                        yield item
+                        if spec.is_last(item):
+                            return
+                for message in parser.close():
+                    if message.id:
+                        last_event_id = message.id
+                    item = spec.decode(message)
+                    if item is not None:
                         yield item
                         if spec.is_last(item):
                             return

@@ -49,6 +49,15 @@ class SseParser:
         self._buffer = buffer[start:]
         return messages
 
+    def close(self) -> list[SseMessage]:
+        """At the end of the stream: a `\r` held back as maybe half of `\r\n` ends its
+        line (what is left after it is a partial event, dropped)."""
+        rest, self._buffer = self._buffer + self._decoder.decode(b"", final=True), ""
+        if not rest.endswith("\r"):
+            return []
+        message = self._line(rest[:-1])  # feed() left no other line end in the buffer
+        return [] if message is None else [message]
+
     def _line(self, line: str) -> SseMessage | None:
         if line == "":
             message = None

@@ -298,7 +298,8 @@ class Terminal:
     def _open(self) -> ClientConnection:
         ticket = self._http.send(_calls.issue_ticket(self._state.process_id).request).json()["ticket"]
         url = self._http.url(self._state.connect_request(ticket), websocket=True)
-        socket = connect(url, max_size=MAX_FRAME, open_timeout=10, proxy=None)
+        # Entered as the context manager it is (websockets 17 asks for that); closed by close().
+        socket = connect(url, max_size=MAX_FRAME, open_timeout=10, proxy=None).__enter__()
         try:
             self._state.ready(socket.recv(timeout=10))
             frame = self._state.resize_frame()
