@@ -110,6 +110,22 @@ def test_with_a_node_agent_of_its_own_and_nothing_left_after(fresh_python: Path,
     assert list(tmp_path.iterdir()) == [], "the file it wrote is gone, and no data directory is left"
 
 
+def test_the_repositorys_readme_program_runs_as_shown(fresh_python: Path, tmp_path: Path) -> None:
+    readme = (ROOT / "../../README.md").read_text()
+    section = readme.split("## From a program: the Python SDK", 1)[1]
+    program = section.split("```python\n", 1)[1].split("```", 1)[0]
+    (tmp_path / "program.py").write_text(program)
+    mark = f"AGENTPLANE_EXAMPLE_MARK={secrets.token_hex(8)}"
+    key, value = mark.split("=")
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTPLANE_", "PYTHON"))}
+    run = subprocess.run(
+        [str(fresh_python), "program.py"], cwd=tmp_path, env={**base, "AGENTPLANE_BIN": BINARY, key: value},
+        capture_output=True, text=True, timeout=CHILD_TIMEOUT,
+    )
+    assert run.returncode == 0, run.stderr
+    assert marked(mark) == []
+
+
 class EventStreamCutter:
     """A proxy policy: reset a connection carrying an event stream once it has passed 3
     events on, `times` times in all. Everything else goes through untouched."""
