@@ -14,6 +14,7 @@ import signal
 import subprocess
 import tempfile
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -44,16 +45,19 @@ class Launched:
                 return
             self._stopped = True
         atexit.unregister(self.stop)
+        pid = self.process.pid
         try:
-            if self.process.poll() is None:
-                self.process.send_signal(signal.SIGTERM)
-                try:
-                    self.process.wait(STOP_TIMEOUT)
-                except subprocess.TimeoutExpired:
-                    _kill_group(self.process.pid)
-                    self.process.wait()
-            # Its group is its own (a new session): anything of it still there goes too.
-            _kill_group(self.process.pid)
+            # Reaped already (by an earlier wait): its pid may name another by now.
+            if self.process.returncode is None:
+                if not _exited(pid, 0):
+                    self.process.send_signal(signal.SIGTERM)
+                    if not _exited(pid, STOP_TIMEOUT):
+                        _kill_group(pid)
+                        _exited(pid, None)
+                # Its group is its own (a new session): anything of it still there goes
+                # too. Not reaped yet, its pid still names that group, never another.
+                _kill_group(pid)
+            self.process.wait()
         finally:
             for pipe in (self.process.stdin, self.process.stdout):
                 if pipe is not None:
@@ -137,6 +141,20 @@ def _ready_line(process: subprocess.Popen[bytes], timeout: float, binary: str) -
                 return words[1]
     except queue.Empty:
         raise TimeoutError(f"{binary} node-agent did not serve within {timeout} s") from None
+
+
+def _exited(pid: int, timeout: float | None) -> bool:
+    """Waits until the child has exited, without reaping it (its pid stays its own)."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        try:
+            if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+                return True
+        except ChildProcessError:
+            return True  # reaped already
+        if deadline is not None and time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
 
 
 def _kill_group(pid: int) -> None:
