@@ -44,6 +44,10 @@ def test_problem_documents_an_unknown_process_a_bad_token_malformed_input(plane:
     with pytest.raises(AgentPlaneError) as bad_signal:
         plane.processes.signal(sleeper.id, "SIGNOPE")
     assert bad_signal.value.code == "invalid_request"
+    # Resources are agentplane up's: a plain node agent has none.
+    with pytest.raises(AgentPlaneError) as resources:
+        plane.resources.list()
+    assert (resources.value.code, resources.value.status) == ("not_found", 404)
     # An id in a path is encoded whole, never a path of its own.
     with pytest.raises(AgentPlaneError) as traversal:
         plane.processes.get("../sessions")

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
-from agentplane import AgentPlane, AsyncAgentPlane, Terminal, TerminalClosed, TerminalExit, TerminalGap
+from agentplane import AgentPlane, AsyncAgentPlane, Terminal, TerminalClosed, TerminalExit, TerminalGap, models
 
 from helpers import BINARY, CuttableProxy, wait_for
 
@@ -211,3 +211,27 @@ async def test_an_asyncio_terminal_computes_and_resumes(aplane: AsyncAgentPlane,
     await client.close()
     assert cut and term.exit == TerminalExit(0, None)
     assert bytes(received) == "".join(f"{i}\n" for i in range(1, 50001)).encode()
+
+
+def test_lifecycle_events_follow_the_stream_across_a_cut_from_an_event_id(
+    plane: AgentPlane, proxy_to: Callable[..., CuttableProxy]
+) -> None:
+    proxy = proxy_to(plane.base_url)
+    sleeper = plane.processes.create("sleep", ["30"])
+    seen: list[tuple[int, str, str]] = []
+    with AgentPlane.connect(proxy.url, plane.token) as client:
+        # From id 0: every event of this node agent's run, so none is missed by starting late.
+        for event in client.process_events(last_event_id=0):
+            assert isinstance(event, models.LifecycleEvent), event
+            seen.append((event.sequence, event.type, event.process.id))
+            if event.type == "process.created":
+                proxy.cut()  # what follows happens after the cut: on the next connection
+                plane.processes.stop(sleeper.id, purge=True)
+            if event.type == "process.deleted":
+                break
+    assert seen[0][1] == "process.created" and seen[-1][1] == "process.deleted"
+    assert "process.exited" in [kind for _, kind, _ in seen]
+    assert {id for _, _, id in seen} == {sleeper.id}
+    sequences = [sequence for sequence, _, _ in seen]
+    assert sequences == list(range(sequences[0], sequences[0] + len(sequences))), "once each, in order"
+    assert proxy.connections >= 2
