@@ -4,7 +4,9 @@
 # baseline), git (a GitOps checkout swapping a watched directory), openssl (the test API server's
 # service-account key), Node.js and npm (the node agent installs the real agent CLIs
 # from the npm registry; the TypeScript SDK and the inspector are built and tested
-# with them), chromium (the inspector's tests, headless). Idempotent: does nothing when they are all present.
+# with them), chromium (the inspector's tests, headless), python3 with venv and pip (the
+# Python SDK's tests, in virtual environments). Idempotent: does nothing when they are
+# all present.
 set -euo pipefail
 
 need=()
@@ -20,6 +22,17 @@ command -v bwrap >/dev/null || need+=(bubblewrap)
 # chromium (headless) and a font for it: the web inspector's tests drive a real browser.
 command -v chromium >/dev/null || need+=(chromium)
 [ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need+=(fonts-dejavu-core)
+# python3 that can make a virtual environment with pip in it: Debian moves ensurepip
+# (what `python3 -m venv` puts pip in with) out of python3 into python3-venv, so a
+# bare python3 fails to make one until that is installed.
+python_venv_works() {
+  python3 -c 'import ensurepip, venv' >/dev/null 2>&1
+}
+if ! command -v python3 >/dev/null; then
+  need+=(python3 python3-venv python3-pip)
+elif ! python_venv_works; then
+  need+=(python3-venv python3-pip)
+fi
 command -v node >/dev/null || need+=(nodejs)
 command -v npm >/dev/null || need+=(npm)
 check_node() {

@@ -7,6 +7,9 @@
 #      crate, and the benchmarks (no second feature set, no optimised build here);
 #   2. the TypeScript SDK: generated types checked against the server's OpenAPI
 #      document, then `node --test` against the real binary, and its packed size;
+#      then the Python SDK the same way (sdks/python/scripts/test.sh: its models'
+#      drift, mypy --strict, pytest, the wheel's size, the README's examples from
+#      the wheel in a fresh virtual environment);
 #   3. the web inspector: its committed build compared with a rebuild, then its tests
 #      in headless chromium (screenshots in target/ui-screenshots) and its benchmark;
 #   4. the benchmarks at smoke size: each checks what must hold at any size (no byte
@@ -62,6 +65,11 @@ step "TypeScript SDK"
   npm run --silent check-generated
   npm test
 )
+
+# The Python SDK (sdks/python): the same checks with pinned Python tools, in a
+# virtual environment under the target folder (sdks/python/scripts/test.sh says what).
+step "Python SDK"
+AGENTPLANE_PY_DIR="$target_dir/python-sdk" sdks/python/scripts/test.sh
 
 # The web inspector (ui/): rebuilt from its pinned sources into a scratch folder and
 # compared with the committed build the binary embeds (a stale ui/dist fails here),
