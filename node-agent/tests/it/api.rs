@@ -357,6 +357,9 @@ async fn the_openapi_document_describes_every_route() {
         ("/v1/sessions/{id}", "delete"),
         ("/v1/sessions/{id}/messages", "post"),
         ("/v1/sessions/{id}/restart", "post"),
+        ("/v1/sessions/{id}/interrupt", "post"),
+        ("/v1/acp", "get"),
+        ("/v1/acp/ticket", "post"),
         ("/v1/sessions/{id}/events", "get"),
         ("/v1/sessions/{id}/events/sse", "get"),
         ("/v1/sessions/{id}/permissions/{pid}/reply", "post"),
@@ -411,7 +414,7 @@ async fn the_openapi_document_describes_every_route() {
                 .count()
         })
         .sum();
-    assert_eq!(documented, 46, "operations documented: every method of every route in `api::router`");
+    assert_eq!(documented, 49, "operations documented: every method of every route in `api::router`");
     // The routes that need no token say so; every other inherits the bearer scheme.
     for (path, method) in [("/v1/health", "get"), ("/v1/auth/exchange", "post")] {
         assert_eq!(paths[path][method]["security"], serde_json::json!([{}]), "{method} {path}");
