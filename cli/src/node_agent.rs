@@ -40,6 +40,12 @@ pub struct NodeAgentArgs {
     /// controller starts a managed sandbox).
     #[arg(long, conflicts_with = "no_token")]
     token_stdin: bool,
+    /// Stop, as on SIGTERM (with everything it runs), once standard input closes: a
+    /// program that starts a node agent of its own keeps the pipe open, and when that
+    /// program goes, however it goes (SIGKILL included), so does the node agent. With
+    /// --token-stdin the first line is still the token.
+    #[arg(long)]
+    stop_with_stdin: bool,
     /// Print `ready URL` on standard output once serving, URL being where it listens
     /// (`http://127.0.0.1:PORT`, or `unix:PATH`): for a supervisor to wait on, and
     /// to learn the port when --listen asked for port 0.
@@ -364,6 +370,9 @@ pub async fn run(mut args: NodeAgentArgs) -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
     // Before any process can start: see `watch_stop_signals`.
     watch_stop_signals(shutdown.clone())?;
+    if args.stop_with_stdin {
+        watch_stdin_closing(shutdown.clone());
+    }
     let sessions = agentplane_node_agent::SessionOptions {
         agents_dir: args.agents_dir,
         max_sessions: usize::try_from(args.max_sessions).unwrap_or(usize::MAX),
@@ -495,6 +504,27 @@ impl std::io::Write for LogWriter {
         let _ = std::io::Write::flush(&mut std::io::stderr().lock());
         Ok(())
     }
+}
+
+/// Shuts down cleanly once standard input reaches its end (`--stop-with-stdin`): a
+/// thread of its own reads and drops whatever comes until then (the token, read
+/// before, came through the same handle).
+fn watch_stdin_closing(shutdown: CancellationToken) {
+    std::thread::spawn(move || {
+        use std::io::Read;
+        let mut sink = [0u8; 512];
+        let mut stdin = std::io::stdin().lock();
+        loop {
+            match stdin.read(&mut sink) {
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => break,
+            }
+        }
+        shutdown.cancel();
+        tracing::info!("standard input closed: shutting down");
+    });
 }
 
 /// Shuts down cleanly on SIGTERM, SIGINT, SIGQUIT and SIGHUP.

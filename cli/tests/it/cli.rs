@@ -106,6 +106,46 @@ fn sighup_stops_a_node_agent_whose_terminal_went_away() {
     assert_eq!(live_group_members(pid), 0, "its processes were stopped, not orphaned");
 }
 
+/// `--stop-with-stdin`: the node agent goes when the program that started it closes
+/// the pipe, as the OS does for a program killed with SIGKILL (the SDKs' `start()`).
+#[test]
+fn a_node_agent_stops_with_everything_it_ran_when_its_stdin_closes() {
+    use std::io::{BufRead, Write};
+    let data = tempfile::tempdir().unwrap();
+    let mut child = Command::new(BIN)
+        .args(["node-agent", "--listen", "127.0.0.1:0", "--token-stdin", "--stop-with-stdin", "--announce-ready"])
+        .arg("--data-dir")
+        .arg(data.path())
+        .env_remove("AGENTPLANE_TOKEN")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    writeln!(stdin, "{TOKEN}").unwrap();
+    let mut ready = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut ready).unwrap();
+    let url = ready.trim().strip_prefix("ready ").unwrap_or_else(|| panic!("not a ready line: {ready:?}")).to_string();
+    let run = Command::new(BIN)
+        .args(["proc", "-o", "json", "run", "--", "sleep", "1000"])
+        .env("AGENTPLANE_URL", &url)
+        .env("AGENTPLANE_TOKEN", TOKEN)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let pid = serde_json::from_slice::<serde_json::Value>(&run.stdout).unwrap()["pid"].as_u64().unwrap();
+    assert_eq!(live_group_members(pid), 1);
+    // More input is not an end: only the pipe closing is.
+    writeln!(stdin, "anything").unwrap();
+    assert!(child.try_wait().unwrap().is_none());
+    drop(stdin);
+    common::wait_until(PATIENCE, "the node agent to exit", || child.try_wait().unwrap().is_some());
+    assert!(child.wait().unwrap().success());
+    assert_eq!(live_group_members(pid), 0, "its processes were stopped, not orphaned");
+}
+
 #[test]
 fn proc_verbs_print_tables_json_and_yaml() {
     let agent = NodeAgent::start();

@@ -60,6 +60,28 @@ raise SystemExit("the program failed")
     wait_for("the node agent and its sleep to be gone", lambda: not alive(pids["agent"]) and not alive(pids["sleeper"]))
 
 
+def test_a_program_killed_with_sigkill_takes_its_node_agent_and_processes_with_it() -> None:
+    # No atexit runs for SIGKILL: the node agent's stdin, a pipe from the program,
+    # closes with it (--stop-with-stdin).
+    program = f"""
+import json, time
+from agentplane import AgentPlane
+plane = AgentPlane.start(binary={BINARY!r})
+p = plane.processes.create("sleep", ["1000"])
+print(json.dumps({{"agent": plane.pid, "sleeper": p.pid}}), flush=True)
+time.sleep(600)
+"""
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    with subprocess.Popen([sys.executable, "-c", program], stdout=subprocess.PIPE, text=True, env=env) as child:
+        try:
+            assert child.stdout is not None
+            pids = json.loads(child.stdout.readline())
+            assert alive(pids["agent"]) and alive(pids["sleeper"])
+        finally:
+            child.kill()
+    wait_for("the node agent and its sleep to be gone", lambda: not alive(pids["agent"]) and not alive(pids["sleeper"]))
+
+
 def test_start_says_why_when_the_binary_cannot_serve() -> None:
     with pytest.raises(RuntimeError, match="could not run /nonexistent/agentplane"):
         AgentPlane.start(binary="/nonexistent/agentplane")

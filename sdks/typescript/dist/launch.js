@@ -18,6 +18,9 @@ export async function launch(options) {
         "--listen",
         "127.0.0.1:0",
         "--token-stdin",
+        // Its stdin stays open: when this process goes, however it goes (SIGKILL too),
+        // the pipe closes and the node agent stops with all it ran.
+        "--stop-with-stdin",
         "--announce-ready",
         "--data-dir",
         dataDir,
@@ -48,6 +51,7 @@ export async function launch(options) {
         stopping ??= (async () => {
             running.delete(killOnExit);
             if (child.exitCode === null && child.signalCode === null) {
+                child.stdin.end();
                 child.kill("SIGTERM");
                 const timer = setTimeout(() => child.kill("SIGKILL"), 15_000);
                 await exited;
@@ -60,7 +64,7 @@ export async function launch(options) {
     // A child that dies before reading its token makes this write fail: its exit says why.
     child.stdin.on("error", () => { });
     try {
-        child.stdin.end(`${token}\n`);
+        child.stdin.write(`${token}\n`);
         const baseUrl = await readyLine(child, options.timeoutMs ?? 30_000, binary);
         return { baseUrl, token, pid: child.pid ?? -1, stop };
     }

@@ -24,6 +24,9 @@ export async function launch(options: StartOptions): Promise<Launched> {
       "--listen",
       "127.0.0.1:0",
       "--token-stdin",
+      // Its stdin stays open: when this process goes, however it goes (SIGKILL too),
+      // the pipe closes and the node agent stops with all it ran.
+      "--stop-with-stdin",
       "--announce-ready",
       "--data-dir",
       dataDir,
@@ -55,6 +58,7 @@ export async function launch(options: StartOptions): Promise<Launched> {
     stopping ??= (async () => {
       running.delete(killOnExit);
       if (child.exitCode === null && child.signalCode === null) {
+        child.stdin.end();
         child.kill("SIGTERM");
         const timer = setTimeout(() => child.kill("SIGKILL"), 15_000);
         await exited;
@@ -68,7 +72,7 @@ export async function launch(options: StartOptions): Promise<Launched> {
   // A child that dies before reading its token makes this write fail: its exit says why.
   child.stdin.on("error", () => {});
   try {
-    child.stdin.end(`${token}\n`);
+    child.stdin.write(`${token}\n`);
     const baseUrl = await readyLine(child, options.timeoutMs ?? 30_000, binary);
     return { baseUrl, token, pid: child.pid ?? -1, stop };
   } catch (error) {

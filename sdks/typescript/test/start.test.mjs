@@ -71,6 +71,35 @@ test("a program that dies without dispose() takes its node agent and its process
   await waitFor("the node agent and its sleep to be gone", () => !alive(pids.agent) && !alive(pids.sleeper));
 });
 
+test("a program killed with SIGKILL takes its node agent and its processes with it", async (t) => {
+  // No exit hook runs for SIGKILL: the node agent's stdin, a pipe from the program,
+  // closes with it (--stop-with-stdin).
+  const program = `
+    import { AgentPlane } from "@agentplane/sdk";
+    const plane = await AgentPlane.start({ binary: ${JSON.stringify(BINARY)} });
+    const p = await plane.processes.create({ command: "sleep", args: ["1000"] });
+    console.log(JSON.stringify({ agent: plane.pid, sleeper: p.pid }));
+    setInterval(() => {}, 1000);
+  `;
+  const child = spawn(process.execPath, ["--input-type=module", "-e", program], {
+    cwd: new URL("..", import.meta.url),
+    stdio: ["ignore", "pipe", "inherit"],
+  });
+  t.after(() => child.kill("SIGKILL"));
+  const line = await new Promise((resolve, reject) => {
+    let out = "";
+    child.stdout.on("data", (d) => {
+      out += d;
+      if (out.includes("\n")) resolve(out.trim());
+    });
+    child.on("exit", () => reject(new Error("the program exited early")));
+  });
+  const pids = JSON.parse(line);
+  assert.ok(alive(pids.agent) && alive(pids.sleeper));
+  child.kill("SIGKILL");
+  await waitFor("the node agent and its sleep to be gone", () => !alive(pids.agent) && !alive(pids.sleeper));
+});
+
 test("start() says why when the binary cannot serve", async () => {
   await assert.rejects(AgentPlane.start({ binary: "/nonexistent/agentplane" }), /could not run \/nonexistent\/agentplane/);
   await assert.rejects(AgentPlane.start({ binary: BINARY, args: ["--max-sessions", "0"] }), /exited before serving/);

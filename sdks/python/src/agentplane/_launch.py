@@ -50,6 +50,11 @@ class Launched:
             # Reaped already (by an earlier wait): its pid may name another by now.
             if self.process.returncode is None:
                 if not _exited(pid, 0):
+                    if self.process.stdin is not None:
+                        try:
+                            self.process.stdin.close()
+                        except OSError:
+                            pass  # gone already
                     self.process.send_signal(signal.SIGTERM)
                     if not _exited(pid, STOP_TIMEOUT):
                         _kill_group(pid)
@@ -81,6 +86,9 @@ def launch(
         binary, "node-agent",
         "--listen", "127.0.0.1:0",
         "--token-stdin",
+        # Its stdin stays open: when this program goes, however it goes (SIGKILL too),
+        # the pipe closes and the node agent stops with all it ran.
+        "--stop-with-stdin",
         "--announce-ready",
         "--data-dir", data_dir or own_data_dir or "",
         *args,
@@ -106,7 +114,7 @@ def launch(
         assert process.stdin is not None and process.stdout is not None
         try:
             process.stdin.write(f"{token}\n".encode())
-            process.stdin.close()
+            process.stdin.flush()
         except BrokenPipeError:
             pass  # it died before reading its token: its exit says why
         launched.base_url = _ready_line(process, timeout, binary)
