@@ -27,6 +27,7 @@ use clap::Args;
 use futures_util::future::BoxFuture;
 
 use crate::agent_session::SessionFlags;
+use crate::logs::{Located, locate};
 use crate::store::{Store, StoreArgs};
 
 #[derive(Args, Debug)]
@@ -108,8 +109,13 @@ async fn maker(args: &AcpArgs) -> anyhow::Result<Arc<dyn SessionMaker>> {
         return Ok(Arc::new(OnNodeAgent { client: store.node_agent(&sandbox).await?, end_on_exit }));
     }
     if args.session.is_some() || args.sandbox_template.is_some() {
-        let resources =
-            Resources { store, namespace, session: args.session.clone(), template: args.sandbox_template.clone() };
+        let resources = Resources {
+            store,
+            args: args.store.clone(),
+            namespace,
+            session: args.session.clone(),
+            template: args.sandbox_template.clone(),
+        };
         if let Some(name) = &resources.session {
             // Said now, not at the editor's first session.
             resources.locate(name).await?;
@@ -137,6 +143,8 @@ fn read_token(file: &std::path::Path) -> anyhow::Result<String> {
 /// per `session/new` with a sandbox from `--sandbox-template`.
 struct Resources {
     store: Store,
+    /// The store's flags, for what an error suggests.
+    args: StoreArgs,
     namespace: String,
     session: Option<String>,
     template: Option<String>,
@@ -152,12 +160,8 @@ impl Resources {
 
     /// The node agent and session of the Session resource `name`, once it runs.
     async fn locate(&self, name: &str) -> anyhow::Result<Target> {
-        let key = self.key(name);
-        let object = self.store.require(&key).await?;
-        let Some(uid) = object.meta().uid.clone() else {
-            bail!("{}/{name} has not been taken up yet: is `agentplane up` (or the controller) running?", "session")
-        };
-        let client = self.store.node_agent(&object).await?;
+        let Located { client, uid, .. } =
+            locate(&self.store, &self.args, Some(&self.namespace), Kind::Session, name).await?;
         let id = node_session_id(&uid);
         client
             .get_session(&id)

@@ -1,6 +1,6 @@
 //! `agentplane node-agent`: flags, logging and signals around the node agent server.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -298,7 +298,7 @@ impl Registering {
         shutdown: &CancellationToken,
     ) -> anyhow::Result<Self> {
         let addr = server.local_addr().context("registration needs a TCP listener")?;
-        let node = agentplane_node_agent::client::Client::new(&local_url(addr), token)
+        let node = agentplane_node_agent::client::Client::new(&agentplane_node_agent::server::local_url(addr), token)
             .context("cannot build a client of this node agent")?;
         let stop = shutdown.child_token();
         let task = tokio::spawn(register::run(cluster, registration, node, stop.clone()));
@@ -313,17 +313,6 @@ impl Registering {
             Err(error) => tracing::error!("registration ended abnormally: {error}"),
         }
     }
-}
-
-/// The server's own address as a client reaches it: a wildcard address is not one
-/// to connect to.
-fn local_url(addr: SocketAddr) -> String {
-    let ip = match addr.ip() {
-        IpAddr::V4(ip) if ip.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
-        IpAddr::V6(ip) if ip.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
-        ip => ip,
-    };
-    format!("http://{}", SocketAddr::new(ip, addr.port()))
 }
 
 pub async fn run(mut args: NodeAgentArgs) -> anyhow::Result<()> {
@@ -407,7 +396,10 @@ pub async fn run(mut args: NodeAgentArgs) -> anyhow::Result<()> {
     // The inspector, logged in by a one-time code (never the token) in the fragment.
     if let Some(addr) = server.local_addr() {
         let code = server.requires_token().then(|| server.login_code().0);
-        eprintln!("inspector: {}", crate::ui::inspector_url(&local_url(addr), code.as_deref()));
+        eprintln!(
+            "inspector: {}",
+            crate::ui::inspector_url(&agentplane_node_agent::server::local_url(addr), code.as_deref())
+        );
     }
     if args.announce_ready {
         use std::io::Write;

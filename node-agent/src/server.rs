@@ -140,18 +140,11 @@ impl Server {
         let host = AgentHost::metered(config.data_dir.clone(), agents_dir, metrics.clone());
         let sessions =
             SessionManager::load(config.data_dir.join("sessions"), host, sessions, shutdown.child_token()).await?;
-        let own_client = match &listener {
+        // Not a client yet: only `/v1/acp` needs one, built per socket.
+        let own_address = match &listener {
             Listener::Tcp(tcp) => {
-                let mut addr = tcp.local_addr().map_err(|e| Error::io("reading the listening address", e))?;
-                if addr.ip().is_unspecified() {
-                    addr.set_ip(match addr.ip() {
-                        std::net::IpAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
-                        std::net::IpAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
-                    });
-                }
-                let client = crate::client::Client::new(&format!("http://{addr}"), config.token.clone())
-                    .map_err(|e| Error::InvalidRequest(format!("a client of its own address: {e}")))?;
-                Some(Arc::new(client))
+                let addr = tcp.local_addr().map_err(|e| Error::io("reading the listening address", e))?;
+                Some(Arc::new(crate::api::OwnAddress { url: local_url(addr), token: config.token.clone() }))
             }
             Listener::Unix(_) => None,
         };
@@ -164,7 +157,7 @@ impl Server {
             metrics,
             resources: None,
             fs,
-            own_client,
+            own_address,
         };
         Ok(Server { listener, state })
     }
@@ -246,4 +239,15 @@ impl Server {
         tokio::join!(processes.shutdown(stop_timeout), sessions.shutdown());
         served.map_err(|e| Error::io("serving HTTP", e))
     }
+}
+
+/// The server's own address as a client reaches it: a wildcard address is not one
+/// to connect to.
+pub fn local_url(addr: SocketAddr) -> String {
+    let ip = match addr.ip() {
+        std::net::IpAddr::V4(ip) if ip.is_unspecified() => std::net::Ipv4Addr::LOCALHOST.into(),
+        std::net::IpAddr::V6(ip) if ip.is_unspecified() => std::net::Ipv6Addr::LOCALHOST.into(),
+        ip => ip,
+    };
+    format!("http://{}", SocketAddr::new(ip, addr.port()))
 }

@@ -248,9 +248,7 @@ impl Acp {
             let answer = self.ask("session/request_permission", params).await.ok();
             let chosen = answer
                 .as_ref()
-                .and_then(|a| a.get("outcome"))
-                .filter(|o| o.get("outcome").and_then(Value::as_str) == Some("selected"))
-                .and_then(|o| o.get("optionId").and_then(Value::as_str))
+                .and_then(updates::selected_option)
                 .and_then(|o| o.strip_prefix("answer-"))
                 .and_then(|i| i.parse::<usize>().ok())
                 .and_then(|i| question.options.get(i));

@@ -346,17 +346,23 @@ pub fn permission_request(session_id: &str, request: &PermissionRequest) -> Valu
 /// The reply an ACP permission outcome chose: `None` when the editor cancelled (or
 /// chose an option that was not offered).
 pub fn permission_reply(outcome: &Value, offered: &[PermissionReply]) -> Option<PermissionReply> {
-    let outcome = outcome.get("outcome")?;
-    if outcome.get("outcome").and_then(Value::as_str) != Some("selected") {
-        return None;
-    }
-    let reply = match outcome.get("optionId").and_then(Value::as_str)? {
+    let reply = match selected_option(outcome)? {
         "once" => PermissionReply::Once,
         "always" => PermissionReply::Always,
         "reject" => PermissionReply::Reject,
         _ => return None,
     };
     offered.contains(&reply).then_some(reply)
+}
+
+/// The `optionId` an answer to `session/request_permission` selected; `None` when
+/// it was cancelled (or is not an answer).
+pub fn selected_option(answer: &Value) -> Option<&str> {
+    let outcome = answer.get("outcome")?;
+    if outcome.get("outcome").and_then(Value::as_str) != Some("selected") {
+        return None;
+    }
+    outcome.get("optionId").and_then(Value::as_str)
 }
 
 #[cfg(test)]

@@ -78,11 +78,13 @@ async fn acp_socket(
     if crate::agents::AgentId::parse(&query.agent).is_none() {
         return Err(Error::UnsupportedAgent(query.agent));
     }
-    let Some(client) = state.own_client.clone() else {
+    let Some(own) = state.own_address.clone() else {
         return Err(Error::Conflict(
             "this node agent serves a Unix socket: run `agentplane acp` where it is reachable instead".into(),
         ));
     };
+    let client = crate::client::Client::new(&own.url, own.token.clone())
+        .map_err(|e| Error::InvalidRequest(format!("a client of this node agent's own address: {e}")))?;
     let upgrade = upgrade.map_err(|e| Error::InvalidRequest(format!("not a WebSocket request: {}", e.body_text())))?;
     let upgrade = upgrade.max_message_size(MAX_MESSAGE).max_frame_size(MAX_MESSAGE);
     let create = CreateSessionRequest {
@@ -93,7 +95,7 @@ async fn acp_socket(
         ..Default::default()
     };
     let options = Options { create, client_cwd: false, title: format!("agentplane: {}", query.agent) };
-    let maker = Arc::new(OnNodeAgent { client: (*client).clone(), end_on_exit: true });
+    let maker = Arc::new(OnNodeAgent { client, end_on_exit: true });
     Ok(upgrade.on_upgrade(move |socket| serve(socket, maker, options, state)))
 }
 

@@ -61,9 +61,15 @@ pub struct AppState {
     pub resources: Option<Arc<dyn ResourceSource>>,
     /// What `/v1/fs/...` serves: the file roots, opened at start.
     pub fs: Arc<crate::fs::FsRoots>,
-    /// This node agent as a client of its own API (`/v1/acp` drives sessions through
-    /// it): over TCP to its own address with its own token; `None` on a Unix socket.
-    pub own_client: Option<Arc<crate::client::Client>>,
+    /// Where this node agent reaches its own API (`/v1/acp` drives sessions through a
+    /// client of it): its TCP address and its own token; `None` on a Unix socket.
+    pub own_address: Option<Arc<OwnAddress>>,
+}
+
+/// A node agent's own URL and token (see [`AppState::own_address`]).
+pub struct OwnAddress {
+    pub url: String,
+    pub token: Option<String>,
 }
 
 /// A JSON body whose rejection is a problem document.

@@ -34,7 +34,7 @@ async fn app() -> (axum::Router, tempfile::TempDir) {
         metrics: Default::default(),
         resources: None,
         fs: Arc::new(agentplane_node_agent::fs::FsRoots::open(&[dir.path().to_path_buf()]).unwrap()),
-        own_client: None,
+        own_address: None,
     };
     (router(state), dir)
 }
