@@ -14,9 +14,8 @@ use futures_util::{SinkExt, StreamExt};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 use utoipa::{IntoParams, ToSchema};
-use utoipa_axum::router::OpenApiRouter;
 
-use super::{AppState, Json, Query};
+use super::{AppState, Json, Query, Route, route};
 use crate::acp::{OnNodeAgent, Options};
 use crate::error::{Error, Problem, Result};
 use crate::model::{CreateSessionRequest, PermissionMode, Ticket};
@@ -28,9 +27,7 @@ const MAX_MESSAGE: usize = 16 * 1024 * 1024;
 /// Bytes in flight between the socket and the protocol, each way.
 const PIPE: usize = 256 * 1024;
 
-pub(super) fn routes() -> OpenApiRouter<AppState> {
-    OpenApiRouter::new().routes(utoipa_axum::routes!(acp_ticket)).routes(utoipa_axum::routes!(acp_socket))
-}
+pub(super) const ROUTES: &[Route] = &[route!(acp_ticket), route!(acp_socket)];
 
 /// Query of `GET /v1/acp`: what the editor's sessions are.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, IntoParams, ToSchema)]

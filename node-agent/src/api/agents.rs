@@ -15,19 +15,11 @@ use crate::agents::AgentId;
 use crate::error::{Error, Problem, Result};
 use crate::model::*;
 
-use utoipa_axum::router::OpenApiRouter;
-
-use super::{AppState, Json, RawBody};
+use super::{AppState, Json, RawBody, Route, route};
 
 /// Each route with its document (see `processes::routes`).
-pub(super) fn routes() -> OpenApiRouter<AppState> {
-    OpenApiRouter::new()
-        .routes(utoipa_axum::routes!(list_agents))
-        .routes(utoipa_axum::routes!(get_agent))
-        .routes(utoipa_axum::routes!(install_agent))
-        .routes(utoipa_axum::routes!(agent_modes))
-        .routes(utoipa_axum::routes!(agent_models))
-}
+pub(super) const ROUTES: &[Route] =
+    &[route!(list_agents), route!(get_agent), route!(install_agent), route!(agent_modes), route!(agent_models)];
 
 /// The agents this node agent can drive.
 #[utoipa::path(get, path = "/v1/agents", tag = "agents", responses((status = 200, body = AgentList)))]

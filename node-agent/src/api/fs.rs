@@ -21,13 +21,12 @@ use bytes::{Bytes, BytesMut};
 use cap_std::fs::MetadataExt;
 use futures_util::{Stream, StreamExt};
 use tokio::sync::{mpsc, oneshot};
-use utoipa_axum::router::OpenApiRouter;
 
 use crate::error::{Error, Problem, Result};
 use crate::fs::{FsPath, FsRoots, SET_ID_BITS, create_temporary, fs_error, remove_temporary};
 use crate::model::*;
 
-use super::{AppState, Json, Query};
+use super::{AppState, Json, Query, Route, route};
 
 /// Bytes read from a file per chunk of a response body: large enough that a
 /// gigabyte is a few thousand channel hops, small enough to keep memory per reader low.
@@ -39,18 +38,17 @@ const READ_AHEAD: usize = 4;
 /// waiting for the writing thread: enough to keep it busy while the next arrive.
 const WRITE_QUEUE: usize = 16;
 
-pub(super) fn routes() -> OpenApiRouter<AppState> {
-    OpenApiRouter::new()
-        .routes(utoipa_axum::routes!(list_entries))
-        .routes(utoipa_axum::routes!(stat_entry))
-        .routes(utoipa_axum::routes!(read_file, write_file))
-        .routes(utoipa_axum::routes!(make_directory))
-        .routes(utoipa_axum::routes!(move_entry))
-        .routes(utoipa_axum::routes!(delete_entry))
-        .routes(utoipa_axum::routes!(upload_tar))
-        .routes(utoipa_axum::routes!(download_tar))
-        .routes(utoipa_axum::routes!(watch))
-}
+pub(super) const ROUTES: &[Route] = &[
+    route!(list_entries),
+    route!(stat_entry),
+    route!(read_file, write_file),
+    route!(make_directory),
+    route!(move_entry),
+    route!(delete_entry),
+    route!(upload_tar),
+    route!(download_tar),
+    route!(watch),
+];
 
 /// Runs blocking file work off the async runtime.
 async fn blocking<T: Send + 'static>(work: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {

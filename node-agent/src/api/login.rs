@@ -7,15 +7,9 @@ use axum::extract::State;
 use crate::error::{Error, Problem, Result};
 use crate::model::{BrowserToken, ExchangeCodeRequest, LoginCode};
 
-use utoipa_axum::router::OpenApiRouter;
+use super::{AppState, Json, Route, route};
 
-use super::{AppState, Json};
-
-pub(super) fn routes() -> OpenApiRouter<AppState> {
-    OpenApiRouter::new()
-        .routes(utoipa_axum::routes!(issue_login_code))
-        .routes(utoipa_axum::routes!(exchange_login_code))
-}
+pub(super) const ROUTES: &[Route] = &[route!(issue_login_code), route!(exchange_login_code)];
 
 /// The path of the exchange: with health, the only API route that needs no token.
 pub(super) const EXCHANGE_PATH: &str = "/v1/auth/exchange";

@@ -10,18 +10,15 @@ use axum::response::{IntoResponse, Response};
 use crate::error::{Error, Result};
 use crate::metrics::Snapshot;
 
-use utoipa_axum::router::OpenApiRouter;
-
-use super::AppState;
+use super::{AppState, Route, route};
 
 /// `/metrics` alone and without the token, for `--metrics-listen`'s own address.
 pub fn metrics_router(state: AppState) -> Router {
-    routes().split_for_parts().0.with_state(state)
+    let (path, methods) = (ROUTES[0].serve)();
+    Router::new().route(&path, methods).with_state(state)
 }
 
-pub(super) fn routes() -> OpenApiRouter<AppState> {
-    OpenApiRouter::new().routes(utoipa_axum::routes!(metrics))
-}
+pub(super) const ROUTES: &[Route] = &[route!(metrics)];
 
 /// Counts each request by its route template (`MatchedPath`, set by routing before
 /// this layer runs) and status.

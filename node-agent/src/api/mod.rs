@@ -123,35 +123,93 @@ impl<S: Send + Sync> FromRequestParts<S> for PathIds {
     }
 }
 
-/// Every route with its part of the document, merged: what is served and what is
-/// described are one list.
-fn documented_routes() -> OpenApiRouter<AppState> {
-    OpenApiRouter::with_openapi(ApiDoc::openapi())
-        .routes(utoipa_axum::routes!(health))
-        .routes(utoipa_axum::routes!(openapi_json))
-        .merge(processes::routes())
-        .merge(agents::routes())
-        .merge(sessions::routes())
-        .merge(login::routes())
-        .merge(resources::routes())
-        .merge(metrics::routes())
-        .merge(fs::routes())
-        .merge(acp::routes())
+/// One path's handlers: how to serve them, and how to describe them. Both come from
+/// the same `#[utoipa::path]` of each handler (see [`route!`]), so a route cannot be
+/// served without being described; describing waits until the document is asked for.
+pub(super) struct Route {
+    /// The path and its method router: cheap, what the server needs at start.
+    pub(super) serve: fn() -> (String, axum::routing::MethodRouter<AppState>),
+    /// The same with the path's part of the document (its operations and schemas):
+    /// built only for `/v1/openapi.json` and `agentplane node-agent openapi`.
+    document: fn() -> utoipa_axum::router::UtoipaMethodRouter<AppState>,
 }
 
+/// A [`Route`] of handlers serving one path (each with its `#[utoipa::path]`).
+macro_rules! route {
+    ($first:ident $(, $handler:ident)* $(,)?) => {
+        $crate::api::Route::new(
+            || {
+                use utoipa::Path as _;
+                use utoipa_axum::PathItemExt as _;
+                utoipa_axum::paste! {
+                    let path = <[<__path_ $first>]>::path();
+                    let mut router = axum::routing::MethodRouter::new();
+                    for method in <[<__path_ $first>]>::methods() {
+                        router = router.on(method.to_method_filter(), $first);
+                    }
+                    $(
+                        debug_assert_eq!(path, <[<__path_ $handler>]>::path(), "one route!, one path");
+                        for method in <[<__path_ $handler>]>::methods() {
+                            router = router.on(method.to_method_filter(), $handler);
+                        }
+                    )*
+                }
+                (path, router)
+            },
+            || utoipa_axum::routes!($first $(, $handler)*),
+        )
+    };
+}
+pub(super) use route;
+
+impl Route {
+    pub(super) const fn new(
+        serve: fn() -> (String, axum::routing::MethodRouter<AppState>),
+        document: fn() -> utoipa_axum::router::UtoipaMethodRouter<AppState>,
+    ) -> Self {
+        Route { serve, document }
+    }
+}
+
+/// Every path the API serves, module by module.
+fn all_routes() -> impl Iterator<Item = &'static Route> {
+    [
+        ROUTES,
+        processes::ROUTES,
+        agents::ROUTES,
+        sessions::ROUTES,
+        login::ROUTES,
+        resources::ROUTES,
+        metrics::ROUTES,
+        fs::ROUTES,
+        acp::ROUTES,
+    ]
+    .into_iter()
+    .flatten()
+}
+
+const ROUTES: &[Route] = &[route!(health), route!(openapi_json)];
+
 /// The OpenAPI document: what `/v1/openapi.json` serves and `agentplane node-agent
-/// openapi` prints. Built once.
+/// openapi` prints. Built once, when first asked for: building it touches every
+/// operation's and schema's code, a third of an idle node agent's memory when it was
+/// built at start.
 pub fn openapi() -> &'static utoipa::openapi::OpenApi {
     static DOCUMENT: std::sync::OnceLock<utoipa::openapi::OpenApi> = std::sync::OnceLock::new();
     DOCUMENT.get_or_init(|| {
-        let mut document = documented_routes().into_openapi();
+        let routes = all_routes()
+            .fold(OpenApiRouter::with_openapi(ApiDoc::openapi()), |router, route| router.routes((route.document)()));
+        let mut document = routes.into_openapi();
         utoipa::Modify::modify(&ApiConventions, &mut document);
         document
     })
 }
 
 pub fn router(state: AppState) -> Router {
-    let (api, _document) = documented_routes().split_for_parts();
+    let api = all_routes().fold(Router::new(), |router, route| {
+        let (path, methods) = (route.serve)();
+        router.route(&path, methods)
+    });
     let api = api
         .fallback(|uri: axum::http::Uri| async move { Error::RouteNotFound(uri.path().to_string()) })
         .method_not_allowed_fallback(|| async { Error::MethodNotAllowed })

@@ -21,9 +21,7 @@ use crate::output::{Next, OutputBuffer};
 use crate::process::{Process, RunState};
 use crate::signals::parse_signal;
 
-use utoipa_axum::router::OpenApiRouter;
-
-use super::{AppState, Json, PathId, Query};
+use super::{AppState, Json, PathId, Query, Route, route};
 
 /// Largest binary frame sent to a terminal client: big enough that a fast producer
 /// costs few frames, small enough to keep latency and memory per client low.
@@ -38,19 +36,18 @@ const MAX_OUTPUT_READ: usize = 1024 * 1024;
 
 /// Each route with its document: the path and method come from the handler's
 /// `#[utoipa::path]`, so a route cannot be served without being described.
-pub(super) fn routes() -> OpenApiRouter<AppState> {
-    OpenApiRouter::new()
-        .routes(utoipa_axum::routes!(list_processes, create_process))
-        .routes(utoipa_axum::routes!(get_process, delete_process))
-        .routes(utoipa_axum::routes!(signal_process))
-        .routes(utoipa_axum::routes!(resize_process))
-        .routes(utoipa_axum::routes!(write_input))
-        .routes(utoipa_axum::routes!(read_output))
-        .routes(utoipa_axum::routes!(read_interleaved_output))
-        .routes(utoipa_axum::routes!(issue_ticket))
-        .routes(utoipa_axum::routes!(connect))
-        .routes(utoipa_axum::routes!(lifecycle_events))
-}
+pub(super) const ROUTES: &[Route] = &[
+    route!(list_processes, create_process),
+    route!(get_process, delete_process),
+    route!(signal_process),
+    route!(resize_process),
+    route!(write_input),
+    route!(read_output),
+    route!(read_interleaved_output),
+    route!(issue_ticket),
+    route!(connect),
+    route!(lifecycle_events),
+];
 
 /// Starts a process, on a PTY when `pty` is given. With `sessionId` it feeds that
 /// session: a `tool_result` item there when it starts and when it exits (with its exit

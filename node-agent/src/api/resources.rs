@@ -13,18 +13,14 @@ use crate::error::{Error, Problem, Result};
 use crate::model::ResourceList;
 use crate::resources::ResourceSource;
 
-use utoipa_axum::router::OpenApiRouter;
-
-use super::{AppState, Json};
+use super::{AppState, Json, Route, route};
 
 /// How long after a change the list is taken: a burst of status writes (a rescan,
 /// many processes starting) becomes one event, and the change still arrives well
 /// within a second.
 const SETTLE: Duration = Duration::from_millis(50);
 
-pub(super) fn routes() -> OpenApiRouter<AppState> {
-    OpenApiRouter::new().routes(utoipa_axum::routes!(list_resources)).routes(utoipa_axum::routes!(resource_events))
-}
+pub(super) const ROUTES: &[Route] = &[route!(list_resources), route!(resource_events)];
 
 fn source(state: &AppState) -> Result<Arc<dyn ResourceSource>> {
     state.resources.clone().ok_or_else(|| Error::NotFound("resources are served by `agentplane up`".into()))

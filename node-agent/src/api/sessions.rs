@@ -15,9 +15,7 @@ use crate::metrics::Metrics;
 use crate::model::*;
 use crate::universal::*;
 
-use utoipa_axum::router::OpenApiRouter;
-
-use super::{AppState, Json, PathId, PathIds, Query};
+use super::{AppState, Json, PathId, PathIds, Query, Route, route};
 
 /// Session events per `GET .../events` by default, and at most.
 const DEFAULT_EVENTS_READ: usize = 1000;
@@ -27,20 +25,19 @@ const MAX_EVENTS_READ: usize = 10_000;
 const SSE_EVENTS_READ: usize = 256;
 
 /// Each route with its document (see `processes::routes`).
-pub(super) fn routes() -> OpenApiRouter<AppState> {
-    OpenApiRouter::new()
-        .routes(utoipa_axum::routes!(list_sessions))
-        .routes(utoipa_axum::routes!(get_session, create_session, end_session))
-        .routes(utoipa_axum::routes!(send_message))
-        .routes(utoipa_axum::routes!(restart_session))
-        .routes(utoipa_axum::routes!(interrupt_session))
-        .routes(utoipa_axum::routes!(session_diff))
-        .routes(utoipa_axum::routes!(session_events))
-        .routes(utoipa_axum::routes!(session_events_sse))
-        .routes(utoipa_axum::routes!(reply_permission))
-        .routes(utoipa_axum::routes!(reply_question))
-        .routes(utoipa_axum::routes!(reject_question))
-}
+pub(super) const ROUTES: &[Route] = &[
+    route!(list_sessions),
+    route!(get_session, create_session, end_session),
+    route!(send_message),
+    route!(restart_session),
+    route!(interrupt_session),
+    route!(session_diff),
+    route!(session_events),
+    route!(session_events_sse),
+    route!(reply_permission),
+    route!(reply_question),
+    route!(reject_question),
+];
 
 /// Starts a session with an agent. The id is the caller's (letters, digits, `.`, `_`,
 /// `-`; at most 63), so that a restarted controller finds the session it started.
