@@ -5,6 +5,9 @@
 #   scripts/bench.sh            full size, optimised (the release profile, with
 #                               overflow checks as shipped); a missed target is
 #                               printed as MISSED, and fails the run with BENCH_STRICT=1
+#
+# Each benchmark prints its detail as it goes; at the end one table gathers every
+# headline figure with its peer or floor measured in the same run and its target.
 #   scripts/bench.sh --smoke    the test command's run: small sizes, the test profile's
 #                               build (no optimised build), for what must hold at any
 #                               size (no byte lost, nothing run twice, nothing left
@@ -22,7 +25,7 @@ names=()
 for arg in "$@"; do
   case "$arg" in
     --smoke) smoke=1 ;;
-    -h | --help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,20p' "$0"; exit 0 ;;
     *) names+=("$arg") ;;
   esac
 done
@@ -50,6 +53,10 @@ else
   profile=()
 fi
 
+report="$(mktemp)"
+trap 'rm -f "$report"' EXIT
+export AGENTPLANE_BENCH_REPORT="$report"
+
 failed=()
 for name in "${names[@]}"; do
   echo "== bench $name" >&2
@@ -57,6 +64,24 @@ for name in "${names[@]}"; do
     failed+=("$name")
   fi
 done
+
+# The one table: benchmark, figure, value, peer or floor, target, verdict.
+echo
+echo "agentplane benchmarks ($( [ "$smoke" = 1 ] && echo "smoke size, unoptimised: speed not judged" || echo "full size, optimised" ); $(nproc) CPUs, $(date -u +%Y-%m-%dT%H:%MZ))"
+awk -F '\t' '
+  { for (i = 1; i <= 6; i++) { cell[NR, i] = $i; if (length($i) > width[i]) width[i] = length($i) } }
+  END {
+    split("benchmark figure value peer/floor target verdict", head, " ")
+    for (i = 1; i <= 6; i++) if (length(head[i]) > width[i]) width[i] = length(head[i])
+    line = ""; for (i = 1; i <= 6; i++) line = line sprintf("%-" width[i] "s  ", head[i]); print line
+    for (r = 1; r <= NR; r++) { line = ""; for (i = 1; i <= 6; i++) line = line sprintf("%-" width[i] "s  ", cell[r, i]); print line }
+  }' "$report"
+if grep -q $'\tFAILED$' "$report"; then
+  failed+=("(a figure that must hold)")
+fi
+if [ "${BENCH_STRICT:-0}" = 1 ] && grep -q $'\tMISSED$' "$report"; then
+  failed+=("(a target missed, BENCH_STRICT=1)")
+fi
 if [ ${#failed[@]} -gt 0 ]; then
   echo "benchmarks that failed: ${failed[*]}" >&2
   exit 1

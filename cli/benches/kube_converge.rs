@@ -31,6 +31,10 @@ use anyhow::{Context, ensure};
 use futures_util::{StreamExt, TryStreamExt, stream};
 use kube::api::{Api, PostParams};
 use kube::runtime::watcher;
+use report::Verdict;
+
+#[path = "common/report.rs"]
+mod report;
 
 const BIN: &str = env!("CARGO_BIN_EXE_agentplane");
 const TOKEN: &str = "kube-bench-token-42";
@@ -210,5 +214,14 @@ async fn main() -> anyhow::Result<()> {
         converge.as_secs_f64() / bare_time.as_secs_f64()
     );
     println!("  controller RSS holding {count}: {} MiB", rss / 1024);
+    let ratio = converge.as_secs_f64() / bare_time.as_secs_f64();
+    report::figure(
+        "kube_converge",
+        &format!("{count} Processes -> Ready on the apiserver"),
+        &format!("{:.2} s, {ratio:.2}x (controller: {} MiB)", converge.as_secs_f64(), rss / 1024),
+        &format!("bare creates, {IN_FLIGHT} in flight: {:.2} s", bare_time.as_secs_f64()),
+        "<= 3x bare creates",
+        Verdict::Target(ratio <= 3.0),
+    );
     Ok(())
 }

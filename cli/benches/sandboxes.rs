@@ -18,7 +18,7 @@
 //! ```
 //!
 //! Targets: claim from a warm pool → first event p50 < 300 ms; cold isolated sandbox
-//! → Ready p50 < 1 s; an idle sandbox < 15 MiB. It prints the figures with their targets
+//! → Ready p50 < 1 s; an idle sandbox, all its processes, <= 12 MiB. It prints the figures with their targets
 //! and exits 0 when one is missed; it exits non-zero when the run itself breaks, or when
 //! bubblewrap is missing (say so rather than measure nothing).
 
@@ -30,6 +30,10 @@ use std::time::{Duration, Instant};
 use agentplane_controller::dir::state::StateDir;
 use agentplane_crds::{Key, Kind, Object};
 use anyhow::{Context, bail};
+use report::Verdict;
+
+#[path = "common/report.rs"]
+mod report;
 
 const BIN: &str = env!("CARGO_BIN_EXE_agentplane");
 /// Only turns a hang into a failure.
@@ -100,14 +104,21 @@ fn ms(d: Duration) -> String {
     format!("{:.1} ms", d.as_secs_f64() * 1000.0)
 }
 
-fn report(what: &str, samples: &mut [Duration], target: Option<Duration>) {
+/// p50 and p99 of `samples` as one figure, beside `floor` (its own samples), if any.
+fn latency(what: &str, samples: &mut [Duration], floor: Option<(&str, &mut [Duration])>, target: Option<Duration>) {
     let (p50, p99) = (percentile(samples, 0.5), percentile(samples, 0.99));
-    let verdict = match target {
-        Some(t) if p50 <= t => format!("  (target p50 < {}: ok)", ms(t)),
-        Some(t) => format!("  (target p50 < {}: MISSED)", ms(t)),
-        None => String::new(),
+    let peer = match floor {
+        Some((name, floor)) => {
+            format!("{name}: p50 {}, p99 {}", ms(percentile(floor, 0.5)), ms(percentile(floor, 0.99)))
+        }
+        None => "-".into(),
     };
-    println!("{what}: p50 {}, p99 {} over {}{verdict}", ms(p50), ms(p99), samples.len());
+    let (target_text, verdict) = match target {
+        Some(t) => (format!("p50 < {}", ms(t)), Verdict::Target(p50 < t)),
+        None => ("-".into(), Verdict::Info),
+    };
+    let value = format!("p50 {}, p99 {} over {}", ms(p50), ms(p99), samples.len());
+    report::figure("sandboxes", what, &value, &peer, &target_text, verdict);
 }
 
 fn sandbox_ready(up: &Up, name: &str) -> bool {
@@ -228,8 +239,12 @@ fn main() -> anyhow::Result<()> {
 
     let mut baseline = plain_node_agent_starts(count).context("the baseline")?;
     let mut cold = cold_starts(&up, count).context("cold starts")?;
-    report("plain node agent, spawn -> health (baseline)", &mut baseline, None);
-    report("cold isolated sandbox, file saved -> Ready", &mut cold, Some(Duration::from_secs(1)));
+    latency(
+        "cold isolated sandbox, file saved -> Ready",
+        &mut cold,
+        Some(("plain node agent spawn -> health", &mut baseline)),
+        Some(Duration::from_secs(1)),
+    );
 
     let templates = "apiVersion: agentplane.dev/v1alpha1\nkind: SandboxTemplate\nmetadata:\n  name: pooled\nspec:\n  \
                      ttlSecondsAfterFinished: 0\n  sandbox:\n    network: none\n---\napiVersion: agentplane.dev/v1alpha1\n\
@@ -240,8 +255,12 @@ fn main() -> anyhow::Result<()> {
     let sessions = (count / 2).max(3);
     let mut warm = first_events(&up, "pooled", sessions, true).context("sessions with a warm pool")?;
     let mut cold_sessions = first_events(&up, "unpooled", sessions, false).context("sessions without a pool")?;
-    report("session applied -> first event, without a pool", &mut cold_sessions, None);
-    report("session applied -> first event, claimed from a warm pool", &mut warm, Some(Duration::from_millis(300)));
+    latency(
+        "session applied -> first event, warm pool",
+        &mut warm,
+        Some(("without a pool", &mut cold_sessions)),
+        Some(Duration::from_millis(300)),
+    );
 
     // The pool's idle sandboxes: everything under each one's bubblewrap.
     let Some(Object::SandboxWarmPool(pool)) = up.record(Kind::SandboxWarmPool, "warm") else { bail!("no pool") };
@@ -262,11 +281,13 @@ fn main() -> anyhow::Result<()> {
     }
     let mean = |v: &[u64]| v.iter().sum::<u64>() as f64 / v.len() as f64 / 1024.0;
     let total = mean(&totals);
-    let verdict = if total < 15.0 { "ok" } else { "MISSED" };
-    println!(
-        "idle sandbox RSS: {total:.1} MiB in all (bubblewrap + node agent), node agent alone {:.1} MiB, over {} sandboxes  (target < 15 MiB: {verdict})",
-        mean(&agents),
-        totals.len()
+    report::figure(
+        "sandboxes",
+        "idle isolated sandbox RSS, all its processes",
+        &format!("{total:.1} MiB over {} sandboxes", totals.len()),
+        &format!("its node agent alone {:.1} MiB", mean(&agents)),
+        "<= 12 MiB",
+        Verdict::Target(total <= 12.0),
     );
     Ok(())
 }

@@ -32,6 +32,10 @@ use agentplane_node_agent::model::{CreateProcessRequest, ListProcessesQuery, Pro
 use anyhow::{Context, bail, ensure};
 use futures_util::StreamExt;
 use notify::Watcher;
+use report::Verdict;
+
+#[path = "common/report.rs"]
+mod report;
 
 const BIN: &str = env!("CARGO_BIN_EXE_agentplane");
 /// Only turns a hang into a failure.
@@ -296,6 +300,24 @@ async fn run() -> anyhow::Result<()> {
     println!("  {:<44} {:>10.2} {:>12}", "baseline: API creates, 32 in flight", baseline.as_secs_f64(), "");
     println!("  {:<44} {:>10.1} {:>12}", "ratio (up / baseline)", dropped.as_secs_f64() / baseline.as_secs_f64(), "");
     println!("  {:<44} {:>7} MiB", "RSS of up holding them", rss / 1024);
+    let (p50, p99) = (percentile(&latencies, 0.5), percentile(&latencies, 0.99));
+    report::figure(
+        "up_converge",
+        "file saved -> running, status written",
+        &format!("p50 {}, p99 {} over {saves}", ms(p50), ms(p99)),
+        &format!("one API create: p50 {}, p99 {}", ms(percentile(&direct, 0.5)), ms(percentile(&direct, 0.99))),
+        "p99 < 50 ms",
+        Verdict::Target(p99 < Duration::from_millis(50)),
+    );
+    let ratio = dropped.as_secs_f64() / baseline.as_secs_f64();
+    report::figure(
+        "up_converge",
+        &format!("{files} files -> running under up"),
+        &format!("{:.2} s, {ratio:.2}x (up holding them: {} MiB)", dropped.as_secs_f64(), rss / 1024),
+        &format!("node agent API, 32 in flight: {:.2} s", baseline.as_secs_f64()),
+        "<= 1.2x the API",
+        Verdict::Target(ratio <= 1.2),
+    );
     Ok(())
 }
 
