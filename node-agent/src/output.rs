@@ -427,6 +427,16 @@ impl Subscription {
         self.pos
     }
 
+    /// Bytes written past this subscriber's position (some may be gone: a gap).
+    pub fn available(&self) -> u64 {
+        self.rx.borrow().total.saturating_sub(self.pos)
+    }
+
+    /// Whether the stream has ended (nothing more will be written).
+    pub fn closed(&self) -> bool {
+        self.rx.borrow().closed
+    }
+
     /// Returns what is available now, without waiting: `None` when caught up with an open stream.
     pub fn try_next(&mut self, max: usize) -> Option<Next> {
         self.rx.borrow_and_update();

@@ -169,7 +169,10 @@ fn http_date(seconds: i64) -> Option<HeaderValue> {
 }
 
 /// `length` bytes of `file` from `first`, read on a blocking thread a few chunks ahead
-/// of the client.
+/// of the client. The chunks' buffers go back to the thread when the server has sent
+/// them ([`PooledChunk`]): a gigabyte reuses a few buffers, warm in the cache, instead
+/// of allocating, faulting in and zeroing four thousand (a quarter of the server's CPU
+/// time for a `GET`).
 fn read_body(mut file: std::fs::File, first: u64, length: u64) -> Body {
     let (sender, receiver) = mpsc::channel::<io::Result<Bytes>>(READ_AHEAD);
     tokio::task::spawn_blocking(move || {
@@ -178,12 +181,15 @@ fn read_body(mut file: std::fs::File, first: u64, length: u64) -> Body {
             let _ = sender.blocking_send(Err(error));
             return;
         }
+        // Room for every buffer that can be out at once: in the channel, in the
+        // server's hands, and the one being filled.
+        let (returned, pool) = std::sync::mpsc::sync_channel::<Vec<u8>>(READ_AHEAD + 4);
         let mut file = file.take(length);
         let mut remaining = length;
         while remaining > 0 {
             let size = READ_CHUNK.min(usize::try_from(remaining).unwrap_or(READ_CHUNK));
-            let mut chunk = BytesMut::zeroed(size);
-            let read = match file.read(&mut chunk) {
+            let mut buffer = pool.try_recv().unwrap_or_else(|_| vec![0u8; READ_CHUNK]);
+            let read = match file.read(&mut buffer[..size]) {
                 // Shorter than promised: the file shrank. The body ends short and the
                 // client sees a broken transfer rather than wrong bytes.
                 Ok(0) => {
@@ -197,14 +203,35 @@ fn read_body(mut file: std::fs::File, first: u64, length: u64) -> Body {
                     return;
                 }
             };
-            chunk.truncate(read);
             remaining -= read as u64;
-            if sender.blocking_send(Ok(chunk.freeze())).is_err() {
+            let chunk = PooledChunk { buffer: std::mem::take(&mut buffer), len: read, home: returned.clone() };
+            if sender.blocking_send(Ok(Bytes::from_owner(chunk))).is_err() {
                 return; // the client went
             }
         }
     });
     Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(receiver))
+}
+
+/// A buffer lent to the response body: its first `len` bytes are the chunk, and it
+/// goes back to the reading thread's pool when the server drops it (or is freed when
+/// the thread has gone or its pool is full).
+struct PooledChunk {
+    buffer: Vec<u8>,
+    len: usize,
+    home: std::sync::mpsc::SyncSender<Vec<u8>>,
+}
+
+impl AsRef<[u8]> for PooledChunk {
+    fn as_ref(&self) -> &[u8] {
+        &self.buffer[..self.len]
+    }
+}
+
+impl Drop for PooledChunk {
+    fn drop(&mut self) {
+        let _ = self.home.try_send(std::mem::take(&mut self.buffer));
+    }
 }
 
 /// What the request body's reader hands the writing thread.

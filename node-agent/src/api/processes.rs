@@ -26,6 +26,16 @@ use super::{AppState, Json, PathId, Query, Route, route};
 /// Largest binary frame sent to a terminal client: big enough that a fast producer
 /// costs few frames, small enough to keep latency and memory per client low.
 const MAX_FRAME: usize = 256 * 1024;
+/// Output floods when frames this large follow each other within [`FLOOD_WINDOW`]:
+/// then the sender waits [`FLOOD_WAIT`] for more before the next frame, so a flood goes
+/// out in frames of tens of KiB instead of one per PTY read (4 KiB: the line
+/// discipline's buffer), each costing a wake-up, a frame and a write. Typing and
+/// prompts are small frames, and never wait.
+const FLOOD_FRAME: usize = 4 * 1024;
+const FLOOD_WINDOW: Duration = Duration::from_millis(2);
+const FLOOD_WAIT: Duration = Duration::from_millis(1);
+/// What a flood's frame gathers before it goes without waiting.
+const FLOOD_GATHER: u64 = 64 * 1024;
 /// Largest message a terminal client may send: keystrokes and pastes, not files. With
 /// the bounded input queue this caps what one client can make the node agent hold.
 const MAX_CLIENT_MESSAGE: usize = 1024 * 1024;
@@ -403,7 +413,19 @@ async fn terminal_session(
         // connection started, or the end of the last gap (bytes never sent are not in
         // flight, so a stale ack cannot shut the window for good).
         let mut floor = subscription.position();
+        // The last data frame sent: its size and when.
+        let mut last_frame = (0usize, tokio::time::Instant::now());
         loop {
+            let flooding = last_frame.0 >= FLOOD_FRAME && last_frame.1.elapsed() < FLOOD_WINDOW;
+            if flooding && subscription.available() < FLOOD_GATHER && !subscription.closed() {
+                tokio::select! {
+                    () = tokio::time::sleep(FLOOD_WAIT) => {}
+                    () = state.shutdown.cancelled() => {
+                        let _ = sink.send(Message::Close(None)).await;
+                        return Ok(());
+                    }
+                }
+            }
             let room = match *acked_rx.borrow_and_update() {
                 Some(acked) => ACK_WINDOW.saturating_sub(subscription.position().saturating_sub(acked.max(floor))),
                 None => MAX_FRAME as u64,
@@ -423,7 +445,9 @@ async fn terminal_session(
             let max = usize::try_from(room).unwrap_or(MAX_FRAME).min(MAX_FRAME);
             match subscription.try_next(max) {
                 Some(Next::Data { data, .. }) => {
+                    let size = data.len();
                     sink.send(Message::Binary(data.into())).await?;
+                    last_frame = (size, tokio::time::Instant::now());
                     continue;
                 }
                 Some(Next::Gap(gap)) => {
