@@ -48,6 +48,34 @@ struct Cli {
     command: Command,
 }
 
+/// `agentplane node-agent ...`, parsed alone: what every sandbox starts. Parsing it
+/// with [`Cli`] built the whole tree of thirty commands first, whose code then stayed
+/// in each node agent's resident memory (the pages a start touches stay mapped).
+#[derive(Parser)]
+#[command(
+    name = "agentplane node-agent",
+    bin_name = "agentplane node-agent",
+    version,
+    about = "Run the node agent: the per-sandbox daemon that runs processes and terminals over HTTP."
+)]
+struct NodeAgentCli {
+    #[command(flatten)]
+    args: node_agent::NodeAgentArgs,
+}
+
+impl NodeAgentCli {
+    /// The command line without its `node-agent`, when that is its command (and the
+    /// shell is not asking for completions, which need the whole tree).
+    fn arguments() -> Option<Vec<std::ffi::OsString>> {
+        let mut arguments: Vec<_> = std::env::args_os().collect();
+        if arguments.get(1).is_none_or(|command| command != "node-agent") || std::env::var_os("COMPLETE").is_some() {
+            return None;
+        }
+        arguments.remove(1);
+        Some(arguments)
+    }
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Run the controller and a node agent on a watched directory of YAML resources:
@@ -128,7 +156,11 @@ struct SandboxExecArgs {
 fn main() {
     // `COMPLETE=bash agentplane ...`: the shell asks what may come next (see `completion`).
     clap_complete::CompleteEnv::with_factory(Cli::command).complete();
-    let cli = match Cli::try_parse() {
+    let parsed = match NodeAgentCli::arguments() {
+        Some(arguments) => NodeAgentCli::try_parse_from(arguments).map(|n| Cli { command: Command::NodeAgent(n.args) }),
+        None => Cli::try_parse(),
+    };
+    let cli = match parsed {
         Ok(cli) => cli,
         // A mistyped command line is an error like any other (exit 1); help is not.
         Err(error) => {

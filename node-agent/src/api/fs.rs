@@ -317,13 +317,20 @@ fn write_blocking(
     let (mut file, temporary) = create_temporary(&dir, &name).map_err(|e| fs_error(e, path.display()))?;
     let _ = ready.send(());
     let committed = (|| {
+        let mut behind = SyncBehind::start(&file);
+        let mut written = 0u64;
         loop {
             match pieces.blocking_recv() {
-                Some(Piece::Data(data)) => file.write_all(&data).map_err(|e| fs_error(e, path.display()))?,
+                Some(Piece::Data(data)) => {
+                    file.write_all(&data).map_err(|e| fs_error(e, path.display()))?;
+                    written += data.len() as u64;
+                    behind.written(written);
+                }
                 Some(Piece::End) => break,
                 None => return Err(Error::InvalidRequest("the upload was cut off before its end".into())),
             }
         }
+        behind.finish();
         // The mode is set on the file, not through its name: umask does not apply.
         file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(mode))
             .map_err(|e| fs_error(e, path.display()))?;
@@ -341,6 +348,65 @@ fn write_blocking(
             remove_temporary(&dir, &temporary);
             Err(error)
         }
+    }
+}
+
+/// Writes an upload back to disk while it arrives, so that the `sync_all` a `PUT`
+/// answers after has only the tail left: a thread of its own syncs the file's data each
+/// time [`SYNC_STEP`] more bytes were written. Without it the kernel starts writing
+/// back only when a tenth of memory is dirty, and a gigabyte waited for its whole
+/// write-back at the end, after the transfer instead of during it.
+struct SyncBehind {
+    /// Bytes written so far, each time another step was passed; closed when done.
+    progress: Option<std::sync::mpsc::SyncSender<u64>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    next: u64,
+}
+
+/// Bytes written between two syncs behind an upload.
+const SYNC_STEP: u64 = 32 << 20;
+
+impl SyncBehind {
+    fn start(file: &std::fs::File) -> SyncBehind {
+        // Without a second handle or a thread, the upload is synced at its end only.
+        let idle = SyncBehind { progress: None, thread: None, next: SYNC_STEP };
+        let Ok(handle) = file.try_clone() else { return idle };
+        let (progress, steps) = std::sync::mpsc::sync_channel::<u64>(1);
+        let thread = std::thread::Builder::new().name("sync-behind".into()).stack_size(64 * 1024).spawn(move || {
+            // A failed sync here is found again by the final one, which answers for it.
+            while steps.recv().is_ok() {
+                let _ = handle.sync_data();
+            }
+        });
+        match thread {
+            Ok(thread) => SyncBehind { progress: Some(progress), thread: Some(thread), next: SYNC_STEP },
+            Err(_) => idle,
+        }
+    }
+
+    fn written(&mut self, total: u64) {
+        if total < self.next {
+            return;
+        }
+        self.next = total + SYNC_STEP;
+        // Full: a sync is under way or asked for already, and it covers this too.
+        if let Some(progress) = &self.progress {
+            let _ = progress.try_send(total);
+        }
+    }
+
+    /// Waits for the sync under way, if any.
+    fn finish(&mut self) {
+        self.progress = None;
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for SyncBehind {
+    fn drop(&mut self) {
+        self.finish();
     }
 }
 

@@ -36,6 +36,12 @@ const FLOOD_WINDOW: Duration = Duration::from_millis(2);
 const FLOOD_WAIT: Duration = Duration::from_millis(1);
 /// What a flood's frame gathers before it goes without waiting.
 const FLOOD_GATHER: u64 = 64 * 1024;
+/// Whether the terminal sender waits [`FLOOD_WAIT`] before its next frame: the last
+/// frame was a flood's (large, and recent), and less than a full frame's worth waits.
+fn gathers(last_frame: usize, since_last: Duration, available: u64, closed: bool) -> bool {
+    last_frame >= FLOOD_FRAME && since_last < FLOOD_WINDOW && available < FLOOD_GATHER && !closed
+}
+
 /// Largest message a terminal client may send: keystrokes and pastes, not files. With
 /// the bounded input queue this caps what one client can make the node agent hold.
 const MAX_CLIENT_MESSAGE: usize = 1024 * 1024;
@@ -416,8 +422,7 @@ async fn terminal_session(
         // The last data frame sent: its size and when.
         let mut last_frame = (0usize, tokio::time::Instant::now());
         loop {
-            let flooding = last_frame.0 >= FLOOD_FRAME && last_frame.1.elapsed() < FLOOD_WINDOW;
-            if flooding && subscription.available() < FLOOD_GATHER && !subscription.closed() {
+            if gathers(last_frame.0, last_frame.1.elapsed(), subscription.available(), subscription.closed()) {
                 tokio::select! {
                     () = tokio::time::sleep(FLOOD_WAIT) => {}
                     () = state.shutdown.cancelled() => {
@@ -691,5 +696,21 @@ mod tests {
         assert!(!same_origin(&origin("ws://127.0.0.1:2468"), &local));
         assert!(!same_origin(&origin("http://127.0.0.1:2468"), &HeaderMap::new()));
         assert!(!same_origin(&origin("http://"), &headers("")));
+    }
+
+    #[test]
+    fn only_a_flood_waits_to_gather_its_next_frame() {
+        let recent = Duration::from_micros(300);
+        // A flood: a full read's frame just sent, less than a gathered frame waiting.
+        assert!(gathers(4096, recent, 4096, false));
+        assert!(gathers(60 * 1024, Duration::ZERO, 0, false));
+        // Typing, prompts, a line of output: small frames never wait.
+        assert!(!gathers(1, recent, 1, false));
+        assert!(!gathers(FLOOD_FRAME - 1, recent, 100, false));
+        // A large frame long ago is not a flood: the next goes at once.
+        assert!(!gathers(256 * 1024, FLOOD_WINDOW, 10, false));
+        // Enough gathered already, or nothing more will come: no wait.
+        assert!(!gathers(4096, recent, FLOOD_GATHER, false));
+        assert!(!gathers(4096, recent, 10, true));
     }
 }

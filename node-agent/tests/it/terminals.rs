@@ -360,3 +360,22 @@ async fn a_message_too_large_closes_the_socket_with_1009_and_a_reason() {
         "the process goes on"
     );
 }
+
+#[tokio::test]
+async fn a_flood_gathered_into_large_frames_arrives_whole() {
+    // While output floods, the sender waits for more before each frame (see
+    // `gathers`): every byte still arrives once, in order, and the exit after it.
+    let server = TestServer::start().await;
+    const FLOOD: usize = 4 << 20;
+    let script = format!("stty -echo; printf R; read x; head -c {FLOOD} /dev/zero | tr '\\0' a; printf Z");
+    let process = server.spawn_pty("sh", &["-c", &script]).await;
+    let mut term = Term::open(&server.client, &process.id, Some(0)).await;
+    term.read_until("R").await;
+    let before = term.bytes.len();
+    term.type_text("\n").await;
+    assert_eq!(term.wait_exit().await, ControlMessage::Exit { exit_code: Some(0), signal: None });
+    let flood = &term.bytes[before..];
+    assert_eq!(flood.len(), FLOOD + 1, "every byte of the flood and the Z, nothing else");
+    assert!(flood[..FLOOD].iter().all(|&b| b == b'a') && flood[FLOOD] == b'Z');
+    server.stop().await;
+}
