@@ -13,7 +13,10 @@
 #                               size (no byte lost, nothing run twice, nothing left
 #                               running); its speed figures are printed, not judged
 #   scripts/bench.sh NAME...    only these (pty_throughput fs_throughput up_converge
-#                               kube_converge sandboxes)
+#                               kube_converge sandboxes binary_size)
+#
+# binary_size builds what the README's `cargo install` builds (the release profile)
+# and reports its size; at smoke size it is skipped (an optimised build takes minutes).
 #
 # The cluster benchmark needs KUBEBUILDER_ASSETS (scripts/kube-test-assets.sh prints
 # it); the sandbox benchmark needs bubblewrap.
@@ -25,11 +28,11 @@ names=()
 for arg in "$@"; do
   case "$arg" in
     --smoke) smoke=1 ;;
-    -h | --help) sed -n '2,20p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,23p' "$0"; exit 0 ;;
     *) names+=("$arg") ;;
   esac
 done
-[ ${#names[@]} -gt 0 ] || names=(pty_throughput fs_throughput up_converge kube_converge sandboxes)
+[ ${#names[@]} -gt 0 ] || names=(pty_throughput fs_throughput up_converge kube_converge sandboxes binary_size)
 
 if [ -z "${KUBEBUILDER_ASSETS:-}" ]; then
   KUBEBUILDER_ASSETS="$(scripts/kube-test-assets.sh)"
@@ -60,6 +63,18 @@ export AGENTPLANE_BENCH_REPORT="$report"
 failed=()
 for name in "${names[@]}"; do
   echo "== bench $name" >&2
+  if [ "$name" = binary_size ]; then
+    [ "$smoke" = 1 ] && continue
+    if cargo build --locked --release -p agentplane --bin agentplane; then
+      bytes=$(stat -c %s target/release/agentplane)
+      mb=$(awk -v b="$bytes" 'BEGIN { printf "%.1f", b / 1e6 }')
+      verdict=$(awk -v b="$bytes" 'BEGIN { print (b < 40e6 ? "MET" : "MISSED") }')
+      printf 'binary_size\trelease binary (cargo install), symbols kept\t%s MB\t-\t< 40 MB\t%s\n' "$mb" "$verdict" >>"$report"
+    else
+      failed+=("$name")
+    fi
+    continue
+  fi
   if ! cargo bench --locked -p agentplane "${profile[@]}" --bench "$name"; then
     failed+=("$name")
   fi
