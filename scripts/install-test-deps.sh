@@ -5,8 +5,9 @@
 # service-account key), Node.js and npm (the node agent installs the real agent CLIs
 # from the npm registry; the TypeScript SDK and the inspector are built and tested
 # with them), chromium (the inspector's tests, headless), python3 with venv and pip (the
-# Python SDK's tests, in virtual environments). Idempotent: does nothing when they are
-# all present.
+# Python SDK's tests, in virtual environments), g++ and make (node-gyp builds node-pty,
+# the PTY benchmark's peer), curl (the file benchmark's client). Idempotent: does
+# nothing when they are all present.
 set -euo pipefail
 
 need=()
@@ -15,6 +16,9 @@ command -v vim >/dev/null || need+=(vim)
 command -v bash >/dev/null || need+=(bash)
 command -v script >/dev/null || need+=(bsdutils)
 command -v cc >/dev/null || need+=(gcc)
+command -v g++ >/dev/null || need+=(g++)
+command -v make >/dev/null || need+=(make)
+command -v curl >/dev/null || need+=(curl)
 command -v git >/dev/null || need+=(git)
 command -v openssl >/dev/null || need+=(openssl)
 # bubblewrap: the codex tests run with a distro bwrap present, as users' machines have.
