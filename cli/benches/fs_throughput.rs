@@ -27,22 +27,26 @@
 //! A missed speed target prints MISSED (and fails `scripts/bench.sh` only with
 //! `BENCH_STRICT=1`); a wrong byte or the memory bound fails it always.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::io::{Read, Write};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use agentplane_node_agent::client::Client;
 use agentplane_node_agent::model::FsWriteOptions;
-use anyhow::{Context, bail, ensure};
+use anyhow::{Context, ensure};
 use futures_util::StreamExt;
 use report::Verdict;
 use sha2::{Digest, Sha256};
 
 #[path = "common/report.rs"]
 mod report;
+#[path = "common/server.rs"]
+mod server;
+
+use server::NodeAgent;
 
 const TOKEN: &str = "fs-bench-token";
 /// Size of the file, overridable with `AGENTPLANE_BENCH_FS_MIB`.
@@ -100,9 +104,9 @@ async fn run() -> anyhow::Result<()> {
     let source = scratch.path().join("source.bin");
     let digest = write_payload(&source, size)?;
 
-    let agent = NodeAgent::start(&scratch.path().join("data"), &root)?;
+    let agent = NodeAgent::start(TOKEN, &scratch.path().join("data"), &["--fs-root".as_ref(), root.as_os_str()])?;
     let client = Client::new(&agent.url, Some(TOKEN.into()))?;
-    let idle_rss = agent.status_kib("VmRSS")? as f64 / 1024.0;
+    let idle_rss = agent.server.status_kib("VmRSS")? as f64 / 1024.0;
 
     eprintln!("{mib} MiB: cp, cp + sync, PUT /v1/fs/file, GET /v1/fs/file into a local file");
     // Each timed part starts with nothing dirty waiting to be written back: else the
@@ -127,7 +131,7 @@ async fn run() -> anyhow::Result<()> {
     std::fs::remove_file(&cp_copy)?;
 
     settle()?;
-    let sampler = RssSampler::start(agent.pid());
+    let sampler = RssSampler::start(agent.server.pid() as u32);
     let started = Instant::now();
     let entry = client
         .fs_write("big.bin", upload_body(&source), &FsWriteOptions { mode: None, parents: false })
@@ -168,7 +172,7 @@ async fn run() -> anyhow::Result<()> {
     let curl_get = started.elapsed();
     ensure!(curled == size, "curl read {curled} bytes, not {size}");
     let sampled_peak = sampler.stop() as f64 / 1024.0;
-    let hwm = agent.status_kib("VmHWM")? as f64 / 1024.0;
+    let hwm = agent.server.status_kib("VmHWM")? as f64 / 1024.0;
     agent.stop()?;
 
     let written_ok = sha256(&root.join("big.bin"))? == digest;
@@ -364,98 +368,4 @@ fn status_kib(pid: u32, field: &str) -> anyhow::Result<u64> {
         .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
         .and_then(|value| value.trim().strip_suffix("kB")?.trim().parse().ok())
         .with_context(|| format!("no {field} in /proc/{pid}/status"))
-}
-
-struct NodeAgent {
-    child: Child,
-    url: String,
-}
-
-impl NodeAgent {
-    fn start(data_dir: &Path, root: &Path) -> anyhow::Result<Self> {
-        let binary = PathBuf::from(env!("CARGO_BIN_EXE_agentplane"));
-        let mut child = Command::new(&binary)
-            .args(["node-agent", "--listen", "127.0.0.1:0", "--token", TOKEN, "--data-dir"])
-            .arg(data_dir)
-            .arg("--fs-root")
-            .arg(root)
-            .env("RUST_LOG", "info,tower_http=warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .with_context(|| format!("starting {}", binary.display()))?;
-        // The port from the ready line; stderr drained after it so the node agent
-        // never blocks on a full pipe.
-        let stderr = child.stderr.take().expect("stderr is piped");
-        let (port_tx, port_rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut port_tx = Some(port_tx);
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                if let Some(tx) = &port_tx {
-                    let _ = tx.send((line.contains("node agent ready"), line.clone()));
-                    if line.contains("node agent ready") {
-                        port_tx = None;
-                    }
-                }
-            }
-        });
-        let mut agent = NodeAgent { child, url: String::new() };
-        let deadline = Instant::now() + Duration::from_secs(15);
-        let mut log = String::new();
-        let port = loop {
-            match port_rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-                Ok((true, line)) => break ready_port(&line).context("no port in the node agent's ready line")?,
-                Ok((false, line)) => {
-                    log.push_str(&line);
-                    log.push('\n');
-                }
-                Err(_) => bail!("the node agent did not report ready; it logged:\n{log}"),
-            }
-        };
-        agent.url = format!("http://127.0.0.1:{port}");
-        Ok(agent)
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    fn status_kib(&self, field: &str) -> anyhow::Result<u64> {
-        status_kib(self.pid(), field)
-    }
-
-    /// SIGTERM, then a clean exit.
-    fn stop(mut self) -> anyhow::Result<()> {
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.pid() as i32), nix::sys::signal::Signal::SIGTERM)?;
-        let deadline = Instant::now() + Duration::from_secs(15);
-        loop {
-            if let Some(status) = self.child.try_wait()? {
-                ensure!(status.success(), "the node agent exited with {status} after SIGTERM");
-                return Ok(());
-            }
-            if Instant::now() >= deadline {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
-                bail!("the node agent did not stop within 15 s of SIGTERM");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for NodeAgent {
-    fn drop(&mut self) {
-        // A run that failed half-way leaves no node agent behind.
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-fn ready_port(line: &str) -> Option<u16> {
-    let listen = line.split_whitespace().find_map(|word| word.strip_prefix("listen="))?;
-    listen.rsplit_once(':')?.1.parse().ok()
 }

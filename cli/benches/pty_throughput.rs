@@ -31,10 +31,8 @@
 //! differs or is missing, a gap frame arrives).
 
 use std::fmt::Write as _;
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use agentplane_node_agent::client::{Client, TerminalSocket};
@@ -44,13 +42,15 @@ use agentplane_node_agent::model::{
 use anyhow::{Context, bail, ensure};
 use futures_util::{SinkExt, StreamExt};
 use nix::sys::resource::{UsageWho, getrusage};
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
 use report::Verdict;
 use tokio_tungstenite::tungstenite::Message;
 
 #[path = "common/report.rs"]
 mod report;
+#[path = "common/server.rs"]
+mod server;
+
+use server::{NodeAgent, ServerProcess, wait_for_line};
 
 /// The bearer token of the node agent under test.
 const TOKEN: &str = "pty-bench-token";
@@ -101,7 +101,7 @@ async fn run() -> anyhow::Result<()> {
     let payload = payload(mib << 20);
     std::fs::write(&file, &payload).with_context(|| format!("writing {}", file.display()))?;
 
-    let agent = NodeAgent::start(&work.path().join("data"))?;
+    let agent = NodeAgent::start(TOKEN, &work.path().join("data"), &[])?;
     let idle_rss = agent.server.rss_bytes()?;
     let ours = Server::Ours { client: Client::new(&agent.url, Some(TOKEN.into()))?, agent: &agent };
     let peer_process = Peer::start()?;
@@ -559,117 +559,6 @@ fn percentile_us(sorted: &[f64], q: f64) -> f64 {
     sorted[rank - 1]
 }
 
-/// A server under measurement as a child process: its CPU time and memory from
-/// `/proc`, stopped with SIGTERM (or killed on drop).
-struct ServerProcess {
-    child: Child,
-    /// Clock ticks per second of `/proc/PID/stat`.
-    clock_ticks: u64,
-    stopped: bool,
-}
-
-impl ServerProcess {
-    fn new(child: Child) -> Self {
-        ServerProcess { child, clock_ticks: clock_ticks(), stopped: false }
-    }
-
-    fn pid(&self) -> i32 {
-        self.child.id() as i32
-    }
-
-    /// utime + stime, in seconds.
-    fn cpu_seconds(&self) -> anyhow::Result<f64> {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid()))?;
-        // Fields after the command name (which may hold spaces) start at field 3.
-        let fields: Vec<&str> =
-            stat.rsplit_once(')').context("malformed /proc/PID/stat")?.1.split_whitespace().collect();
-        let ticks = |field: usize| -> anyhow::Result<u64> {
-            Ok(fields.get(field - 3).context("short /proc/PID/stat")?.parse()?)
-        };
-        Ok((ticks(14)? + ticks(15)?) as f64 / self.clock_ticks as f64)
-    }
-
-    /// A `kB` field of `/proc/PID/status`, in KiB.
-    fn status_kib(&self, field: &str) -> anyhow::Result<u64> {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()))?;
-        status
-            .lines()
-            .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
-            .and_then(|value| value.trim().strip_suffix("kB")?.trim().parse().ok())
-            .with_context(|| format!("no {field} in /proc/{}/status", self.pid()))
-    }
-
-    fn rss_bytes(&self) -> anyhow::Result<u64> {
-        Ok(self.status_kib("VmRSS")? * 1024)
-    }
-
-    /// SIGTERM, then wait for a clean exit.
-    fn stop(&mut self) -> anyhow::Result<()> {
-        self.stopped = true;
-        kill(Pid::from_raw(self.pid()), Signal::SIGTERM)?;
-        let deadline = Instant::now() + Duration::from_secs(15);
-        loop {
-            if let Some(status) = self.child.try_wait()? {
-                ensure!(status.success(), "the server exited with {status} after SIGTERM");
-                return Ok(());
-            }
-            if Instant::now() >= deadline {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
-                bail!("the server did not stop within 15 s of SIGTERM");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for ServerProcess {
-    /// On an error path: stop it anyway (SIGTERM also stops a node agent's processes).
-    fn drop(&mut self) {
-        if !self.stopped {
-            let _ = kill(Pid::from_raw(self.pid()), Signal::SIGTERM);
-            let deadline = Instant::now() + Duration::from_secs(15);
-            while matches!(self.child.try_wait(), Ok(None)) && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-/// `agentplane node-agent` as a child process.
-struct NodeAgent {
-    server: ServerProcess,
-    url: String,
-}
-
-impl NodeAgent {
-    fn start(data_dir: &Path) -> anyhow::Result<Self> {
-        let binary = PathBuf::from(env!("CARGO_BIN_EXE_agentplane"));
-        let mut child = Command::new(&binary)
-            .args(["node-agent", "--listen", "127.0.0.1:0", "--token", TOKEN, "--data-dir"])
-            .arg(data_dir)
-            .env("RUST_LOG", "info,tower_http=warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .with_context(|| format!("starting {}", binary.display()))?;
-        let stderr = child.stderr.take().expect("stderr is piped");
-        let server = ServerProcess::new(child);
-        let port = wait_for_line(stderr, "the node agent", |line| {
-            line.contains("node agent ready").then(|| ready_port(line))
-        })?
-        .context("no port in the node agent's ready line")?;
-        Ok(NodeAgent { server, url: format!("http://127.0.0.1:{port}") })
-    }
-
-    fn stop(mut self) -> anyhow::Result<()> {
-        self.server.stop()
-    }
-}
-
 /// The peer: `node cli/benches/peer/pty-server.mjs` (node-pty and ws).
 struct Peer {
     server: ServerProcess,
@@ -705,58 +594,4 @@ impl Peer {
         .context("no port in the peer's listening line")?;
         Ok(Peer { server, port })
     }
-}
-
-/// Reads `stream` on a thread until `found` picks a line (within 15 s), and keeps
-/// draining it after, so the child never blocks on a full pipe.
-fn wait_for_line<T: Send + 'static>(
-    stream: impl std::io::Read + Send + 'static,
-    who: &str,
-    found: impl Fn(&str) -> Option<T> + Send + 'static,
-) -> anyhow::Result<T> {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut tx = Some(tx);
-        for line in BufReader::new(stream).lines() {
-            let Ok(line) = line else { break };
-            if let Some(sender) = &tx {
-                match found(&line) {
-                    Some(value) => {
-                        let _ = sender.send(Ok(value));
-                        tx = None;
-                    }
-                    None => {
-                        let _ = sender.send(Err(line));
-                    }
-                }
-            }
-        }
-    });
-    let deadline = Instant::now() + Duration::from_secs(15);
-    let mut log = String::new();
-    loop {
-        match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-            Ok(Ok(value)) => return Ok(value),
-            Ok(Err(line)) => writeln!(log, "  {line}")?,
-            Err(_) => bail!("{who} did not report ready; it printed:\n{log}"),
-        }
-    }
-}
-
-/// `sysconf(_SC_CLK_TCK)` through `getconf` (nix's `sysconf` needs a feature this
-/// crate does not enable); Linux's 100 when that fails.
-fn clock_ticks() -> u64 {
-    Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .ok()
-        .and_then(|out| String::from_utf8(out.stdout).ok()?.trim().parse().ok())
-        .filter(|&ticks| ticks > 0)
-        .unwrap_or(100)
-}
-
-/// The port in `... node agent ready listen=127.0.0.1:PORT data_dir=...`.
-fn ready_port(line: &str) -> Option<u16> {
-    let listen = line.split_whitespace().find_map(|word| word.strip_prefix("listen="))?;
-    listen.rsplit_once(':')?.1.parse().ok()
 }
