@@ -72,7 +72,10 @@ def test_create_list_get_input_output_by_offset_signal_stop(plane: AgentPlane) -
     interrupted = wait_for("sleep to die of SIGINT", lambda: (p := plane.processes.get(sleeper.id)).status == "exited" and p)
     assert interrupted.signal == "SIGINT"
 
-    stubborn = plane.processes.create("sh", ["-c", "trap '' TERM; sleep 100"])
+    # Stopped only once the shell says it ignores SIGTERM: a stop that came before its
+    # `trap` ran ended it with SIGTERM.
+    stubborn = plane.processes.create("sh", ["-c", "trap '' TERM; echo trapped; sleep 100"])
+    wait_for("the shell to ignore SIGTERM", lambda: "trapped" in plane.processes.output(stubborn.id, offset=0, wait=5).data)
     stopped = plane.processes.stop(stubborn.id, timeout=0.2)
     assert (stopped.status, stopped.signal) == ("exited", "SIGKILL")
     plane.processes.stop(stubborn.id, purge=True)

@@ -109,7 +109,13 @@ test("create, list, get, input and output by offset, signal, stop", async (t) =>
   });
   assert.equal(interrupted.signal, "SIGINT");
 
-  const stubborn = await plane.processes.create({ command: "sh", args: ["-c", "trap '' TERM; sleep 100"] });
+  // Stopped only once the shell says it ignores SIGTERM: a stop that came before its
+  // `trap` ran ended it with SIGTERM (seen once under load).
+  const stubborn = await plane.processes.create({ command: "sh", args: ["-c", "trap '' TERM; echo trapped; sleep 100"] });
+  await waitFor("the shell to ignore SIGTERM", async () => {
+    const c = await plane.processes.output(stubborn.id, { offset: 0, wait: 5 });
+    return c.data.includes("trapped") ? true : null;
+  });
   const stopped = await plane.processes.stop(stubborn.id, { timeout: 0.2 });
   assert.equal(stopped.status, "exited");
   assert.equal(stopped.signal, "SIGKILL", "SIGKILL after the timeout, when SIGTERM is ignored");
