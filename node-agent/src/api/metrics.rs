@@ -14,8 +14,7 @@ use super::{AppState, Route, route};
 
 /// `/metrics` alone and without the token, for `--metrics-listen`'s own address.
 pub fn metrics_router(state: AppState) -> Router {
-    let (path, methods) = (ROUTES[0].serve)();
-    Router::new().route(&path, methods).with_state(state)
+    super::served(ROUTES).with_state(state)
 }
 
 pub(super) const ROUTES: &[Route] = &[route!(metrics)];

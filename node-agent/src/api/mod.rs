@@ -128,7 +128,7 @@ impl<S: Send + Sync> FromRequestParts<S> for PathIds {
 /// served without being described; describing waits until the document is asked for.
 pub(super) struct Route {
     /// The path and its method router: cheap, what the server needs at start.
-    pub(super) serve: fn() -> (String, axum::routing::MethodRouter<AppState>),
+    serve: fn() -> (String, axum::routing::MethodRouter<AppState>),
     /// The same with the path's part of the document (its operations and schemas):
     /// built only for `/v1/openapi.json` and `agentplane node-agent openapi`.
     document: fn() -> utoipa_axum::router::UtoipaMethodRouter<AppState>,
@@ -171,6 +171,14 @@ impl Route {
     }
 }
 
+/// A router serving `routes` (without their document).
+fn served<'a>(routes: impl IntoIterator<Item = &'a Route>) -> Router<AppState> {
+    routes.into_iter().fold(Router::new(), |router, route| {
+        let (path, methods) = (route.serve)();
+        router.route(&path, methods)
+    })
+}
+
 /// Every path the API serves, module by module.
 fn all_routes() -> impl Iterator<Item = &'static Route> {
     [
@@ -206,10 +214,7 @@ pub fn openapi() -> &'static utoipa::openapi::OpenApi {
 }
 
 pub fn router(state: AppState) -> Router {
-    let api = all_routes().fold(Router::new(), |router, route| {
-        let (path, methods) = (route.serve)();
-        router.route(&path, methods)
-    });
+    let api = served(all_routes());
     let api = api
         .fallback(|uri: axum::http::Uri| async move { Error::RouteNotFound(uri.path().to_string()) })
         .method_not_allowed_fallback(|| async { Error::MethodNotAllowed })
