@@ -22,13 +22,16 @@
 
 mod allowlist;
 mod bridge;
+mod credentials;
 mod head;
 mod proxy;
+mod relay;
 #[cfg(test)]
 mod testing;
 
 pub use allowlist::{Allowlist, loopback_tunnels};
 pub use bridge::{bridge_to_unix, tunnel_port};
+pub use credentials::{CredentialCount, Credentials, NewCredential};
 pub use proxy::Proxy;
 
 use std::io;
@@ -60,6 +63,9 @@ pub enum Error {
     /// slow, or the connection closed).
     #[error("the network proxy's answer to CONNECT {target} was unreadable: {problem}")]
     ProxyAnswerUnreadable { target: String, problem: String },
+    /// A credential the proxy cannot hold as given; `problem` never shows its value.
+    #[error("credential {name}: {problem}")]
+    InvalidCredential { name: String, problem: String },
     /// The proxy refused the tunnel (403: not in the allowlist) or could not open it.
     #[error("the network proxy answered {status} to CONNECT {target}")]
     TunnelRefused { target: String, status: u16 },

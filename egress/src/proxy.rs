@@ -13,10 +13,11 @@ use tokio::net::{TcpStream, UnixListener, UnixStream};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::Allowlist;
 use crate::allowlist::authority;
 use crate::bridge::accept_loop;
 use crate::head::{BadRequest, HEAD_TIMEOUT, HeadError, MAX_HEAD, parse_request, read_head, request_head_ended};
+use crate::relay::{Destination, relay};
+use crate::{Allowlist, Credentials};
 
 /// How long connecting to a destination may take before the client gets a 502.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -28,6 +29,8 @@ const LAST_DENIED: usize = 10;
 /// client may then lose the answer just written.
 const LINGER: Duration = Duration::from_secs(2);
 const LINGER_BYTES: u64 = 64 * 1024;
+/// The first byte of a TLS connection (a handshake record).
+const TLS_HANDSHAKE: u8 = 0x16;
 
 /// The allowlisting HTTP proxy of one sandbox: `CONNECT` tunnels and plain `http://`
 /// requests to allowed destinations, 403 to the rest.
@@ -39,6 +42,8 @@ pub struct Proxy {
     last_denied: Mutex<VecDeque<String>>,
     /// The denied count, for whoever wants to hear of each denial at once.
     denials: watch::Sender<u64>,
+    /// Swapped into requests to the hosts each lists, which are allowed as well.
+    credentials: Arc<Credentials>,
 }
 
 impl Proxy {
@@ -49,7 +54,13 @@ impl Proxy {
             denied: AtomicU64::new(0),
             last_denied: Mutex::new(VecDeque::with_capacity(LAST_DENIED)),
             denials: watch::channel(0).0,
+            credentials: Arc::default(),
         }
+    }
+
+    /// The credentials this proxy swaps in; set them at any time.
+    pub fn credentials(&self) -> &Arc<Credentials> {
+        &self.credentials
     }
 
     pub fn allowlist(&self) -> &Allowlist {
@@ -125,7 +136,7 @@ impl Proxy {
             Err(bad) => return refuse(&mut client, bad).await,
         };
         let (host, port) = (request.host.as_str(), request.port);
-        if !self.allowlist.allows(host, port) {
+        if !self.allowlist.allows(host, port) && !self.credentials.lists(host, port) {
             self.record_denial(host, port);
             let body = format!("agentplane: {} is not in this sandbox's network allowlist\n", authority(host, port));
             return answer_and_close(&mut client, 403, "Forbidden", &body).await;
@@ -140,25 +151,60 @@ impl Proxy {
             }
         };
         tracing::debug!(host, port, "connection allowed");
+        let early = &buf[request.head_len..];
         let started = match &request.forward {
             None => client.write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n").await,
-            Some(head) => upstream.write_all(head).await,
-        };
-        let early = &buf[request.head_len..];
-        let started = match started {
-            Ok(()) => upstream.write_all(early).await,
-            Err(error) => Err(error),
+            Some(head) => match self.credentials.rewrite(head, host, port) {
+                Some(swapped) => upstream.write_all(&swapped).await,
+                None => upstream.write_all(head).await,
+            },
         };
         if let Err(error) = started {
             tracing::debug!(host, port, %error, "starting the relay failed");
             return;
         }
-        if let Err(error) = tokio::io::copy_bidirectional(&mut client, &mut upstream).await {
+        // A tunnel is read as requests when a credential may be in them; a plain
+        // request was (it carries one request).
+        let relayed = if request.forward.is_none() && !self.credentials.is_empty() {
+            self.relay_tunnel(client, upstream, early.to_vec(), host, port).await
+        } else {
+            match upstream.write_all(early).await {
+                Ok(()) => tokio::io::copy_bidirectional(&mut client, &mut upstream).await.map(|_| ()),
+                Err(error) => Err(error),
+            }
+        };
+        if let Err(error) = relayed {
             tracing::debug!(host, port, %error, "relay ended with an error");
         }
     }
-}
 
+    /// A tunnel of a sandbox with credentials: HTTP is read request by request (swapped
+    /// where the destination is listed, counted where it is not); TLS and protocols
+    /// where the server speaks first pass as they are.
+    async fn relay_tunnel(
+        &self,
+        mut client: UnixStream,
+        mut upstream: TcpStream,
+        mut early: Vec<u8>,
+        host: &str,
+        port: u16,
+    ) -> io::Result<()> {
+        if early.is_empty() {
+            early.reserve(4096);
+            let mut peeked = [0u8; 1];
+            tokio::select! {
+                read = client.read_buf(&mut early) => { read?; }
+                peeked = upstream.peek(&mut peeked) => { peeked?; }
+            }
+        }
+        let tls = early.first() == Some(&TLS_HANDSHAKE);
+        if early.is_empty() || tls {
+            upstream.write_all(&early).await?;
+            return tokio::io::copy_bidirectional(&mut client, &mut upstream).await.map(|_| ());
+        }
+        relay(client, upstream, &early, Destination { host, port }, &self.credentials).await
+    }
+}
 /// Connects to an allowed destination; DNS resolution happens here (off the runtime,
 /// in tokio's blocking pool), outside the sandbox.
 async fn connect(host: &str, port: u16) -> io::Result<TcpStream> {
@@ -304,6 +350,88 @@ mod tests {
         read.expect("read the answer");
         let answer = String::from_utf8_lossy(&answer);
         assert!(answer.starts_with("HTTP/1.1 431 Request Header Fields Too Large\r\n"), "{answer:?}");
+    }
+
+    fn with_credential(harness: &Harness, hosts: &[&str]) {
+        let credential = crate::NewCredential {
+            name: "API_KEY".into(),
+            placeholder: "agentplane-placeholder-0123456789abcdef".into(),
+            value: "sk-real".into(),
+            hosts: entries(hosts),
+        };
+        harness.proxy.credentials().set(vec![credential]).expect("a valid credential");
+    }
+
+    #[tokio::test]
+    async fn a_tunnel_and_a_plain_request_to_a_listed_host_carry_the_value() {
+        // The host is allowed by the credential alone.
+        let harness = start_proxy(&[]);
+        let (port, head) = http_server("ok").await;
+        with_credential(&harness, &[&format!("127.0.0.1:{port}")]);
+        let request = format!(
+            "CONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\nGET / HTTP/1.1\r\nHost: x\r\n\
+             x-api-key: agentplane-placeholder-0123456789abcdef\r\n\r\n"
+        );
+        let answer = exchange(&harness.socket, request.as_bytes()).await;
+        assert!(answer.ends_with("\r\n\r\nok"), "{answer:?}");
+        let got = within("the head", head).await.expect("a head");
+        assert!(got.contains("\r\nx-api-key: sk-real\r\n"), "{got:?}");
+
+        let (port2, head) = http_server("ok").await;
+        with_credential(&harness, &[&format!("127.0.0.1:{port}"), &format!("127.0.0.1:{port2}")]);
+        let request = format!(
+            "GET http://127.0.0.1:{port2}/v1 HTTP/1.1\r\nAuthorization: Bearer agentplane-placeholder-0123456789abcdef\r\n\r\n"
+        );
+        exchange(&harness.socket, request.as_bytes()).await;
+        let got = within("the head", head).await.expect("a head");
+        assert!(got.contains("\r\nAuthorization: Bearer sk-real\r\n"), "{got:?}");
+        let counts = harness.proxy.credentials().counts();
+        assert_eq!((counts[0].sent, counts[0].blocked), (2, 0), "{counts:?}");
+    }
+
+    #[tokio::test]
+    async fn an_allowed_host_the_credential_does_not_list_sees_the_placeholder() {
+        let (port, head) = http_server("ok").await;
+        let harness = start_proxy(&[&format!("127.0.0.1:{port}")]);
+        with_credential(&harness, &["api.example.com"]);
+        let mut counted = harness.proxy.credentials().subscribe();
+        counted.borrow_and_update();
+        let request = format!(
+            "CONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\nGET / HTTP/1.1\r\nx-api-key: agentplane-placeholder-0123456789abcdef\r\n\r\n"
+        );
+        exchange(&harness.socket, request.as_bytes()).await;
+        let got = within("the head", head).await.expect("a head");
+        assert!(got.contains("x-api-key: agentplane-placeholder-0123456789abcdef\r\n"), "{got:?}");
+        within("the count", counted.changed()).await.expect("alive");
+        let counts = harness.proxy.credentials().counts();
+        assert_eq!((counts[0].sent, counts[0].blocked), (0, 1), "{counts:?}");
+        // Listing a host in a credential does not allow other hosts.
+        let answer = exchange(&harness.socket, b"CONNECT elsewhere.example:443 HTTP/1.1\r\n\r\n").await;
+        assert!(answer.starts_with("HTTP/1.1 403 "), "{answer:?}");
+    }
+
+    #[tokio::test]
+    async fn a_server_that_speaks_first_is_relayed_as_it_is() {
+        let (listener, port) = loopback_listener().await;
+        tokio::spawn(async move {
+            let (mut stream, _) = listener.accept().await.expect("accept");
+            stream.write_all(b"SSH-2.0-server\r\n").await.expect("greet");
+            let mut line = [0u8; 6];
+            stream.read_exact(&mut line).await.expect("read");
+            stream.write_all(&line).await.expect("echo");
+        });
+        let harness = start_proxy(&[&format!("127.0.0.1:{port}")]);
+        with_credential(&harness, &["api.example.com"]);
+        let mut stream = UnixStream::connect(&harness.socket).await.expect("connect to the proxy");
+        stream.write_all(format!("CONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\n").as_bytes()).await.expect("write");
+        let expected = b"HTTP/1.1 200 Connection Established\r\n\r\nSSH-2.0-server\r\n";
+        let mut answer = vec![0u8; expected.len()];
+        within("the greeting", stream.read_exact(&mut answer)).await.expect("read");
+        assert_eq!(&answer[..], &expected[..]);
+        stream.write_all(b"hello!").await.expect("write");
+        let mut echo = [0u8; 6];
+        within("the echo", stream.read_exact(&mut echo)).await.expect("read");
+        assert_eq!(&echo, b"hello!");
     }
 
     #[tokio::test]
