@@ -74,3 +74,36 @@ pub struct FileKeySelector {
     #[schemars(length(min = 1))]
     pub key: String,
 }
+
+/// A secret a program uses but never holds: inside the sandbox, the variable `name`
+/// holds a random placeholder; the sandbox's egress proxy, outside, puts the value in
+/// its place in the headers of requests to `hosts`, and only there. Needs an isolated
+/// sandbox whose network goes through the proxy (`network: allowlist`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Credential {
+    /// The variable the program reads.
+    #[schemars(length(min = 1), regex(pattern = r"^[^=\x00]+$"))]
+    pub name: String,
+    /// Where the value is kept: a Secret's key (cluster store) or a `KEY=VALUE` file's
+    /// (directory store, inside the watched folder).
+    pub value_from: EnvVarSource,
+    /// Where the value may be sent, written as the allowlist's entries (`host`,
+    /// `host:port`, `*.example.com`). These hosts are allowed as if in `allow`.
+    #[schemars(length(min = 1))]
+    pub hosts: Vec<String>,
+}
+
+/// What a sandbox's status says of one credential: never its value.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CredentialStatus {
+    pub name: String,
+    pub hosts: Vec<String>,
+    /// Requests to a listed host that got the value in place of the placeholder.
+    #[serde(default)]
+    pub sent: u64,
+    /// Requests to a host not listed that carried the placeholder (which is all they got).
+    #[serde(default)]
+    pub blocked: u64,
+}

@@ -22,7 +22,10 @@ mod sandbox;
 mod session;
 mod template;
 
-pub use env::{EnvFromSource, EnvVar, EnvVarSource, FileKeySelector, SecretKeySelector, SecretReference};
+pub use env::{
+    Credential, CredentialStatus, EnvFromSource, EnvVar, EnvVarSource, FileKeySelector, SecretKeySelector,
+    SecretReference,
+};
 pub use identity::{API_VERSION, IdentityError, Key, Kind, Object, ResourceRef};
 pub use process::{DesiredState, Process, ProcessPhase, ProcessSpec, ProcessStatus, RestartPolicy, TtySize};
 pub use sandbox::{

@@ -6,7 +6,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::{EnvFromSource, EnvVar, is_false, is_zero, local_sandbox};
+use crate::{Credential, EnvFromSource, EnvVar, is_false, is_zero, local_sandbox};
 
 /// A command or an interactive terminal, kept in its desired state on a sandbox.
 #[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -55,6 +55,11 @@ pub struct ProcessSpec {
     /// Environment variables from Secrets or files, all keys at once.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub env_from: Vec<EnvFromSource>,
+    /// Secrets the process uses but never holds: a placeholder in its environment,
+    /// swapped for the value by the sandbox's proxy on the way to the hosts listed.
+    /// Needs an isolated sandbox with `network: allowlist`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub credentials: Vec<Credential>,
     /// Run on a terminal of this size (`tty: {}` for 24x80). Absent: plain pipes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tty: Option<TtySize>,

@@ -8,7 +8,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::{AgentKind, EnvVar, SecretKeySelector, is_false, is_zero};
+use crate::{AgentKind, Credential, CredentialStatus, EnvVar, SecretKeySelector, is_false, is_zero};
 
 /// One node agent and the isolation around it. With `endpoint`, a node agent someone
 /// else runs (external); without, the controller creates it, owns it, restarts it and
@@ -77,6 +77,12 @@ pub struct SandboxSpec {
     /// (`HOME`, `PATH`, `TMPDIR`, the proxy variables): the host's is not passed in.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub env: Vec<EnvVar>,
+    /// Managed, with `network: allowlist`: secrets everything in the sandbox uses but
+    /// never holds. Each variable holds a placeholder inside; the proxy outside swaps in
+    /// the value on requests to the credential's hosts, and counts the placeholder going
+    /// anywhere else (`status.credentials`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub credentials: Vec<Credential>,
     /// Managed, cluster only: the Pod's image, resources, `runtimeClassName` (gVisor,
     /// Kata), node selectors, tolerations and volumes. The controller adds the node
     /// agent's container command, its token and a hardened securityContext.
@@ -223,6 +229,11 @@ pub struct SandboxStatus {
     /// The last destinations refused (at most 10, newest last).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub last_denied: Vec<String>,
+    /// Managed: each credential the proxy holds for the sandbox (its own, and those of
+    /// the Sessions and Processes on it), with the requests that got its value and the
+    /// ones to other hosts that carried its placeholder. Never a value.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub credentials: Vec<CredentialStatus>,
     /// The template it was made from, when a pool or a claim made it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub template: Option<String>,

@@ -7,7 +7,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::{EnvFromSource, EnvVar, EnvVarSource, SecretReference, is_false, is_zero, local_sandbox};
+use crate::{Credential, EnvFromSource, EnvVar, EnvVarSource, SecretReference, is_false, is_zero, local_sandbox};
 
 /// One conversation with a coding agent.
 #[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -71,6 +71,11 @@ pub struct SessionSpec {
     /// Environment variables from Secrets or files, all keys at once.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub env_from: Vec<EnvFromSource>,
+    /// Secrets the agent uses but never holds (its model API key): a placeholder in its
+    /// environment, swapped for the value by the sandbox's proxy on the way to the hosts
+    /// listed. Needs an isolated sandbox with `network: allowlist`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub credentials: Vec<Credential>,
     /// MCP servers the agent is given, written into its own configuration (see
     /// docs/agents.md for which agents take them; the others refuse the session).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -48,13 +48,19 @@ pub struct Proxy {
 
 impl Proxy {
     pub fn new(allowlist: Allowlist) -> Proxy {
+        Proxy::with_credentials(allowlist, Arc::default())
+    }
+
+    /// A proxy that swaps `credentials` (shared with whoever sets them) and allows the
+    /// hosts they list besides `allowlist`.
+    pub fn with_credentials(allowlist: Allowlist, credentials: Arc<Credentials>) -> Proxy {
         Proxy {
             allowlist,
             allowed: AtomicU64::new(0),
             denied: AtomicU64::new(0),
             last_denied: Mutex::new(VecDeque::with_capacity(LAST_DENIED)),
             denials: watch::channel(0).0,
-            credentials: Arc::default(),
+            credentials,
         }
     }
 

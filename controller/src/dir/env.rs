@@ -50,8 +50,12 @@ pub enum ResolveError {
         #[source]
         source: EnvFileError,
     },
-    #[error("env {var}: {file} has no key {key:?}")]
+    #[error("{var}: {file} has no key {key:?}")]
     NoKey { var: String, file: String, key: String },
+    #[error("credentials {0}: set twice (in credentials, or in env as well)")]
+    Twice(String),
+    #[error("credentials {0}: the value is empty")]
+    EmptyCredential(String),
     #[error("workspace.git.credentials.file {0:?} has no key \"token\"")]
     NoToken(String),
     /// A Secret named where only files can be read; `instead` is what to write.
@@ -146,33 +150,72 @@ pub fn resolve_env(
     for var in env {
         let value = match (&var.value, &var.value_from) {
             (Some(value), _) => value.clone(),
-            (None, Some(from)) => {
-                if let Some(file_ref) = &from.file_key_ref {
-                    let values = files.read(&file_ref.path).map_err(|source| ResolveError::File {
-                        field: format!("env {}: fileKeyRef", var.name),
-                        reference: file_ref.path.clone(),
-                        source,
-                    })?;
-                    values.get(&file_ref.key).cloned().ok_or_else(|| ResolveError::NoKey {
-                        var: var.name.clone(),
-                        file: file_ref.path.clone(),
-                        key: file_ref.key.clone(),
-                    })?
-                } else if let Some(secret) = &from.secret_key_ref {
-                    return Err(ResolveError::ClusterOnly {
-                        field: format!("env {}: secretKeyRef", var.name),
-                        secret: secret.name.clone(),
-                        instead: "fileKeyRef",
-                    });
-                } else {
-                    String::new()
-                }
-            }
+            (None, Some(from)) => value_from(files, "env", &var.name, from)?,
             (None, None) => String::new(),
         };
         out.insert(var.name.clone(), value);
     }
     Ok(out)
+}
+
+/// The value a `valueFrom` names, for the variable `name` of `field` (`env`,
+/// `credentials`).
+fn value_from(
+    files: &EnvFiles<'_>,
+    field: &str,
+    name: &str,
+    from: &agentplane_crds::EnvVarSource,
+) -> std::result::Result<String, ResolveError> {
+    if let Some(file_ref) = &from.file_key_ref {
+        let values = files.read(&file_ref.path).map_err(|source| ResolveError::File {
+            field: format!("{field} {name}: fileKeyRef"),
+            reference: file_ref.path.clone(),
+            source,
+        })?;
+        values.get(&file_ref.key).cloned().ok_or_else(|| ResolveError::NoKey {
+            var: format!("{field} {name}"),
+            file: file_ref.path.clone(),
+            key: file_ref.key.clone(),
+        })
+    } else if let Some(secret) = &from.secret_key_ref {
+        Err(ResolveError::ClusterOnly {
+            field: format!("{field} {name}: secretKeyRef"),
+            secret: secret.name.clone(),
+            instead: "fileKeyRef",
+        })
+    } else {
+        Ok(String::new())
+    }
+}
+
+/// Resolves a resource's `credentials` against files beside its own. A variable set
+/// in `env` too, or twice, is an error: which value it holds would be a guess.
+pub fn resolve_credentials(
+    files: &EnvFiles<'_>,
+    credentials: &[agentplane_crds::Credential],
+    env: &[EnvVar],
+) -> std::result::Result<Vec<crate::dir::managed::credentials::Resolved>, ResolveError> {
+    let mut out: Vec<crate::dir::managed::credentials::Resolved> = Vec::with_capacity(credentials.len());
+    for credential in credentials {
+        if env.iter().any(|v| v.name == credential.name) || out.iter().any(|r| r.name == credential.name) {
+            return Err(ResolveError::Twice(credential.name.clone()));
+        }
+        let value = value_from(files, "credentials", &credential.name, &credential.value_from)?;
+        if value.is_empty() {
+            return Err(ResolveError::EmptyCredential(credential.name.clone()));
+        }
+        out.push(crate::dir::managed::credentials::Resolved {
+            name: credential.name.clone(),
+            value,
+            hosts: credential.hosts.clone(),
+        });
+    }
+    Ok(out)
+}
+
+/// Every file a resource's `credentials` read, as named.
+pub fn credential_files(credentials: &[agentplane_crds::Credential]) -> impl Iterator<Item = &str> {
+    credentials.iter().filter_map(|c| c.value_from.file_key_ref.as_ref().map(|r| r.path.as_str()))
 }
 
 /// A git workspace's credentials from files beside the resource: `file` a `KEY=VALUE`

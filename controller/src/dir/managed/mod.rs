@@ -18,6 +18,7 @@
 
 pub mod bwrap;
 pub mod cgroup;
+pub mod credentials;
 pub mod identity;
 pub mod launch;
 pub mod seccomp;
@@ -53,6 +54,8 @@ const RESTART_MAX: Duration = Duration::from_secs(10);
 const RESTART_RESET: Duration = Duration::from_secs(60);
 /// The environment variables the proxy variables are set under (curl reads the
 /// lowercase ones, most other tools either).
+/// How often at most the proxy's credential counts reach the status.
+const COUNTS_EVERY: Duration = Duration::from_secs(1);
 const PROXY_VARIABLES: &[&str] = &["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy"];
 
 /// What every managed sandbox of one `up` shares.
@@ -80,6 +83,15 @@ pub struct Desired {
     pub workspace: Option<PathBuf>,
     pub binds: Vec<(PathBuf, PathBuf, bool)>,
     pub env: BTreeMap<String, String>,
+    /// The Sandbox's own credentials (placeholders inside, values in the proxy).
+    pub credentials: Vec<credentials::Resolved>,
+}
+
+impl Desired {
+    /// Whether the sandbox's network goes through the proxy, which can swap credentials.
+    pub fn holds_credentials(&self) -> bool {
+        self.isolation == Isolation::Bubblewrap && self.network == NetworkMode::Allowlist
+    }
 }
 
 /// What is known of a managed sandbox now, for its status.
@@ -101,6 +113,8 @@ pub struct Observed {
     pub denied: u64,
     pub last_denied: Vec<String>,
     pub isolation: &'static str,
+    /// What the proxy counted of each credential.
+    pub credentials: Vec<agentplane_egress::CredentialCount>,
 }
 
 impl Observed {
@@ -118,6 +132,7 @@ impl Observed {
             seccomp: None,
             denied: 0,
             last_denied: Vec::new(),
+            credentials: Vec::new(),
             isolation: match isolation {
                 Isolation::Bubblewrap => "bubblewrap",
                 Isolation::None => "none",
@@ -142,6 +157,8 @@ pub struct Managed {
     /// Where the folders a sandbox can write are recorded before it starts.
     writes: Arc<SandboxWrites>,
     running: Mutex<HashMap<String, Running>>,
+    /// Each sandbox's credentials, its own and those of what runs on it.
+    books: credentials::Books,
     /// Told the sandbox's name whenever what is observed changes (the store requeues it
     /// and what runs on it).
     changed: Arc<dyn Fn(&str) + Send + Sync>,
@@ -154,7 +171,35 @@ impl Managed {
         writes: Arc<SandboxWrites>,
         changed: Arc<dyn Fn(&str) + Send + Sync>,
     ) -> Managed {
-        Managed { config, sandboxes, writes, running: Mutex::new(HashMap::new()), changed }
+        Managed { config, sandboxes, writes, running: Mutex::new(HashMap::new()), books: Default::default(), changed }
+    }
+
+    /// Lends the Session or Process `owner` placeholders for its credentials on sandbox
+    /// `name` (see `credentials`), or says why that sandbox cannot hold them. An owner
+    /// with no credentials has what it was lent anywhere released.
+    pub fn lend(
+        &self,
+        name: &str,
+        owner: &str,
+        credentials: Vec<credentials::Resolved>,
+    ) -> Result<BTreeMap<String, String>, String> {
+        // The status follows by the proxy's counts, which a change of the table moves.
+        if credentials.is_empty() {
+            self.books.release(owner);
+            return Ok(BTreeMap::new());
+        }
+        let holds = self.lock().get(name).map(|r| r.desired.holds_credentials());
+        match holds {
+            Some(true) => self.books.lend(name, owner, credentials),
+            Some(false) => Err(format!(
+                "credentials need a sandbox whose network goes through its proxy (isolation: bubblewrap, network: \
+                 allowlist); sandbox {name} is not one, so its programs would hold the values"
+            )),
+            None => Err(format!(
+                "credentials need a managed sandbox whose network goes through its proxy; sandbox {name} is not \
+                 running here (yet)"
+            )),
+        }
     }
 
     pub fn dir_of(&self, name: &str, uid: &str) -> PathBuf {
@@ -193,6 +238,7 @@ impl Managed {
             changed: Arc::clone(&self.changed),
             observed: tx,
             stop: stop.clone(),
+            book: self.books.of(name),
         };
         let task = tokio::spawn(supervisor.run());
         let observed = rx.borrow().clone();
@@ -204,6 +250,7 @@ impl Managed {
     pub async fn remove(&self, name: &str) {
         let running = self.lock().remove(name);
         self.sandboxes.remove(name);
+        self.books.remove(name);
         if let Some(running) = running {
             stop(running, true).await;
         }
@@ -266,6 +313,8 @@ struct Supervisor {
     changed: Arc<dyn Fn(&str) + Send + Sync>,
     observed: watch::Sender<Observed>,
     stop: CancellationToken,
+    /// The sandbox's credentials, which its proxy swaps.
+    book: Arc<credentials::Book>,
 }
 
 /// The sandbox's own folders on the host.
@@ -285,6 +334,8 @@ struct Prepared {
     tmp_bytes: u64,
     /// The allowlist proxy's socket, and the loopback services tunnelled through it.
     proxy: Option<Vec<(String, u16)>>,
+    /// The placeholders of the Sandbox's own credentials, by variable.
+    placeholders: BTreeMap<String, String>,
 }
 
 impl Supervisor {
@@ -491,7 +542,14 @@ impl Supervisor {
                 }
             }
         }
-        Ok(Prepared { dirs, identity, groups, tmp_bytes, proxy })
+        let placeholders = match self.book.lend(credentials::SANDBOX_OWNER, self.desired.credentials.clone()) {
+            Ok(placeholders) => placeholders,
+            Err(e) => {
+                cgroup::remove(&groups);
+                return Err(("InvalidCredentials", e));
+            }
+        };
+        Ok(Prepared { dirs, identity, groups, tmp_bytes, proxy, placeholders })
     }
 
     /// A stable seed for the sandbox's host uid: its folder's name holds its uid.
@@ -513,9 +571,10 @@ impl Supervisor {
             std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666))
                 .map_err(|e| ("CannotPrepare", format!("cannot serve the proxy: {e}")))?;
         }
-        let proxy = Arc::new(Proxy::new(allow.clone()));
+        let proxy = Arc::new(Proxy::with_credentials(allow.clone(), self.book.proxy()));
         tokio::spawn(Arc::clone(&proxy).serve(listener, self.stop.clone()));
         let mut denials = proxy.subscribe();
+        let mut counted = proxy.credentials().subscribe();
         let (sender, name, changed, stop) =
             (self.observed.clone(), self.name.clone(), Arc::clone(&self.changed), self.stop.clone());
         tokio::spawn(async move {
@@ -523,21 +582,42 @@ impl Supervisor {
                 tokio::select! {
                     _ = stop.cancelled() => break,
                     r = denials.changed() => if r.is_err() { break },
+                    r = counted.changed() => {
+                        if r.is_err() { break }
+                        // Counts move with every request: told at most once a second.
+                        tokio::select! {
+                            _ = stop.cancelled() => break,
+                            _ = tokio::time::sleep(COUNTS_EVERY) => {}
+                        }
+                    }
                 }
-                let denied = *denials.borrow_and_update();
-                let last = proxy.last_denied();
-                sender.send_modify(|o| {
+                denials.borrow_and_update();
+                counted.borrow_and_update();
+                let (denied, last, credentials) = (proxy.denied(), proxy.last_denied(), proxy.credentials().counts());
+                let mut moved = false;
+                sender.send_if_modified(|o| {
+                    moved = o.denied != denied || o.last_denied != last || o.credentials != credentials;
                     o.denied = denied;
                     o.last_denied = last;
+                    o.credentials = credentials;
+                    moved
                 });
-                changed(&name);
+                if moved {
+                    changed(&name);
+                }
             }
         });
         Ok(netproxy::loopback_tunnels(&allow))
     }
 
     /// The environment inside: the spec's, over the few variables every sandbox has.
-    fn environment(&self, home: &Path, tmp: &Path, proxied: bool) -> BTreeMap<String, String> {
+    fn environment(
+        &self,
+        home: &Path,
+        tmp: &Path,
+        proxied: bool,
+        placeholders: &BTreeMap<String, String>,
+    ) -> BTreeMap<String, String> {
         let mut env = BTreeMap::from([
             ("PATH".to_string(), "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_string()),
             ("HOME".to_string(), home.display().to_string()),
@@ -565,6 +645,7 @@ impl Supervisor {
             }
         }
         env.extend(self.desired.env.clone());
+        env.extend(placeholders.iter().map(|(k, v)| (k.clone(), v.clone())));
         env
     }
 
@@ -619,8 +700,13 @@ impl Supervisor {
             }
         });
         let env = match bwrap {
-            Some(_) => self.environment(Path::new(bwrap::HOME), Path::new("/tmp"), prepared.proxy.is_some()),
-            None => self.environment(&dirs.home, &std::env::temp_dir(), false),
+            Some(_) => self.environment(
+                Path::new(bwrap::HOME),
+                Path::new("/tmp"),
+                prepared.proxy.is_some(),
+                &prepared.placeholders,
+            ),
+            None => self.environment(&dirs.home, &std::env::temp_dir(), false, &prepared.placeholders),
         };
         Ok(launch::Launch {
             api_socket: api_socket.to_path_buf(),

@@ -30,7 +30,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::env::{EnvFiles, EnvWatch, referenced_files, resolve_env};
+use super::env::{EnvFiles, EnvWatch, credential_files, referenced_files, resolve_env};
 use super::parse::{Declared, FileError, parse_file};
 use super::sandbox_writes::{SandboxWrites, Writable};
 use super::state::StateDir;

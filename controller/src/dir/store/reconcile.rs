@@ -144,19 +144,57 @@ impl Inner {
             Object::SandboxTemplate(_) | Object::SandboxWarmPool(_) => Ok(BTreeMap::new()),
         }
         .map_err(|e| e.to_string());
+        let env = env.and_then(|env| self.lend_credentials(key, &object, &files, env));
         self.watch_env_files(key, &object, &files);
         Some(Prepared { object, problem, env, session })
+    }
+
+    /// A Session's or Process's environment with its credentials' placeholders, lent by
+    /// the sandbox it runs on; what it was lent anywhere released when it has none (or
+    /// is being deleted).
+    fn lend_credentials(
+        &self,
+        key: &Key,
+        object: &Object,
+        files: &EnvFiles<'_>,
+        mut env: BTreeMap<String, String>,
+    ) -> std::result::Result<BTreeMap<String, String>, String> {
+        let (sandbox, credentials, vars) = match object {
+            Object::Process(p) => (&p.spec.sandbox, &p.spec.credentials, &p.spec.env),
+            Object::Session(s) => (&s.spec.sandbox, &s.spec.credentials, &s.spec.env),
+            _ => return Ok(env),
+        };
+        let Some(managed) = self.managed.get() else {
+            return if credentials.is_empty() {
+                Ok(env)
+            } else {
+                Err("credentials need a managed sandbox, which this controller does not start".into())
+            };
+        };
+        let resolved = if object.meta().deletion_timestamp.is_some() {
+            Vec::new()
+        } else {
+            crate::dir::env::resolve_credentials(files, credentials, vars).map_err(|e| e.to_string())?
+        };
+        let placeholders = managed.lend(sandbox, &key.to_string(), resolved)?;
+        env.extend(placeholders);
+        Ok(env)
     }
 
     /// Remembers which files `object` reads, so that their events bring it in.
     fn watch_env_files(&self, key: &Key, object: &Object, files: &EnvFiles<'_>) {
         let references: Vec<&str> = match object {
             _ if object.meta().deletion_timestamp.is_some() => Vec::new(),
-            Object::Process(p) => referenced_files(&p.spec.env, &p.spec.env_from).collect(),
+            Object::Process(p) => {
+                referenced_files(&p.spec.env, &p.spec.env_from).chain(credential_files(&p.spec.credentials)).collect()
+            }
             Object::Session(s) => referenced_files(&s.spec.env, &s.spec.env_from)
                 .chain(crate::mcp::referenced_files(&s.spec.mcp_servers))
+                .chain(credential_files(&s.spec.credentials))
                 .collect(),
-            Object::Sandbox(s) => referenced_files(&s.spec.env, &[]).collect(),
+            Object::Sandbox(s) => {
+                referenced_files(&s.spec.env, &[]).chain(credential_files(&s.spec.credentials)).collect()
+            }
             Object::SandboxTemplate(_) | Object::SandboxWarmPool(_) => Vec::new(),
         };
         // Files outside the folder are refused, and the state directory is not watched.

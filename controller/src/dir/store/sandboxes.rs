@@ -15,6 +15,13 @@ enum SpecError {
     NetworkNeedsIsolation,
     #[error("allow is only used with network: allowlist")]
     AllowWithoutAllowlist,
+    #[error(
+        "credentials need isolation: bubblewrap and network: allowlist: the proxy outside swaps them in, and \
+         anything else would leave the values where the sandbox's programs can read them"
+    )]
+    CredentialsNeedProxy,
+    #[error(transparent)]
+    Credentials(#[from] crate::dir::env::ResolveError),
     #[error(transparent)]
     Allowlist(#[from] agentplane_egress::Error),
     #[error(transparent)]
@@ -114,6 +121,7 @@ fn desired_of(
     folders: &Folders,
     sandbox: &agentplane_crds::Sandbox,
     env: BTreeMap<String, String>,
+    writable: &crate::dir::sandbox_writes::Writable,
 ) -> std::result::Result<crate::dir::managed::Desired, SpecError> {
     use agentplane_crds::{Isolation, NetworkMode};
     let spec = &sandbox.spec;
@@ -131,10 +139,18 @@ fn desired_of(
     if spec.pod_template.is_some() {
         return Err(SpecError::PodTemplate);
     }
+    if !spec.credentials.is_empty() && (isolation != Isolation::Bubblewrap || spec.network != NetworkMode::Allowlist) {
+        return Err(SpecError::CredentialsNeedProxy);
+    }
     let base = source_file(&sandbox.metadata)
         .map(|f| folders.dir.join(f))
         .and_then(|f| f.parent().map(Path::to_path_buf))
         .unwrap_or_else(|| folders.dir.clone());
+    let files = crate::dir::env::EnvFiles { root: &folders.root, base: &base, sandbox_writable: Some(writable) };
+    let credentials = crate::dir::env::resolve_credentials(&files, &spec.credentials, &spec.env)?;
+    for credential in &credentials {
+        agentplane_egress::Allowlist::parse(&credential.hosts)?;
+    }
     let mut binds = Vec::new();
     for bind in &spec.binds {
         let host = sandbox_host_path(&base, &folders.state, &bind.host_path, "binds.hostPath")?;
@@ -167,6 +183,7 @@ fn desired_of(
         workspace,
         binds,
         env,
+        credentials,
     })
 }
 
@@ -261,10 +278,13 @@ impl Inner {
                 let folders =
                     Folders { dir: self.dir.clone(), root: self.root.clone(), state: self.real_state.clone() };
                 let sandbox = sandbox.clone();
+                let writable = self.writes.snapshot();
                 // Paths are resolved on the file system: off the async threads.
-                tokio::task::spawn_blocking(move || desired_of(&folders, &sandbox, env).map_err(|e| e.to_string()))
-                    .await
-                    .unwrap_or_else(|e| Err(format!("resolving the sandbox's paths: {e}")))
+                tokio::task::spawn_blocking(move || {
+                    desired_of(&folders, &sandbox, env, &writable).map_err(|e| e.to_string())
+                })
+                .await
+                .unwrap_or_else(|e| Err(format!("resolving the sandbox's paths: {e}")))
             }
             Err(problem) => Err(problem),
         };
@@ -292,6 +312,16 @@ impl Inner {
         status.seccomp = observed.seccomp.map(str::to_string);
         status.denied_connections = observed.denied;
         status.last_denied = observed.last_denied;
+        status.credentials = observed
+            .credentials
+            .into_iter()
+            .map(|c| agentplane_crds::CredentialStatus {
+                name: c.name,
+                hosts: c.hosts,
+                sent: c.sent,
+                blocked: c.blocked,
+            })
+            .collect();
         status.node_agent_version = Some(env!("CARGO_PKG_VERSION").to_string());
         status.template = crate::dir::pools::template_of(&sandbox.metadata).map(str::to_string);
         status.claimed_by = crate::dir::pools::claimed_by(&sandbox.metadata).map(str::to_string);
