@@ -16,9 +16,14 @@
 //! Destinations are matched by name as written, never through DNS: a name is resolved only
 //! once it is allowed, when the proxy connects, outside the sandbox.
 //!
+//! For hosts whose requests carry credentials, the proxy ends the sandbox's TLS with a
+//! leaf from the sandbox's own [`Authority`] and speaks TLS again to the host through
+//! [`Upstream`], so the request headers can be read and rewritten between the two.
+//!
 //! The modules: `allowlist` (entries and matching), `head` (reading and rewriting
 //! request heads), `proxy` (the [`Proxy`] outside the sandbox), `bridge` (the bridges
-//! inside it, and the accept loop every listener shares).
+//! inside it, and the accept loop every listener shares), `tls` (both TLS ends of an
+//! intercepted connection).
 
 mod allowlist;
 mod bridge;
@@ -28,18 +33,21 @@ mod proxy;
 mod relay;
 #[cfg(test)]
 mod testing;
+mod tls;
 
 pub use allowlist::{Allowlist, loopback_tunnels};
 pub use bridge::{bridge_to_unix, tunnel_port};
 pub use credentials::{CredentialCount, Credentials, NewCredential};
 pub use proxy::Proxy;
+pub use tls::{Authority, Upstream};
 
 use std::io;
 use std::path::PathBuf;
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// What failed: a bad allowlist entry, or a tunnel through the proxy.
+/// What failed: a bad allowlist entry, a tunnel through the proxy, or TLS to an
+/// intercepted host.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// An allowlist entry that names no destination; `problem` says how to write it.
@@ -69,4 +77,17 @@ pub enum Error {
     /// The proxy refused the tunnel (403: not in the allowlist) or could not open it.
     #[error("the network proxy answered {status} to CONNECT {target}")]
     TunnelRefused { target: String, status: u16 },
+    /// A host TLS cannot be intercepted for: neither a DNS name nor an IP address.
+    #[error("cannot intercept TLS to {host:?}: {problem}")]
+    InvalidTlsHost { host: String, problem: String },
+    /// The sandbox's certificate authority could not make its certificate or a leaf.
+    #[error("the sandbox's TLS certificate authority failed {0}")]
+    Authority(String),
+    /// The trust store for hosts' certificates is empty or unreadable.
+    #[error("no trust store for TLS to intercepted hosts: {0}")]
+    TrustStore(String),
+    /// TLS to an intercepted host failed: `problem` says why (certificate unknown, name
+    /// mismatch, expired, no answer).
+    #[error("TLS to {host} failed: {problem}")]
+    Tls { host: String, problem: String },
 }
