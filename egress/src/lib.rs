@@ -38,7 +38,7 @@ mod tls;
 pub use allowlist::{Allowlist, loopback_tunnels};
 pub use bridge::{bridge_to_unix, tunnel_port};
 pub use credentials::{CredentialCount, Credentials, NewCredential};
-pub use proxy::Proxy;
+pub use proxy::{Interception, Proxy};
 pub use tls::{Authority, Upstream};
 
 use std::io;

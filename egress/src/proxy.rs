@@ -16,8 +16,8 @@ use tokio_util::sync::CancellationToken;
 use crate::allowlist::authority;
 use crate::bridge::accept_loop;
 use crate::head::{BadRequest, HEAD_TIMEOUT, HeadError, MAX_HEAD, parse_request, read_head, request_head_ended};
-use crate::relay::{Destination, relay};
-use crate::{Allowlist, Credentials};
+use crate::relay::{Destination, Prefixed, relay};
+use crate::{Allowlist, Authority, Credentials, Upstream};
 
 /// How long connecting to a destination may take before the client gets a 502.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -44,6 +44,17 @@ pub struct Proxy {
     denials: watch::Sender<u64>,
     /// Swapped into requests to the hosts each lists, which are allowed as well.
     credentials: Arc<Credentials>,
+    /// How HTTPS to a host a credential lists is opened up; without it such a
+    /// connection passes as it is (and its placeholder is all the host gets).
+    interception: Option<Interception>,
+}
+
+/// The two ends of intercepted TLS: the sandbox's CA, which the sandbox trusts, and how
+/// the real host is reached and verified.
+#[derive(Debug)]
+pub struct Interception {
+    pub authority: Authority,
+    pub upstream: Upstream,
 }
 
 impl Proxy {
@@ -61,7 +72,14 @@ impl Proxy {
             last_denied: Mutex::new(VecDeque::with_capacity(LAST_DENIED)),
             denials: watch::channel(0).0,
             credentials,
+            interception: None,
         }
+    }
+
+    /// Opens HTTPS to the hosts credentials list with `interception`.
+    pub fn intercepting(mut self, interception: Interception) -> Proxy {
+        self.interception = Some(interception);
+        self
     }
 
     /// The credentials this proxy swaps in; set them at any time.
@@ -204,11 +222,55 @@ impl Proxy {
             }
         }
         let tls = early.first() == Some(&TLS_HANDSHAKE);
+        if tls
+            && let Some(interception) = &self.interception
+            && self.credentials.lists(host, port)
+        {
+            return self.intercept(interception, client, upstream, early, host, port).await;
+        }
         if early.is_empty() || tls {
             upstream.write_all(&early).await?;
             return tokio::io::copy_bidirectional(&mut client, &mut upstream).await.map(|_| ());
         }
         relay(client, upstream, &early, Destination { host, port }, &self.credentials).await
+    }
+
+    /// TLS to a host a credential lists: the real host first, verified (a failure
+    /// closes the client's connection before its handshake ends), then the client's
+    /// handshake answered with a leaf of the sandbox's CA, and the requests relayed
+    /// between the two.
+    async fn intercept(
+        &self,
+        interception: &Interception,
+        client: UnixStream,
+        upstream: TcpStream,
+        early: Vec<u8>,
+        host: &str,
+        port: u16,
+    ) -> io::Result<()> {
+        let upstream = match interception.upstream.connect(host, upstream).await {
+            Ok(upstream) => upstream,
+            Err(error) => {
+                tracing::warn!(host, port, %error, "intercepted TLS: the upstream could not be verified; closing");
+                return Ok(());
+            }
+        };
+        let acceptor = match interception.authority.acceptor(host) {
+            Ok(acceptor) => acceptor,
+            Err(error) => {
+                tracing::warn!(host, port, %error, "intercepted TLS: no certificate for the host; closing");
+                return Ok(());
+            }
+        };
+        let client = match tokio::time::timeout(HEAD_TIMEOUT, acceptor.accept(Prefixed::new(early, client))).await {
+            Ok(Ok(client)) => client,
+            Ok(Err(error)) => {
+                tracing::debug!(host, port, %error, "intercepted TLS: the client's handshake failed");
+                return Ok(());
+            }
+            Err(_) => return Ok(()),
+        };
+        relay(client, upstream, b"", Destination { host, port }, &self.credentials).await
     }
 }
 /// Connects to an allowed destination; DNS resolution happens here (off the runtime,
@@ -259,6 +321,8 @@ async fn answer_and_close(client: &mut UnixStream, status: u16, reason: &str, bo
 
 #[cfg(test)]
 mod tests {
+    use tokio::sync::oneshot;
+
     use super::*;
     use crate::testing::*;
 
@@ -359,13 +423,7 @@ mod tests {
     }
 
     fn with_credential(harness: &Harness, hosts: &[&str]) {
-        let credential = crate::NewCredential {
-            name: "API_KEY".into(),
-            placeholder: "agentplane-placeholder-0123456789abcdef".into(),
-            value: "sk-real".into(),
-            hosts: entries(hosts),
-        };
-        harness.proxy.credentials().set(vec![credential]).expect("a valid credential");
+        with_credential_on(&harness.proxy, hosts);
     }
 
     #[tokio::test]
@@ -438,6 +496,104 @@ mod tests {
         let mut echo = [0u8; 6];
         within("the echo", stream.read_exact(&mut echo)).await.expect("read");
         assert_eq!(&echo, b"hello!");
+    }
+
+    /// A loopback HTTPS server for one request, with a certificate of its own CA for
+    /// `localhost`: hands over the head it got.
+    async fn https_server() -> (u16, String, oneshot::Receiver<String>) {
+        let (ca, config) = upstream_ca(&["localhost"]);
+        let (listener, port) = loopback_listener().await;
+        let (head_tx, head_rx) = oneshot::channel();
+        tokio::spawn(async move {
+            let Ok((stream, _)) = listener.accept().await else { return };
+            let Ok(mut tls) = tokio_rustls::TlsAcceptor::from(config).accept(stream).await else { return };
+            let mut head = Vec::new();
+            while !head.ends_with(b"\r\n\r\n") {
+                match tls.read_u8().await {
+                    Ok(byte) => head.push(byte),
+                    Err(_) => return,
+                }
+            }
+            let _ = head_tx.send(String::from_utf8_lossy(&head).into_owned());
+            let _ = tls.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok").await;
+            let _ = tls.shutdown().await;
+        });
+        (port, ca, head_rx)
+    }
+
+    #[tokio::test]
+    async fn https_to_a_listed_host_is_opened_with_the_sandbox_ca_and_carries_the_value() {
+        let (port, upstream_ca_pem, head) = https_server().await;
+        let authority = Authority::new("test").expect("a CA");
+        let sandbox_trusts = authority.certificate_pem().to_string();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let socket = dir.path().join("proxy.sock");
+        let listener = UnixListener::bind(&socket).expect("bind");
+        let upstream = Upstream::with_roots_pem(upstream_ca_pem.as_bytes()).expect("roots");
+        let proxy = Arc::new(Proxy::new(Allowlist::default()).intercepting(Interception { authority, upstream }));
+        proxy
+            .credentials()
+            .set(vec![crate::NewCredential {
+                name: "API_KEY".into(),
+                placeholder: "agentplane-placeholder-0123456789abcdef".into(),
+                value: "sk-real".into(),
+                hosts: entries(&[&format!("localhost:{port}")]),
+            }])
+            .expect("a credential");
+        tokio::spawn(Arc::clone(&proxy).serve(listener, CancellationToken::new()));
+
+        let mut stream = UnixStream::connect(&socket).await.expect("connect");
+        stream.write_all(format!("CONNECT localhost:{port} HTTP/1.1\r\n\r\n").as_bytes()).await.expect("write");
+        let mut established = vec![0u8; b"HTTP/1.1 200 Connection Established\r\n\r\n".len()];
+        within("the tunnel", stream.read_exact(&mut established)).await.expect("read");
+        // The client trusts the sandbox's CA only, as a sandbox does.
+        let client = Upstream::with_roots_pem(sandbox_trusts.as_bytes()).expect("roots");
+        let mut tls = within("the handshake", client.connect("localhost", stream)).await.expect("TLS with the proxy");
+        tls.write_all(
+            b"GET / HTTP/1.1\r\nHost: localhost\r\nx-api-key: agentplane-placeholder-0123456789abcdef\r\n\r\n",
+        )
+        .await
+        .expect("write");
+        let mut answer = Vec::new();
+        let _ = within("the answer", tls.read_to_end(&mut answer)).await;
+        assert!(answer.ends_with(b"\r\n\r\nok"), "{:?}", String::from_utf8_lossy(&answer));
+        let got = within("the head", head).await.expect("a head");
+        assert!(got.contains("\r\nx-api-key: sk-real\r\n"), "{got:?}");
+        assert_eq!(proxy.credentials().counts()[0].sent, 1);
+    }
+
+    #[tokio::test]
+    async fn an_upstream_that_fails_verification_never_gets_the_request() {
+        let (port, _its_ca, head) = https_server().await;
+        let authority = Authority::new("test").expect("a CA");
+        let sandbox_trusts = authority.certificate_pem().to_string();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let socket = dir.path().join("proxy.sock");
+        let listener = UnixListener::bind(&socket).expect("bind");
+        // The proxy trusts another CA than the server's.
+        let (other_ca, _) = upstream_ca(&["localhost"]);
+        let upstream = Upstream::with_roots_pem(other_ca.as_bytes()).expect("roots");
+        let proxy = Arc::new(Proxy::new(Allowlist::default()).intercepting(Interception { authority, upstream }));
+        with_credential_on(&proxy, &[&format!("localhost:{port}")]);
+        tokio::spawn(Arc::clone(&proxy).serve(listener, CancellationToken::new()));
+        let mut stream = UnixStream::connect(&socket).await.expect("connect");
+        stream.write_all(format!("CONNECT localhost:{port} HTTP/1.1\r\n\r\n").as_bytes()).await.expect("write");
+        let mut established = vec![0u8; b"HTTP/1.1 200 Connection Established\r\n\r\n".len()];
+        within("the tunnel", stream.read_exact(&mut established)).await.expect("read");
+        let client = Upstream::with_roots_pem(sandbox_trusts.as_bytes()).expect("roots");
+        assert!(within("the handshake", client.connect("localhost", stream)).await.is_err());
+        assert!(within("the server", head).await.is_err(), "the server got a request");
+        assert_eq!(proxy.credentials().counts()[0].sent, 0);
+    }
+
+    fn with_credential_on(proxy: &Proxy, hosts: &[&str]) {
+        let credential = crate::NewCredential {
+            name: "API_KEY".into(),
+            placeholder: "agentplane-placeholder-0123456789abcdef".into(),
+            value: "sk-real".into(),
+            hosts: entries(hosts),
+        };
+        proxy.credentials().set(vec![credential]).expect("a valid credential");
     }
 
     #[tokio::test]

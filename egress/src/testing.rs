@@ -12,6 +12,10 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair, KeyUsagePurpose};
+use rustls::ServerConfig;
+use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
+
 use crate::{Allowlist, Proxy};
 
 /// A bound on every wait, so a broken proxy fails the test instead of hanging it.
@@ -98,4 +102,24 @@ pub(crate) async fn exchange(socket: &Path, request: &[u8]) -> String {
 
 pub(crate) fn other_port(port: u16) -> u16 {
     if port == u16::MAX { port - 1 } else { port + 1 }
+}
+
+/// The "upstream's own CA", made with rcgen directly, and a server config for `names`
+/// signed by it.
+pub(crate) fn upstream_ca(names: &[&str]) -> (String, Arc<ServerConfig>) {
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign];
+    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().expect("CA key")).expect("CA");
+    let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+    let leaf_key = KeyPair::generate().expect("leaf key");
+    let leaf = CertificateParams::new(names).expect("leaf params").signed_by(&leaf_key, &ca).expect("leaf");
+    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(leaf_key.serialize_der()));
+    let config = ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .expect("protocol versions")
+        .with_no_client_auth()
+        .with_single_cert(vec![leaf.der().clone()], key)
+        .expect("server config");
+    (ca.pem(), Arc::new(config))
 }

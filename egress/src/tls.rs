@@ -302,12 +302,11 @@ mod tests {
     use std::sync::LazyLock;
 
     use proptest::prelude::*;
-    use rcgen::CertifiedIssuer;
     use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream, duplex};
     use tokio::net::{TcpListener, TcpStream};
 
     use super::*;
-    use crate::testing::within;
+    use crate::testing::{upstream_ca, within};
 
     /// Set in the child that [`host_roots_honour_ssl_cert_file`] starts: the port of the
     /// parent's server, for [`host_roots_child`] to reach.
@@ -333,26 +332,6 @@ mod tests {
         let (client, _server) = handshake(authority.certificate_pem(), acceptor, host).await;
         let client = client.expect("the handshake succeeds");
         client.get_ref().1.peer_certificates().and_then(|chain| chain.first()).expect("a leaf").clone()
-    }
-
-    /// The "upstream's own CA", made with rcgen directly, and a server config for `names`
-    /// signed by it.
-    fn upstream_ca(names: &[&str]) -> (String, Arc<ServerConfig>) {
-        let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
-        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign];
-        let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().expect("CA key")).expect("CA");
-        let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
-        let leaf_key = KeyPair::generate().expect("leaf key");
-        let leaf = CertificateParams::new(names).expect("leaf params").signed_by(&leaf_key, &ca).expect("leaf");
-        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(leaf_key.serialize_der()));
-        let config = ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .expect("protocol versions")
-            .with_no_client_auth()
-            .with_single_cert(vec![leaf.der().clone()], key)
-            .expect("server config");
-        (ca.pem(), Arc::new(config))
     }
 
     /// A loopback TLS server for `config`: greets each client, then echoes one line back.

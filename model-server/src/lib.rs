@@ -64,6 +64,9 @@ pub struct LoggedRequest {
     pub uri: String,
     /// The body as JSON (`null` when it was not JSON).
     pub body: Value,
+    /// The headers, names lowercase (a repeated one's values joined by `, `): what a
+    /// test asks of the credentials a request carried.
+    pub headers: std::collections::BTreeMap<String, String>,
 }
 
 /// The conversation a request carries, reduced to what the script looks at.
@@ -300,6 +303,11 @@ pub struct Shared {
 }
 
 impl Shared {
+    /// Every request so far, oldest first.
+    pub fn requests(&self) -> Vec<LoggedRequest> {
+        self.log.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
     fn record(&self, request: LoggedRequest) {
         self.log.lock().unwrap_or_else(|e| e.into_inner()).push(request);
     }
@@ -365,7 +373,12 @@ impl ModelServer {
 
     /// Every request so far, oldest first.
     pub fn requests(&self) -> Vec<LoggedRequest> {
-        self.shared.log.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.shared.requests()
+    }
+
+    /// What the server keeps, for a test whose server runs on another thread.
+    pub fn shared(&self) -> Shared {
+        self.shared.clone()
     }
 
     /// The usage reported with every answer so far, oldest first.
@@ -407,10 +420,16 @@ async fn log_request(State(shared): State<Shared>, request: Request, next: Next)
         Ok(bytes) => bytes,
         Err(e) => return (StatusCode::BAD_REQUEST, format!("reading the body: {e}")).into_response(),
     };
+    let mut headers = std::collections::BTreeMap::<String, String>::new();
+    for (name, value) in &parts.headers {
+        let value = String::from_utf8_lossy(value.as_bytes()).into_owned();
+        headers.entry(name.as_str().to_string()).and_modify(|v| *v = format!("{v}, {value}")).or_insert(value);
+    }
     shared.record(LoggedRequest {
         method: parts.method.to_string(),
         uri: parts.uri.to_string(),
         body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        headers,
     });
     tracing::debug!(method = %parts.method, uri = %parts.uri, "model server request");
     next.run(Request::from_parts(parts, Body::from(bytes))).await

@@ -276,6 +276,9 @@ pub async fn describe(args: DescribeArgs) -> anyhow::Result<i32> {
                 for allowed in &s.spec.allow {
                     out.field(1, "Allow", allowed.clone());
                 }
+                for credential in &s.spec.credentials {
+                    out.field(1, "Credential", format!("{} -> {}", credential.name, credential.hosts.join(", ")));
+                }
                 out.optional(1, "Workspace", s.spec.workspace.clone());
                 for bind in &s.spec.binds {
                     let inside = bind.path.clone().unwrap_or_else(|| bind.host_path.clone());
@@ -311,6 +314,19 @@ pub async fn describe(args: DescribeArgs) -> anyhow::Result<i32> {
                     for denied in &status.last_denied {
                         out.field(2, "Denied", denied.clone());
                     }
+                }
+                for credential in &status.credentials {
+                    out.field(
+                        1,
+                        "Credential",
+                        format!(
+                            "{}: {} sent to {}, {} blocked elsewhere",
+                            credential.name,
+                            credential.sent,
+                            credential.hosts.join(", "),
+                            credential.blocked
+                        ),
+                    );
                 }
                 out.optional(1, "Claimed by", status.claimed_by.clone());
                 out.optional(1, "Node agent version", status.node_agent_version.clone());

@@ -14,6 +14,7 @@ mod agent_cli;
 mod cli;
 mod convert_cli;
 mod cp;
+mod credentials;
 mod dir_hostile;
 mod docs;
 mod edit_concurrency;

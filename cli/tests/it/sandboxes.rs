@@ -20,9 +20,9 @@ use common::wait_until;
 /// The user `start_unprivileged` runs `up` as: one no account has.
 const UNPRIVILEGED: u32 = 4242;
 /// Only turns a hang into a failure; a correct run needs a few seconds.
-const PATIENCE: Duration = Duration::from_secs(60);
+pub(crate) const PATIENCE: Duration = Duration::from_secs(60);
 /// Installing Claude Code from the npm registry (once per build) and a turn or two.
-const AGENT_PATIENCE: Duration = Duration::from_secs(300);
+pub(crate) const AGENT_PATIENCE: Duration = Duration::from_secs(300);
 
 pub(crate) struct Up {
     child: Child,
@@ -39,7 +39,7 @@ impl Up {
         Self::start_in(files, &[], env)
     }
 
-    fn start_in(files: &[(&str, &str)], args: &[&str], env: &[(&str, &str)]) -> Up {
+    pub(crate) fn start_in(files: &[(&str, &str)], args: &[&str], env: &[(&str, &str)]) -> Up {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("d");
         fs::create_dir_all(&dir).unwrap();
@@ -99,7 +99,7 @@ impl Up {
         Up { child, dir, _tmp: tmp }
     }
 
-    fn state(&self) -> StateDir {
+    pub(crate) fn state(&self) -> StateDir {
         StateDir::new(self.dir.join(".agentplane"))
     }
 
@@ -107,21 +107,21 @@ impl Up {
         self.state().read(&Key { kind, namespace: "default".into(), name: name.into() })?.ok()
     }
 
-    fn sandbox(&self, name: &str) -> agentplane_crds::Sandbox {
+    pub(crate) fn sandbox(&self, name: &str) -> agentplane_crds::Sandbox {
         match self.record(Kind::Sandbox, name) {
             Some(Object::Sandbox(s)) => s,
             other => panic!("sandbox {name}: {other:?}\n{}", self.log()),
         }
     }
 
-    fn process(&self, name: &str) -> Option<agentplane_crds::Process> {
+    pub(crate) fn process(&self, name: &str) -> Option<agentplane_crds::Process> {
         match self.record(Kind::Process, name)? {
             Object::Process(p) => Some(p),
             _ => None,
         }
     }
 
-    fn wait_sandbox(&self, name: &str, what: &str, ok: impl Fn(&agentplane_crds::SandboxStatus) -> bool) {
+    pub(crate) fn wait_sandbox(&self, name: &str, what: &str, ok: impl Fn(&agentplane_crds::SandboxStatus) -> bool) {
         wait_until(
             PATIENCE,
             &format!("sandbox {name} {what}"),
@@ -130,7 +130,7 @@ impl Up {
     }
 
     /// Waits for a Process to exit, and returns its exit code and output.
-    fn finished(&self, name: &str) -> (i32, String) {
+    pub(crate) fn finished(&self, name: &str) -> (i32, String) {
         wait_until(PATIENCE, &format!("process {name} to exit"), || {
             self.process(name).and_then(|p| p.status?.exit_code).is_some()
         });
@@ -138,7 +138,7 @@ impl Up {
         (code, self.logs(name))
     }
 
-    fn logs(&self, name: &str) -> String {
+    pub(crate) fn logs(&self, name: &str) -> String {
         let out = Command::new(common::bin())
             .args(["logs", &format!("process/{name}"), "--dir"])
             .arg(&self.dir)
@@ -147,7 +147,7 @@ impl Up {
         String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
     }
 
-    fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         fs::read_to_string(self.dir.parent().unwrap().join("up.log")).unwrap_or_default()
     }
 }
@@ -162,16 +162,16 @@ impl Drop for Up {
     }
 }
 
-fn ready(s: &agentplane_crds::SandboxStatus) -> bool {
+pub(crate) fn ready(s: &agentplane_crds::SandboxStatus) -> bool {
     s.phase == Some(agentplane_crds::SandboxPhase::Ready)
 }
 
-fn sandbox_yaml(name: &str, spec: &str) -> String {
+pub(crate) fn sandbox_yaml(name: &str, spec: &str) -> String {
     let spec = if spec.is_empty() { " {}\n".to_string() } else { format!("\n{spec}") };
     format!("apiVersion: agentplane.dev/v1alpha1\nkind: Sandbox\nmetadata:\n  name: {name}\nspec:{spec}")
 }
 
-fn process_yaml(name: &str, sandbox: &str, script: &str) -> String {
+pub(crate) fn process_yaml(name: &str, sandbox: &str, script: &str) -> String {
     let script = serde_json::to_string(script).unwrap();
     format!(
         "apiVersion: agentplane.dev/v1alpha1\nkind: Process\nmetadata:\n  name: {name}\nspec:\n  sandbox: {sandbox}\n  \
@@ -330,7 +330,7 @@ fn a_killed_sandbox_comes_back_and_a_deleted_one_leaves_nothing() {
 }
 
 /// A one-line HTTP server on the host's loopback: answers every request with `body`.
-fn http_server(body: &'static str) -> u16 {
+pub(crate) fn http_server(body: &'static str) -> u16 {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     std::thread::spawn(move || {
@@ -380,7 +380,7 @@ fn an_allowlist_lets_through_only_what_it_names() {
     assert_eq!(up.sandbox("net").status.unwrap().last_denied, [format!("127.0.0.1:{denied}")]);
 }
 
-fn agents_dir() -> PathBuf {
+pub(crate) fn agents_dir() -> PathBuf {
     Path::new(env!("CARGO_TARGET_TMPDIR")).join("agents")
 }
 
@@ -432,7 +432,7 @@ fn claude_in_bypass_mode_told_to_escape_changes_nothing_on_the_host() {
     assert!(results.len() >= 2, "{events}");
 }
 
-fn session_record(up: &Up, name: &str) -> Option<agentplane_crds::Session> {
+pub(crate) fn session_record(up: &Up, name: &str) -> Option<agentplane_crds::Session> {
     match up.record(Kind::Session, name)? {
         Object::Session(s) => Some(s),
         _ => None,

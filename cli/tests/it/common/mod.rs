@@ -129,6 +129,7 @@ pub fn into_closed_pipe(args: &[&str], env: &[(&str, &str)], stdin: Option<&std:
 #[allow(dead_code)]
 pub struct ModelServer {
     pub port: u16,
+    shared: agentplane_model_server::Shared,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     serving: Option<std::thread::JoinHandle<()>>,
 }
@@ -142,13 +143,18 @@ impl ModelServer {
             let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
             runtime.block_on(async move {
                 let server = agentplane_model_server::ModelServer::start().await.unwrap();
-                started.send(server.addr().port()).unwrap();
+                started.send((server.addr().port(), server.shared())).unwrap();
                 // Serves until the sender is dropped or fires.
                 let _ = stopped.await;
             });
         });
-        let port = port.recv().expect("the model server thread started it");
-        ModelServer { port, stop: Some(stop), serving: Some(serving) }
+        let (port, shared) = port.recv().expect("the model server thread started it");
+        ModelServer { port, shared, stop: Some(stop), serving: Some(serving) }
+    }
+
+    /// Every request the server got so far, oldest first.
+    pub fn requests(&self) -> Vec<agentplane_model_server::LoggedRequest> {
+        self.shared.requests()
     }
 }
 

@@ -54,6 +54,12 @@ const RESTART_MAX: Duration = Duration::from_secs(10);
 const RESTART_RESET: Duration = Duration::from_secs(60);
 /// The environment variables the proxy variables are set under (curl reads the
 /// lowercase ones, most other tools either).
+/// The system's CA bundle (Debian's path, which most tools read): bound read-only
+/// inside with the sandbox's CA added.
+const SYSTEM_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+/// In the run folder: the sandbox's CA alone, and the system's bundle with it.
+const TRUST_CA: &str = "proxy-ca.pem";
+const TRUST_BUNDLE: &str = "ca-bundle.pem";
 /// How often at most the proxy's credential counts reach the status.
 const COUNTS_EVERY: Duration = Duration::from_secs(1);
 const PROXY_VARIABLES: &[&str] = &["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy"];
@@ -336,6 +342,8 @@ struct Prepared {
     proxy: Option<Vec<(String, u16)>>,
     /// The placeholders of the Sandbox's own credentials, by variable.
     placeholders: BTreeMap<String, String>,
+    /// Whether the proxy's CA is in the run folder for the sandbox to trust.
+    trusted: bool,
 }
 
 impl Supervisor {
@@ -532,8 +540,11 @@ impl Supervisor {
 
         // The proxy, outside, for the whole life of the supervisor.
         let mut proxy = None;
+        let mut trusted = false;
         if self.desired.network == NetworkMode::Allowlist {
-            let served = self.serve_proxy(&dirs.proxy);
+            let interception = self.interception(&dirs.proxy).await;
+            trusted = interception.is_some();
+            let served = self.serve_proxy(&dirs.proxy, interception);
             match served {
                 Ok(tunnels) => proxy = Some(tunnels),
                 Err(e) => {
@@ -549,7 +560,7 @@ impl Supervisor {
                 return Err(("InvalidCredentials", e));
             }
         };
-        Ok(Prepared { dirs, identity, groups, tmp_bytes, proxy, placeholders })
+        Ok(Prepared { dirs, identity, groups, tmp_bytes, proxy, placeholders, trusted })
     }
 
     /// A stable seed for the sandbox's host uid: its folder's name holds its uid.
@@ -557,9 +568,45 @@ impl Supervisor {
         self.dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
     }
 
+    /// The sandbox's CA for HTTPS to the hosts its credentials list, its certificate
+    /// written to `folder` (bound in read-only) for the sandbox to trust, alone
+    /// (`TRUST_CA`) and after the host's bundle (`TRUST_BUNDLE`); the host's trust store
+    /// for the real hosts. Without either, HTTPS passes uncut and keeps its placeholders
+    /// (said in the log).
+    async fn interception(&self, folder: &Path) -> Option<netproxy::Interception> {
+        let (folder, name) = (folder.to_path_buf(), self.name.clone());
+        let made = tokio::task::spawn_blocking(move || -> Result<netproxy::Interception, String> {
+            let upstream = netproxy::Upstream::from_host_roots().map_err(|e| e.to_string())?;
+            let authority = netproxy::Authority::new(&name).map_err(|e| e.to_string())?;
+            let ca = authority.certificate_pem();
+            let host_bundle = std::fs::read(SYSTEM_BUNDLE).unwrap_or_default();
+            let mut bundle = host_bundle;
+            if !bundle.is_empty() && !bundle.ends_with(b"\n") {
+                bundle.push(b'\n');
+            }
+            bundle.extend_from_slice(ca.as_bytes());
+            write_readable(&folder.join(TRUST_CA), ca.as_bytes())?;
+            write_readable(&folder.join(TRUST_BUNDLE), &bundle)?;
+            Ok(netproxy::Interception { authority, upstream })
+        })
+        .await
+        .unwrap_or_else(|e| Err(e.to_string()));
+        match made {
+            Ok(interception) => Some(interception),
+            Err(error) => {
+                warn!(sandbox = %self.name, %error, "HTTPS to credential hosts will not be opened up: their placeholders stay");
+                None
+            }
+        }
+    }
+
     /// Serves the allowlist proxy on `folder/proxy.sock`; answers the loopback services
     /// to tunnel.
-    fn serve_proxy(&self, folder: &Path) -> Result<Vec<(String, u16)>, (&'static str, String)> {
+    fn serve_proxy(
+        &self,
+        folder: &Path,
+        interception: Option<netproxy::Interception>,
+    ) -> Result<Vec<(String, u16)>, (&'static str, String)> {
         let allow = Allowlist::parse(&self.desired.allow).map_err(|e| ("InvalidAllowlist", e.to_string()))?;
         let path = folder.join("proxy.sock");
         let _ = std::fs::remove_file(&path);
@@ -571,7 +618,11 @@ impl Supervisor {
             std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666))
                 .map_err(|e| ("CannotPrepare", format!("cannot serve the proxy: {e}")))?;
         }
-        let proxy = Arc::new(Proxy::with_credentials(allow.clone(), self.book.proxy()));
+        let mut proxy = Proxy::with_credentials(allow.clone(), self.book.proxy());
+        if let Some(interception) = interception {
+            proxy = proxy.intercepting(interception);
+        }
+        let proxy = Arc::new(proxy);
         tokio::spawn(Arc::clone(&proxy).serve(listener, self.stop.clone()));
         let mut denials = proxy.subscribe();
         let mut counted = proxy.credentials().subscribe();
@@ -607,17 +658,16 @@ impl Supervisor {
                 }
             }
         });
-        Ok(netproxy::loopback_tunnels(&allow))
+        // The Sandbox's own credentials' loopback hosts answer at their address too
+        // (those of a Session's, known later, need the host in `allow` for that).
+        let mut reached = self.desired.allow.clone();
+        reached.extend(self.desired.credentials.iter().flat_map(|c| c.hosts.iter().cloned()));
+        let reached = Allowlist::parse(&reached).map_err(|e| ("InvalidCredentials", e.to_string()))?;
+        Ok(netproxy::loopback_tunnels(&reached))
     }
 
     /// The environment inside: the spec's, over the few variables every sandbox has.
-    fn environment(
-        &self,
-        home: &Path,
-        tmp: &Path,
-        proxied: bool,
-        placeholders: &BTreeMap<String, String>,
-    ) -> BTreeMap<String, String> {
+    fn environment(&self, home: &Path, tmp: &Path, proxied: bool, prepared: &Prepared) -> BTreeMap<String, String> {
         let mut env = BTreeMap::from([
             ("PATH".to_string(), "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_string()),
             ("HOME".to_string(), home.display().to_string()),
@@ -643,9 +693,17 @@ impl Supervisor {
             for name in ["NO_PROXY", "no_proxy"] {
                 env.insert(name.into(), "localhost,127.0.0.1,::1".into());
             }
+            if prepared.trusted {
+                let run = Path::new(bwrap::RUN);
+                let (ca, bundle) = (run.join(TRUST_CA), run.join(TRUST_BUNDLE));
+                env.insert("NODE_EXTRA_CA_CERTS".into(), ca.display().to_string());
+                for name in ["SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO"] {
+                    env.insert(name.into(), bundle.display().to_string());
+                }
+            }
         }
         env.extend(self.desired.env.clone());
-        env.extend(placeholders.iter().map(|(k, v)| (k.clone(), v.clone())));
+        env.extend(prepared.placeholders.iter().map(|(k, v)| (k.clone(), v.clone())));
         env
     }
 
@@ -690,6 +748,10 @@ impl Supervisor {
             binds.push((dirs.home.clone(), PathBuf::from(bwrap::HOME), true));
             binds.push((dirs.data.clone(), PathBuf::from(bwrap::DATA), true));
             binds.push((dirs.proxy.clone(), PathBuf::from(bwrap::RUN), false));
+            // Programs that read only the system bundle trust the sandbox's CA too.
+            if prepared.trusted && Path::new(SYSTEM_BUNDLE).is_file() {
+                binds.push((dirs.proxy.join(TRUST_BUNDLE), PathBuf::from(SYSTEM_BUNDLE), false));
+            }
             launch::Isolated {
                 bwrap: bwrap.to_path_buf(),
                 hostname: self.name.clone(),
@@ -700,13 +762,8 @@ impl Supervisor {
             }
         });
         let env = match bwrap {
-            Some(_) => self.environment(
-                Path::new(bwrap::HOME),
-                Path::new("/tmp"),
-                prepared.proxy.is_some(),
-                &prepared.placeholders,
-            ),
-            None => self.environment(&dirs.home, &std::env::temp_dir(), false, &prepared.placeholders),
+            Some(_) => self.environment(Path::new(bwrap::HOME), Path::new("/tmp"), prepared.proxy.is_some(), prepared),
+            None => self.environment(&dirs.home, &std::env::temp_dir(), false, prepared),
         };
         Ok(launch::Launch {
             api_socket: api_socket.to_path_buf(),
@@ -869,4 +926,13 @@ fn write_private(path: &Path, contents: &str) -> std::io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
     let mut file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)?;
     file.write_all(contents.as_bytes())
+}
+
+/// Writes a file every user may read (the sandbox's user reads it through a read-only
+/// bind), replacing what was there.
+fn write_readable(path: &Path, bytes: &[u8]) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, bytes)
+        .and_then(|()| std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644)))
+        .map_err(|e| format!("writing {}: {e}", path.display()))
 }

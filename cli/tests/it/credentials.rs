@@ -1,0 +1,266 @@
+//! Credentials under `agentplane up`, with the real bubblewrap and the real proxy: what
+//! runs in the sandbox holds a placeholder (in its environment, every process's, the
+//! files written for it); the hosts a credential lists get the value, over plain HTTP
+//! and over HTTPS opened with the sandbox's CA; other hosts get the placeholder, and the
+//! status counts each, never showing a value.
+
+use crate::common;
+use crate::sandboxes::{PATIENCE, Up, process_yaml, ready, sandbox_yaml};
+
+use std::fs;
+use std::io::{Read, Write};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use agentplane_crds::{CredentialStatus, Kind, Object};
+use common::wait_until;
+
+/// A loopback HTTP server that keeps the head of every request and answers `body`.
+struct HeadServer {
+    port: u16,
+    heads: Arc<Mutex<Vec<String>>>,
+}
+
+impl HeadServer {
+    fn start(body: &'static str) -> HeadServer {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let heads = Arc::new(Mutex::new(Vec::new()));
+        let kept = Arc::clone(&heads);
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { continue };
+                if let Some(head) = read_head(&mut stream) {
+                    kept.lock().unwrap().push(head);
+                }
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            }
+        });
+        HeadServer { port, heads }
+    }
+
+    fn heads(&self) -> Vec<String> {
+        self.heads.lock().unwrap().clone()
+    }
+}
+
+fn read_head(stream: &mut impl Read) -> Option<String> {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        if stream.read(&mut byte).ok()? == 0 || head.len() > 65536 {
+            return None;
+        }
+        head.push(byte[0]);
+    }
+    Some(String::from_utf8_lossy(&head).into_owned())
+}
+
+/// Every file under `dir` whose bytes hold `needle`.
+fn files_holding(dir: &Path, needle: &[u8]) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = fs::read_dir(&dir) else { continue };
+        for entry in entries.flatten() {
+            let Ok(kind) = entry.file_type() else { continue };
+            if kind.is_dir() {
+                stack.push(entry.path());
+            } else if kind.is_file()
+                && let Ok(bytes) = fs::read(entry.path())
+                && bytes.windows(needle.len()).any(|w| w == needle)
+            {
+                found.push(entry.path().display().to_string());
+            }
+        }
+    }
+    found
+}
+
+fn credentials_of(up: &Up, sandbox: &str) -> Vec<CredentialStatus> {
+    match up.record(Kind::Sandbox, sandbox) {
+        Some(Object::Sandbox(s)) => s.status.map(|s| s.credentials).unwrap_or_default(),
+        _ => Vec::new(),
+    }
+}
+
+#[test]
+fn a_sandbox_holds_placeholders_and_only_the_listed_host_gets_the_value() {
+    let api = HeadServer::start("api-answer");
+    let other = HeadServer::start("other-answer");
+    let value = format!("sk-test-{}", agentplane_node_agent::random::hex(12));
+    let sandbox = sandbox_yaml(
+        "iso",
+        &format!(
+            "  network: allowlist\n  allow: [\"127.0.0.1:{other}\"]\n  credentials:\n  - name: API_KEY\n    \
+             valueFrom: {{fileKeyRef: {{path: keys.env, key: API_KEY}}}}\n    hosts: [\"127.0.0.1:{api}\"]\n",
+            other = other.port,
+            api = api.port,
+        ),
+    );
+    // bash's /dev/tcp: no curl needed. A bearer to the listed host, a Basic credential
+    // and a header to one that is allowed but not listed.
+    let get = |port: u16, header: &str| {
+        format!(
+            "(exec 3<>/dev/tcp/127.0.0.1/{port} && printf 'GET / HTTP/1.1\\r\\nHost: x\\r\\n%s\\r\\n\\r\\n' \"{header}\" >&3 && cat <&3)"
+        )
+    };
+    let script = format!(
+        "echo env:; env; echo environ:; cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n'; echo cmdlines:; \
+         cat /proc/*/cmdline 2>/dev/null | tr '\\0' ' '; echo; {listed}; echo; {other}",
+        listed = get(api.port, "Authorization: Bearer $API_KEY"),
+        other = get(other.port, "x-api-key: $API_KEY"),
+    );
+    let up = Up::start(
+        &[
+            ("keys.env", &format!("API_KEY={value}\n")),
+            ("iso.yaml", &sandbox),
+            ("probe.yaml", &process_yaml("probe", "iso", &script)),
+        ],
+        &[],
+    );
+    up.wait_sandbox("iso", "ready", ready);
+    let (code, out) = up.finished("probe");
+    assert_eq!(code, 0, "{out}");
+    let placeholder = out
+        .lines()
+        .find_map(|l| l.strip_prefix("API_KEY="))
+        .unwrap_or_else(|| panic!("no API_KEY in the environment:\n{out}"))
+        .to_string();
+    assert!(placeholder.starts_with("agentplane-credential-"), "{placeholder}");
+    assert!(!out.contains(&value), "the value reached the sandbox:\n{out}");
+    assert!(out.contains("api-answer") && out.contains("other-answer"), "{out}");
+
+    // The listed host got the value; the other the placeholder.
+    assert_eq!(api.heads().len(), 1);
+    assert!(api.heads()[0].contains(&format!("Authorization: Bearer {value}\r\n")), "{:?}", api.heads());
+    assert!(other.heads()[0].contains(&format!("x-api-key: {placeholder}\r\n")), "{:?}", other.heads());
+    let expected = vec![CredentialStatus {
+        name: "API_KEY".into(),
+        hosts: vec![format!("127.0.0.1:{}", api.port)],
+        sent: 1,
+        blocked: 1,
+    }];
+    wait_until(PATIENCE, "the counts in the status", || credentials_of(&up, "iso") == expected);
+
+    // Nowhere on disk but the file it came from: not the state (the status, the
+    // sandbox's folders, what the node agent wrote), not the log.
+    let leaked = files_holding(&up.dir.join(".agentplane"), value.as_bytes());
+    assert!(leaked.is_empty(), "the value is in {leaked:?}");
+    assert!(!up.log().contains(&value), "the value is in up's log");
+    let described = std::process::Command::new(common::bin())
+        .args(["describe", "sandbox/iso", "--dir"])
+        .arg(&up.dir)
+        .output()
+        .unwrap();
+    let described = String::from_utf8_lossy(&described.stdout);
+    assert!(described.contains("API_KEY") && !described.contains(&value), "{described}");
+}
+
+/// An HTTPS server on the loopback with a certificate for `localhost` from a CA of its
+/// own, keeping the heads it got. Answers the CA's PEM.
+fn https_server(heads: Arc<Mutex<Vec<String>>>) -> (u16, String) {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair, KeyUsagePurpose};
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign];
+    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
+    let leaf_key = KeyPair::generate().unwrap();
+    let leaf = CertificateParams::new(vec!["localhost".to_string()]).unwrap().signed_by(&leaf_key, &ca).unwrap();
+    let key = rustls::pki_types::PrivateKeyDer::Pkcs8(leaf_key.serialize_der().into());
+    let config = Arc::new(
+        rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(vec![leaf.der().clone()], key)
+            .unwrap(),
+    );
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { continue };
+            let Ok(connection) = rustls::ServerConnection::new(Arc::clone(&config)) else { continue };
+            let mut tls = rustls::StreamOwned::new(connection, stream);
+            if let Some(head) = read_head(&mut tls) {
+                heads.lock().unwrap().push(head);
+                let _ =
+                    tls.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 12\r\nConnection: close\r\n\r\nhttps-answer");
+                tls.conn.send_close_notify();
+                let _ = tls.flush();
+            }
+        }
+    });
+    (port, ca.pem())
+}
+
+#[test]
+fn https_to_a_listed_host_is_opened_with_the_sandbox_ca_and_carries_the_value() {
+    let heads = Arc::new(Mutex::new(Vec::new()));
+    let (port, upstream_ca) = https_server(Arc::clone(&heads));
+    let value = format!("sk-test-{}", agentplane_node_agent::random::hex(12));
+    let sandbox = sandbox_yaml(
+        "tls",
+        &format!(
+            "  network: allowlist\n  credentials:\n  - name: API_KEY\n    valueFrom: {{fileKeyRef: {{path: keys.env, key: \
+             API_KEY}}}}\n    hosts: [\"localhost:{port}\"]\n"
+        ),
+    );
+    // Once through HTTPS_PROXY (CONNECT), once at the host's own address (the tunnel);
+    // curl trusts only what the sandbox's variables name.
+    let script = format!(
+        "NO_PROXY= no_proxy= curl -sS --max-time 20 -H \"x-api-key: $API_KEY\" https://localhost:{port}/; echo; \
+         curl -sS --max-time 20 -H \"x-api-key: $API_KEY\" https://localhost:{port}/; echo; echo bundle=$SSL_CERT_FILE"
+    );
+    // The upstream's CA is the host's trust store, as far as `up` knows.
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("upstream-ca.pem");
+    fs::write(&store, &upstream_ca).unwrap();
+    let up = Up::start_in(
+        &[
+            ("keys.env", &format!("API_KEY={value}\n")),
+            ("tls.yaml", &sandbox),
+            ("curl.yaml", &process_yaml("curl", "tls", &script)),
+        ],
+        &[],
+        &[("SSL_CERT_FILE", store.to_str().unwrap())],
+    );
+    up.wait_sandbox("tls", "ready", ready);
+    let (code, out) = up.finished("curl");
+    assert_eq!(code, 0, "{out}\n{}", up.log());
+    assert_eq!(out.matches("https-answer").count(), 2, "{out}");
+    assert!(out.contains("bundle=/run/agentplane/"), "{out}");
+    assert!(!out.contains(&value), "{out}");
+    let heads = heads.lock().unwrap().clone();
+    assert_eq!(heads.len(), 2, "{heads:?}");
+    for head in &heads {
+        assert!(head.contains(&format!("x-api-key: {value}\r\n")), "{head:?}");
+    }
+    wait_until(PATIENCE, "two sent in the status", || credentials_of(&up, "tls").first().is_some_and(|c| c.sent == 2));
+}
+
+#[test]
+fn credentials_where_nothing_swaps_them_are_refused_with_the_reason() {
+    let spec = "  credentials:\n  - name: API_KEY\n    valueFrom: {fileKeyRef: {path: keys.env, key: API_KEY}}\n    \
+                hosts: [api.example.com]\n";
+    let up = Up::start(&[("keys.env", "API_KEY=sk-never\n"), ("open.yaml", &sandbox_yaml("open", spec))], &[]);
+    up.wait_sandbox("open", "refused", |s| {
+        s.conditions.iter().any(|c| c.reason == "InvalidSpec" && c.message.contains("network: allowlist"))
+    });
+    // A Session's credentials on the embedded node agent: it does not start, and says why.
+    let session = "apiVersion: agentplane.dev/v1alpha1\nkind: Session\nmetadata:\n  name: s\nspec:\n  agent: mock\n  \
+                   credentials:\n  - name: API_KEY\n    valueFrom: {fileKeyRef: {path: keys.env, key: API_KEY}}\n    \
+                   hosts: [api.example.com]\n  messages: [hello]\n";
+    fs::write(up.dir.join("s.yaml"), session).unwrap();
+    wait_until(PATIENCE, "the session to say why", || match up.record(Kind::Session, "s") {
+        Some(Object::Session(s)) => s.status.is_some_and(|st| {
+            st.delivered_messages == 0 && st.conditions.iter().any(|c| c.message.contains("credentials need"))
+        }),
+        _ => false,
+    });
+}
