@@ -264,3 +264,140 @@ fn credentials_where_nothing_swaps_them_are_refused_with_the_reason() {
         _ => false,
     });
 }
+
+/// A Session of `agent` in sandbox `sandbox` whose model key is a credential for the
+/// model server, with the rest of its setup as `env` values.
+fn agent_session(
+    agent: &str,
+    sandbox: &str,
+    port: u16,
+    key_var: &str,
+    env: &[(&str, String)],
+    messages: &[&str],
+) -> String {
+    let env: String = env
+        .iter()
+        .map(|(name, value)| format!("    - {{name: {name}, value: {}}}\n", serde_json::to_string(value).unwrap()))
+        .collect();
+    let messages: String = messages.iter().map(|m| format!("    - {}\n", serde_json::to_string(m).unwrap())).collect();
+    format!(
+        "apiVersion: agentplane.dev/v1alpha1\nkind: Session\nmetadata:\n  name: {agent}\nspec:\n  sandbox: {sandbox}\n  \
+         agent: {agent}\n  permissionMode: bypass\n  env:\n{env}  credentials:\n  - name: {key_var}\n    valueFrom: \
+         {{fileKeyRef: {{path: keys.env, key: MODEL_KEY}}}}\n    hosts: [\"127.0.0.1:{port}\"]\n  messages:\n{messages}"
+    )
+}
+
+fn session_events(up: &Up, name: &str) -> String {
+    let out = std::process::Command::new(common::bin())
+        .args(["logs", &format!("session/{name}"), "-o", "json", "--dir"])
+        .arg(&up.dir)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn every_agent_gets_its_key_as_a_credential_and_never_holds_it() {
+    let model = common::ModelServer::start();
+    let port = model.port;
+    let url = format!("http://127.0.0.1:{port}");
+    let value = format!("sk-test-{}", agentplane_node_agent::random::hex(12));
+    // Claude is told to look for its key everywhere it could be.
+    let probe = "[[run:env; cat /proc/*/environ | tr '\\0' '\\n'; cat /proc/*/cmdline | tr '\\0' ' '; \
+                 cat ~/.claude.json ~/.claude/settings.json 2>/dev/null; echo probe-done]]";
+    let sessions = [
+        agent_session(
+            "claude",
+            "agents",
+            port,
+            "ANTHROPIC_API_KEY",
+            &[("ANTHROPIC_BASE_URL", url.clone()), ("DISABLE_AUTOUPDATER", "1".into())],
+            &[probe],
+        ),
+        agent_session(
+            "codex",
+            "agents",
+            port,
+            "OPENAI_API_KEY",
+            &[("OPENAI_BASE_URL", format!("{url}/v1"))],
+            &["hello"],
+        ),
+        agent_session(
+            "opencode",
+            "agents",
+            port,
+            "OPENAI_API_KEY",
+            &[("OPENAI_BASE_URL", format!("{url}/v1"))],
+            &["hello"],
+        ),
+        agent_session(
+            "gemini",
+            "agents",
+            port,
+            "GEMINI_API_KEY",
+            &[("GOOGLE_GEMINI_BASE_URL", url.clone())],
+            &["hello"],
+        ),
+        agent_session("amp", "agents", port, "AMP_API_KEY", &[("AMP_URL", url.clone())], &["hello"]),
+        agent_session("pi", "agents", port, "ANTHROPIC_API_KEY", &[("ANTHROPIC_BASE_URL", url.clone())], &["hello"]),
+    ];
+    let agents = crate::sandboxes::agents_dir();
+    let sandbox = sandbox_yaml("agents", &format!("  network: allowlist\n  allow: [\"127.0.0.1:{port}\"]\n"));
+    let up = Up::start(
+        &[
+            ("keys.env", &format!("MODEL_KEY={value}\n")),
+            ("agents.yaml", &sandbox),
+            ("sessions.yaml", &sessions.join("---\n")),
+        ],
+        &["--agents-dir", agents.to_str().unwrap()],
+    );
+    up.wait_sandbox("agents", "ready", ready);
+    let names = ["claude", "codex", "opencode", "gemini", "amp", "pi"];
+    wait_until(crate::sandboxes::AGENT_PATIENCE, "every agent to answer", || {
+        names.iter().all(|name| {
+            crate::sandboxes::session_record(&up, name)
+                .and_then(|s| s.status)
+                .is_some_and(|st| st.delivered_messages == 1 && st.phase == Some(agentplane_crds::SessionPhase::Idle))
+        })
+    });
+
+    // The model server got the value on every request, from every agent, and never a
+    // placeholder.
+    let requests = model.requests();
+    for (agent, path) in [
+        ("claude or pi", "/v1/messages"),
+        ("codex", "/v1/responses"),
+        ("opencode", "/chat/completions"),
+        ("gemini", "/v1beta/"),
+        ("amp", "/api/"),
+    ] {
+        let of_agent: Vec<_> = requests.iter().filter(|r| r.uri.contains(path)).collect();
+        assert!(!of_agent.is_empty(), "no request of {agent} ({path})");
+        for request in of_agent {
+            assert!(
+                request.headers.values().any(|v| v.contains(&value)),
+                "{agent}: {} {} carried no key: {:?}",
+                request.method,
+                request.uri,
+                request.headers.keys().collect::<Vec<_>>()
+            );
+            assert!(
+                !request.headers.values().any(|v| v.contains("agentplane-credential-")),
+                "{agent}: a placeholder reached the model server"
+            );
+        }
+    }
+    // The status follows the proxy's counts within a second or so.
+    wait_until(PATIENCE, "each credential counted as sent", || {
+        let counts = credentials_of(&up, "agents");
+        counts.len() == 6 && counts.iter().all(|c| c.sent >= 1 && c.blocked == 0)
+    });
+
+    // What Claude found, inside: placeholders only.
+    let events = session_events(&up, "claude");
+    assert!(events.contains("probe-done"), "the probe did not run:\n{events}");
+    assert!(events.contains("ANTHROPIC_API_KEY=agentplane-credential-"), "{events}");
+    assert!(!events.contains(&value), "the value reached the sandbox:\n{events}");
+    let leaked = files_holding(&up.dir.join(".agentplane"), value.as_bytes());
+    assert!(leaked.is_empty(), "the value is in {leaked:?}");
+}
