@@ -28,6 +28,7 @@
 mod allowlist;
 mod bridge;
 mod credentials;
+mod gateway;
 mod head;
 mod proxy;
 mod relay;
@@ -38,6 +39,7 @@ mod tls;
 pub use allowlist::{Allowlist, loopback_tunnels};
 pub use bridge::{bridge_to_unix, tunnel_port};
 pub use credentials::{CredentialCount, Credentials, NewCredential};
+pub use gateway::Gateway;
 pub use proxy::{Interception, Proxy};
 pub use tls::{Authority, Upstream};
 

@@ -142,19 +142,13 @@ impl Proxy {
     }
 
     async fn handle(&self, mut client: UnixStream) {
-        let buf = match tokio::time::timeout(HEAD_TIMEOUT, read_head(&mut client, request_head_ended)).await {
-            Ok(Ok(buf)) => buf,
-            Ok(Err(HeadError::TooLarge)) => return refuse(&mut client, BadRequest::TooLarge).await,
-            Ok(Err(HeadError::Closed)) => return,
-            Ok(Err(HeadError::Io(error))) => {
-                tracing::debug!(%error, "reading a request head failed");
-                return;
-            }
-            Err(_) => {
-                tracing::debug!("no request head within {} s; closing", HEAD_TIMEOUT.as_secs());
-                return;
-            }
-        };
+        if let Some(buf) = read_request_head(&mut client).await {
+            self.serve_request(client, buf).await
+        }
+    }
+
+    /// Serves one client whose request head (and what came after it) is `buf`.
+    pub(crate) async fn serve_request<C: Client>(&self, mut client: C, buf: Vec<u8>) {
         let request = match parse_request(&buf) {
             Ok(request) => request,
             Err(bad) => return refuse(&mut client, bad).await,
@@ -205,9 +199,9 @@ impl Proxy {
     /// A tunnel of a sandbox with credentials: HTTP is read request by request (swapped
     /// where the destination is listed, counted where it is not); TLS and protocols
     /// where the server speaks first pass as they are.
-    async fn relay_tunnel(
+    async fn relay_tunnel<C: Client>(
         &self,
-        mut client: UnixStream,
+        mut client: C,
         mut upstream: TcpStream,
         mut early: Vec<u8>,
         host: &str,
@@ -239,10 +233,10 @@ impl Proxy {
     /// closes the client's connection before its handshake ends), then the client's
     /// handshake answered with a leaf of the sandbox's CA, and the requests relayed
     /// between the two.
-    async fn intercept(
+    async fn intercept<C: Client>(
         &self,
         interception: &Interception,
-        client: UnixStream,
+        client: C,
         upstream: TcpStream,
         early: Vec<u8>,
         host: &str,
@@ -289,7 +283,33 @@ async fn connect(host: &str, port: u16) -> io::Result<TcpStream> {
     }
 }
 
-async fn refuse(client: &mut UnixStream, bad: BadRequest) {
+/// What the proxy serves: a Unix socket's connection in a folder, a TCP one on a
+/// cluster.
+pub(crate) trait Client: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Client for T {}
+
+/// A request head read within bounds; `None` when the client sent none (it was told
+/// why if it was too large).
+pub(crate) async fn read_request_head<C: Client>(client: &mut C) -> Option<Vec<u8>> {
+    match tokio::time::timeout(HEAD_TIMEOUT, read_head(client, request_head_ended)).await {
+        Ok(Ok(buf)) => Some(buf),
+        Ok(Err(HeadError::TooLarge)) => {
+            refuse(client, BadRequest::TooLarge).await;
+            None
+        }
+        Ok(Err(HeadError::Closed)) => None,
+        Ok(Err(HeadError::Io(error))) => {
+            tracing::debug!(%error, "reading a request head failed");
+            None
+        }
+        Err(_) => {
+            tracing::debug!("no request head within {} s; closing", HEAD_TIMEOUT.as_secs());
+            None
+        }
+    }
+}
+
+async fn refuse<C: Client>(client: &mut C, bad: BadRequest) {
     match bad {
         BadRequest::TooLarge => {
             let body = format!("agentplane: the request head is larger than {} KiB\n", MAX_HEAD / 1024);
@@ -305,10 +325,15 @@ async fn refuse(client: &mut UnixStream, bad: BadRequest) {
 
 /// Writes a short text answer, then closes, draining a little unread input first (see
 /// [`LINGER`]).
-async fn answer_and_close(client: &mut UnixStream, status: u16, reason: &str, body: &str) {
+pub(crate) async fn answer_and_close<C: Client>(client: &mut C, status: u16, reason: &str, body: &str) {
+    answer_with(client, status, reason, "", body).await
+}
+
+/// [`answer_and_close`] with more header lines (each ending in CRLF).
+pub(crate) async fn answer_with<C: Client>(client: &mut C, status: u16, reason: &str, headers: &str, body: &str) {
     let answer = format!(
         "HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\n\
-         Connection: close\r\n\r\n{body}",
+         {headers}Connection: close\r\n\r\n{body}",
         body.len()
     );
     if client.write_all(answer.as_bytes()).await.is_err() || client.shutdown().await.is_err() {

@@ -83,21 +83,49 @@ impl Authority {
     fn with_capacity(label: &str, capacity: usize) -> Result<Authority> {
         let name = ca_name(label);
         let key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).map_err(|e| authority("making its key", e))?;
-        let mut params = CertificateParams::default();
-        params.distinguished_name = rcgen::DistinguishedName::new();
-        params.distinguished_name.push(DnType::OrganizationName, "agentplane");
-        params.distinguished_name.push(DnType::CommonName, name.as_str());
-        params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-        params.key_usages = vec![KeyUsagePurpose::KeyCertSign];
-        (params.not_before, params.not_after) = validity(CA_VALIDITY_DAYS);
+        let params = ca_params(&name);
         let certificate = params.self_signed(&key).map_err(|e| authority("signing its certificate", e))?;
-        Ok(Authority {
+        Ok(Authority::assemble(name, params, key, certificate.pem(), capacity))
+    }
+
+    /// The CA another process made ([`Authority::new`], then [`certificate_pem`] and
+    /// [`key_pem`] kept in a Secret), with the same `label`: leaves it makes chain to
+    /// `certificate_pem`, which the sandbox trusts.
+    ///
+    /// [`certificate_pem`]: Authority::certificate_pem
+    /// [`key_pem`]: Authority::key_pem
+    pub fn from_pem(label: &str, certificate_pem: &str, key_pem: &str) -> Result<Authority> {
+        let name = ca_name(label);
+        let key = KeyPair::from_pem(key_pem).map_err(|e| authority("reading its key", e))?;
+        let cert = CertificateDer::from_pem_slice(certificate_pem.as_bytes())
+            .map_err(|e| Error::Authority(format!("reading its certificate: {e}")))?;
+        // The certificate must be this key's, or no leaf would verify.
+        if !cert.as_ref().windows(key.public_key_raw().len()).any(|w| w == key.public_key_raw()) {
+            return Err(Error::Authority("its certificate is not its key's".into()));
+        }
+        Ok(Authority::assemble(name.clone(), ca_params(&name), key, certificate_pem.to_string(), LEAVES))
+    }
+
+    fn assemble(
+        name: String,
+        params: CertificateParams,
+        key: KeyPair,
+        certificate_pem: String,
+        capacity: usize,
+    ) -> Authority {
+        Authority {
             name,
             issuer: Issuer::new(params, key),
-            certificate_pem: certificate.pem(),
+            certificate_pem,
             provider: Arc::new(rustls::crypto::ring::default_provider()),
             leaves: Mutex::new(Leaves { by_host: HashMap::new(), order: VecDeque::new(), capacity: capacity.max(1) }),
-        })
+        }
+    }
+
+    /// The CA's private key as PEM (PKCS#8): for the Secret the cluster's egress proxy
+    /// reads it from, never for a sandbox.
+    pub fn key_pem(&self) -> String {
+        self.issuer.key().serialize_pem()
     }
 
     /// The CA certificate as PEM, for the sandbox to trust.
@@ -262,6 +290,19 @@ fn invalid_host(host: &str, problem: &dyn fmt::Display) -> Error {
 
 fn authority(step: &str, error: rcgen::Error) -> Error {
     Error::Authority(format!("{step}: {error}"))
+}
+
+/// The CA's certificate parameters; the same name gives the same subject, which is
+/// all a leaf's issuer field holds of it.
+fn ca_params(name: &str) -> CertificateParams {
+    let mut params = CertificateParams::default();
+    params.distinguished_name = rcgen::DistinguishedName::new();
+    params.distinguished_name.push(DnType::OrganizationName, "agentplane");
+    params.distinguished_name.push(DnType::CommonName, name);
+    params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    params.key_usages = vec![KeyUsagePurpose::KeyCertSign];
+    (params.not_before, params.not_after) = validity(CA_VALIDITY_DAYS);
+    params
 }
 
 fn ca_name(label: &str) -> String {
@@ -437,6 +478,19 @@ mod tests {
         let stranger = Upstream::with_roots_pem(unrelated.certificate_pem().as_bytes()).expect("trust another CA");
         let problem = tls_problem(talk_to(&stranger, "upstream.test", port).await);
         assert!(problem.starts_with("certificate unknown"), "{problem}");
+    }
+
+    #[tokio::test]
+    async fn an_authority_read_back_from_its_pem_makes_leaves_that_chain_to_it() {
+        let made = Authority::new("ns/box").expect("a CA");
+        let again = Authority::from_pem("ns/box", made.certificate_pem(), &made.key_pem()).expect("read back");
+        let acceptor = again.acceptor("api.example.test").expect("an acceptor");
+        let (client, _server) = handshake(made.certificate_pem(), acceptor, "api.example.test").await;
+        client.expect("a leaf of the read-back CA verifies against the first's certificate");
+        let other = Authority::new("ns/box").expect("another CA");
+        assert!(Authority::from_pem("ns/box", other.certificate_pem(), &made.key_pem()).is_err());
+        assert!(Authority::from_pem("ns/box", "not pem", &made.key_pem()).is_err());
+        assert!(Authority::from_pem("ns/box", made.certificate_pem(), "not pem").is_err());
     }
 
     #[test]
