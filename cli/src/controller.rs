@@ -55,6 +55,50 @@ pub struct ControllerArgs {
     /// ghcr.io/agentplane/agentplane].
     #[arg(long, env = "AGENTPLANE_SANDBOX_IMAGE", value_name = "IMAGE")]
     sandbox_image: Option<String>,
+    /// The cluster's egress proxy (`agentplane egress-proxy`) as sandbox Pods reach it,
+    /// `HOST:PORT` (manifests/egress-proxy.yaml: agentplane-egress.agentplane-system.svc:3128).
+    /// With it, a Sandbox with `network: allowlist` reaches the network only through the
+    /// proxy, which enforces its entries by name and swaps its credentials in.
+    #[arg(long, env = "AGENTPLANE_EGRESS_PROXY", value_name = "HOST:PORT")]
+    egress_proxy: Option<String>,
+    /// The namespace the egress proxy's Pods run in (a sandbox's NetworkPolicy lets it
+    /// reach those Pods only).
+    #[arg(long, env = "AGENTPLANE_EGRESS_PROXY_NAMESPACE", default_value = "agentplane-system")]
+    egress_proxy_namespace: String,
+}
+
+/// `agentplane egress-proxy`: the cluster's egress proxy (see docs/cluster.md).
+#[derive(Args, Debug)]
+pub struct EgressProxyArgs {
+    /// A kubeconfig file; without it, the in-cluster config or ~/.kube/config.
+    #[arg(long, env = "KUBECONFIG")]
+    kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use (default: its current context).
+    #[arg(long)]
+    context: Option<String>,
+    /// A namespace whose Sandboxes it serves (repeat for several; default: all).
+    #[arg(long = "namespace", short = 'n', env = "AGENTPLANE_NAMESPACES", value_delimiter = ',')]
+    namespaces: Vec<String>,
+    /// Where sandbox Pods reach it.
+    #[arg(long, env = "AGENTPLANE_EGRESS_LISTEN", default_value = "0.0.0.0:3128")]
+    listen: SocketAddr,
+    /// Where to serve Prometheus metrics (`/metrics`): what each sandbox's proxy refused,
+    /// sent and blocked.
+    #[arg(long, env = "AGENTPLANE_METRICS_LISTEN")]
+    metrics_listen: Option<SocketAddr>,
+}
+
+pub async fn run_egress_proxy(args: EgressProxyArgs) -> anyhow::Result<()> {
+    init_logging();
+    let (client, _) = kube_client(args.kubeconfig.as_ref(), args.context.as_deref()).await?;
+    let shutdown = CancellationToken::new();
+    watch_stop_signals(shutdown.clone())?;
+    let options = agentplane_controller::kube::egress::ProxyOptions {
+        listen: args.listen,
+        metrics_listen: args.metrics_listen,
+        namespaces: args.namespaces,
+    };
+    agentplane_controller::kube::egress::serve_proxy(client, options, shutdown).await.map_err(anyhow::Error::msg)
 }
 
 /// A client for the cluster, with the namespace it defaults to.
@@ -82,6 +126,10 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
         heartbeat_grace: Duration::from_secs(args.heartbeat_grace.max(1)),
         instance: identity.clone(),
         sandbox_image: args.sandbox_image.clone().unwrap_or_else(agentplane_controller::kube::default_sandbox_image),
+        egress_proxy: args.egress_proxy.clone().map(|address| agentplane_controller::kube::egress::EgressProxy {
+            address,
+            namespace: args.egress_proxy_namespace.clone(),
+        }),
     };
     let election = args.leader_election.then(|| Election {
         namespace: args.leader_election_namespace.clone().unwrap_or(default_namespace),

@@ -87,6 +87,10 @@ enum Command {
     /// Run the controller on a Kubernetes cluster: reconciles the Session, Process and
     /// Sandbox resources of the API server (the cluster store).
     Controller(controller::ControllerArgs),
+    /// Run the cluster's egress proxy: sandbox Pods with `network: allowlist` reach the
+    /// network only through it; it enforces each one's allowlist by name and swaps its
+    /// credentials in.
+    EgressProxy(controller::EgressProxyArgs),
     /// Run the node agent: the per-sandbox daemon that runs processes and terminals over HTTP.
     NodeAgent(node_agent::NodeAgentArgs),
     /// Start, list, stop, and attach to processes and terminals on a node agent.
@@ -191,11 +195,14 @@ fn main() {
         // The controller parses, writes status and drives the node agent while the node
         // agent spawns: on several cores these overlap (measured: 1,000 files converge
         // about a third faster on two cores).
-        Command::Up(_) | Command::Controller(_) => tokio::runtime::Builder::new_multi_thread().enable_all().build(),
+        Command::Up(_) | Command::Controller(_) | Command::EgressProxy(_) => {
+            tokio::runtime::Builder::new_multi_thread().enable_all().build()
+        }
         _ => tokio::runtime::Builder::new_current_thread().enable_all().build(),
     }
     .expect("the tokio runtime starts");
-    if matches!(cli.command, Command::Up(_) | Command::Controller(_) | Command::NodeAgent(_)) {
+    if matches!(cli.command, Command::Up(_) | Command::Controller(_) | Command::EgressProxy(_) | Command::NodeAgent(_))
+    {
         printing::running_a_daemon();
     }
     let code = runtime.block_on(async {
@@ -204,6 +211,7 @@ fn main() {
             Command::Acp(args) => acp::run(args).await,
             Command::NodeAgent(args) => node_agent::main(args).await,
             Command::Controller(args) => controller::run(args).await.map(|()| 0),
+            Command::EgressProxy(args) => controller::run_egress_proxy(args).await.map(|()| 0),
             Command::Proc(args) => proc::run(args).await,
             Command::Agent(args) => agent::run(args).await,
             Command::Fs(args) => fs::run(args).await,

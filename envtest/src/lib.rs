@@ -26,6 +26,8 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 /// The namespace `manifests/` installs the controller into, and its ServiceAccount.
 pub const SYSTEM_NAMESPACE: &str = "agentplane-system";
 pub const CONTROLLER_SERVICE_ACCOUNT: &str = "agentplane-controller";
+/// The egress proxy's ServiceAccount (manifests/egress-proxy.yaml).
+pub const EGRESS_PROXY_SERVICE_ACCOUNT: &str = "agentplane-egress-proxy";
 /// The node agent runs in the namespace of its Sandbox (`default` in `manifests/`).
 pub const NODE_AGENT_NAMESPACE: &str = "default";
 pub const NODE_AGENT_SERVICE_ACCOUNT: &str = "agentplane-node-agent";
@@ -46,6 +48,8 @@ pub struct ApiServer {
     pub controller_token: String,
     /// The token of `system:serviceaccount:default:agentplane-node-agent`.
     pub node_agent_token: String,
+    /// Authenticates as the egress proxy's ServiceAccount.
+    pub egress_proxy_token: String,
     dir: PathBuf,
     tethers: Vec<Tether>,
 }
@@ -188,14 +192,17 @@ impl ApiServer {
         run(Command::new("openssl").args(["genrsa", "-out"]).arg(&sa_key).arg("2048"))?;
         run(Command::new("openssl").arg("rsa").arg("-in").arg(&sa_key).arg("-pubout").arg("-out").arg(&sa_pub))?;
 
-        let (admin_token, controller_token, node_agent_token) = (token(), token(), token());
+        let (admin_token, controller_token, node_agent_token, egress_proxy_token) =
+            (token(), token(), token(), token());
         let groups = |ns: &str| format!("system:serviceaccounts,system:serviceaccounts:{ns},system:authenticated");
         let tokens = format!(
             "{admin_token},admin,admin,\"system:masters\"\n\
              {controller_token},system:serviceaccount:{SYSTEM_NAMESPACE}:{CONTROLLER_SERVICE_ACCOUNT},controller,\"{}\"\n\
-             {node_agent_token},system:serviceaccount:{NODE_AGENT_NAMESPACE}:{NODE_AGENT_SERVICE_ACCOUNT},node-agent,\"{}\"\n",
+             {node_agent_token},system:serviceaccount:{NODE_AGENT_NAMESPACE}:{NODE_AGENT_SERVICE_ACCOUNT},node-agent,\"{}\"\n\
+             {egress_proxy_token},system:serviceaccount:{SYSTEM_NAMESPACE}:{EGRESS_PROXY_SERVICE_ACCOUNT},egress-proxy,\"{}\"\n",
             groups(SYSTEM_NAMESPACE),
             groups(NODE_AGENT_NAMESPACE),
+            groups(SYSTEM_NAMESPACE),
         );
         std::fs::write(dir.join("tokens.csv"), tokens).map_err(|e| e.to_string())?;
 
@@ -248,8 +255,17 @@ impl ApiServer {
         let url = format!("https://127.0.0.1:{api_port}");
         let kubeconfig = dir.join("admin.kubeconfig");
         std::fs::write(&kubeconfig, kubeconfig_yaml(&url, &admin_token, "default")).map_err(|e| e.to_string())?;
-        let mut server =
-            ApiServer { url, assets, kubeconfig, admin_token, controller_token, node_agent_token, dir, tethers };
+        let mut server = ApiServer {
+            url,
+            assets,
+            kubeconfig,
+            admin_token,
+            controller_token,
+            node_agent_token,
+            egress_proxy_token,
+            dir,
+            tethers,
+        };
         server.wait_ready()?;
         Ok(server)
     }

@@ -312,7 +312,16 @@ fn kubectl_apply_of_the_examples_converges_and_kubectl_shows_it() {
     assert!(table.lines().any(|l| l.starts_with("shell ") && l.contains("Running")), "{table}");
     let waited = cluster.kubectl(&["wait", "--for=condition=Ready", "process/shell", "--timeout=30s"]);
     assert!(waited.contains("condition met"), "{waited}");
-    let explained = cluster.kubectl(&["explain", "session.spec"]);
+    // The API server publishes a CRD's schema to OpenAPI a few seconds after it is
+    // established (longer as the CRDs grow): explain finds it once it is there.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let explained = loop {
+        let out = cluster.kubectl_output(&["explain", "session.spec"], None);
+        if out.status.success() || std::time::Instant::now() > deadline {
+            break cluster.kubectl(&["explain", "session.spec"]);
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    };
     assert!(explained.contains("messages") && explained.contains("permissionMode"), "{explained}");
 
     // The shell runs on the node agent as the resource's own process.

@@ -32,7 +32,7 @@ use tokio_util::sync::CancellationToken;
 
 const BIN: &str = env!("CARGO_BIN_EXE_agentplane");
 /// Only turns a hang into a failure; a correct run never gets near it.
-const PATIENCE: Duration = Duration::from_secs(90);
+pub(crate) const PATIENCE: Duration = Duration::from_secs(90);
 /// The image the controller is told to give sandbox Pods.
 const IMAGE: &str = "agentplane:sandbox-test";
 /// The node the harness binds Pods to.
@@ -45,7 +45,7 @@ fn runtime() -> &'static tokio::runtime::Runtime {
     RT.get_or_init(|| tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap())
 }
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
@@ -54,13 +54,13 @@ fn free_port() -> u16 {
 
 /// One test's namespace on the shared API server, with the CRDs, the controller's
 /// RBAC and a RuntimeClass installed.
-struct Cluster {
-    server: &'static ApiServer,
-    ns: String,
+pub(crate) struct Cluster {
+    pub(crate) server: &'static ApiServer,
+    pub(crate) ns: String,
 }
 
 impl Cluster {
-    fn new(prefix: &str) -> Cluster {
+    pub(crate) fn new(prefix: &str) -> Cluster {
         let server = ApiServer::shared();
         static INSTALLED: OnceLock<()> = OnceLock::new();
         INSTALLED.get_or_init(|| {
@@ -78,6 +78,7 @@ impl Cluster {
             run(&["wait", "--for=condition=Established", "crd", "--all", "--timeout=60s"], None);
             run(&["apply", "-f", &path("manifests/namespace.yaml")], None);
             run(&["apply", "-f", &path("manifests/controller-rbac.yaml")], None);
+            run(&["apply", "-f", &path("manifests/egress-proxy.yaml")], None);
             run(
                 &["apply", "-f", "-"],
                 Some("apiVersion: node.k8s.io/v1\nkind: RuntimeClass\nmetadata: {name: gvisor}\nhandler: runsc\n"),
@@ -98,25 +99,31 @@ impl Cluster {
         child.wait_with_output().unwrap()
     }
 
-    fn kubectl(&self, args: &[&str]) -> String {
+    pub(crate) fn kubectl(&self, args: &[&str]) -> String {
         let out = self.kubectl_output(args, None);
         assert!(out.status.success(), "kubectl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8(out.stdout).unwrap()
     }
 
-    fn apply(&self, yaml: &str) {
+    pub(crate) fn apply(&self, yaml: &str) {
         let out = self.kubectl_output(&["apply", "-f", "-"], Some(yaml));
         assert!(out.status.success(), "kubectl apply: {}\n{yaml}", String::from_utf8_lossy(&out.stderr));
     }
 
-    fn get(&self, kind: &str, name: &str) -> Option<Value> {
+    pub(crate) fn get(&self, kind: &str, name: &str) -> Option<Value> {
         let out = self.kubectl_output(&["get", kind, name, "-o", "json", "--ignore-not-found"], None);
         assert!(out.status.success(), "kubectl get {kind} {name}: {}", String::from_utf8_lossy(&out.stderr));
         (!out.stdout.is_empty()).then(|| serde_json::from_slice(&out.stdout).unwrap())
     }
 
     /// Waits until `check` holds for the object (absent: `check` sees nothing).
-    fn wait_for(&self, kind: &str, name: &str, what: &str, check: impl Fn(Option<&Value>) -> bool) -> Option<Value> {
+    pub(crate) fn wait_for(
+        &self,
+        kind: &str,
+        name: &str,
+        what: &str,
+        check: impl Fn(Option<&Value>) -> bool,
+    ) -> Option<Value> {
         let deadline = Instant::now() + PATIENCE;
         loop {
             let got = self.get(kind, name);
@@ -129,11 +136,11 @@ impl Cluster {
     }
 
     /// Waits until the object exists and `check` holds.
-    fn wait(&self, kind: &str, name: &str, what: &str, check: impl Fn(&Value) -> bool) -> Value {
+    pub(crate) fn wait(&self, kind: &str, name: &str, what: &str, check: impl Fn(&Value) -> bool) -> Value {
         self.wait_for(kind, name, what, |v| v.is_some_and(&check)).unwrap()
     }
 
-    fn secret_value(&self, name: &str, key: &str) -> String {
+    pub(crate) fn secret_value(&self, name: &str, key: &str) -> String {
         let secret = self.get("secret", name).unwrap_or_else(|| panic!("no Secret {name}"));
         let data = secret["data"][key].as_str().unwrap_or_else(|| panic!("Secret {name} has no {key}"));
         String::from_utf8(base64::engine::general_purpose::STANDARD.decode(data).unwrap()).unwrap()
@@ -141,13 +148,18 @@ impl Cluster {
 }
 
 /// `agentplane controller` watching one namespace, as the manifests' ServiceAccount.
-struct Controller {
+pub(crate) struct Controller {
     child: Child,
     log: PathBuf,
 }
 
 impl Controller {
-    fn start(cluster: &Cluster) -> Controller {
+    pub(crate) fn start(cluster: &Cluster) -> Controller {
+        Controller::start_with(cluster, &[])
+    }
+
+    /// With more flags.
+    pub(crate) fn start_with(cluster: &Cluster, extra: &[&str]) -> Controller {
         let kubeconfig = cluster.server.kubeconfig_for(
             &format!("controller-{}", cluster.ns),
             &cluster.server.controller_token,
@@ -162,6 +174,7 @@ impl Controller {
             .arg(&kubeconfig)
             .args(["--leader-election=false", "--namespace", &cluster.ns, "--metrics-listen", &metrics])
             .args(["--health-listen", &health, "--sandbox-image", IMAGE])
+            .args(extra)
             // Everything it logs is read for the token below.
             .env("RUST_LOG", "debug,hyper=info,h2=info,rustls=info,tower=info")
             .stdin(Stdio::null())
@@ -172,7 +185,7 @@ impl Controller {
         Controller { child, log }
     }
 
-    fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 }
@@ -515,7 +528,7 @@ fn phase(v: &Value) -> &str {
     v["status"]["phase"].as_str().unwrap_or("")
 }
 
-fn condition<'a>(v: &'a Value, type_: &str) -> Option<&'a Value> {
+pub(crate) fn condition<'a>(v: &'a Value, type_: &str) -> Option<&'a Value> {
     v["status"]["conditions"].as_array()?.iter().find(|c| c["type"] == type_)
 }
 
@@ -549,7 +562,7 @@ fn owned_by(obj: &Value, sandbox: &Value) -> bool {
         .any(|o| o["kind"] == "Sandbox" && o["uid"] == sandbox["metadata"]["uid"] && o["controller"] == true)
 }
 
-fn sandbox_yaml(name: &str, spec: &str) -> String {
+pub(crate) fn sandbox_yaml(name: &str, spec: &str) -> String {
     format!("apiVersion: agentplane.dev/v1alpha1\nkind: Sandbox\nmetadata: {{name: {name}}}\nspec:\n{spec}")
 }
 

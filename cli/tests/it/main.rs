@@ -22,6 +22,7 @@ mod edit_verbs;
 mod inspector;
 mod kube;
 mod kube_cli;
+mod kube_egress;
 mod kube_sandboxes;
 mod manifests;
 mod metrics_cli;

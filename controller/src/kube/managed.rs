@@ -154,7 +154,22 @@ impl Context {
     ) -> Result<Observed> {
         let generation = sandbox.metadata.generation;
         let uid = sandbox.uid().unwrap_or_default();
-        let made = match pods::make(sandbox, &self.config.sandbox_image) {
+        // A sandbox behind the egress proxy: its token (and CA) first, since its
+        // credentials' placeholders come from it.
+        let egress_token = match &self.config.egress_proxy {
+            Some(_) if sandbox.spec.network == NetworkMode::Allowlist => {
+                match self.egress_token(sandbox, namespace, name, &uid).await? {
+                    Ok(token) => Some(token),
+                    Err(why) => return Ok(Observed::new(SandboxPhase::Failed, "NameTaken", why, IDLE_POLL)),
+                }
+            }
+            _ => None,
+        };
+        let egress = match (&self.config.egress_proxy, &egress_token) {
+            (Some(proxy), Some(token)) => Some(pods::EgressFor { proxy, token }),
+            _ => None,
+        };
+        let made = match pods::make(sandbox, &self.config.sandbox_image, egress) {
             Ok(made) => made,
             Err(problem) => {
                 return Ok(Observed::new(SandboxPhase::Failed, "InvalidSpec", problem.to_string(), IDLE_POLL));
@@ -164,7 +179,18 @@ impl Context {
         status.applied_limits = made.applied.clone();
         status.conditions.retain(|c| c.type_ != ALLOWLIST_ENFORCED);
         if sandbox.spec.network == NetworkMode::Allowlist {
-            let (enforced, reason, message) = if made.not_enforced.is_empty() {
+            let (enforced, reason, message) = if let Some(proxy) = egress.map(|e| e.proxy) {
+                (
+                    true,
+                    "EgressProxy",
+                    format!(
+                        "every allow entry is enforced by name by the egress proxy at {}; NetworkPolicy {name} lets \
+                         the Pod reach only the proxy and DNS (this holds where the cluster's network plugin enforces \
+                         NetworkPolicy)",
+                        proxy.address
+                    ),
+                )
+            } else if made.not_enforced.is_empty() {
                 (true, "AllEnforced", "every allow entry is an IP block of the NetworkPolicy".to_string())
             } else {
                 (
@@ -354,23 +380,71 @@ impl Context {
         name: &str,
         uid: &str,
     ) -> Result<std::result::Result<String, String>> {
-        let secrets: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
         let secret_name = pods::secret_name(name);
-        let secret = match secrets.get_opt(&secret_name).await? {
-            Some(secret) if !controlled_by(&secret, uid) => {
-                return Ok(Err(format!(
-                    "Secret {secret_name} exists and is not this Sandbox's: the controller keeps the token \
-                     there; rename the Sandbox or that Secret"
-                )));
-            }
-            Some(secret) => secret,
+        let made = || Ok(vec![(pods::TOKEN_KEY.to_string(), agentplane_node_agent::random::hex(24).into_bytes())]);
+        let secret = match self.owned_secret(sandbox, namespace, &secret_name, uid, "token", made).await? {
+            Ok(secret) => secret,
+            Err(why) => return Ok(Err(why)),
+        };
+        Ok(secret_text(&secret, &secret_name, pods::TOKEN_KEY))
+    }
+
+    /// The proxy token of a sandbox that goes through the egress proxy, from its egress
+    /// Secret (made once, with the sandbox's CA).
+    async fn egress_token(
+        &self,
+        sandbox: &Sandbox,
+        namespace: &str,
+        name: &str,
+        uid: &str,
+    ) -> Result<std::result::Result<String, String>> {
+        let secret_name = super::egress::secret_name(name);
+        let made = || {
+            // The controller's own trust store, with the sandbox's CA after it.
+            let bundle = std::env::var_os("SSL_CERT_FILE")
+                .and_then(|f| std::fs::read(f).ok())
+                .or_else(|| std::fs::read("/etc/ssl/certs/ca-certificates.crt").ok())
+                .unwrap_or_default();
+            super::egress::new_secret_data(namespace, name, &bundle)
+        };
+        let secret =
+            match self.owned_secret(sandbox, namespace, &secret_name, uid, "egress proxy token and CA", made).await? {
+                Ok(secret) => secret,
+                Err(why) => return Ok(Err(why)),
+            };
+        Ok(secret_text(&secret, &secret_name, super::egress::TOKEN_KEY))
+    }
+
+    /// The Secret `secret_name` this Sandbox owns, made from `data` when missing (never
+    /// changed after); an error when someone else's has the name.
+    async fn owned_secret(
+        &self,
+        sandbox: &Sandbox,
+        namespace: &str,
+        secret_name: &str,
+        uid: &str,
+        what: &str,
+        data: impl FnOnce() -> std::result::Result<Vec<(String, Vec<u8>)>, String>,
+    ) -> Result<std::result::Result<Secret, String>> {
+        let name = sandbox.name_any();
+        let secrets: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
+        match secrets.get_opt(secret_name).await? {
+            Some(secret) if !controlled_by(&secret, uid) => Ok(Err(format!(
+                "Secret {secret_name} exists and is not this Sandbox's: the controller keeps the {what} there; \
+                 rename the Sandbox or that Secret"
+            ))),
+            Some(secret) => Ok(Ok(secret)),
             None => {
+                let data = match data() {
+                    Ok(data) => data,
+                    Err(why) => return Ok(Err(format!("making Secret {secret_name}: {why}"))),
+                };
                 let secret = Secret {
                     metadata: ObjectMeta {
-                        name: Some(secret_name.clone()),
+                        name: Some(secret_name.to_string()),
                         namespace: Some(namespace.to_string()),
                         labels: Some(
-                            [(pods::APP_LABEL.0, pods::APP_LABEL.1), (pods::SANDBOX_LABEL, name)]
+                            [(pods::APP_LABEL.0, pods::APP_LABEL.1), (pods::SANDBOX_LABEL, name.as_str())]
                                 .into_iter()
                                 .map(|(k, v)| (k.to_string(), v.to_string()))
                                 .collect(),
@@ -378,34 +452,16 @@ impl Context {
                         owner_references: sandbox.controller_owner_ref(&()).map(|o| vec![o]),
                         ..Default::default()
                     },
-                    data: Some(
-                        [(
-                            pods::TOKEN_KEY.to_string(),
-                            ByteString(agentplane_node_agent::random::hex(24).into_bytes()),
-                        )]
-                        .into(),
-                    ),
+                    data: Some(data.into_iter().map(|(k, v)| (k, ByteString(v))).collect()),
                     immutable: Some(true),
                     type_: Some("Opaque".into()),
                     ..Default::default()
                 };
                 let params = PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
                 let created = secrets.create(&params, &secret).await?;
-                debug!(sandbox = %name, namespace, secret = %secret_name, "made the sandbox's token Secret");
-                created
+                debug!(sandbox = %name, namespace, secret = %secret_name, "made the sandbox's {what} Secret");
+                Ok(Ok(created))
             }
-        };
-        let token = secret
-            .data
-            .as_ref()
-            .and_then(|d| d.get(pods::TOKEN_KEY))
-            .map(|b| String::from_utf8_lossy(&b.0).into_owned());
-        match token {
-            Some(token) if !token.is_empty() => Ok(Ok(token)),
-            _ => Ok(Err(format!(
-                "Secret {secret_name} has no key {:?}: delete it to have a new token made",
-                pods::TOKEN_KEY
-            ))),
         }
     }
 
@@ -471,8 +527,10 @@ impl Context {
         if let Some(policy) = policies.get_opt(&name).await?.filter(|p| controlled_by(p, &uid)) {
             delete_owned(&policies, &policy).await?;
         }
-        if let Some(secret) = secrets.get_opt(&pods::secret_name(&name)).await?.filter(|s| controlled_by(s, &uid)) {
-            delete_owned(&secrets, &secret).await?;
+        for secret_name in [pods::secret_name(&name), super::egress::secret_name(&name)] {
+            if let Some(secret) = secrets.get_opt(&secret_name).await?.filter(|s| controlled_by(s, &uid)) {
+                delete_owned(&secrets, &secret).await?;
+            }
         }
         info!(sandbox = %name, namespace = %namespace, "deleted what was made for the sandbox");
         Ok(())
@@ -544,5 +602,13 @@ fn managed_fields(status: &SandboxStatus) -> SandboxStatus {
         claimed_by: status.claimed_by.clone(),
         conditions: status.conditions.clone(),
         ..Default::default()
+    }
+}
+
+/// A key of a Secret as text, or why it is not there.
+fn secret_text(secret: &Secret, secret_name: &str, key: &str) -> std::result::Result<String, String> {
+    match secret.data.as_ref().and_then(|d| d.get(key)).map(|b| String::from_utf8_lossy(&b.0).into_owned()) {
+        Some(text) if !text.is_empty() => Ok(text),
+        _ => Err(format!("Secret {secret_name} has no key {key:?}: delete it to have a new one made")),
     }
 }

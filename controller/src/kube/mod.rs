@@ -29,6 +29,7 @@
 //! `election` runs the controllers under a leader Lease; `register` is the node
 //! agent's side (its Sandbox and heartbeat); `env` reads values from Secrets.
 
+pub mod egress;
 mod election;
 mod env;
 pub mod error;
@@ -94,6 +95,10 @@ pub struct KubeStoreConfig {
     pub instance: String,
     /// The image of a managed Sandbox's Pod when its podTemplate names none.
     pub sandbox_image: String,
+    /// The cluster's egress proxy, which sandboxes with `network: allowlist` reach the
+    /// network through (and which swaps their credentials in); without it, an allowlist
+    /// is what a NetworkPolicy can say (IP blocks), and credentials are refused.
+    pub egress_proxy: Option<egress::EgressProxy>,
 }
 
 /// The image managed sandboxes run by default: the one this controller was built as.
@@ -109,6 +114,7 @@ impl Default for KubeStoreConfig {
             heartbeat_grace: Duration::from_secs(30),
             instance: "agentplane-controller".into(),
             sandbox_image: default_sandbox_image(),
+            egress_proxy: None,
         }
     }
 }

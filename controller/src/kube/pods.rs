@@ -54,7 +54,27 @@ pub enum PodSpecError {
          directory store; use valueFrom.secretKeyRef"
     )]
     FileKeyRef(String),
+    #[error(
+        "credentials need network: allowlist and the cluster's egress proxy (the controller's \
+         --egress-proxy), which swaps them in: anything else would leave the values where the \
+         sandbox's programs can read them"
+    )]
+    CredentialsNeedProxy,
+    #[error("credentials {0}: set in env too; give it in one place")]
+    CredentialTwice(String),
 }
+
+/// The cluster's egress proxy as one sandbox's Pod reaches it: where, and the
+/// sandbox's proxy token (for its credentials' placeholders).
+#[derive(Debug, Clone, Copy)]
+pub struct EgressFor<'a> {
+    pub proxy: &'a super::egress::EgressProxy,
+    pub token: &'a str,
+}
+
+/// Where the egress CA's certificates are mounted in the Pod.
+const EGRESS_RUN: &str = "/run/agentplane";
+const EGRESS_VOLUME: &str = "egress-ca";
 
 /// The container that runs the node agent; a template's container of this name gives
 /// its image, resources and mounts.
@@ -107,9 +127,14 @@ pub struct Made {
 }
 
 /// Builds what `sandbox` asks for; an error says what in the spec cannot be made.
-pub fn make(sandbox: &Sandbox, default_image: &str) -> Result<Made, PodSpecError> {
+pub fn make(sandbox: &Sandbox, default_image: &str, egress: Option<EgressFor<'_>>) -> Result<Made, PodSpecError> {
     let name = sandbox.name_any();
     let namespace = sandbox.namespace().unwrap_or_else(|| "default".into());
+    // The proxy serves `network: allowlist` only; without it, credentials are refused.
+    let through = egress.filter(|_| sandbox.spec.network == NetworkMode::Allowlist);
+    if !sandbox.spec.credentials.is_empty() && through.is_none() {
+        return Err(PodSpecError::CredentialsNeedProxy);
+    }
     let owner = sandbox.controller_owner_ref(&()).ok_or(PodSpecError::NoUid)?;
     let template = template(sandbox.spec.pod_template.as_ref())?;
     let mut applied = Vec::new();
@@ -139,6 +164,9 @@ pub fn make(sandbox: &Sandbox, default_image: &str) -> Result<Made, PodSpecError
         .map(|i| spec.containers.remove(i))
         .unwrap_or_else(|| Container { name: CONTAINER.into(), ..Default::default() });
     configure_node_agent(&mut container, sandbox, default_image)?;
+    if let Some(through) = through {
+        through_proxy(&mut container, sandbox, &namespace, through)?;
+    }
     applied.extend(limits(&mut container, sandbox));
     spec.containers.insert(0, container);
     for other in spec.containers.iter_mut().skip(1).chain(spec.init_containers.iter_mut().flatten()) {
@@ -153,6 +181,10 @@ pub fn make(sandbox: &Sandbox, default_image: &str) -> Result<Made, PodSpecError
                 ..Default::default()
             });
         }
+    }
+    if through.is_some() {
+        volumes.retain(|v| v.name != EGRESS_VOLUME);
+        volumes.push(egress_volume(&name));
     }
     spec.volumes = Some(volumes);
 
@@ -183,9 +215,16 @@ pub fn make(sandbox: &Sandbox, default_image: &str) -> Result<Made, PodSpecError
             (None, Vec::new())
         }
         mode => {
-            let (egress, names) = egress(mode, &sandbox.spec.allow);
-            applied.push(match mode {
-                NetworkMode::None => format!("network: none (NetworkPolicy {name}: no egress, not even DNS)"),
+            let (egress, names) = match through {
+                Some(through) => (proxy_egress(through.proxy), Vec::new()),
+                None => egress_rules(mode, &sandbox.spec.allow),
+            };
+            applied.push(match (mode, through.map(|t| t.proxy.address.as_str())) {
+                (_, Some(proxy)) => format!(
+                    "network: allowlist (NetworkPolicy {name}: egress only to the egress proxy {proxy} and DNS; the \
+                     proxy allows the entries by name)"
+                ),
+                (NetworkMode::None, _) => format!("network: none (NetworkPolicy {name}: no egress, not even DNS)"),
                 _ if egress.is_empty() => {
                     format!("network: allowlist (NetworkPolicy {name}: no egress: no entry is an IP address)")
                 }
@@ -480,8 +519,130 @@ fn parse_allow(entry: &str) -> Allow {
     Allow::Block { cidr: format!("{address}/{prefix}"), port }
 }
 
+/// The egress rules of a sandbox that goes through the proxy: the proxy's Pods on its
+/// port, and DNS (which the proxy's clients need to name it).
+fn proxy_egress(proxy: &super::egress::EgressProxy) -> Vec<NetworkPolicyEgressRule> {
+    let labels = |pairs: &[(&str, &str)]| {
+        Some(LabelSelector {
+            match_labels: Some(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
+            ..Default::default()
+        })
+    };
+    let dns = |protocol: &str| NetworkPolicyPort {
+        port: Some(IntOrString::Int(53)),
+        protocol: Some(protocol.into()),
+        end_port: None,
+    };
+    vec![
+        NetworkPolicyEgressRule {
+            to: Some(vec![NetworkPolicyPeer {
+                namespace_selector: labels(&[("kubernetes.io/metadata.name", &proxy.namespace)]),
+                pod_selector: labels(&[super::egress::PROXY_LABEL]),
+                ..Default::default()
+            }]),
+            ports: Some(vec![tcp(i32::from(super::egress::PROXY_PORT))]),
+        },
+        NetworkPolicyEgressRule { to: None, ports: Some(vec![dns("UDP"), dns("TCP")]) },
+    ]
+}
+
+/// The node agent's container of a sandbox that goes through the egress proxy: the
+/// proxy variables (its token from the egress Secret, in the URL's user part), each
+/// credential's placeholder, and where the sandbox's CA is to be trusted.
+fn through_proxy(
+    container: &mut Container,
+    sandbox: &Sandbox,
+    namespace: &str,
+    egress: EgressFor<'_>,
+) -> Result<(), PodSpecError> {
+    let env = container.env.get_or_insert_with(Vec::new);
+    let ours: Vec<&str> = PROXY_VARIABLES
+        .iter()
+        .copied()
+        .chain(["NO_PROXY", "no_proxy", "AGENTPLANE_PROXY_TOKEN"])
+        .chain(TRUST_VARIABLES.iter().map(|(name, _)| *name))
+        .collect();
+    if let Some(taken) = env.iter().find(|v| ours.contains(&v.name.as_str())) {
+        return Err(PodSpecError::ReservedEnv(taken.name.clone()));
+    }
+    for credential in &sandbox.spec.credentials {
+        if env.iter().any(|v| v.name == credential.name) {
+            return Err(PodSpecError::CredentialTwice(credential.name.clone()));
+        }
+        if credential.value_from.secret_key_ref.is_none() {
+            return Err(PodSpecError::FileKeyRef(credential.name.clone()));
+        }
+    }
+    let secret = super::egress::secret_name(&sandbox.name_any());
+    // Kubernetes expands $(VAR) of a variable defined before it.
+    env.push(EnvVar {
+        name: "AGENTPLANE_PROXY_TOKEN".into(),
+        value_from: Some(EnvVarSource {
+            secret_key_ref: Some(SecretKeySelector {
+                name: secret,
+                key: super::egress::TOKEN_KEY.into(),
+                optional: None,
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    let user = super::egress::proxy_user(namespace, &sandbox.name_any());
+    let url = format!("http://{user}:$(AGENTPLANE_PROXY_TOKEN)@{}", egress.proxy.address);
+    for name in PROXY_VARIABLES {
+        env.push(EnvVar { name: (*name).into(), value: Some(url.clone()), ..Default::default() });
+    }
+    for name in ["NO_PROXY", "no_proxy"] {
+        env.push(EnvVar { name: name.into(), value: Some("localhost,127.0.0.1,::1".into()), ..Default::default() });
+    }
+    for (name, file) in TRUST_VARIABLES {
+        env.push(EnvVar { name: (*name).into(), value: Some(format!("{EGRESS_RUN}/{file}")), ..Default::default() });
+    }
+    for credential in &sandbox.spec.credentials {
+        let placeholder = super::egress::placeholder(egress.token, &credential.name);
+        env.push(EnvVar { name: credential.name.clone(), value: Some(placeholder), ..Default::default() });
+    }
+    container.volume_mounts.get_or_insert_with(Vec::new).push(VolumeMount {
+        name: EGRESS_VOLUME.into(),
+        mount_path: EGRESS_RUN.into(),
+        read_only: Some(true),
+        ..Default::default()
+    });
+    Ok(())
+}
+
+/// The proxy variables a sandbox behind the egress proxy is given.
+const PROXY_VARIABLES: &[&str] = &["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy"];
+/// Where programs look for the CAs they trust, and the file each is given.
+const TRUST_VARIABLES: &[(&str, &str)] = &[
+    ("NODE_EXTRA_CA_CERTS", "proxy-ca.pem"),
+    ("SSL_CERT_FILE", "ca-bundle.pem"),
+    ("REQUESTS_CA_BUNDLE", "ca-bundle.pem"),
+    ("CURL_CA_BUNDLE", "ca-bundle.pem"),
+    ("GIT_SSL_CAINFO", "ca-bundle.pem"),
+];
+
+/// The egress Secret's certificates (never its key nor token) as files.
+fn egress_volume(sandbox: &str) -> Volume {
+    use k8s_openapi::api::core::v1::{KeyToPath, SecretVolumeSource};
+    let item = |key: &str, path: &str| KeyToPath { key: key.into(), path: path.into(), mode: None };
+    Volume {
+        name: EGRESS_VOLUME.into(),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(super::egress::secret_name(sandbox)),
+            items: Some(vec![
+                item(super::egress::CA_CERT_KEY, "proxy-ca.pem"),
+                item(super::egress::BUNDLE_KEY, "ca-bundle.pem"),
+            ]),
+            default_mode: Some(0o444),
+            optional: None,
+        }),
+        ..Default::default()
+    }
+}
+
 /// The egress rules for `mode`, and the `allow` entries they cannot say.
-fn egress(mode: NetworkMode, allow: &[String]) -> (Vec<NetworkPolicyEgressRule>, Vec<String>) {
+fn egress_rules(mode: NetworkMode, allow: &[String]) -> (Vec<NetworkPolicyEgressRule>, Vec<String>) {
     if mode != NetworkMode::Allowlist {
         return (Vec::new(), Vec::new());
     }
@@ -529,6 +690,10 @@ fn digest(value: &impl serde::Serialize) -> String {
 mod tests {
     use super::*;
     use agentplane_crds::SandboxSpec;
+
+    fn make_plain(sandbox: &Sandbox, image: &str) -> Result<Made, PodSpecError> {
+        make(sandbox, image, None)
+    }
     use serde_json::json;
 
     fn sandbox(spec: serde_json::Value) -> Sandbox {
@@ -544,7 +709,7 @@ mod tests {
 
     #[test]
     fn a_bare_sandbox_gets_a_hardened_pod_with_its_token_from_the_secret() {
-        let made = make(&sandbox(json!({})), "agentplane:test").unwrap();
+        let made = make_plain(&sandbox(json!({})), "agentplane:test").unwrap();
         let spec = made.pod.spec.as_ref().unwrap();
         assert_eq!(spec.automount_service_account_token, Some(false));
         let pod_security = spec.security_context.as_ref().unwrap();
@@ -592,6 +757,7 @@ mod tests {
                 }
             })),
             "agentplane:test",
+            None,
         )
         .unwrap();
         let spec = made.pod.spec.as_ref().unwrap();
@@ -655,7 +821,7 @@ mod tests {
                 "directory store",
             ),
         ] {
-            let err = make(&sandbox(spec.clone()), "i").unwrap_err().to_string();
+            let err = make_plain(&sandbox(spec.clone()), "i").unwrap_err().to_string();
             assert!(err.contains(says), "{spec}: {err}");
         }
     }
@@ -671,23 +837,24 @@ mod tests {
             assert_eq!(parse_allow(name), Allow::Name, "{name}");
         }
         let made =
-            make(&sandbox(json!({"network": "allowlist", "allow": ["10.1.2.3:443", "api.example.com"]})), "i").unwrap();
+            make_plain(&sandbox(json!({"network": "allowlist", "allow": ["10.1.2.3:443", "api.example.com"]})), "i")
+                .unwrap();
         let policy = made.network_policy.unwrap().spec.unwrap();
         let egress = policy.egress.unwrap();
         assert_eq!(egress.len(), 1);
         assert_eq!(made.not_enforced, ["api.example.com"]);
         assert!(made.applied.iter().any(|a| a.contains("egress to 10.1.2.3/32:443")), "{:?}", made.applied);
         assert!(made.applied.iter().any(|a| a.starts_with("allow api.example.com: not applied")), "{:?}", made.applied);
-        let none = make(&sandbox(json!({"network": "none"})), "i").unwrap().network_policy.unwrap().spec.unwrap();
+        let none = make_plain(&sandbox(json!({"network": "none"})), "i").unwrap().network_policy.unwrap().spec.unwrap();
         assert_eq!(none.egress, Some(vec![]));
         assert_eq!(none.ingress.unwrap()[0].ports.as_ref().unwrap()[0].port, Some(IntOrString::Int(PORT)));
     }
 
     #[test]
     fn the_hash_changes_with_the_pod_and_not_with_the_network() {
-        let a = make(&sandbox(json!({})), "i").unwrap();
-        let b = make(&sandbox(json!({"network": "none"})), "i").unwrap();
-        let c = make(&sandbox(json!({"limits": {"memory": "1Gi"}})), "i").unwrap();
+        let a = make_plain(&sandbox(json!({})), "i").unwrap();
+        let b = make_plain(&sandbox(json!({"network": "none"})), "i").unwrap();
+        let c = make_plain(&sandbox(json!({"limits": {"memory": "1Gi"}})), "i").unwrap();
         assert_eq!(a.hash, b.hash);
         assert_ne!(a.hash, c.hash);
     }

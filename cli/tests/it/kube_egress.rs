@@ -1,0 +1,238 @@
+//! Egress by name on a cluster, on a real etcd and kube-apiserver: the controller (told
+//! of the egress proxy) gives a Sandbox with `network: allowlist` an egress Secret, a
+//! NetworkPolicy that lets it reach only the proxy and DNS, and a Pod whose proxy
+//! variables carry its proxy credential and whose credentials are placeholders;
+//! `agentplane egress-proxy`, run as a process under the manifests' RBAC, serves each
+//! sandbox by its credential. The test plays the sandbox's programs: it sends what they
+//! would, with what the Pod's environment gives them.
+
+use crate::kube_sandboxes::{Cluster, Controller, PATIENCE, condition, free_port, sandbox_yaml};
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use agentplane_envtest::SYSTEM_NAMESPACE;
+use base64::Engine as _;
+use serde_json::{Value, json};
+
+const BIN: &str = env!("CARGO_BIN_EXE_agentplane");
+
+/// `agentplane egress-proxy` for one namespace, as the manifests' ServiceAccount.
+struct EgressProxy {
+    child: Child,
+    port: u16,
+    metrics: u16,
+    log: PathBuf,
+}
+
+impl EgressProxy {
+    fn start(cluster: &Cluster) -> EgressProxy {
+        let kubeconfig = cluster.server.kubeconfig_for(
+            &format!("egress-{}", cluster.ns),
+            &cluster.server.egress_proxy_token,
+            SYSTEM_NAMESPACE,
+        );
+        let (port, metrics) = (free_port(), free_port());
+        let log = std::env::temp_dir().join(format!("agentplane-egress-proxy-{}.log", cluster.ns));
+        let child = Command::new(BIN)
+            .arg("egress-proxy")
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .args(["--namespace", &cluster.ns, "--listen", &format!("127.0.0.1:{port}")])
+            .args(["--metrics-listen", &format!("127.0.0.1:{metrics}")])
+            .env("RUST_LOG", "debug,hyper=info,h2=info,rustls=info,tower=info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        EgressProxy { child, port, metrics, log }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Sends `request` (a whole request head and body) to the proxy and reads its answer.
+    fn exchange(&self, request: &str) -> String {
+        let mut stream = TcpStream::connect(("127.0.0.1", self.port)).expect("connect to the egress proxy");
+        stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        stream.write_all(request.as_bytes()).unwrap();
+        let mut answer = Vec::new();
+        let _ = stream.read_to_end(&mut answer);
+        String::from_utf8_lossy(&answer).into_owned()
+    }
+
+    fn metrics(&self) -> String {
+        let mut stream = TcpStream::connect(("127.0.0.1", self.metrics)).expect("connect to the metrics");
+        stream.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+        let mut answer = String::new();
+        let _ = stream.read_to_string(&mut answer);
+        answer
+    }
+}
+
+impl Drop for EgressProxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            eprintln!("egress proxy log:\n{}", self.log());
+        }
+        let _ = std::fs::remove_file(&self.log);
+    }
+}
+
+/// A loopback HTTP server that keeps each request's head and answers `body`.
+fn head_server(body: &'static str) -> (u16, Arc<Mutex<Vec<String>>>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let heads = Arc::new(Mutex::new(Vec::new()));
+    let kept = Arc::clone(&heads);
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") {
+                match stream.read(&mut byte) {
+                    Ok(1) => head.push(byte[0]),
+                    _ => break,
+                }
+            }
+            kept.lock().unwrap().push(String::from_utf8_lossy(&head).into_owned());
+            let _ =
+                write!(stream, "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
+        }
+    });
+    (port, heads)
+}
+
+fn env_value<'a>(pod: &'a Value, name: &str) -> Option<&'a Value> {
+    pod["spec"]["containers"][0]["env"].as_array()?.iter().find(|v| v["name"] == name)
+}
+
+fn basic(user: &str, token: &str) -> String {
+    base64::engine::general_purpose::STANDARD.encode(format!("{user}:{token}"))
+}
+
+#[test]
+fn the_egress_proxy_serves_each_sandbox_by_its_credential_with_its_list_and_swaps_its_credentials() {
+    let cluster = Cluster::new("egress");
+    let proxy = EgressProxy::start(&cluster);
+    let _controller = Controller::start_with(&cluster, &["--egress-proxy", &format!("127.0.0.1:{}", proxy.port)]);
+    let (api, api_heads) = head_server("api-answer");
+    let (other, other_heads) = head_server("other-answer");
+    let value = format!("sk-cluster-{}", agentplane_node_agent::random::hex(12));
+    cluster
+        .apply(&format!("apiVersion: v1\nkind: Secret\nmetadata: {{name: keys}}\nstringData: {{API_KEY: {value}}}\n"));
+    cluster.apply(&sandbox_yaml(
+        "box",
+        &format!(
+            "  network: allowlist\n  allow: ['127.0.0.1:{other}', api.example.com]\n  credentials:\n  - name: API_KEY\n    \
+             valueFrom: {{secretKeyRef: {{name: keys, key: API_KEY}}}}\n    hosts: ['127.0.0.1:{api}']\n"
+        ),
+    ));
+    cluster.apply(&sandbox_yaml("other", &format!("  network: allowlist\n  allow: ['127.0.0.1:{other}']\n")));
+
+    // What the controller made: enforced by name, through the proxy only.
+    let sandbox = cluster.wait("sandbox", "box", "enforced by the proxy", |v| {
+        condition(v, "AllowlistEnforced").is_some_and(|c| c["status"] == "True")
+    });
+    let enforced = condition(&sandbox, "AllowlistEnforced").unwrap();
+    assert_eq!(enforced["reason"], "EgressProxy", "{enforced:#}");
+    let policy = cluster.get("networkpolicy", "box").expect("the NetworkPolicy");
+    assert_eq!(
+        policy["spec"]["egress"],
+        json!([
+            {"to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": SYSTEM_NAMESPACE}},
+                     "podSelector": {"matchLabels": {"app.kubernetes.io/name": "agentplane-egress-proxy"}}}],
+             "ports": [{"port": 3128, "protocol": "TCP"}]},
+            {"ports": [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]},
+        ]),
+        "{policy:#}"
+    );
+    let pod = cluster.get("pod", "box").expect("the Pod");
+    let user = format!("{}.box", cluster.ns);
+    assert_eq!(
+        env_value(&pod, "HTTPS_PROXY").unwrap()["value"],
+        format!("http://{user}:$(AGENTPLANE_PROXY_TOKEN)@127.0.0.1:{}", proxy.port)
+    );
+    assert_eq!(env_value(&pod, "AGENTPLANE_PROXY_TOKEN").unwrap()["valueFrom"]["secretKeyRef"]["name"], "box-egress");
+    let placeholder = env_value(&pod, "API_KEY").unwrap()["value"].as_str().unwrap().to_string();
+    assert!(placeholder.starts_with("agentplane-credential-"), "{placeholder}");
+    assert!(!pod.to_string().contains(&value), "the value is in the Pod");
+    let mounted = pod["spec"]["volumes"].as_array().unwrap().iter().find(|v| v["name"] == "egress-ca").unwrap();
+    let items: Vec<&str> =
+        mounted["secret"]["items"].as_array().unwrap().iter().map(|i| i["key"].as_str().unwrap()).collect();
+    assert_eq!(items, ["ca.crt", "ca-bundle.pem"], "the CA's key or the token would be in the Pod");
+    let token = cluster.secret_value("box-egress", "proxy-token");
+
+    // Playing the sandbox, with what its environment gives it. The proxy serves it once
+    // it has read the sandbox and its Secrets.
+    let get = |port: u16, auth: &str, header: &str| {
+        format!(
+            "GET http://127.0.0.1:{port}/ HTTP/1.1\r\nHost: x\r\nProxy-Authorization: Basic {auth}\r\n{header}\r\n\r\n"
+        )
+    };
+    let ours = basic(&user, &token);
+    let deadline = Instant::now() + PATIENCE;
+    let answer = loop {
+        let answer = proxy.exchange(&get(api, &ours, &format!("x-api-key: {placeholder}")));
+        if !answer.starts_with("HTTP/1.1 407") || Instant::now() > deadline {
+            break answer;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(answer.ends_with("api-answer"), "{answer:?}\n{}", proxy.log());
+    assert!(
+        api_heads.lock().unwrap()[0].contains(&format!("x-api-key: {value}\r\n")),
+        "{:?}",
+        api_heads.lock().unwrap()
+    );
+    // Another allowed host sees the placeholder, counted as blocked.
+    let answer = proxy.exchange(&get(other, &ours, &format!("x-api-key: {placeholder}")));
+    assert!(answer.ends_with("other-answer"), "{answer:?}");
+    assert!(other_heads.lock().unwrap()[0].contains(&format!("x-api-key: {placeholder}\r\n")));
+    // A host not in the list: 403, counted.
+    let answer = proxy
+        .exchange(&format!("CONNECT denied.example.com:443 HTTP/1.1\r\nProxy-Authorization: Basic {ours}\r\n\r\n"));
+    assert!(answer.starts_with("HTTP/1.1 403 "), "{answer:?}");
+
+    // Another sandbox's credential never opens this one's list.
+    cluster.wait("secret", "other-egress", "made", |_| true);
+    let theirs = cluster.secret_value("other-egress", "proxy-token");
+    let answer = proxy.exchange(&get(api, &basic(&user, &theirs), ""));
+    assert!(answer.starts_with("HTTP/1.1 407 "), "{answer:?}");
+    let deadline = Instant::now() + PATIENCE;
+    let answer = loop {
+        let answer = proxy.exchange(&get(api, &basic(&format!("{}.other", cluster.ns), &theirs), ""));
+        if !answer.starts_with("HTTP/1.1 407") || Instant::now() > deadline {
+            break answer;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(answer.starts_with("HTTP/1.1 403 "), "its own list does not hold the host: {answer:?}");
+    assert_eq!(api_heads.lock().unwrap().len(), 1, "a refused request reached the host");
+
+    // The counts, by sandbox and credential.
+    let metrics = proxy.metrics();
+    let ns = &cluster.ns;
+    for line in [
+        format!("agentplane_egress_denied_total{{namespace=\"{ns}\",sandbox=\"box\"}} 1"),
+        format!("agentplane_egress_denied_total{{namespace=\"{ns}\",sandbox=\"other\"}} 1"),
+        format!(
+            "agentplane_egress_credential_sent_total{{namespace=\"{ns}\",sandbox=\"box\",credential=\"API_KEY\"}} 1"
+        ),
+        format!(
+            "agentplane_egress_credential_blocked_total{{namespace=\"{ns}\",sandbox=\"box\",credential=\"API_KEY\"}} 1"
+        ),
+    ] {
+        assert!(metrics.contains(&line), "no {line} in:\n{metrics}");
+    }
+    assert!(!metrics.contains(&value) && !proxy.log().contains(&value), "the value was printed");
+}
