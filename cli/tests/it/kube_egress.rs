@@ -235,4 +235,16 @@ fn the_egress_proxy_serves_each_sandbox_by_its_credential_with_its_list_and_swap
         assert!(metrics.contains(&line), "no {line} in:\n{metrics}");
     }
     assert!(!metrics.contains(&value) && !proxy.log().contains(&value), "the value was printed");
+
+    // A Session's own credentials are the directory store's: here it says so, and is
+    // never given the value as a plain variable.
+    cluster.apply(
+        "apiVersion: agentplane.dev/v1alpha1\nkind: Session\nmetadata: {name: s}\nspec:\n  sandbox: box\n  agent: mock\n  \
+         credentials:\n  - name: API_KEY\n    valueFrom: {secretKeyRef: {name: keys, key: API_KEY}}\n    hosts: [api.example.com]\n  \
+         messages: [hello]\n",
+    );
+    let session = cluster.wait("session", "s", "saying where credentials go", |v| {
+        v["status"]["conditions"].to_string().contains("give them on the Sandbox")
+    });
+    assert_ne!(session["status"]["deliveredMessages"], 1, "{session:#}");
 }

@@ -56,9 +56,12 @@ pub(super) async fn reconcile_process(
 impl Context {
     async fn apply_process(&self, api: &Api<Process>, process: &Process) -> Result<Action> {
         let namespace = process.namespace().unwrap_or_default();
-        let env = env::resolve(&self.client, &namespace, &process.spec.env, &process.spec.env_from)
-            .await
-            .map_err(|e| e.to_string());
+        let env = match process.spec.credentials.is_empty() {
+            true => env::resolve(&self.client, &namespace, &process.spec.env, &process.spec.env_from)
+                .await
+                .map_err(|e| e.to_string()),
+            false => Err(env::EnvError::CredentialsOnTheSandbox.to_string()),
+        };
         let mut session_sandbox = None;
         let session = match &process.spec.session_ref {
             None => Ok(None),
@@ -87,6 +90,11 @@ impl Context {
         };
         let mut placed = process.clone();
         let problem = placement.apply(&mut placed.spec.sandbox, &mut placed.spec.sandbox_template);
+        // Said at once, whatever the sandbox's state (the env error keeps it from starting).
+        let problem = match process.spec.credentials.is_empty() {
+            true => problem,
+            false => Some(env::EnvError::CredentialsOnTheSandbox.to_string()),
+        };
         // Node agents here outlive the controller: what one no longer has, it lost.
         let input = ProcessInput { process: &placed, env, spec_problem: problem, session, own_node_agent_since: None };
         let reconciled = self.processes.reconcile(input).await;

@@ -78,9 +78,12 @@ async fn mcp_servers(
 impl Context {
     async fn apply_session(self: &Context, api: &Api<Session>, session: &Session) -> Result<Action> {
         let namespace = session.namespace().unwrap_or_default();
-        let env = env::resolve(&self.client, &namespace, &session.spec.env, &session.spec.env_from)
-            .await
-            .map_err(|e| e.to_string());
+        let env = match session.spec.credentials.is_empty() {
+            true => env::resolve(&self.client, &namespace, &session.spec.env, &session.spec.env_from)
+                .await
+                .map_err(|e| e.to_string()),
+            false => Err(env::EnvError::CredentialsOnTheSandbox.to_string()),
+        };
         let held = session.status.as_ref().and_then(|s| s.sandbox.as_deref());
         let ended = session.status.as_ref().and_then(|s| s.phase) == Some(SessionPhase::Ended);
         let placement = match (&session.spec.sandbox_template, held) {
@@ -96,6 +99,11 @@ impl Context {
         };
         let mut placed = session.clone();
         let problem = placement.apply(&mut placed.spec.sandbox, &mut placed.spec.sandbox_template);
+        // Said at once, whatever the sandbox's state (the env error keeps it from starting).
+        let problem = match session.spec.credentials.is_empty() {
+            true => problem,
+            false => Some(env::EnvError::CredentialsOnTheSandbox.to_string()),
+        };
         let git_credentials = match session.spec.workspace.as_ref().and_then(|w| w.git.as_ref()?.credentials.as_ref()) {
             Some(source) => env::resolve_git_credentials(&self.client, &namespace, source)
                 .await
