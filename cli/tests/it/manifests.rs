@@ -491,6 +491,31 @@ fn assert_same_rules(granted: &BTreeSet<Rule>, needed: &BTreeSet<Rule>, context:
 const ELSEWHERE: &str = "team-elsewhere";
 
 #[test]
+fn the_egress_proxy_may_read_sandboxes_and_get_secrets_and_nothing_more() {
+    let server = installed();
+    let proxy = kubectl_as(server, "egress-proxy", &server.egress_proxy_token);
+    let everywhere =
+        rules(&[("sandboxes.agentplane.dev", "[]", &["get", "list", "watch"]), ("secrets", "[]", &["get"])]);
+    for namespace in [ELSEWHERE, NODE_AGENT_NAMESPACE, SYSTEM_NAMESPACE] {
+        let have = granted(server, &proxy, SYSTEM_NAMESPACE, namespace);
+        assert_same_rules(&have, &everywhere, &format!("the egress proxy in namespace {namespace}"));
+    }
+    let no: &[&[&str]] = &[
+        &["list", "secrets", "-n", ELSEWHERE],
+        &["watch", "secrets", "--all-namespaces"],
+        &["patch", "sandboxes.agentplane.dev", "-n", ELSEWHERE],
+        &["patch", "sandboxes.agentplane.dev", "--subresource=status", "-n", ELSEWHERE],
+        &["get", "sessions.agentplane.dev", "-n", ELSEWHERE],
+        &["get", "pods", "-n", ELSEWHERE],
+        &["create", "events", "-n", ELSEWHERE],
+    ];
+    for args in no {
+        assert!(!can_i(&proxy, args), "the egress proxy can {args:?}");
+    }
+    assert!(can_i(&proxy, &["watch", "sandboxes.agentplane.dev", "--all-namespaces"]));
+}
+
+#[test]
 fn the_controller_may_do_what_it_needs_and_nothing_more() {
     let server = installed();
     let controller = kubectl_as(server, "controller", &server.controller_token);
