@@ -12,8 +12,8 @@
 #                               build (no optimised build), for what must hold at any
 #                               size (no byte lost, nothing run twice, nothing left
 #                               running); its speed figures are printed, not judged
-#   scripts/bench.sh NAME...    only these (pty_throughput fs_throughput up_converge
-#                               kube_converge sandboxes binary_size)
+#   scripts/bench.sh NAME...    only these (pty_throughput fs_throughput egress_proxy
+#                               up_converge kube_converge sandboxes binary_size)
 #
 # binary_size builds what the README's `cargo install` builds (the release profile,
 # in target/install or $AGENTPLANE_INSTALL_TARGET) and reports its size; at smoke size
@@ -33,7 +33,7 @@ for arg in "$@"; do
     *) names+=("$arg") ;;
   esac
 done
-[ ${#names[@]} -gt 0 ] || names=(pty_throughput fs_throughput up_converge kube_converge sandboxes binary_size)
+[ ${#names[@]} -gt 0 ] || names=(pty_throughput fs_throughput egress_proxy up_converge kube_converge sandboxes binary_size)
 
 if [ -z "${KUBEBUILDER_ASSETS:-}" ]; then
   KUBEBUILDER_ASSETS="$(scripts/kube-test-assets.sh)"
@@ -45,6 +45,7 @@ if [ "$smoke" = 1 ]; then
   # a pool refill) in seconds on an unoptimised build.
   export AGENTPLANE_BENCH_MIB="${AGENTPLANE_BENCH_MIB:-8}"
   export AGENTPLANE_BENCH_FS_MIB="${AGENTPLANE_BENCH_FS_MIB:-32}"
+  export AGENTPLANE_BENCH_PROXY_MIB="${AGENTPLANE_BENCH_PROXY_MIB:-8}"
   export AGENTPLANE_BENCH_SAVES="${AGENTPLANE_BENCH_SAVES:-20}"
   export AGENTPLANE_BENCH_FILES="${AGENTPLANE_BENCH_FILES:-100}"
   export AGENTPLANE_BENCH_PROCESSES="${AGENTPLANE_BENCH_PROCESSES:-100}"
