@@ -47,7 +47,7 @@ pub async fn bridge_to_unix(listener: TcpListener, socket: PathBuf, shutdown: Ca
                 }
             };
             let _ = client.set_nodelay(true);
-            if let Err(error) = tokio::io::copy_bidirectional(&mut client, &mut proxy).await {
+            if let Err(error) = crate::splice::pass(&mut client, &mut proxy).await {
                 tracing::debug!(%error, "proxy bridge relay ended with an error");
             }
         }
@@ -77,7 +77,7 @@ pub async fn tunnel_port(listener: TcpListener, socket: PathBuf, host: String, p
                 tracing::debug!(%error, "loopback tunnel relay ended with an error");
                 return;
             }
-            if let Err(error) = tokio::io::copy_bidirectional(&mut client, &mut proxy).await {
+            if let Err(error) = crate::splice::pass(&mut client, &mut proxy).await {
                 tracing::debug!(%error, "loopback tunnel relay ended with an error");
             }
         }

@@ -187,7 +187,7 @@ impl Proxy {
             self.relay_tunnel(client, upstream, early.to_vec(), host, port).await
         } else {
             match upstream.write_all(early).await {
-                Ok(()) => tokio::io::copy_bidirectional(&mut client, &mut upstream).await.map(|_| ()),
+                Ok(()) => client.pass(&mut upstream).await,
                 Err(error) => Err(error),
             }
         };
@@ -224,7 +224,7 @@ impl Proxy {
         }
         if early.is_empty() || tls {
             upstream.write_all(&early).await?;
-            return tokio::io::copy_bidirectional(&mut client, &mut upstream).await.map(|_| ());
+            return client.pass(&mut upstream).await;
         }
         relay(client, upstream, &early, Destination { host, port }, &self.credentials).await
     }
@@ -285,8 +285,22 @@ async fn connect(host: &str, port: u16) -> io::Result<TcpStream> {
 
 /// What the proxy serves: a Unix socket's connection in a folder, a TCP one on a
 /// cluster.
-pub(crate) trait Client: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
-impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Client for T {}
+pub(crate) trait Client: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + Sized {
+    /// Relays this client and `upstream` as they are, both ways, to the end.
+    fn pass(&mut self, upstream: &mut TcpStream) -> impl Future<Output = io::Result<()>> + Send;
+}
+
+impl Client for UnixStream {
+    async fn pass(&mut self, upstream: &mut TcpStream) -> io::Result<()> {
+        crate::splice::pass(self, upstream).await
+    }
+}
+
+impl Client for TcpStream {
+    async fn pass(&mut self, upstream: &mut TcpStream) -> io::Result<()> {
+        crate::splice::pass(self, upstream).await
+    }
+}
 
 /// A request head read within bounds; `None` when the client sent none (it was told
 /// why if it was too large).

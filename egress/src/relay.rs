@@ -17,7 +17,7 @@ use crate::head::{MAX_HEAD, MAX_HEADERS};
 /// The longest chunk-size line or trailer line followed; past it the rest goes raw.
 const MAX_LINE: usize = 4096;
 /// Read buffer of the client's side.
-const READ_SIZE: usize = 64 * 1024;
+const READ_SIZE: usize = crate::RELAY_BUFFER;
 
 /// Where the relay's requests go, for the credentials' host lists.
 pub(crate) struct Destination<'a> {
@@ -46,7 +46,8 @@ where
         result
     };
     let answers = async {
-        let result = tokio::io::copy(&mut upstream_read, &mut client_write).await.map(|_| ());
+        let mut answers = tokio::io::BufReader::with_capacity(crate::RELAY_BUFFER, &mut upstream_read);
+        let result = tokio::io::copy_buf(&mut answers, &mut client_write).await.map(|_| ());
         let _ = client_write.shutdown().await;
         result
     };
