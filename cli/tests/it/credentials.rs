@@ -353,13 +353,23 @@ fn every_agent_gets_its_key_as_a_credential_and_never_holds_it() {
     );
     up.wait_sandbox("agents", "ready", ready);
     let names = ["claude", "codex", "opencode", "gemini", "amp", "pi"];
-    wait_until(crate::sandboxes::AGENT_PATIENCE, "every agent to answer", || {
-        names.iter().all(|name| {
-            crate::sandboxes::session_record(&up, name)
-                .and_then(|s| s.status)
-                .is_some_and(|st| st.delivered_messages == 1 && st.phase == Some(agentplane_crds::SessionPhase::Idle))
-        })
-    });
+    let answered = |name: &&str| {
+        crate::sandboxes::session_record(&up, name)
+            .and_then(|s| s.status)
+            .is_some_and(|st| st.delivered_messages == 1 && st.phase == Some(agentplane_crds::SessionPhase::Idle))
+    };
+    let deadline = std::time::Instant::now() + crate::sandboxes::AGENT_PATIENCE;
+    while !names.iter().all(answered) {
+        if std::time::Instant::now() > deadline {
+            let waiting: Vec<String> = names
+                .iter()
+                .filter(|n| !answered(n))
+                .map(|n| format!("{n}: {:?}", crate::sandboxes::session_record(&up, n).and_then(|s| s.status)))
+                .collect();
+            panic!("timed out waiting for every agent to answer:\n{}\n{}", waiting.join("\n"), up.log());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
 
     // The model server got the value on every request, from every agent, and never a
     // placeholder.

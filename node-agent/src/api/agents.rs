@@ -102,6 +102,10 @@ async fn install_agent(
         joined.unwrap_or_else(|e| Err(Error::InstallFailed(format!("the install stopped: {e}"))))
     };
     if !wants_sse {
+        // Nobody reads the progress: dropped now, so the installer's sends fail at once.
+        // Kept, it filled after 64 counts and the next phase change waited for room for
+        // ever (an agent of 376 tarballs, such as pi, never finished installing).
+        drop(rx);
         return Ok(Json(joined(install.await)?).into_response());
     }
     let shutdown = state.shutdown.clone();
