@@ -6,59 +6,15 @@
 
 use crate::common;
 use crate::sandboxes::{PATIENCE, Up, process_yaml, ready, sandbox_yaml};
+use common::{HeadServer, read_head};
 
 use std::fs;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use agentplane_crds::{CredentialStatus, Kind, Object};
 use common::wait_until;
-
-/// A loopback HTTP server that keeps the head of every request and answers `body`.
-struct HeadServer {
-    port: u16,
-    heads: Arc<Mutex<Vec<String>>>,
-}
-
-impl HeadServer {
-    fn start(body: &'static str) -> HeadServer {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let heads = Arc::new(Mutex::new(Vec::new()));
-        let kept = Arc::clone(&heads);
-        std::thread::spawn(move || {
-            for stream in listener.incoming() {
-                let Ok(mut stream) = stream else { continue };
-                if let Some(head) = read_head(&mut stream) {
-                    kept.lock().unwrap().push(head);
-                }
-                let _ = write!(
-                    stream,
-                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-            }
-        });
-        HeadServer { port, heads }
-    }
-
-    fn heads(&self) -> Vec<String> {
-        self.heads.lock().unwrap().clone()
-    }
-}
-
-fn read_head(stream: &mut impl Read) -> Option<String> {
-    let mut head = Vec::new();
-    let mut byte = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        if stream.read(&mut byte).ok()? == 0 || head.len() > 65536 {
-            return None;
-        }
-        head.push(byte[0]);
-    }
-    Some(String::from_utf8_lossy(&head).into_owned())
-}
 
 /// Every file under `dir` whose bytes hold `needle`.
 fn files_holding(dir: &Path, needle: &[u8]) -> Vec<String> {

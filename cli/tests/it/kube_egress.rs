@@ -6,13 +6,13 @@
 //! sandbox by its credential. The test plays the sandbox's programs: it sends what they
 //! would, with what the Pod's environment gives them.
 
+use crate::common::HeadServer;
 use crate::kube_sandboxes::{Cluster, Controller, PATIENCE, condition, free_port, sandbox_yaml};
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use agentplane_envtest::SYSTEM_NAMESPACE;
@@ -87,31 +87,6 @@ impl Drop for EgressProxy {
     }
 }
 
-/// A loopback HTTP server that keeps each request's head and answers `body`.
-fn head_server(body: &'static str) -> (u16, Arc<Mutex<Vec<String>>>) {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let heads = Arc::new(Mutex::new(Vec::new()));
-    let kept = Arc::clone(&heads);
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { continue };
-            let mut head = Vec::new();
-            let mut byte = [0u8; 1];
-            while !head.ends_with(b"\r\n\r\n") {
-                match stream.read(&mut byte) {
-                    Ok(1) => head.push(byte[0]),
-                    _ => break,
-                }
-            }
-            kept.lock().unwrap().push(String::from_utf8_lossy(&head).into_owned());
-            let _ =
-                write!(stream, "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
-        }
-    });
-    (port, heads)
-}
-
 fn env_value<'a>(pod: &'a Value, name: &str) -> Option<&'a Value> {
     pod["spec"]["containers"][0]["env"].as_array()?.iter().find(|v| v["name"] == name)
 }
@@ -125,8 +100,8 @@ fn the_egress_proxy_serves_each_sandbox_by_its_credential_with_its_list_and_swap
     let cluster = Cluster::new("egress");
     let proxy = EgressProxy::start(&cluster);
     let _controller = Controller::start_with(&cluster, &["--egress-proxy", &format!("127.0.0.1:{}", proxy.port)]);
-    let (api, api_heads) = head_server("api-answer");
-    let (other, other_heads) = head_server("other-answer");
+    let (api_server, other_server) = (HeadServer::start("api-answer"), HeadServer::start("other-answer"));
+    let (api, other) = (api_server.port, other_server.port);
     let value = format!("sk-cluster-{}", agentplane_node_agent::random::hex(12));
     cluster
         .apply(&format!("apiVersion: v1\nkind: Secret\nmetadata: {{name: keys}}\nstringData: {{API_KEY: {value}}}\n"));
@@ -189,15 +164,11 @@ fn the_egress_proxy_serves_each_sandbox_by_its_credential_with_its_list_and_swap
         std::thread::sleep(Duration::from_millis(100));
     };
     assert!(answer.ends_with("api-answer"), "{answer:?}\n{}", proxy.log());
-    assert!(
-        api_heads.lock().unwrap()[0].contains(&format!("x-api-key: {value}\r\n")),
-        "{:?}",
-        api_heads.lock().unwrap()
-    );
+    assert!(api_server.heads()[0].contains(&format!("x-api-key: {value}\r\n")), "{:?}", api_server.heads());
     // Another allowed host sees the placeholder, counted as blocked.
     let answer = proxy.exchange(&get(other, &ours, &format!("x-api-key: {placeholder}")));
     assert!(answer.ends_with("other-answer"), "{answer:?}");
-    assert!(other_heads.lock().unwrap()[0].contains(&format!("x-api-key: {placeholder}\r\n")));
+    assert!(other_server.heads()[0].contains(&format!("x-api-key: {placeholder}\r\n")));
     // A host not in the list: 403, counted.
     let answer = proxy
         .exchange(&format!("CONNECT denied.example.com:443 HTTP/1.1\r\nProxy-Authorization: Basic {ours}\r\n\r\n"));
@@ -217,7 +188,7 @@ fn the_egress_proxy_serves_each_sandbox_by_its_credential_with_its_list_and_swap
         std::thread::sleep(Duration::from_millis(100));
     };
     assert!(answer.starts_with("HTTP/1.1 403 "), "its own list does not hold the host: {answer:?}");
-    assert_eq!(api_heads.lock().unwrap().len(), 1, "a refused request reached the host");
+    assert_eq!(api_server.heads().len(), 1, "a refused request reached the host");
 
     // The counts, by sandbox and credential.
     let metrics = proxy.metrics();

@@ -166,3 +166,52 @@ impl Drop for ModelServer {
         }
     }
 }
+
+/// A loopback HTTP server that keeps the head of every request and answers `body`.
+#[allow(dead_code)]
+pub struct HeadServer {
+    pub port: u16,
+    heads: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+#[allow(dead_code)]
+impl HeadServer {
+    pub fn start(body: &'static str) -> HeadServer {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let heads = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let kept = std::sync::Arc::clone(&heads);
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { continue };
+                if let Some(head) = read_head(&mut stream) {
+                    kept.lock().unwrap().push(head);
+                }
+                use std::io::Write as _;
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            }
+        });
+        HeadServer { port, heads }
+    }
+
+    pub fn heads(&self) -> Vec<String> {
+        self.heads.lock().unwrap().clone()
+    }
+}
+
+#[allow(dead_code)]
+pub fn read_head(stream: &mut impl std::io::Read) -> Option<String> {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        if stream.read(&mut byte).ok()? == 0 || head.len() > 65536 {
+            return None;
+        }
+        head.push(byte[0]);
+    }
+    Some(String::from_utf8_lossy(&head).into_owned())
+}

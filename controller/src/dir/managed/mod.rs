@@ -9,7 +9,8 @@
 //! so nothing in the sandbox can put another in its place. A TCP forwarder on the
 //! host's loopback makes it an ordinary `http://127.0.0.1:PORT` endpoint for the
 //! controller, the CLI and browsers. With `network: allowlist` the only way out is the
-//! allowlisting proxy served here, outside, on a socket in a folder bound in read-only.
+//! allowlisting proxy served outside (see `egress`), on a socket in a folder bound in
+//! read-only, which swaps in the sandbox's credentials (see `credentials`).
 //!
 //! The token is generated per start of `up`, handed to the node agent on its standard
 //! input (in no environment and no command line inside), and kept for the CLI in the
@@ -19,6 +20,7 @@
 pub mod bwrap;
 pub mod cgroup;
 pub mod credentials;
+mod egress;
 pub mod identity;
 pub mod launch;
 pub mod seccomp;
@@ -29,7 +31,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agentplane_crds::{Isolation, NetworkMode, SandboxLimits, SandboxPhase};
-use agentplane_egress::{self as netproxy, Allowlist, Proxy};
+use agentplane_egress as netproxy;
 use agentplane_node_agent::client::Client;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
@@ -39,6 +41,7 @@ use tracing::{info, warn};
 
 use crate::dir::sandbox_writes::SandboxWrites;
 use crate::sandboxes::Sandboxes;
+use egress::{SYSTEM_BUNDLE, TRUST_BUNDLE, TRUST_CA};
 
 /// Where HTTP(S)_PROXY points inside a sandbox with `network: allowlist`: the node
 /// agent serves the proxy's socket there (`--proxy-socket`).
@@ -54,14 +57,6 @@ const RESTART_MAX: Duration = Duration::from_secs(10);
 const RESTART_RESET: Duration = Duration::from_secs(60);
 /// The environment variables the proxy variables are set under (curl reads the
 /// lowercase ones, most other tools either).
-/// The system's CA bundle (Debian's path, which most tools read): bound read-only
-/// inside with the sandbox's CA added.
-const SYSTEM_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
-/// In the run folder: the sandbox's CA alone, and the system's bundle with it.
-const TRUST_CA: &str = "proxy-ca.pem";
-const TRUST_BUNDLE: &str = "ca-bundle.pem";
-/// How often at most the proxy's credential counts reach the status.
-const COUNTS_EVERY: Duration = Duration::from_secs(1);
 const PROXY_VARIABLES: &[&str] = &["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy"];
 
 /// What every managed sandbox of one `up` shares.
@@ -568,104 +563,6 @@ impl Supervisor {
         self.dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
     }
 
-    /// The sandbox's CA for HTTPS to the hosts its credentials list, its certificate
-    /// written to `folder` (bound in read-only) for the sandbox to trust, alone
-    /// (`TRUST_CA`) and after the host's bundle (`TRUST_BUNDLE`); the host's trust store
-    /// for the real hosts. Without either, HTTPS passes uncut and keeps its placeholders
-    /// (said in the log).
-    async fn interception(&self, folder: &Path) -> Option<netproxy::Interception> {
-        let (folder, name) = (folder.to_path_buf(), self.name.clone());
-        let made = tokio::task::spawn_blocking(move || -> Result<netproxy::Interception, String> {
-            let upstream = netproxy::Upstream::from_host_roots().map_err(|e| e.to_string())?;
-            let authority = netproxy::Authority::new(&name).map_err(|e| e.to_string())?;
-            let ca = authority.certificate_pem();
-            let host_bundle = std::fs::read(SYSTEM_BUNDLE).unwrap_or_default();
-            let mut bundle = host_bundle;
-            if !bundle.is_empty() && !bundle.ends_with(b"\n") {
-                bundle.push(b'\n');
-            }
-            bundle.extend_from_slice(ca.as_bytes());
-            write_readable(&folder.join(TRUST_CA), ca.as_bytes())?;
-            write_readable(&folder.join(TRUST_BUNDLE), &bundle)?;
-            Ok(netproxy::Interception { authority, upstream })
-        })
-        .await
-        .unwrap_or_else(|e| Err(e.to_string()));
-        match made {
-            Ok(interception) => Some(interception),
-            Err(error) => {
-                warn!(sandbox = %self.name, %error, "HTTPS to credential hosts will not be opened up: their placeholders stay");
-                None
-            }
-        }
-    }
-
-    /// Serves the allowlist proxy on `folder/proxy.sock`; answers the loopback services
-    /// to tunnel.
-    fn serve_proxy(
-        &self,
-        folder: &Path,
-        interception: Option<netproxy::Interception>,
-    ) -> Result<Vec<(String, u16)>, (&'static str, String)> {
-        let allow = Allowlist::parse(&self.desired.allow).map_err(|e| ("InvalidAllowlist", e.to_string()))?;
-        let path = folder.join("proxy.sock");
-        let _ = std::fs::remove_file(&path);
-        let listener = tokio::net::UnixListener::bind(&path)
-            .map_err(|e| ("CannotPrepare", format!("cannot serve the proxy: {e}")))?;
-        {
-            use std::os::unix::fs::PermissionsExt;
-            // Connecting needs write permission on the socket; the folder is read-only inside.
-            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666))
-                .map_err(|e| ("CannotPrepare", format!("cannot serve the proxy: {e}")))?;
-        }
-        let mut proxy = Proxy::with_credentials(allow.clone(), self.book.proxy());
-        if let Some(interception) = interception {
-            proxy = proxy.intercepting(interception);
-        }
-        let proxy = Arc::new(proxy);
-        tokio::spawn(Arc::clone(&proxy).serve(listener, self.stop.clone()));
-        let mut denials = proxy.subscribe();
-        let mut counted = proxy.credentials().subscribe();
-        let (sender, name, changed, stop) =
-            (self.observed.clone(), self.name.clone(), Arc::clone(&self.changed), self.stop.clone());
-        tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    _ = stop.cancelled() => break,
-                    r = denials.changed() => if r.is_err() { break },
-                    r = counted.changed() => {
-                        if r.is_err() { break }
-                        // Counts move with every request: told at most once a second.
-                        tokio::select! {
-                            _ = stop.cancelled() => break,
-                            _ = tokio::time::sleep(COUNTS_EVERY) => {}
-                        }
-                    }
-                }
-                denials.borrow_and_update();
-                counted.borrow_and_update();
-                let (denied, last, credentials) = (proxy.denied(), proxy.last_denied(), proxy.credentials().counts());
-                let mut moved = false;
-                sender.send_if_modified(|o| {
-                    moved = o.denied != denied || o.last_denied != last || o.credentials != credentials;
-                    o.denied = denied;
-                    o.last_denied = last;
-                    o.credentials = credentials;
-                    moved
-                });
-                if moved {
-                    changed(&name);
-                }
-            }
-        });
-        // The Sandbox's own credentials' loopback hosts answer at their address too
-        // (those of a Session's, known later, need the host in `allow` for that).
-        let mut reached = self.desired.allow.clone();
-        reached.extend(self.desired.credentials.iter().flat_map(|c| c.hosts.iter().cloned()));
-        let reached = Allowlist::parse(&reached).map_err(|e| ("InvalidCredentials", e.to_string()))?;
-        Ok(netproxy::loopback_tunnels(&reached))
-    }
-
     /// The environment inside: the spec's, over the few variables every sandbox has.
     fn environment(&self, home: &Path, tmp: &Path, proxied: bool, prepared: &Prepared) -> BTreeMap<String, String> {
         let mut env = BTreeMap::from([
@@ -926,13 +823,4 @@ fn write_private(path: &Path, contents: &str) -> std::io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
     let mut file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)?;
     file.write_all(contents.as_bytes())
-}
-
-/// Writes a file every user may read (the sandbox's user reads it through a read-only
-/// bind), replacing what was there.
-fn write_readable(path: &Path, bytes: &[u8]) -> Result<(), String> {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::write(path, bytes)
-        .and_then(|()| std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644)))
-        .map_err(|e| format!("writing {}: {e}", path.display()))
 }
