@@ -102,15 +102,7 @@ fn main() {
 }
 
 async fn run() -> anyhow::Result<()> {
-    let mib = match std::env::var("AGENTPLANE_BENCH_PROXY_MIB") {
-        Ok(value) => value
-            .trim()
-            .parse::<u64>()
-            .ok()
-            .filter(|&n| n > 0)
-            .with_context(|| format!("AGENTPLANE_BENCH_PROXY_MIB={value:?}: expected a positive number of MiB"))?,
-        Err(_) => DEFAULT_MIB,
-    };
+    let mib = report::mib_from_env("AGENTPLANE_BENCH_PROXY_MIB", DEFAULT_MIB).map_err(anyhow::Error::msg)?;
     let size = mib << 20;
     let requests = if report::smoke() { SMOKE_REQUESTS } else { REQUESTS };
     let work = tempfile::tempdir().context("creating a temporary directory")?;

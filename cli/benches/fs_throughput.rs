@@ -83,15 +83,7 @@ fn main() {
 }
 
 async fn run() -> anyhow::Result<()> {
-    let mib = match std::env::var("AGENTPLANE_BENCH_FS_MIB") {
-        Ok(value) => value
-            .trim()
-            .parse::<u64>()
-            .ok()
-            .filter(|&n| n > 0)
-            .with_context(|| format!("AGENTPLANE_BENCH_FS_MIB={value:?}: expected a positive number of MiB"))?,
-        Err(_) => DEFAULT_MIB,
-    };
+    let mib = report::mib_from_env("AGENTPLANE_BENCH_FS_MIB", DEFAULT_MIB).map_err(anyhow::Error::msg)?;
     let size = mib << 20;
     // Beside the target directory, not in /tmp (which may be memory): the disk the
     // node agent would serve a workspace from. Removed when dropped, even on failure.

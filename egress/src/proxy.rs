@@ -560,26 +560,26 @@ mod tests {
         (port, ca, head_rx)
     }
 
-    #[tokio::test]
-    async fn https_to_a_listed_host_is_opened_with_the_sandbox_ca_and_carries_the_value() {
-        let (port, upstream_ca_pem, head) = https_server().await;
+    /// A proxy serving on a socket of its own that intercepts HTTPS with a new CA,
+    /// trusting `upstream_roots` upstream, with a credential for `localhost:port`.
+    /// Answers the proxy, its socket, the CA the sandbox trusts, and the folder.
+    fn intercepting(upstream_roots: &str, port: u16) -> (Arc<Proxy>, std::path::PathBuf, String, tempfile::TempDir) {
         let authority = Authority::new("test").expect("a CA");
         let sandbox_trusts = authority.certificate_pem().to_string();
         let dir = tempfile::tempdir().expect("tempdir");
         let socket = dir.path().join("proxy.sock");
         let listener = UnixListener::bind(&socket).expect("bind");
-        let upstream = Upstream::with_roots_pem(upstream_ca_pem.as_bytes()).expect("roots");
+        let upstream = Upstream::with_roots_pem(upstream_roots.as_bytes()).expect("roots");
         let proxy = Arc::new(Proxy::new(Allowlist::default()).intercepting(Interception { authority, upstream }));
-        proxy
-            .credentials()
-            .set(vec![crate::NewCredential {
-                name: "API_KEY".into(),
-                placeholder: "agentplane-placeholder-0123456789abcdef".into(),
-                value: "sk-real".into(),
-                hosts: entries(&[&format!("localhost:{port}")]),
-            }])
-            .expect("a credential");
+        with_credential_on(&proxy, &[&format!("localhost:{port}")]);
         tokio::spawn(Arc::clone(&proxy).serve(listener, CancellationToken::new()));
+        (proxy, socket, sandbox_trusts, dir)
+    }
+
+    #[tokio::test]
+    async fn https_to_a_listed_host_is_opened_with_the_sandbox_ca_and_carries_the_value() {
+        let (port, upstream_ca_pem, head) = https_server().await;
+        let (proxy, socket, sandbox_trusts, _dir) = intercepting(&upstream_ca_pem, port);
 
         let mut stream = UnixStream::connect(&socket).await.expect("connect");
         stream.write_all(format!("CONNECT localhost:{port} HTTP/1.1\r\n\r\n").as_bytes()).await.expect("write");
@@ -604,17 +604,9 @@ mod tests {
     #[tokio::test]
     async fn an_upstream_that_fails_verification_never_gets_the_request() {
         let (port, _its_ca, head) = https_server().await;
-        let authority = Authority::new("test").expect("a CA");
-        let sandbox_trusts = authority.certificate_pem().to_string();
-        let dir = tempfile::tempdir().expect("tempdir");
-        let socket = dir.path().join("proxy.sock");
-        let listener = UnixListener::bind(&socket).expect("bind");
         // The proxy trusts another CA than the server's.
         let (other_ca, _) = upstream_ca(&["localhost"]);
-        let upstream = Upstream::with_roots_pem(other_ca.as_bytes()).expect("roots");
-        let proxy = Arc::new(Proxy::new(Allowlist::default()).intercepting(Interception { authority, upstream }));
-        with_credential_on(&proxy, &[&format!("localhost:{port}")]);
-        tokio::spawn(Arc::clone(&proxy).serve(listener, CancellationToken::new()));
+        let (proxy, socket, sandbox_trusts, _dir) = intercepting(&other_ca, port);
         let mut stream = UnixStream::connect(&socket).await.expect("connect");
         stream.write_all(format!("CONNECT localhost:{port} HTTP/1.1\r\n\r\n").as_bytes()).await.expect("write");
         let mut established = vec![0u8; b"HTTP/1.1 200 Connection Established\r\n\r\n".len()];

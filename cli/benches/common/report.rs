@@ -53,3 +53,16 @@ pub fn figure(bench: &str, name: &str, value: &str, peer: &str, target: &str, ve
         eprintln!("{bench}: could not append to {}: {error}", path.to_string_lossy());
     }
 }
+
+/// A size in MiB from the environment variable `var` (a positive number), else `default`.
+pub fn mib_from_env(var: &str, default: u64) -> Result<u64, String> {
+    match std::env::var(var) {
+        Ok(value) => value
+            .trim()
+            .parse::<u64>()
+            .ok()
+            .filter(|&n| n > 0)
+            .ok_or_else(|| format!("{var}={value:?}: expected a positive number of MiB")),
+        Err(_) => Ok(default),
+    }
+}
