@@ -11,14 +11,21 @@ use tokio_util::sync::CancellationToken;
 
 use crate::node_agent::{init_logging, watch_stop_signals};
 
+/// How the controller and the egress proxy reach the cluster.
 #[derive(Args, Debug)]
-pub struct ControllerArgs {
+struct Cluster {
     /// A kubeconfig file; without it, the in-cluster config or ~/.kube/config.
     #[arg(long, env = "KUBECONFIG")]
     kubeconfig: Option<PathBuf>,
     /// The kubeconfig context to use (default: its current context).
     #[arg(long)]
     context: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct ControllerArgs {
+    #[command(flatten)]
+    cluster: Cluster,
     /// A namespace to watch (repeat for several; default: all namespaces).
     #[arg(long = "namespace", short = 'n', env = "AGENTPLANE_NAMESPACES", value_delimiter = ',')]
     namespaces: Vec<String>,
@@ -70,12 +77,8 @@ pub struct ControllerArgs {
 /// `agentplane egress-proxy`: the cluster's egress proxy (see docs/cluster.md).
 #[derive(Args, Debug)]
 pub struct EgressProxyArgs {
-    /// A kubeconfig file; without it, the in-cluster config or ~/.kube/config.
-    #[arg(long, env = "KUBECONFIG")]
-    kubeconfig: Option<PathBuf>,
-    /// The kubeconfig context to use (default: its current context).
-    #[arg(long)]
-    context: Option<String>,
+    #[command(flatten)]
+    cluster: Cluster,
     /// A namespace whose Sandboxes it serves (repeat for several; default: all).
     #[arg(long = "namespace", short = 'n', env = "AGENTPLANE_NAMESPACES", value_delimiter = ',')]
     namespaces: Vec<String>,
@@ -90,7 +93,7 @@ pub struct EgressProxyArgs {
 
 pub async fn run_egress_proxy(args: EgressProxyArgs) -> anyhow::Result<()> {
     init_logging();
-    let (client, _) = kube_client(args.kubeconfig.as_ref(), args.context.as_deref()).await?;
+    let (client, _) = kube_client(&args.cluster).await?;
     let shutdown = CancellationToken::new();
     watch_stop_signals(shutdown.clone())?;
     let options = agentplane_controller::kube::egress::ProxyOptions {
@@ -102,8 +105,8 @@ pub async fn run_egress_proxy(args: EgressProxyArgs) -> anyhow::Result<()> {
 }
 
 /// A client for the cluster, with the namespace it defaults to.
-async fn kube_client(kubeconfig: Option<&PathBuf>, context: Option<&str>) -> anyhow::Result<(kube::Client, String)> {
-    let config = crate::kubeconfig::load(kubeconfig.map(PathBuf::as_path), context).await?;
+async fn kube_client(cluster: &Cluster) -> anyhow::Result<(kube::Client, String)> {
+    let config = crate::kubeconfig::load(cluster.kubeconfig.as_deref(), cluster.context.as_deref()).await?;
     let namespace = config.default_namespace.clone();
     Ok((kube::Client::try_from(config).context("building the Kubernetes client")?, namespace))
 }
@@ -113,7 +116,7 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
     if args.concurrency == 0 {
         anyhow::bail!("--concurrency must be at least 1");
     }
-    let (client, default_namespace) = kube_client(args.kubeconfig.as_ref(), args.context.as_deref()).await?;
+    let (client, default_namespace) = kube_client(&args.cluster).await?;
     let identity = args.identity.unwrap_or_else(|| {
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
             .map(|h| h.trim().to_string())
