@@ -463,8 +463,11 @@ fn errors_say_what_is_missing_or_refused() {
     let err = f.fails(&["logs", "process/unstarted"]);
     assert!(err.contains("process/unstarted has not run on the node agent (phase Pending)"), "{err} ({uid})");
 
-    // An API server that is not there.
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    // An API server that is not there: a port held bound and never listened on, so
+    // connecting is refused and no other test can take it over meanwhile.
+    let held = tokio::net::TcpSocket::new_v4().unwrap();
+    held.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let port = held.local_addr().unwrap().port();
     let dir = tempfile::tempdir().unwrap();
     let nowhere = dir.path().join("nowhere.kubeconfig");
     std::fs::write(&nowhere, agentplane_envtest::kubeconfig_yaml(&format!("https://127.0.0.1:{port}"), "x", ns))

@@ -472,8 +472,11 @@ async fn plan_mode_asks_nothing_and_writes_nothing_and_the_variant_is_the_effort
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_provider_that_is_down_fails_the_turn_with_a_timeout_rather_than_a_hang() {
     let fixture = Fixture::new().await;
-    // A port nobody listens on any more.
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    // A port held bound and never listened on: connecting is refused, and no other test
+    // can take it over while this one runs (a port merely freed again could be).
+    let held = tokio::net::TcpSocket::new_v4().unwrap();
+    held.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let closed = held.local_addr().unwrap();
     let server = TestServer::start_with_agents().await;
     let mut request = fixture.session(PermissionMode::Default);
     request.env.insert("OPENAI_BASE_URL".into(), format!("http://{closed}/v1"));
