@@ -6,7 +6,7 @@
 //! loopback HTTP/1.1 origin server (plain, and behind rustls with a certificate for
 //! `localhost` from a CA of its own) that records the `x-api-key` of each request; the
 //! egress [`Proxy`] on a Unix socket, with one credential listing both origins and
-//! intercepting HTTPS with a CA of the sandbox's; and a [`bridge_to_unix`] listener on
+//! intercepting HTTPS with a CA of the sandbox's; and a [`hand_to_proxy`] listener on
 //! loopback in front of it, the way a sandbox reaches the proxy (`HTTP_PROXY`).
 //!
 //! 1. **Plain HTTP**: `curl` of a 100 MiB body (`AGENTPLANE_BENCH_PROXY_MIB`) straight
@@ -37,7 +37,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use agentplane_egress::{Allowlist, Authority, Interception, NewCredential, Proxy, Upstream, bridge_to_unix};
+use agentplane_egress::{Allowlist, Authority, Interception, NewCredential, Proxy, Upstream, hand_to_proxy};
 use anyhow::{Context, bail, ensure};
 use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DistinguishedName, DnType, IsCa, KeyPair, KeyUsagePurpose,
@@ -133,7 +133,7 @@ async fn run() -> anyhow::Result<()> {
     tasks.spawn(Arc::clone(&proxy).serve(listener, shutdown.clone()));
     let bridge_listener = TcpListener::bind("127.0.0.1:0").await?;
     let bridge = bridge_listener.local_addr()?.port();
-    tasks.spawn(bridge_to_unix(bridge_listener, socket.clone(), shutdown.clone()));
+    tasks.spawn(hand_to_proxy(bridge_listener, socket.clone(), shutdown.clone()));
     let proxy_url = format!("http://127.0.0.1:{bridge}");
     let key_header = format!("x-api-key: {PLACEHOLDER}");
 

@@ -445,7 +445,7 @@ async fn serve_proxy_bridges(
     let listener = tokio::net::TcpListener::bind(SANDBOX_PROXY_ADDR)
         .await
         .with_context(|| format!("serving the proxy on {SANDBOX_PROXY_ADDR}"))?;
-    tokio::spawn(netproxy::bridge_to_unix(listener, socket.to_path_buf(), shutdown.clone()));
+    tokio::spawn(netproxy::hand_to_proxy(listener, socket.to_path_buf(), shutdown.clone()));
     for tunnel in tunnels {
         let (host, port) = tunnel
             .rsplit_once(':')

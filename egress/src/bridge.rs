@@ -1,8 +1,9 @@
-//! The sandbox's side: bridges that make the proxy's Unix socket reachable over TCP on
-//! the sandbox's own loopback ([`bridge_to_unix`] for `HTTP_PROXY`, [`tunnel_port`] for
-//! an allowlisted loopback service of the host), and the accept loop that serves every
-//! listener of the crate, the proxy's included, with a bound on connections and a clean
-//! shutdown.
+//! Bridges that relay a loopback TCP listener to a Unix socket: [`bridge_to_unix`] (the
+//! controller's way to a node agent's API socket), [`tunnel_port`] (inside a sandbox, an
+//! allowlisted loopback service of the host, through the proxy), and the accept loop
+//! that serves every listener of the crate, the proxy's included, with a bound on
+//! connections and a clean shutdown. Inside a sandbox `HTTP_PROXY` is served by
+//! [`hand_to_proxy`](crate::hand_to_proxy) instead, which passes the connection itself.
 
 use std::future::Future;
 use std::io;
@@ -30,9 +31,8 @@ const MAX_CONNECTIONS: usize = 1024;
 /// once, and retrying at full speed would spin a core.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
-/// Serves each TCP connection of `listener` by relaying it to the proxy's Unix
-/// `socket`, until `shutdown`. Inside the sandbox it puts the proxy on loopback, so
-/// `HTTP_PROXY=http://127.0.0.1:3128` works.
+/// Serves each TCP connection of `listener` by relaying its bytes to the Unix `socket`,
+/// until `shutdown`. No descriptor crosses: it is safe to point into a sandbox.
 pub async fn bridge_to_unix(listener: TcpListener, socket: PathBuf, shutdown: CancellationToken) {
     let socket: Arc<Path> = socket.into();
     accept_loop(listener, shutdown, "proxy bridge", move |mut client: TcpStream| {

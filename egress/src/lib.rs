@@ -9,9 +9,12 @@
 //! requests and opens only the destinations its [`Allowlist`] names, answering 403 to the
 //! rest and counting them, so the controller can say what was refused. Inside the
 //! sandbox the node agent runs the bridges that make that socket reachable over TCP on the
-//! sandbox's own loopback: [`bridge_to_unix`] for `HTTP_PROXY`/`HTTPS_PROXY`, and
-//! [`tunnel_port`] so an allowlisted loopback service of the host (a model server on
-//! `127.0.0.1:8089`) answers at the same address inside, with no proxy settings at all.
+//! sandbox's own loopback: [`hand_to_proxy`] for `HTTP_PROXY`/`HTTPS_PROXY`, which hands
+//! each connection's socket to the proxy whole (so the proxy is the one relay on the
+//! path), and [`tunnel_port`] so an allowlisted loopback service of the host (a model
+//! server on `127.0.0.1:8089`) answers at the same address inside, with no proxy settings
+//! at all. [`bridge_to_unix`] relays bytes to a Unix socket (the controller's way to a
+//! node agent's API); it never passes a descriptor, so nothing of the host's goes in.
 //!
 //! Destinations are matched by name as written, never through DNS: a name is resolved only
 //! once it is allowed, when the proxy connects, outside the sandbox.
@@ -21,14 +24,16 @@
 //! [`Upstream`], so the request headers can be read and rewritten between the two.
 //!
 //! The modules: `allowlist` (entries and matching), `head` (reading and rewriting
-//! request heads), `proxy` (the [`Proxy`] outside the sandbox), `bridge` (the bridges
-//! inside it, and the accept loop every listener shares), `tls` (both TLS ends of an
+//! request heads), `proxy` (the [`Proxy`] outside the sandbox), `handoff` (a sandbox's
+//! connection passed to the proxy, and the checks on what arrives), `bridge` (the other
+//! bridges, and the accept loop every listener shares), `tls` (both TLS ends of an
 //! intercepted connection).
 
 mod allowlist;
 mod bridge;
 mod credentials;
 mod gateway;
+mod handoff;
 mod head;
 mod proxy;
 mod relay;
@@ -41,6 +46,7 @@ pub use allowlist::{Allowlist, loopback_tunnels};
 pub use bridge::{bridge_to_unix, tunnel_port};
 pub use credentials::{CredentialCount, Credentials, NewCredential};
 pub use gateway::Gateway;
+pub use handoff::hand_to_proxy;
 pub use proxy::{Interception, Proxy};
 pub use tls::{Authority, Upstream};
 

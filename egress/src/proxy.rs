@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::allowlist::authority;
 use crate::bridge::accept_loop;
+use crate::handoff::Opening;
 use crate::head::{BadRequest, HEAD_TIMEOUT, HeadError, MAX_HEAD, parse_request, read_head, request_head_ended};
 use crate::relay::{Destination, Prefixed, relay};
 use crate::{Allowlist, Authority, Credentials, Upstream};
@@ -141,9 +142,22 @@ impl Proxy {
         });
     }
 
+    /// Serves a connection to the Unix socket: one the sandbox handed over (see
+    /// `handoff`), or a client speaking HTTP on the socket itself.
     async fn handle(&self, mut client: UnixStream) {
-        if let Some(buf) = read_request_head(&mut client).await {
-            self.serve_request(client, buf).await
+        match crate::handoff::opening(&client).await {
+            Opening::Handed(mut handed) => {
+                drop(client);
+                if let Some(buf) = read_request_head(&mut handed).await {
+                    self.serve_request(handed, buf).await
+                }
+            }
+            Opening::Speaking => {
+                if let Some(buf) = read_request_head(&mut client).await {
+                    self.serve_request(client, buf).await
+                }
+            }
+            Opening::Nothing => {}
         }
     }
 
@@ -426,7 +440,8 @@ mod tests {
         let harness = start_proxy(&["127.0.0.1"]);
         let requests: [&[u8]; 6] = [
             b"this is not http\r\n\r\n",
-            b"\x00\xff\x16\x03\x01 garbage\r\n\r\n",
+            // (A first byte of NUL is a handoff: see `handoff`'s tests.)
+            b"\xff\x16\x03\x01 garbage\r\n\r\n",
             b"GET /path HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
             b"GET https://127.0.0.1/ HTTP/1.1\r\n\r\n",
             b"CONNECT 127.0.0.1 HTTP/1.1\r\n\r\n",
