@@ -103,7 +103,7 @@ async fn run() -> anyhow::Result<()> {
 
     let agent = NodeAgent::start(TOKEN, &work.path().join("data"), &[])?;
     let idle_rss = agent.server.rss_bytes()?;
-    let ours = Server::Ours { client: Client::new(&agent.url, Some(TOKEN.into()))?, agent: &agent };
+    let ours = Server::Ours { client: Box::new(Client::new(&agent.url, Some(TOKEN.into()))?), agent: &agent };
     let peer_process = Peer::start()?;
     let peer = Server::NodePty(&peer_process);
 
@@ -236,7 +236,7 @@ async fn run() -> anyhow::Result<()> {
 
 /// A terminal server under measurement: ours, or the peer.
 enum Server<'a> {
-    Ours { client: Client, agent: &'a NodeAgent },
+    Ours { client: Box<Client>, agent: &'a NodeAgent },
     NodePty(&'a Peer),
 }
 

@@ -14,6 +14,8 @@ pub enum Error {
     SandboxNotFound(String),
     #[error("sandbox {sandbox:?} is not ready: {why}")]
     SandboxNotReady { sandbox: String, why: String },
+    #[error("sandbox {sandbox:?} is suspended: {why}")]
+    SandboxSuspended { sandbox: String, why: String },
     #[error("{context}: {source}")]
     Io {
         context: String,
@@ -33,6 +35,7 @@ impl Error {
             Error::NodeAgent { .. } => "NodeAgentUnreachable",
             Error::SandboxNotFound(_) => "SandboxNotFound",
             Error::SandboxNotReady { .. } => "SandboxNotReady",
+            Error::SandboxSuspended { .. } => "SandboxSuspended",
             Error::Io { .. } | Error::Config(_) | Error::AlreadyRunning(_) => "Error",
         }
     }

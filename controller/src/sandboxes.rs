@@ -58,11 +58,26 @@ pub struct SandboxHandle {
     pub installer: Option<Arc<dyn NodeAgent>>,
 }
 
-#[derive(Debug)]
+/// Wakes a suspended sandbox (see [`Sandboxes::wake`]).
+pub type Waker = Arc<dyn Fn() + Send + Sync>;
+
 enum Entry {
     Ready(Arc<SandboxHandle>),
     /// Known but not usable now, and why (e.g. its heartbeat is late).
     NotReady(String),
+    /// Suspended, and why; woken by `wake` when something has work for it (none: only
+    /// its spec wakes it).
+    Suspended(String, Option<Waker>),
+}
+
+impl std::fmt::Debug for Entry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Entry::Ready(handle) => f.debug_tuple("Ready").field(handle).finish(),
+            Entry::NotReady(why) => f.debug_tuple("NotReady").field(why).finish(),
+            Entry::Suspended(why, waker) => f.debug_tuple("Suspended").field(why).field(&waker.is_some()).finish(),
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -111,6 +126,22 @@ impl Sandboxes {
         self.write().insert(key.to_string(), Entry::NotReady(why.into()));
     }
 
+    /// Sandbox `key` is suspended, saying why; `waker`, when there is one, wakes it.
+    pub fn set_suspended(&self, key: &str, why: impl Into<String>, waker: Option<Waker>) {
+        self.write().insert(key.to_string(), Entry::Suspended(why.into(), waker));
+    }
+
+    /// Wakes sandbox `key` if it is suspended and may be woken (something has work for
+    /// it: a message to deliver, a reply); true when it was asked to wake.
+    pub fn wake(&self, key: &str) -> bool {
+        let waker = match self.by_key.read().unwrap_or_else(|e| e.into_inner()).get(key) {
+            Some(Entry::Suspended(_, Some(waker))) => Arc::clone(waker),
+            _ => return false,
+        };
+        waker();
+        true
+    }
+
     pub fn remove(&self, key: &str) {
         self.write().remove(key);
     }
@@ -124,6 +155,9 @@ impl Sandboxes {
         match self.by_key.read().unwrap_or_else(|e| e.into_inner()).get(key) {
             Some(Entry::Ready(handle)) => Ok(Arc::clone(handle)),
             Some(Entry::NotReady(why)) => Err(Error::SandboxNotReady { sandbox: key.to_string(), why: why.clone() }),
+            Some(Entry::Suspended(why, _)) => {
+                Err(Error::SandboxSuspended { sandbox: key.to_string(), why: why.clone() })
+            }
             None => Err(Error::SandboxNotFound(key.to_string())),
         }
     }

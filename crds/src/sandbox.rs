@@ -89,6 +89,18 @@ pub struct SandboxSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "preserve_unknown_object")]
     pub pod_template: Option<serde_json::Value>,
+    /// Managed, folder store: `true` suspends it now and keeps it suspended (its node
+    /// agent and every process stopped, its folder and conversations kept), as a Job's
+    /// `suspend`; `false` wakes it.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub suspend: bool,
+    /// Managed, folder store: suspend it after this long idle (no session in a turn or
+    /// with messages or replies waiting, no client following a terminal or a stream, no
+    /// process output). A new message or reply, or any client of its endpoint, wakes
+    /// it. Absent: never.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub idle_timeout_seconds: Option<u32>,
 }
 
 impl SandboxSpec {
@@ -184,7 +196,7 @@ pub struct AgentInstall {
 pub struct SandboxStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// Managed: Pending, Starting, Ready, Restarting, Failed.
+    /// Managed: Pending, Starting, Ready, Restarting, Failed, Suspended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<SandboxPhase>,
     /// The last time the node agent reported in.
@@ -234,6 +246,10 @@ pub struct SandboxStatus {
     /// ones to other hosts that carried its placeholder. Never a value.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub credentials: Vec<CredentialStatus>,
+    /// Managed: since when it is suspended (phase `Suspended`; the `Ready` condition's
+    /// reason says why: `Idle` or `Requested`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suspended_at: Option<Time>,
     /// The template it was made from, when a pool or a claim made it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub template: Option<String>,
@@ -261,4 +277,6 @@ pub enum SandboxPhase {
     Restarting,
     /// It cannot be started as specified.
     Failed,
+    /// Its node agent and processes are stopped; its folder is kept (see `suspend`).
+    Suspended,
 }

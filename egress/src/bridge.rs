@@ -34,10 +34,28 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 /// Serves each TCP connection of `listener` by relaying its bytes to the Unix `socket`,
 /// until `shutdown`. No descriptor crosses: it is safe to point into a sandbox.
 pub async fn bridge_to_unix(listener: TcpListener, socket: PathBuf, shutdown: CancellationToken) {
+    bridge_to_unix_when(listener, socket, shutdown, || async { Ok(()) }).await
+}
+
+/// [`bridge_to_unix`], each connection waiting first for `ready` (a suspended sandbox
+/// woken, say). When it answers why not, the client gets that as an HTTP `503`
+/// problem document (`urn:agentplane:error:unavailable`) and the connection closes.
+pub async fn bridge_to_unix_when<R, F>(listener: TcpListener, socket: PathBuf, shutdown: CancellationToken, ready: R)
+where
+    R: Fn() -> F + Send + Sync + 'static,
+    F: Future<Output = std::result::Result<(), String>> + Send + 'static,
+{
     let socket: Arc<Path> = socket.into();
+    let ready = Arc::new(ready);
     accept_loop(listener, shutdown, "proxy bridge", move |mut client: TcpStream| {
         let socket = Arc::clone(&socket);
+        let ready = Arc::clone(&ready);
         async move {
+            if let Err(why) = ready().await {
+                let _ = client.write_all(unavailable(&why).as_bytes()).await;
+                let _ = client.shutdown().await;
+                return;
+            }
             let mut proxy = match UnixStream::connect(&socket).await {
                 Ok(proxy) => proxy,
                 Err(source) => {
@@ -53,6 +71,22 @@ pub async fn bridge_to_unix(listener: TcpListener, socket: PathBuf, shutdown: Ca
         }
     })
     .await
+}
+
+/// An HTTP `503` answer with a problem document saying `why`.
+fn unavailable(why: &str) -> String {
+    let body = serde_json::json!({
+        "type": "urn:agentplane:error:unavailable",
+        "title": "Service Unavailable",
+        "status": 503,
+        "detail": why,
+    })
+    .to_string();
+    format!(
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/problem+json\r\nContent-Length: {}\r\n\
+         Connection: close\r\n\r\n{body}",
+        body.len()
+    )
 }
 
 /// Serves each TCP connection of `listener` by a `CONNECT host:port` tunnel through the

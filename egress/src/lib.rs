@@ -43,7 +43,7 @@ mod testing;
 mod tls;
 
 pub use allowlist::{Allowlist, loopback_tunnels};
-pub use bridge::{bridge_to_unix, tunnel_port};
+pub use bridge::{bridge_to_unix, bridge_to_unix_when, tunnel_port};
 pub use credentials::{CredentialCount, Credentials, NewCredential};
 pub use gateway::Gateway;
 pub use handoff::hand_to_proxy;

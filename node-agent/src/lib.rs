@@ -3,6 +3,7 @@
 //! controller is just one of its clients, and [`client::Client`] is how they all talk to it.
 
 pub mod acp;
+pub mod activity;
 pub mod agents;
 pub mod api;
 pub mod auth;

@@ -188,6 +188,11 @@ impl Metrics {
         self.sources.lock().unwrap_or_else(|e| e.into_inner()).push(source);
     }
 
+    /// Bytes processes wrote so far, both streams.
+    pub fn output_total(&self) -> u64 {
+        ["stdout", "stderr"].into_iter().map(|stream| self.count_output(stream).get()).sum()
+    }
+
     pub fn count_output(&self, stream: &'static str) -> Counter {
         self.output_bytes.get_or_create(&StreamLabel { stream }).clone()
     }

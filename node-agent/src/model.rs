@@ -396,6 +396,16 @@ pub struct Health {
     pub version: String,
 }
 
+/// What keeps a node agent busy, and how long nothing has (`GET /v1/activity`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ActivityReport {
+    /// What is going on now, one line each; empty when nothing is.
+    pub busy: Vec<String>,
+    /// Whole seconds since something last went on (0 while busy).
+    pub idle_seconds: u64,
+}
+
 // ---- Agents ----
 
 /// What a driver can do; clients hide what an agent does not offer.

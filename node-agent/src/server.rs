@@ -158,6 +158,7 @@ impl Server {
             resources: None,
             fs,
             own_address,
+            activity: crate::activity::Activity::new(),
         };
         Ok(Server { listener, state })
     }

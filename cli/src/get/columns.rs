@@ -143,6 +143,15 @@ impl Columns {
                 let (phase, isolation, network) = match (&s.spec.endpoint, status.phase) {
                     (Some(_), _) if local => ("Embedded".to_string(), "none".to_string(), "host".to_string()),
                     (Some(_), _) => ("External".to_string(), "external".to_string(), String::new()),
+                    // How long it has slept, beside the word.
+                    (None, Some(agentplane_crds::SandboxPhase::Suspended)) => (
+                        match &status.suspended_at {
+                            Some(at) => format!("Suspended ({})", crate::printing::age_of(at)),
+                            None => "Suspended".to_string(),
+                        },
+                        status.isolation.clone().unwrap_or_default(),
+                        enum_word(&s.spec.network),
+                    ),
                     (None, phase) => (
                         phase.map(|p| enum_word(&p)).unwrap_or_else(|| "Pending".into()),
                         status.isolation.clone().unwrap_or_default(),

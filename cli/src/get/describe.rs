@@ -280,6 +280,10 @@ pub async fn describe(args: DescribeArgs) -> anyhow::Result<i32> {
                     out.field(1, "Credential", format!("{} -> {}", credential.name, credential.hosts.join(", ")));
                 }
                 out.optional(1, "Workspace", s.spec.workspace.clone());
+                if s.spec.suspend {
+                    out.field(1, "Suspend", "true (held suspended until it is false)".to_string());
+                }
+                out.optional(1, "Idle timeout", s.spec.idle_timeout_seconds.map(|t| format!("{t}s (then suspended)")));
                 for bind in &s.spec.binds {
                     let inside = bind.path.clone().unwrap_or_else(|| bind.host_path.clone());
                     let how = if bind.writable { "writable" } else { "read-only" };
@@ -294,6 +298,11 @@ pub async fn describe(args: DescribeArgs) -> anyhow::Result<i32> {
                     out.optional(1, "Endpoint", status.endpoint.clone());
                 }
                 out.optional(1, "Started", status.started_at.as_ref().map(|t| format!("{} ({} ago)", t.0, age_of(t))));
+                out.optional(
+                    1,
+                    "Suspended",
+                    status.suspended_at.as_ref().map(|t| format!("{} ({} ago)", t.0, age_of(t))),
+                );
                 if status.restarts > 0 {
                     out.field(1, "Restarts", status.restarts.to_string());
                 }

@@ -117,6 +117,8 @@ fn watch_widths(kind: Kind, headers: &[&str], rows: &[Vec<String>]) -> Vec<usize
             "NAME" | "NAMESPACE" => 16,
             // `AwaitingInput?`, `Running (invalid spec)`.
             "PHASE" if kind == Kind::Session => 14,
+            // `Suspended (12m)`.
+            "PHASE" if kind == Kind::Sandbox => 15,
             "PHASE" => 9,
             "REASON" => 16,
             "COMMAND" => 24,

@@ -31,6 +31,7 @@ mod resources;
 mod restart_session;
 mod sandboxes;
 mod session_cli;
+mod suspend;
 mod up;
 mod up_log_names;
 mod view_get;

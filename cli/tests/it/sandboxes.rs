@@ -180,12 +180,12 @@ pub(crate) fn process_yaml(name: &str, sandbox: &str, script: &str) -> String {
 }
 
 /// The pid `status.runsOn` names.
-fn runs_on_pid(s: &agentplane_crds::Sandbox) -> i32 {
+pub(crate) fn runs_on_pid(s: &agentplane_crds::Sandbox) -> i32 {
     let runs_on = s.status.as_ref().and_then(|s| s.runs_on.clone()).expect("a running sandbox says where");
     runs_on.split_whitespace().nth(1).and_then(|p| p.parse().ok()).expect("pid N on this machine")
 }
 
-fn alive(pid: i32) -> bool {
+pub(crate) fn alive(pid: i32) -> bool {
     let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     status.lines().find_map(|l| l.strip_prefix("State:")).is_some_and(|s| !s.trim_start().starts_with('Z'))
 }

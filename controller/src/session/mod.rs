@@ -384,6 +384,18 @@ impl Step<'_> {
     }
 }
 
+/// Whether a Session has something for its node agent: a message not delivered, a
+/// reply not applied, an end not yet recorded.
+fn has_work(session: &Session) -> bool {
+    let (spec, status) = (&session.spec, session.status.clone().unwrap_or_default());
+    spec.messages.len() > status.delivered_messages as usize
+        || spec
+            .replies
+            .iter()
+            .any(|r| !status.answered_replies.contains(&r.id) && !status.refused_replies.contains(&r.id))
+        || (spec.ended && status.phase != Some(SessionPhase::Ended))
+}
+
 impl SessionReconciler {
     pub fn new(sandboxes: Arc<Sandboxes>) -> Self {
         SessionReconciler { sandboxes }
@@ -417,6 +429,16 @@ impl SessionReconciler {
         }
         let sandbox = match self.sandboxes.for_resource(&session.metadata, &spec.sandbox) {
             Ok(sandbox) => sandbox,
+            Err(e @ Error::SandboxSuspended { .. }) => {
+                // Work for it wakes it (when it sleeps for being idle); its status until
+                // then is what it was, with why nothing moves.
+                if has_work(session) {
+                    self.sandboxes.wake(&self.sandboxes.key(session.metadata.namespace.as_deref(), &spec.sandbox));
+                }
+                step.status.phase.get_or_insert(SessionPhase::Pending);
+                step.ready(false, e.reason(), e.to_string());
+                return step.done(Some(RETRY_LATER));
+            }
             Err(e) => {
                 step.status.phase.get_or_insert(SessionPhase::Pending);
                 step.ready(false, e.reason(), e.to_string());

@@ -256,3 +256,42 @@ async fn restart_of_a_live_session_restarts_its_agent_once_per_request() {
     scene.pass_with_env(&[("K", "v")]).await;
     assert_eq!(scene.fake.restarts(&scene.id()).len(), 1, "an ended session is not restarted");
 }
+
+/// A session whose sandbox sleeps for being idle wakes it when it has something for
+/// it (a message, a reply, an end), and only then; one suspended by its spec is never
+/// woken from here.
+#[tokio::test]
+async fn only_work_for_it_wakes_a_suspended_sandbox() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let mut scene = Scene::new("{agent: mock, messages: [one]}");
+    scene.pass().await;
+    scene.fake.finish_turn(&scene.id());
+    scene.pass().await;
+    assert_eq!(scene.session.status.as_ref().unwrap().delivered_messages, 1);
+
+    let woken = Arc::new(AtomicUsize::new(0));
+    let count = Arc::clone(&woken);
+    let waker: crate::sandboxes::Waker = Arc::new(move || {
+        count.fetch_add(1, Ordering::SeqCst);
+    });
+    scene.sandboxes.set_suspended("local", "idle", Some(waker));
+    scene.pass().await;
+    assert_eq!(woken.load(Ordering::SeqCst), 0, "nothing to deliver: it sleeps on");
+    let status = scene.session.status.clone().unwrap();
+    assert_eq!(status.phase, Some(SessionPhase::Idle), "its last known phase stays");
+    assert!(status.conditions.iter().any(|c| c.reason == "SandboxSuspended"), "{:?}", status.conditions);
+
+    scene.declare("{agent: mock, messages: [one, two]}");
+    scene.pass().await;
+    assert_eq!(woken.load(Ordering::SeqCst), 1, "a new message wakes it");
+
+    scene.declare("{agent: mock, messages: [one], ended: true}");
+    scene.pass().await;
+    assert_eq!(woken.load(Ordering::SeqCst), 2, "so does an end to record");
+
+    scene.sandboxes.set_suspended("local", "spec.suspend", None);
+    scene.declare("{agent: mock, messages: [one, two, three]}");
+    scene.pass().await;
+    assert_eq!(woken.load(Ordering::SeqCst), 2, "held by its spec: never woken from here");
+    assert_eq!(scene.fake.messages(&scene.id()), ["one"], "nothing reached the sleeping node agent");
+}

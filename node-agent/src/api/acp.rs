@@ -93,7 +93,11 @@ async fn acp_socket(
     };
     let options = Options { create, client_cwd: false, title: format!("agentplane: {}", query.agent) };
     let maker = Arc::new(OnNodeAgent { client, end_on_exit: true });
-    Ok(upgrade.on_upgrade(move |socket| serve(socket, maker, options, state)))
+    let following = state.activity.follow(&headers);
+    Ok(upgrade.on_upgrade(move |socket| async move {
+        serve(socket, maker, options, state).await;
+        drop(following);
+    }))
 }
 
 /// Pumps the socket's text messages in as lines and the protocol's lines out as text

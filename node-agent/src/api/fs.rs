@@ -572,6 +572,7 @@ impl Write for ChannelWriter {
 async fn watch(
     State(state): State<AppState>,
     Query(query): Query<FsWatchQuery>,
+    headers: axum::http::HeaderMap,
 ) -> Result<Sse<impl Stream<Item = std::result::Result<Event, Infallible>>>> {
     let roots: Arc<FsRoots> = state.fs.clone();
     let path = roots.resolve(&query.path)?;
@@ -581,8 +582,10 @@ async fn watch(
         watch: crate::fs::watch::FsWatch,
         sequence: u64,
         shutdown: tokio_util::sync::CancellationToken,
+        _following: crate::activity::Following,
     }
-    let cursor = Cursor { watch, sequence: 0, shutdown: state.shutdown.clone() };
+    let following = state.activity.follow(&headers);
+    let cursor = Cursor { watch, sequence: 0, shutdown: state.shutdown.clone(), _following: following };
     let stream = futures_util::stream::unfold(cursor, |mut cursor| async move {
         let event = tokio::select! {
             event = cursor.watch.events.recv() => event?,

@@ -64,6 +64,8 @@ pub struct AppState {
     /// Where this node agent reaches its own API (`/v1/acp` drives sessions through a
     /// client of it): its TCP address and its own token; `None` on a Unix socket.
     pub own_address: Option<Arc<OwnAddress>>,
+    /// What keeps this node agent busy (`/v1/activity`): streams count their clients.
+    pub activity: Arc<crate::activity::Activity>,
 }
 
 /// A node agent's own URL and token (see [`AppState::own_address`]).
@@ -196,7 +198,7 @@ fn all_routes() -> impl Iterator<Item = &'static Route> {
     .flatten()
 }
 
-const ROUTES: &[Route] = &[route!(health), route!(openapi_json)];
+const ROUTES: &[Route] = &[route!(health), route!(openapi_json), route!(activity)];
 
 /// The OpenAPI document: what `/v1/openapi.json` serves and `agentplane node-agent
 /// openapi` prints. Built once, when first asked for: building it touches every
@@ -327,6 +329,29 @@ impl utoipa::Modify for ApiConventions {
 #[utoipa::path(get, path = "/v1/health", tag = "system", security(()), responses((status = 200, body = Health)))]
 async fn health() -> Json<Health> {
     Json(Health { status: "ok".into(), version: env!("CARGO_PKG_VERSION").into() })
+}
+
+/// What keeps this node agent busy now, and for how long nothing has: sessions in a
+/// turn (or preparing, installing, starting, with messages queued or a reply awaited),
+/// clients following a stream, and processes' output. A client that sends
+/// `X-Agentplane-Observer` on a stream is not counted. A controller suspends an idle
+/// sandbox by it (`idleTimeoutSeconds`).
+#[utoipa::path(get, path = "/v1/activity", tag = "system", responses((status = 200, body = ActivityReport)))]
+async fn activity(State(state): State<AppState>) -> Json<ActivityReport> {
+    let mut busy = Vec::new();
+    for session in state.sessions.list() {
+        let info = session.info();
+        let doing = match info.state {
+            SessionState::Idle | SessionState::Ended | SessionState::Failed => continue,
+            SessionState::Preparing => "preparing its workspace",
+            SessionState::Installing => "installing its agent",
+            SessionState::Starting => "starting its agent",
+            SessionState::Running => "in a turn",
+            SessionState::AwaitingInput => "waiting for a reply",
+        };
+        busy.push(format!("session {}: {doing}", info.id));
+    }
+    Json(state.activity.report(busy, state.metrics.output_total()))
 }
 
 /// The OpenAPI document, as `/v1/openapi.json` serves it, pretty-printed with a

@@ -187,6 +187,7 @@ async fn write_input(
 /// the node agent stops, or `wait` seconds pass; nothing without `wait`.
 async fn long_poll(
     state: &AppState,
+    headers: &HeaderMap,
     process: &Process,
     wait: Option<f64>,
     more: impl std::future::Future<Output = ()>,
@@ -195,6 +196,8 @@ async fn long_poll(
     if !wait.is_finite() || !(0.0..=60.0).contains(&wait) {
         return Err(Error::InvalidRequest(format!("wait {wait} must be between 0 and 60 seconds")));
     }
+    // A client waiting for output follows it, as one on a socket does.
+    let _following = state.activity.follow(headers);
     let mut run_state = process.watch_state();
     let _ = tokio::time::timeout(Duration::from_secs_f64(wait), async {
         tokio::select! {
@@ -215,6 +218,7 @@ async fn read_output(
     State(state): State<AppState>,
     PathId(id): PathId,
     Query(query): Query<OutputQuery>,
+    headers: HeaderMap,
 ) -> Result<Json<OutputChunk>> {
     let process = state.processes.get(&id)?;
     let stream = query.stream.unwrap_or(if process.is_pty() { OutputStream::Pty } else { OutputStream::Stdout });
@@ -225,7 +229,7 @@ async fn read_output(
         return Err(Error::InvalidRequest(format!("offset {offset} is past the end of the output ({total} bytes)")));
     }
     let limit = query.limit.unwrap_or(MAX_OUTPUT_READ).clamp(1, MAX_OUTPUT_READ);
-    long_poll(&state, &process, query.wait, buffer.wait_past(offset)).await?;
+    long_poll(&state, &headers, &process, query.wait, buffer.wait_past(offset)).await?;
     let read = buffer.read(offset, limit);
     let encoding = query.encoding.unwrap_or_default();
     let next_offset = read.offset + read.data.len() as u64;
@@ -256,6 +260,7 @@ async fn read_interleaved_output(
     State(state): State<AppState>,
     PathId(id): PathId,
     Query(query): Query<InterleavedOutputQuery>,
+    headers: HeaderMap,
 ) -> Result<Json<InterleavedOutput>> {
     let process = state.processes.get(&id)?;
     let stdout = Arc::clone(process.output(OutputStream::Stdout)?);
@@ -268,7 +273,7 @@ async fn read_interleaved_output(
     let since = query.since.as_deref().map(parse_since).transpose()?;
     let seq = query.seq.unwrap_or(0);
     let limit = query.limit.unwrap_or(MAX_OUTPUT_READ).clamp(1, MAX_OUTPUT_READ);
-    long_poll(&state, &process, query.wait, index.wait_past(seq)).await?;
+    long_poll(&state, &headers, &process, query.wait, index.wait_past(seq)).await?;
     // Read after the index: every chunk it names was in its ring before it was recorded.
     let read = index.read(seq, since, usize::MAX);
     let encoding = query.encoding.unwrap_or_default();
@@ -361,8 +366,10 @@ async fn connect(
     }
     let upgrade = upgrade.map_err(|e| Error::InvalidRequest(format!("not a WebSocket request: {}", e.body_text())))?;
     let upgrade = upgrade.max_message_size(MAX_CLIENT_MESSAGE).max_frame_size(MAX_CLIENT_MESSAGE);
-    Ok(upgrade.on_upgrade(move |socket| {
-        terminal_session(socket, state, process, buffer, query.offset, query.ack == Some(true))
+    let following = state.activity.follow(&headers);
+    Ok(upgrade.on_upgrade(move |socket| async move {
+        terminal_session(socket, state, process, buffer, query.offset, query.ack == Some(true)).await;
+        drop(following);
     }))
 }
 

@@ -145,6 +145,8 @@ pub struct Client {
     /// Uploads: neither, since reqwest's read deadline runs from the request's start,
     /// and an upload's length is the caller's; see [`Client::upload`].
     uploads: reqwest::Client,
+    /// Says on every request that it only observes (see [`Client::observing`]).
+    observer: bool,
 }
 
 impl Client {
@@ -170,7 +172,15 @@ impl Client {
         let http = build(reqwest::Client::builder().timeout(timeouts.answer))?;
         let streams = build(reqwest::Client::builder().read_timeout(timeouts.idle))?;
         let uploads = build(reqwest::Client::builder())?;
-        Ok(Client { base, token, timeouts, http, streams, uploads })
+        Ok(Client { base, token, timeouts, http, streams, uploads, observer: false })
+    }
+
+    /// This client, saying on each request that it only observes: the streams it
+    /// follows do not keep the node agent busy (see `GET /v1/activity`). For a
+    /// controller, whose streams last as long as the sandbox.
+    pub fn observing(mut self) -> Client {
+        self.observer = true;
+        self
     }
 
     pub fn base_url(&self) -> &Url {
@@ -189,6 +199,7 @@ impl Client {
     }
 
     fn authorized(&self, builder: RequestBuilder) -> RequestBuilder {
+        let builder = if self.observer { builder.header(crate::activity::OBSERVER_HEADER, "1") } else { builder };
         match &self.token {
             Some(token) => builder.bearer_auth(token),
             None => builder,

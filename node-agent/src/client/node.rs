@@ -13,6 +13,11 @@ impl Client {
         self.call(self.request(Method::GET, &["health"]), MAX_ANSWER_BYTES, self.timeouts.health).await
     }
 
+    /// What keeps the node agent busy, and how long nothing has (`GET /v1/activity`).
+    pub async fn activity(&self) -> ClientResult<ActivityReport> {
+        self.call(self.request(Method::GET, &["activity"]), MAX_ANSWER_BYTES, self.timeouts.health).await
+    }
+
     /// A one-time login code for a browser page (`/ui/#code=CODE`).
     pub async fn create_login_code(&self) -> ClientResult<LoginCode> {
         self.send(self.request(Method::POST, &["auth", "codes"])).await

@@ -414,7 +414,7 @@ async fn the_openapi_document_describes_every_route() {
                 .count()
         })
         .sum();
-    assert_eq!(documented, 49, "operations documented: every method of every route in `api::router`");
+    assert_eq!(documented, 50, "operations documented: every method of every route in `api::router`");
     // The routes that need no token say so; every other inherits the bearer scheme.
     for (path, method) in [("/v1/health", "get"), ("/v1/auth/exchange", "post")] {
         assert_eq!(paths[path][method]["security"], serde_json::json!([{}]), "{method} {path}");
@@ -448,4 +448,61 @@ async fn a_data_directory_serves_one_node_agent_at_a_time() {
     let second = agentplane_node_agent::Server::bind(config, tokio_util::sync::CancellationToken::new()).await;
     let error = second.err().expect("a second node agent on the same data directory is refused").to_string();
     assert!(error.contains("another node agent uses the data directory"), "{error}");
+}
+
+/// `GET /v1/activity`, by which a controller suspends an idle sandbox: a client
+/// following a process keeps it busy while it follows, output is activity, and a client
+/// that says it only observes (the controller's own streams) is not counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn activity_counts_followers_and_output_but_not_observers() {
+    let server = TestServer::start().await;
+    assert!(server.anonymous().activity().await.is_err(), "the token is needed");
+    assert!(server.client.activity().await.unwrap().busy.is_empty());
+
+    let quiet = server.spawn_pty("sleep", &["30"]).await;
+    let term = Term::open(&server.client, &quiet.id, None).await;
+    assert_eq!(server.client.activity().await.unwrap().busy, vec!["1 client(s) following a stream".to_string()]);
+    term.close().await;
+    let mut left = Vec::new();
+    for _ in 0..200 {
+        left = server.client.activity().await.unwrap().busy;
+        if left.is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert!(left.is_empty(), "the client left: {left:?}");
+
+    // Waiting for output is following it, unless the client only observes.
+    let observer = server.client.clone().observing();
+    let waiting = {
+        let (client, id) = (observer.clone(), quiet.id.clone());
+        tokio::spawn(async move { client.output(&id, &OutputQuery { wait: Some(1.0), ..Default::default() }).await })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(server.client.activity().await.unwrap().busy.is_empty(), "an observer is not counted");
+    waiting.await.unwrap().unwrap();
+    let follower = {
+        let (client, id) = (server.client.clone(), quiet.id.clone());
+        tokio::spawn(async move { client.output(&id, &OutputQuery { wait: Some(1.0), ..Default::default() }).await })
+    };
+    let mut busy = Vec::new();
+    for _ in 0..100 {
+        busy = server.client.activity().await.unwrap().busy;
+        if !busy.is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(busy, vec!["1 client(s) following a stream".to_string()]);
+    follower.await.unwrap().unwrap();
+
+    // Output since the last report is activity: idle time starts again from it.
+    server.spawn_pty("sh", &["-c", "sleep 1.5; echo something"]).await;
+    tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
+    assert!(server.client.activity().await.unwrap().idle_seconds >= 1, "starting a process is not activity");
+    tokio::time::sleep(std::time::Duration::from_millis(1000)).await;
+    let report = server.client.activity().await.unwrap();
+    assert!(report.busy.is_empty() && report.idle_seconds == 0, "{report:?}");
+    server.stop().await;
 }

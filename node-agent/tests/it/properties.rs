@@ -47,6 +47,7 @@ async fn app(limits: Limits) -> (axum::Router, tempfile::TempDir) {
         resources: None,
         fs: Arc::new(agentplane_node_agent::fs::FsRoots::open(&[dir.path().to_path_buf()]).unwrap()),
         own_address: None,
+        activity: agentplane_node_agent::activity::Activity::new(),
     };
     (router(state), dir)
 }

@@ -48,6 +48,9 @@ use egress::{SYSTEM_BUNDLE, TRUST_BUNDLE, TRUST_CA};
 pub const SANDBOX_PROXY_ADDR: &str = "127.0.0.1:3128";
 /// A node agent that has not said `ready` by then is killed and started again.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// How often an awake sandbox with `idleTimeoutSeconds` is asked how long it has been
+/// idle (a request on the loopback).
+const IDLE_POLL: Duration = Duration::from_secs(1);
 /// How long the node agent gets to stop its processes before SIGKILL.
 const STOP_GRACE: Duration = Duration::from_secs(5);
 /// Restarts back off from this, doubling, to `RESTART_MAX`; a node agent that ran
@@ -95,6 +98,20 @@ impl Desired {
     }
 }
 
+/// Whether the sandbox should be awake, from its spec: changing it never restarts an
+/// awake node agent, unlike [`Desired`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Power {
+    /// `spec.suspend`: suspended until it is false again.
+    pub suspend: bool,
+    /// `spec.idleTimeoutSeconds`: suspended after this long idle, woken by work.
+    pub idle_timeout: Option<Duration>,
+}
+
+/// Why a sandbox is suspended (the `Ready` condition's reason).
+pub const SUSPENDED_IDLE: &str = "Idle";
+pub const SUSPENDED_REQUESTED: &str = "Requested";
+
 /// What is known of a managed sandbox now, for its status.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Observed {
@@ -116,6 +133,8 @@ pub struct Observed {
     pub isolation: &'static str,
     /// What the proxy counted of each credential.
     pub credentials: Vec<agentplane_egress::CredentialCount>,
+    /// Since when it is suspended (phase `Suspended`).
+    pub suspended_at: Option<Time>,
 }
 
 impl Observed {
@@ -134,6 +153,7 @@ impl Observed {
             denied: 0,
             last_denied: Vec::new(),
             credentials: Vec::new(),
+            suspended_at: None,
             isolation: match isolation {
                 Isolation::Bubblewrap => "bubblewrap",
                 Isolation::None => "none",
@@ -145,6 +165,9 @@ impl Observed {
 struct Running {
     uid: String,
     desired: Desired,
+    power: watch::Sender<Power>,
+    /// Wakes it when it is suspended for being idle.
+    wake: Arc<tokio::sync::Notify>,
     observed: watch::Receiver<Observed>,
     stop: CancellationToken,
     task: tokio::task::JoinHandle<()>,
@@ -207,14 +230,15 @@ impl Managed {
         sandbox_dir(&self.config.root, name, uid)
     }
 
-    /// Keeps sandbox `name` running as `desired`: started when new, started anew when
-    /// its spec changed (or it was replaced by another of the same name). Answers what
-    /// is observed now.
-    pub async fn ensure(&self, name: &str, uid: &str, desired: Desired) -> Observed {
+    /// Keeps sandbox `name` running as `desired`, awake or suspended as `power` says:
+    /// started when new, started anew when its spec changed (or it was replaced by
+    /// another of the same name). Answers what is observed now.
+    pub async fn ensure(&self, name: &str, uid: &str, desired: Desired, power: Power) -> Observed {
         let replaced = {
             let mut running = self.lock();
             match running.get(name) {
                 Some(r) if r.uid == uid && r.desired == desired && !r.task.is_finished() => {
+                    r.power.send_if_modified(|p| std::mem::replace(p, power) != power);
                     return r.observed.borrow().clone();
                 }
                 Some(_) => running.remove(name),
@@ -229,7 +253,11 @@ impl Managed {
         let dir = self.dir_of(name, uid);
         let (tx, rx) = watch::channel(Observed::new(desired.isolation));
         let stop = CancellationToken::new();
+        let (power_tx, power_rx) = watch::channel(power);
+        let wake = Arc::new(tokio::sync::Notify::new());
         let supervisor = Supervisor {
+            power: power_rx,
+            wake: Arc::clone(&wake),
             name: name.to_string(),
             dir: dir.clone(),
             desired: desired.clone(),
@@ -243,8 +271,26 @@ impl Managed {
         };
         let task = tokio::spawn(supervisor.run());
         let observed = rx.borrow().clone();
-        self.lock().insert(name.to_string(), Running { uid: uid.to_string(), desired, observed: rx, stop, task, dir });
+        self.lock().insert(
+            name.to_string(),
+            Running { uid: uid.to_string(), desired, power: power_tx, wake, observed: rx, stop, task, dir },
+        );
         observed
+    }
+
+    /// Wakes sandbox `name` if it is suspended for being idle (one suspended by its
+    /// spec stays so); true when it was.
+    pub fn wake(&self, name: &str) -> bool {
+        let running = self.lock();
+        let Some(r) = running.get(name) else { return false };
+        let idle = {
+            let observed = r.observed.borrow();
+            observed.phase == SandboxPhase::Suspended && observed.reason == SUSPENDED_IDLE
+        };
+        if idle {
+            r.wake.notify_one();
+        }
+        idle
     }
 
     /// Stops sandbox `name` and removes what it made (its own folders, its groups).
@@ -306,6 +352,10 @@ pub fn token_path(dir: &Path) -> PathBuf {
 
 struct Supervisor {
     name: String,
+    /// Whether it should be awake, from its spec.
+    power: watch::Receiver<Power>,
+    /// Wakes it when it is suspended for being idle.
+    wake: Arc<tokio::sync::Notify>,
     dir: PathBuf,
     desired: Desired,
     config: LaunchConfig,
@@ -366,7 +416,7 @@ impl Supervisor {
         });
     }
 
-    async fn run(self) {
+    async fn run(mut self) {
         let bwrap = match self.desired.isolation {
             Isolation::Bubblewrap => match bwrap::find_bwrap() {
                 Some(bwrap) => Some(bwrap),
@@ -396,27 +446,50 @@ impl Supervisor {
         }
 
         // The host's end of the node agent's socket: in the sandbox's folder, which
-        // is never bound in.
+        // is never bound in. Two ways to it on the host's loopback: the controller's
+        // own, and the endpoint everyone else is given, where a connection to a
+        // sandbox suspended for being idle wakes it and waits until it serves.
         let api_socket = self.dir.join("api.sock");
-        let forwarder = match tokio::net::TcpListener::bind("127.0.0.1:0").await {
-            Ok(listener) => listener,
-            Err(e) => return self.fail("CannotPrepare", format!("cannot listen on the loopback: {e}")),
+        let (own, endpoint) = match (loopback().await, loopback().await) {
+            (Ok(own), Ok(endpoint)) => (own, endpoint),
+            (Err(e), _) | (_, Err(e)) => {
+                return self.fail("CannotPrepare", format!("cannot listen on the loopback: {e}"));
+            }
         };
-        let endpoint = match forwarder.local_addr() {
-            Ok(addr) => format!("http://{addr}"),
-            Err(e) => return self.fail("CannotPrepare", format!("cannot listen on the loopback: {e}")),
-        };
-        tokio::spawn(netproxy::bridge_to_unix(forwarder, api_socket.clone(), self.stop.clone()));
-        let client = match Client::new(&endpoint, Some(token.clone())) {
-            Ok(client) => client,
+        tokio::spawn(netproxy::bridge_to_unix(own.0, api_socket.clone(), self.stop.clone()));
+        let waking =
+            Waking { observed: self.observed.subscribe(), wake: Arc::clone(&self.wake), name: self.name.clone() };
+        tokio::spawn(netproxy::bridge_to_unix_when(endpoint.0, api_socket.clone(), self.stop.clone(), move || {
+            waking.clone().awake()
+        }));
+        // Its streams last as long as the sandbox: they never keep it awake.
+        let client = match Client::new(&own.1, Some(token.clone())) {
+            Ok(client) => client.observing(),
             Err(e) => return self.fail("CannotPrepare", e.to_string()),
         };
+        let endpoint = endpoint.1;
         self.update(|o| o.endpoint = Some(endpoint.clone()));
 
         let mut delay = RESTART_MIN;
+        let mut suspended: Option<&'static str> = None;
         loop {
             if self.stop.is_cancelled() {
                 break;
+            }
+            if self.power.borrow().suspend {
+                suspended = Some(SUSPENDED_REQUESTED);
+            }
+            if let Some(reason) = suspended.take() {
+                if !self.sleep(reason).await {
+                    break;
+                }
+                delay = RESTART_MIN;
+                self.update(|o| {
+                    o.phase = SandboxPhase::Starting;
+                    o.reason = "Waking";
+                    o.message = "woken: the node agent is starting".into();
+                    o.suspended_at = None;
+                });
             }
             let started = std::time::Instant::now();
             let launched = match self.launch_plan(bwrap.as_deref(), &prepared, &api_socket) {
@@ -439,6 +512,12 @@ impl Supervisor {
                     let status = tokio::select! {
                         status = child.wait() => Some(status),
                         _ = self.stop.cancelled() => None,
+                        reason = self.until_suspended(&client) => {
+                            info!(sandbox = %self.name, reason, "suspending the sandbox");
+                            terminate(&mut child).await;
+                            suspended = Some(reason);
+                            continue;
+                        }
                     };
                     let Some(status) = status else {
                         terminate(&mut child).await;
@@ -485,6 +564,79 @@ impl Supervisor {
         let groups_left = prepared.groups.clone();
         let _ = tokio::task::spawn_blocking(move || cgroup::remove(&groups_left)).await;
         let _ = std::fs::remove_file(&api_socket);
+    }
+
+    /// Suspended for `reason`, its node agent stopped, until it should wake: its spec
+    /// says so (a sandbox suspended by its spec wakes only that way), or something wakes
+    /// one suspended for being idle. False when the sandbox is stopping instead.
+    async fn sleep(&mut self, mut reason: &'static str) -> bool {
+        use futures_util::FutureExt;
+        // A wake that came while it was awake is not one for this sleep.
+        let _ = self.wake.notified().now_or_never();
+        let since = crate::conditions::now();
+        loop {
+            let suspend = self.power.borrow_and_update().suspend;
+            if suspend {
+                reason = SUSPENDED_REQUESTED;
+            } else if reason == SUSPENDED_REQUESTED {
+                return true;
+            }
+            let (message, waker) = if reason == SUSPENDED_IDLE {
+                let wake = Arc::clone(&self.wake);
+                let waker: crate::sandboxes::Waker = Arc::new(move || wake.notify_one());
+                (
+                    "suspended for being idle: a new message or reply, or any client of its endpoint, wakes it"
+                        .to_string(),
+                    Some(waker),
+                )
+            } else {
+                ("suspended, as spec.suspend asks: set it to false to wake it".to_string(), None)
+            };
+            self.sandboxes.set_suspended(&self.name, message.clone(), waker);
+            self.update(|o| {
+                o.phase = SandboxPhase::Suspended;
+                o.reason = reason;
+                o.message = message;
+                o.pid = None;
+                o.suspended_at.get_or_insert_with(|| since.clone());
+            });
+            tokio::select! {
+                _ = self.stop.cancelled() => return false,
+                changed = self.power.changed() => if changed.is_err() {
+                    return false;
+                },
+                _ = self.wake.notified(), if !suspend => return true,
+            }
+        }
+    }
+
+    /// Until the awake sandbox should be suspended: its spec says so, or its node agent
+    /// has been idle for `idleTimeoutSeconds`. Answers why.
+    async fn until_suspended(&self, client: &Client) -> &'static str {
+        let mut power = self.power.clone();
+        loop {
+            let Power { suspend, idle_timeout } = *power.borrow_and_update();
+            if suspend {
+                return SUSPENDED_REQUESTED;
+            }
+            let idle = async {
+                let Some(limit) = idle_timeout else { return std::future::pending().await };
+                loop {
+                    tokio::time::sleep(IDLE_POLL).await;
+                    if let Ok(report) = client.activity().await
+                        && Duration::from_secs(report.idle_seconds) >= limit
+                    {
+                        return;
+                    }
+                }
+            };
+            tokio::select! {
+                changed = power.changed() => if changed.is_err() {
+                    return std::future::pending().await;
+                },
+                () = idle => return SUSPENDED_IDLE,
+            }
+        }
     }
 
     /// Everything made once per supervisor: the folders (given to the sandbox's
@@ -803,6 +955,52 @@ fn last_lines(log: &Path, from: u64) -> String {
     match said.last() {
         Some(last) => format!(": {}", last.trim()),
         None => String::new(),
+    }
+}
+
+/// A listener on the host's loopback, and its URL.
+async fn loopback() -> std::io::Result<(tokio::net::TcpListener, String)> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}", listener.local_addr()?);
+    Ok((listener, url))
+}
+
+/// What a connection to a sandbox's endpoint waits for: the sandbox serving, woken
+/// first if it is suspended for being idle.
+#[derive(Clone)]
+struct Waking {
+    observed: watch::Receiver<Observed>,
+    wake: Arc<tokio::sync::Notify>,
+    name: String,
+}
+
+impl Waking {
+    async fn awake(mut self) -> Result<(), String> {
+        let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
+        loop {
+            {
+                let observed = self.observed.borrow_and_update();
+                match observed.phase {
+                    SandboxPhase::Ready => return Ok(()),
+                    SandboxPhase::Suspended if observed.reason == SUSPENDED_REQUESTED => {
+                        return Err(format!(
+                            "sandbox {} is suspended: its spec.suspend is true; set it to false to wake it",
+                            self.name
+                        ));
+                    }
+                    SandboxPhase::Suspended => self.wake.notify_one(),
+                    SandboxPhase::Failed | SandboxPhase::Pending => {
+                        return Err(format!("sandbox {} is not running: {}", self.name, observed.message));
+                    }
+                    SandboxPhase::Starting | SandboxPhase::Restarting => {}
+                }
+            }
+            match tokio::time::timeout_at(deadline, self.observed.changed()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => return Err(format!("sandbox {} is stopping", self.name)),
+                Err(_) => return Err(format!("sandbox {} did not serve within {READY_TIMEOUT:?}", self.name)),
+            }
+        }
     }
 }
 

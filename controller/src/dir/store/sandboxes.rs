@@ -300,7 +300,12 @@ impl Inner {
             }
         };
         let workspace = desired.workspace.clone();
-        let observed = managed.ensure(name, &uid, desired).await;
+        let power = crate::dir::managed::Power {
+            suspend: sandbox.spec.suspend,
+            idle_timeout: sandbox.spec.idle_timeout_seconds.map(|s| Duration::from_secs(s.into())),
+        };
+        let observed = managed.ensure(name, &uid, desired, power).await;
+        status.suspended_at = observed.suspended_at;
         status.phase = Some(observed.phase);
         status.endpoint = observed.endpoint;
         status.isolation = Some(observed.isolation.to_string());

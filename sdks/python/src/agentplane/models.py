@@ -9,6 +9,26 @@ from typing import Annotated, Any, Literal
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, RootModel
 
 
+class ActivityReport(BaseModel):
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    busy: Annotated[
+        list[str],
+        Field(
+            description='What is going on now, one line each; empty when nothing is.'
+        ),
+    ]
+    idle_seconds: Annotated[
+        int,
+        Field(
+            alias='idleSeconds',
+            description='Whole seconds since something last went on (0 while busy).',
+            ge=0,
+        ),
+    ]
+
+
 class AgentCapabilities(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
