@@ -29,6 +29,7 @@ mod resources;
 mod restart;
 mod session;
 mod store;
+mod suspend;
 mod tar_stream;
 mod ui;
 mod up;
@@ -129,6 +130,14 @@ enum Command {
     /// turn, a failed one starts again; an ended one is refused). The resource's file
     /// is not touched.
     Restart(restart::RestartArgs),
+    /// Suspend a managed sandbox in a folder now, as if it were idle: its node agent and
+    /// processes stop, its folder and conversations stay. A message, a reply, any client
+    /// of its endpoint or `agentplane resume` wakes it. The file is not touched
+    /// (`spec.suspend: true` is how to hold it suspended).
+    Suspend(suspend::SuspendArgs),
+    /// Wake a suspended sandbox and wait until it serves again (one held by
+    /// `spec.suspend: true` wakes only when that says false).
+    Resume(suspend::SuspendArgs),
     /// Create, list, message, follow, answer and end agent sessions on a node agent.
     #[command(name = "session")]
     AgentSession(agent_session::SessionArgs),
@@ -226,6 +235,8 @@ fn main() {
             Command::Send(args) => session::send(args).await,
             Command::Reply(args) => session::reply(args).await,
             Command::Restart(args) => restart::restart(args).await,
+            Command::Suspend(args) => suspend::suspend(args).await,
+            Command::Resume(args) => suspend::resume(args).await,
             Command::AgentSession(args) => agent_session::run(args).await,
             Command::Ui(args) => ui::run(args).await,
             Command::Env(args) => env::run(args),

@@ -50,16 +50,28 @@ pub fn predicate<K: kube::Resource>(object: &K) -> Option<u64> {
     Some(hasher.finish())
 }
 
+/// The annotation that asks for a managed sandbox to be suspended now, as if idle
+/// (`agentplane suspend sandbox/NAME`); its value is when it was asked. A request made
+/// before the node agent's current start has been honoured (or overtaken by a wake).
+pub const SUSPEND_REQUESTED_AT: &str = "agentplane.dev/suspendRequestedAt";
+
 /// The restart requests of a directory store: `STATE/restarts/<uid>`, each holding
-/// the annotation's value.
+/// the annotation's value (and, the same way, its suspend requests in
+/// `STATE/suspends/<uid>`).
 #[derive(Debug, Clone)]
 pub struct Requests {
     dir: PathBuf,
+    annotation: &'static str,
 }
 
 impl Requests {
     pub fn new(state_root: &Path) -> Requests {
-        Requests { dir: state_root.join("restarts") }
+        Requests { dir: state_root.join("restarts"), annotation: RESTARTED_AT }
+    }
+
+    /// The requests to suspend a managed sandbox now.
+    pub fn suspends(state_root: &Path) -> Requests {
+        Requests { dir: state_root.join("suspends"), annotation: SUSPEND_REQUESTED_AT }
     }
 
     /// The directory the requests are written to, created if missing (to watch it).
@@ -107,7 +119,7 @@ impl Requests {
     /// Puts the resource's request, if any, on `meta` as its annotation.
     pub fn overlay(&self, meta: &mut ObjectMeta) {
         let Some(at) = meta.uid.as_deref().and_then(|uid| self.read(uid)) else { return };
-        meta.annotations.get_or_insert_with(Default::default).insert(RESTARTED_AT.to_string(), at);
+        meta.annotations.get_or_insert_with(Default::default).insert(self.annotation.to_string(), at);
     }
 
     /// Wakes `wake` whenever a request is written. One slot is enough: a pending

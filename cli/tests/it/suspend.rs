@@ -148,3 +148,45 @@ fn spec_suspend_holds_a_sandbox_suspended_until_it_says_false() {
     });
     assert!(up.record(Kind::Sandbox, "box").is_some());
 }
+
+#[test]
+fn suspend_and_resume_ask_and_leave_the_file_alone() {
+    let yaml = sandbox_yaml("box", "  network: none\n");
+    let up = Up::start(&[("box.yaml", &yaml), ("chat.yaml", &session_on("chat", "box", &["hello"]))], &[]);
+    wait_until(PATIENCE, "the message answered", || {
+        session_record(&up, "chat").and_then(|s| s.status).is_some_and(|s| s.delivered_messages == 1)
+    });
+    let pid = runs_on_pid(&up.sandbox("box"));
+
+    let out = agentplane(&up, &["suspend", "sandbox/box"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "sandbox/box suspend requested\n");
+    up.wait_sandbox("box", "suspended as asked", suspended("Requested"));
+    assert!(!alive(pid));
+    assert_eq!(fs::read_to_string(up.dir.join("box.yaml")).unwrap(), yaml, "the file is not touched");
+    let again = agentplane(&up, &["suspend", "box"]);
+    assert_eq!(String::from_utf8_lossy(&again.stdout), "sandbox/box is suspended already\n");
+
+    let out = agentplane(&up, &["resume", "sandbox/box"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "sandbox/box resumed\n");
+    up.wait_sandbox("box", "awake", ready);
+    // Honoured once: awake it stays (the request is older than this start), and its
+    // session is served again.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    assert!(ready(&up.sandbox("box").status.unwrap()), "suspended again by the old request");
+    fs::write(up.dir.join("chat.yaml"), session_on("chat", "box", &["hello", "again"])).unwrap();
+    wait_until(PATIENCE, "the second message answered", || {
+        session_record(&up, "chat").and_then(|s| s.status).is_some_and(|s| s.delivered_messages == 2)
+    });
+
+    // Held by its spec, resume says why and changes nothing.
+    fs::write(up.dir.join("box.yaml"), sandbox_yaml("box", "  network: none\n  suspend: true\n")).unwrap();
+    up.wait_sandbox("box", "held suspended", suspended("Requested"));
+    let out = agentplane(&up, &["resume", "sandbox/box"]);
+    assert!(!out.status.success());
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("spec.suspend: true (in box.yaml)"), "{said}");
+    let out = agentplane(&up, &["suspend", "process/x"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("only a sandbox is suspended"), "{out:?}");
+}

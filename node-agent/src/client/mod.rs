@@ -175,6 +175,12 @@ impl Client {
         Ok(Client { base, token, timeouts, http, streams, uploads, observer: false })
     }
 
+    /// The same node agent and token, with other `timeouts`.
+    pub fn with_other_timeouts(&self, timeouts: Timeouts) -> ClientResult<Client> {
+        let client = Client::with_timeouts(self.base.as_str(), self.token.clone(), timeouts)?;
+        Ok(Client { observer: self.observer, ..client })
+    }
+
     /// This client, saying on each request that it only observes: the streams it
     /// follows do not keep the node agent busy (see `GET /v1/activity`). For a
     /// controller, whose streams last as long as the sandbox.

@@ -106,6 +106,9 @@ pub struct Power {
     pub suspend: bool,
     /// `spec.idleTimeoutSeconds`: suspended after this long idle, woken by work.
     pub idle_timeout: Option<Duration>,
+    /// `agentplane suspend`: suspended now as if idle, when asked after the node agent's
+    /// current start (an earlier request was honoured, or overtaken by a wake).
+    pub asked: Option<k8s_openapi::jiff::Timestamp>,
 }
 
 /// Why a sandbox is suspended (the `Ready` condition's reason).
@@ -135,6 +138,8 @@ pub struct Observed {
     pub credentials: Vec<agentplane_egress::CredentialCount>,
     /// Since when it is suspended (phase `Suspended`).
     pub suspended_at: Option<Time>,
+    /// Suspended by its spec: only the spec wakes it.
+    pub held: bool,
 }
 
 impl Observed {
@@ -154,6 +159,7 @@ impl Observed {
             last_denied: Vec::new(),
             credentials: Vec::new(),
             suspended_at: None,
+            held: false,
             isolation: match isolation {
                 Isolation::Bubblewrap => "bubblewrap",
                 Isolation::None => "none",
@@ -278,14 +284,14 @@ impl Managed {
         observed
     }
 
-    /// Wakes sandbox `name` if it is suspended for being idle (one suspended by its
-    /// spec stays so); true when it was.
+    /// Wakes sandbox `name` if it is suspended for being idle or as asked (one suspended
+    /// by its spec stays so); true when it was.
     pub fn wake(&self, name: &str) -> bool {
         let running = self.lock();
         let Some(r) = running.get(name) else { return false };
         let idle = {
             let observed = r.observed.borrow();
-            observed.phase == SandboxPhase::Suspended && observed.reason == SUSPENDED_IDLE
+            observed.phase == SandboxPhase::Suspended && !observed.held
         };
         if idle {
             r.wake.notify_one();
@@ -489,6 +495,7 @@ impl Supervisor {
                     o.reason = "Waking";
                     o.message = "woken: the node agent is starting".into();
                     o.suspended_at = None;
+                    o.held = false;
                 });
             }
             let started = std::time::Instant::now();
@@ -509,10 +516,11 @@ impl Supervisor {
                         o.pid = pid;
                         o.started_at = Some(crate::conditions::now());
                     });
+                    let started = k8s_openapi::jiff::Timestamp::now();
                     let status = tokio::select! {
                         status = child.wait() => Some(status),
                         _ = self.stop.cancelled() => None,
-                        reason = self.until_suspended(&client) => {
+                        reason = self.until_suspended(&client, started) => {
                             info!(sandbox = %self.name, reason, "suspending the sandbox");
                             terminate(&mut child).await;
                             suspended = Some(reason);
@@ -567,30 +575,41 @@ impl Supervisor {
     }
 
     /// Suspended for `reason`, its node agent stopped, until it should wake: its spec
-    /// says so (a sandbox suspended by its spec wakes only that way), or something wakes
-    /// one suspended for being idle. False when the sandbox is stopping instead.
-    async fn sleep(&mut self, mut reason: &'static str) -> bool {
+    /// lets go of it (one held by its spec wakes only that way), or something wakes one
+    /// suspended for being idle or as asked. False when the sandbox is stopping instead.
+    async fn sleep(&mut self, reason: &'static str) -> bool {
         use futures_util::FutureExt;
         // A wake that came while it was awake is not one for this sleep.
         let _ = self.wake.notified().now_or_never();
         let since = crate::conditions::now();
+        let mut was_held = false;
         loop {
-            let suspend = self.power.borrow_and_update().suspend;
-            if suspend {
-                reason = SUSPENDED_REQUESTED;
-            } else if reason == SUSPENDED_REQUESTED {
+            let held = self.power.borrow_and_update().suspend;
+            if was_held && !held {
                 return true;
             }
-            let (message, waker) = if reason == SUSPENDED_IDLE {
-                let wake = Arc::clone(&self.wake);
-                let waker: crate::sandboxes::Waker = Arc::new(move || wake.notify_one());
-                (
+            was_held = held;
+            let wake = Arc::clone(&self.wake);
+            let waker: crate::sandboxes::Waker = Arc::new(move || wake.notify_one());
+            let (reason, message, waker) = match (held, reason) {
+                (true, _) => (
+                    SUSPENDED_REQUESTED,
+                    "suspended, as spec.suspend asks: set it to false to wake it".to_string(),
+                    None,
+                ),
+                (false, SUSPENDED_IDLE) => (
+                    SUSPENDED_IDLE,
                     "suspended for being idle: a new message or reply, or any client of its endpoint, wakes it"
                         .to_string(),
                     Some(waker),
-                )
-            } else {
-                ("suspended, as spec.suspend asks: set it to false to wake it".to_string(), None)
+                ),
+                (false, _) => (
+                    SUSPENDED_REQUESTED,
+                    "suspended, as `agentplane suspend` asked: a new message or reply, any client of its endpoint, or \
+                     `agentplane resume` wakes it"
+                        .to_string(),
+                    Some(waker),
+                ),
             };
             self.sandboxes.set_suspended(&self.name, message.clone(), waker);
             self.update(|o| {
@@ -598,6 +617,7 @@ impl Supervisor {
                 o.reason = reason;
                 o.message = message;
                 o.pid = None;
+                o.held = held;
                 o.suspended_at.get_or_insert_with(|| since.clone());
             });
             tokio::select! {
@@ -605,18 +625,19 @@ impl Supervisor {
                 changed = self.power.changed() => if changed.is_err() {
                     return false;
                 },
-                _ = self.wake.notified(), if !suspend => return true,
+                _ = self.wake.notified(), if !held => return true,
             }
         }
     }
 
-    /// Until the awake sandbox should be suspended: its spec says so, or its node agent
-    /// has been idle for `idleTimeoutSeconds`. Answers why.
-    async fn until_suspended(&self, client: &Client) -> &'static str {
+    /// Until the awake sandbox should be suspended: its spec says so, `agentplane
+    /// suspend` asked since its node agent `started`, or the node agent has been idle for
+    /// `idleTimeoutSeconds`. Answers why.
+    async fn until_suspended(&self, client: &Client, started: k8s_openapi::jiff::Timestamp) -> &'static str {
         let mut power = self.power.clone();
         loop {
-            let Power { suspend, idle_timeout } = *power.borrow_and_update();
-            if suspend {
+            let Power { suspend, idle_timeout, asked } = *power.borrow_and_update();
+            if suspend || asked.is_some_and(|at| at > started) {
                 return SUSPENDED_REQUESTED;
             }
             let idle = async {
@@ -982,7 +1003,7 @@ impl Waking {
                 let observed = self.observed.borrow_and_update();
                 match observed.phase {
                     SandboxPhase::Ready => return Ok(()),
-                    SandboxPhase::Suspended if observed.reason == SUSPENDED_REQUESTED => {
+                    SandboxPhase::Suspended if observed.held => {
                         return Err(format!(
                             "sandbox {} is suspended: its spec.suspend is true; set it to false to wake it",
                             self.name

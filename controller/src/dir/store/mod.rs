@@ -315,8 +315,12 @@ impl DirStore {
         // one slot, as for `wake`).
         let (restart_wake, mut restart_rx) = mpsc::channel(1);
         let _restarts = crate::restart::Requests::new(inner.state.root())
-            .watch(restart_wake)
+            .watch(restart_wake.clone())
             .map_err(|e| warn!(error = %e, "restart requests are seen at the periodic rescan only"))
+            .ok();
+        let _suspends = crate::restart::Requests::suspends(inner.state.root())
+            .watch(restart_wake)
+            .map_err(|e| warn!(error = %e, "suspend requests are seen at the periodic rescan only"))
             .ok();
         loop {
             let all = tokio::select! {

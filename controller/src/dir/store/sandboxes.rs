@@ -300,9 +300,11 @@ impl Inner {
             }
         };
         let workspace = desired.workspace.clone();
+        let asked = sandbox.metadata.annotations.as_ref().and_then(|a| a.get(crate::restart::SUSPEND_REQUESTED_AT));
         let power = crate::dir::managed::Power {
             suspend: sandbox.spec.suspend,
             idle_timeout: sandbox.spec.idle_timeout_seconds.map(|s| Duration::from_secs(s.into())),
+            asked: asked.and_then(|at| at.parse().ok()),
         };
         let observed = managed.ensure(name, &uid, desired, power).await;
         status.suspended_at = observed.suspended_at;
