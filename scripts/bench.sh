@@ -50,6 +50,7 @@ if [ "$smoke" = 1 ]; then
   export AGENTPLANE_BENCH_FILES="${AGENTPLANE_BENCH_FILES:-100}"
   export AGENTPLANE_BENCH_PROCESSES="${AGENTPLANE_BENCH_PROCESSES:-100}"
   export AGENTPLANE_BENCH_SANDBOXES="${AGENTPLANE_BENCH_SANDBOXES:-4}"
+  export AGENTPLANE_BENCH_SUSPENDED="${AGENTPLANE_BENCH_SUSPENDED:-4}"
   export AGENTPLANE_BENCH_SMOKE=1
   profile=(--profile dev)
   echo "benchmarks at smoke size, unoptimised: what each checks (bytes, runs, leftovers) fails the run;" \

@@ -11,6 +11,14 @@
 //!    template and without one; p50 and p99 over 10 each.
 //! 3. **RSS of an idle sandbox**: everything that runs for it (bubblewrap and the node
 //!    agent), and the node agent alone, averaged over the pool's ready sandboxes.
+//! 4. **Wake**: a sandbox with a mock Session on it is suspended (as `agentplane
+//!    suspend` asks), then the Session's file gets a new message: from that save until
+//!    the message is delivered to the woken node agent (the first event of its turn),
+//!    p50 and p99 over `AGENTPLANE_BENCH_SANDBOXES`. Beside it, a cold start of the same:
+//!    a new Sandbox and its Session saved together, until the message is delivered.
+//! 5. **Suspended sandboxes** (`AGENTPLANE_BENCH_SUSPENDED`, 100): each started, then
+//!    suspended; then every process whose command line names one's folder is counted
+//!    (none may be left) with its RSS, and each folder's disk use is printed.
 //!
 //! ```text
 //! cargo bench -p agentplane --bench sandboxes
@@ -18,7 +26,8 @@
 //! ```
 //!
 //! Targets: claim from a warm pool → first event p50 < 300 ms; cold isolated sandbox
-//! → Ready p50 < 1 s; an idle sandbox, all its processes, <= 12 MiB. It prints the figures with their targets
+//! → Ready p50 < 1 s; an idle sandbox, all its processes, <= 12 MiB; suspended → the
+//! next turn's first event p50 < 500 ms; 100 suspended sandboxes hold no process. It prints the figures with their targets
 //! and exits 0 when one is missed; it exits non-zero when the run itself breaks, or when
 //! bubblewrap is missing (say so rather than measure nothing).
 
@@ -229,6 +238,154 @@ fn first_events(up: &Up, template: &str, count: usize, pool: bool) -> anyhow::Re
     Ok(samples)
 }
 
+fn sandbox_file(name: &str) -> String {
+    format!("apiVersion: agentplane.dev/v1alpha1\nkind: Sandbox\nmetadata:\n  name: {name}\nspec:\n  network: none\n")
+}
+
+fn session_on(name: &str, sandbox: &str, messages: usize) -> String {
+    let messages: Vec<String> = (0..messages).map(|i| format!("m{i}")).collect();
+    format!(
+        "apiVersion: agentplane.dev/v1alpha1\nkind: Session\nmetadata:\n  name: {name}\nspec:\n  sandbox: {sandbox}\n  \
+         agent: mock\n  messages: [{}]\n",
+        messages.join(", ")
+    )
+}
+
+fn delivered(up: &Up, session: &str, count: u32) -> bool {
+    matches!(up.record(Kind::Session, session), Some(Object::Session(s))
+        if s.status.as_ref().is_some_and(|s| s.delivered_messages >= count))
+}
+
+fn idle(up: &Up, session: &str) -> bool {
+    matches!(up.record(Kind::Session, session), Some(Object::Session(s))
+        if s.status.as_ref().and_then(|s| s.phase) == Some(agentplane_crds::SessionPhase::Idle))
+}
+
+fn sandbox_phase(up: &Up, name: &str) -> Option<agentplane_crds::SandboxPhase> {
+    match up.record(Kind::Sandbox, name) {
+        Some(Object::Sandbox(s)) => s.status.and_then(|s| s.phase),
+        _ => None,
+    }
+}
+
+/// Asks `up` to suspend sandbox `name` now, as `agentplane suspend` does.
+fn ask_suspend(up: &Up, name: &str) -> anyhow::Result<()> {
+    let Some(Object::Sandbox(s)) = up.record(Kind::Sandbox, name) else { bail!("no sandbox {name}") };
+    let uid = s.metadata.uid.context("a uid")?;
+    let state = up.state();
+    agentplane_controller::restart::Requests::suspends(state.root())
+        .request(&uid, &k8s_openapi::jiff::Timestamp::now().to_string())
+        .map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+/// Suspended → the next message delivered, `count` times; and the same sandbox and
+/// session started cold, `count` times.
+fn wakes(up: &Up, count: usize) -> anyhow::Result<(Vec<Duration>, Vec<Duration>)> {
+    let file = up.dir.join("sleepy.yaml");
+    let write = |messages: usize| fs::write(&file, sandbox_file("sleepy") + "---\n" + &session_on("nap", "sleepy", messages));
+    write(1)?;
+    wait("nap's first message delivered", || delivered(up, "nap", 1) && idle(up, "nap"))?;
+    let mut woken = Vec::new();
+    for i in 1..=count {
+        ask_suspend(up, "sleepy")?;
+        wait("sleepy suspended", || sandbox_phase(up, "sleepy") == Some(agentplane_crds::SandboxPhase::Suspended))?;
+        let started = Instant::now();
+        write(i + 1)?;
+        wait("the message delivered after a wake", || delivered(up, "nap", (i + 1) as u32))?;
+        woken.push(started.elapsed());
+        wait("nap idle", || idle(up, "nap"))?;
+    }
+    fs::remove_file(&file)?;
+    wait("sleepy removed", || up.record(Kind::Sandbox, "sleepy").is_none())?;
+
+    let mut cold = Vec::new();
+    for i in 0..count {
+        let (sandbox, session) = (format!("fresh-{i}"), format!("fresh-nap-{i}"));
+        let file = up.dir.join(format!("{sandbox}.yaml"));
+        let started = Instant::now();
+        fs::write(&file, sandbox_file(&sandbox) + "---\n" + &session_on(&session, &sandbox, 1))?;
+        wait("a cold session's message delivered", || delivered(up, &session, 1))?;
+        cold.push(started.elapsed());
+        fs::remove_file(&file)?;
+        wait("a cold sandbox removed", || {
+            up.record(Kind::Sandbox, &sandbox).is_none() && up.record(Kind::Session, &session).is_none()
+        })?;
+    }
+    Ok((woken, cold))
+}
+
+/// Disk use of a folder, in KiB (blocks allocated, symlinks not followed).
+fn disk_kib(path: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(meta) = fs::symlink_metadata(path) else { return 0 };
+    let mut total = meta.blocks() / 2;
+    if meta.is_dir() {
+        for entry in fs::read_dir(path).into_iter().flatten().flatten() {
+            total += disk_kib(&entry.path());
+        }
+    }
+    total
+}
+
+/// `count` sandboxes started, then suspended, in batches; what is left of them.
+fn suspended_many(up: &Up, count: usize) -> anyhow::Result<()> {
+    const BATCH: usize = 20;
+    let mut names = Vec::new();
+    for batch in 0..count.div_ceil(BATCH) {
+        let these: Vec<String> = (batch * BATCH..((batch + 1) * BATCH).min(count)).map(|i| format!("many-{i}")).collect();
+        let text: Vec<String> = these.iter().map(|n| sandbox_file(n)).collect();
+        fs::write(up.dir.join(format!("many-{batch}.yaml")), text.join("---\n"))?;
+        wait("a batch ready", || these.iter().all(|n| sandbox_ready(up, n)))?;
+        for name in &these {
+            ask_suspend(up, name)?;
+        }
+        wait("a batch suspended", || {
+            these.iter().all(|n| sandbox_phase(up, n) == Some(agentplane_crds::SandboxPhase::Suspended))
+        })?;
+        names.extend(these);
+    }
+    let dirs: Vec<PathBuf> = names
+        .iter()
+        .map(|n| {
+            let Some(Object::Sandbox(s)) = up.record(Kind::Sandbox, n) else { bail!("no sandbox {n}") };
+            let uid = s.metadata.uid.context("a uid")?;
+            Ok(agentplane_controller::dir::managed::sandbox_dir(&up.state().sandboxes_dir(), n, &uid))
+        })
+        .collect::<anyhow::Result<_>>()?;
+    let mut left = Vec::new();
+    for entry in fs::read_dir("/proc")?.flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let cmdline = String::from_utf8_lossy(&fs::read(entry.path().join("cmdline")).unwrap_or_default()).replace('\0', " ");
+        if dirs.iter().any(|d| cmdline.contains(&format!("{}/", d.display()))) {
+            left.push(pid);
+        }
+    }
+    let rss: u64 = left.iter().map(|p| rss_kib(*p)).sum();
+    report::figure(
+        "sandboxes",
+        &format!("{count} suspended sandboxes: processes left, their RSS"),
+        &format!("{} processes, {:.1} MiB", left.len(), rss as f64 / 1024.0),
+        "-",
+        "0 processes",
+        Verdict::Must(left.is_empty()),
+    );
+    let disks: Vec<u64> = dirs.iter().map(|d| disk_kib(d)).collect();
+    let mean = disks.iter().sum::<u64>() as f64 / disks.len().max(1) as f64;
+    report::figure(
+        "sandboxes",
+        "disk per suspended sandbox (its folder)",
+        &format!("{:.0} KiB mean, {} KiB most", mean, disks.iter().max().unwrap_or(&0)),
+        "-",
+        "-",
+        Verdict::Info,
+    );
+    for batch in 0..count.div_ceil(BATCH) {
+        fs::remove_file(up.dir.join(format!("many-{batch}.yaml")))?;
+    }
+    wait("the suspended sandboxes removed", || names.iter().all(|n| up.record(Kind::Sandbox, n).is_none()))?;
+    Ok(())
+}
+
 fn main() -> anyhow::Result<()> {
     if !std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("bwrap").is_file())) {
         bail!("bubblewrap (bwrap) is not installed: apt-get install bubblewrap");
@@ -289,5 +446,14 @@ fn main() -> anyhow::Result<()> {
         "<= 12 MiB",
         Verdict::Target(total <= 12.0),
     );
+
+    let (mut woken, mut cold) = wakes(&up, count).context("wakes")?;
+    latency(
+        "suspended -> next turn's first event (mock)",
+        &mut woken,
+        Some(("cold start of the same sandbox and session", &mut cold)),
+        Some(Duration::from_millis(500)),
+    );
+    suspended_many(&up, env_usize("AGENTPLANE_BENCH_SUSPENDED", 100)).context("suspended sandboxes")?;
     Ok(())
 }
