@@ -282,7 +282,8 @@ fn ask_suspend(up: &Up, name: &str) -> anyhow::Result<()> {
 /// session started cold, `count` times.
 fn wakes(up: &Up, count: usize) -> anyhow::Result<(Vec<Duration>, Vec<Duration>)> {
     let file = up.dir.join("sleepy.yaml");
-    let write = |messages: usize| fs::write(&file, sandbox_file("sleepy") + "---\n" + &session_on("nap", "sleepy", messages));
+    let write =
+        |messages: usize| fs::write(&file, sandbox_file("sleepy") + "---\n" + &session_on("nap", "sleepy", messages));
     write(1)?;
     wait("nap's first message delivered", || delivered(up, "nap", 1) && idle(up, "nap"))?;
     let mut woken = Vec::new();
@@ -332,7 +333,8 @@ fn suspended_many(up: &Up, count: usize) -> anyhow::Result<()> {
     const BATCH: usize = 20;
     let mut names = Vec::new();
     for batch in 0..count.div_ceil(BATCH) {
-        let these: Vec<String> = (batch * BATCH..((batch + 1) * BATCH).min(count)).map(|i| format!("many-{i}")).collect();
+        let these: Vec<String> =
+            (batch * BATCH..((batch + 1) * BATCH).min(count)).map(|i| format!("many-{i}")).collect();
         let text: Vec<String> = these.iter().map(|n| sandbox_file(n)).collect();
         fs::write(up.dir.join(format!("many-{batch}.yaml")), text.join("---\n"))?;
         wait("a batch ready", || these.iter().all(|n| sandbox_ready(up, n)))?;
@@ -355,7 +357,8 @@ fn suspended_many(up: &Up, count: usize) -> anyhow::Result<()> {
     let mut left = Vec::new();
     for entry in fs::read_dir("/proc")?.flatten() {
         let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
-        let cmdline = String::from_utf8_lossy(&fs::read(entry.path().join("cmdline")).unwrap_or_default()).replace('\0', " ");
+        let cmdline =
+            String::from_utf8_lossy(&fs::read(entry.path().join("cmdline")).unwrap_or_default()).replace('\0', " ");
         if dirs.iter().any(|d| cmdline.contains(&format!("{}/", d.display()))) {
             left.push(pid);
         }
