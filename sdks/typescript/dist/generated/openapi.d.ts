@@ -58,6 +58,29 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/activity": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * What keeps this node agent busy now, and for how long nothing has: sessions in a
+         *     turn (or preparing, installing, starting, with messages queued or a reply awaited),
+         *     clients following a stream, and processes' output. A client that sends
+         *     `X-Agentplane-Observer` on a stream is not counted. A controller suspends an idle
+         *     sandbox by it (`idleTimeoutSeconds`).
+         */
+        get: operations["activity"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/agents": {
         parameters: {
             query?: never;
@@ -881,6 +904,16 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        /** @description What keeps a node agent busy, and how long nothing has (`GET /v1/activity`). */
+        ActivityReport: {
+            /** @description What is going on now, one line each; empty when nothing is. */
+            busy: string[];
+            /**
+             * Format: int64
+             * @description Whole seconds since something last went on (0 while busy).
+             */
+            idleSeconds: number;
+        };
         /** @description What a driver can do; clients hide what an agent does not offer. */
         AgentCapabilities: {
             /**
@@ -2005,6 +2038,34 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Ticket"];
+                };
+            };
+            /** @description An RFC 7807 problem document; `type` is `urn:agentplane:error:<code>` */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    activity: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ActivityReport"];
                 };
             };
             /** @description An RFC 7807 problem document; `type` is `urn:agentplane:error:<code>` */
