@@ -34,11 +34,14 @@ struct Seen {
     at: Instant,
     /// The processes' output in bytes at the last report.
     output: u64,
+    /// Whether the last report found something going on: it ended since, at a moment
+    /// between the two reports, so the quiet one counts from itself (late, never early).
+    busy: bool,
 }
 
 impl Default for Seen {
     fn default() -> Self {
-        Seen { at: Instant::now(), output: 0 }
+        Seen { at: Instant::now(), output: 0, busy: false }
     }
 }
 
@@ -87,9 +90,10 @@ impl Activity {
             seen.output = output;
             seen.at = Instant::now();
         }
-        if !busy.is_empty() {
+        if !busy.is_empty() || seen.busy {
             seen.at = Instant::now();
         }
+        seen.busy = !busy.is_empty();
         crate::model::ActivityReport { busy, idle_seconds: seen.at.elapsed().as_secs() }
     }
 }
@@ -115,6 +119,9 @@ mod tests {
 
         let report = activity.report(vec!["session s: a turn is running".into()], 0);
         assert_eq!((report.busy.len(), report.idle_seconds), (1, 0));
+        // The turn ended after that report: idle counts from the first quiet one.
+        activity.seen.lock().unwrap().at = Instant::now() - std::time::Duration::from_secs(60);
+        assert_eq!(activity.report(Vec::new(), 0).idle_seconds, 0);
 
         quiet();
         assert_eq!(activity.report(Vec::new(), 10).idle_seconds, 0, "output since the last report");

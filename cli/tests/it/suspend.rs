@@ -190,3 +190,60 @@ fn suspend_and_resume_ask_and_leave_the_file_alone() {
     let out = agentplane(&up, &["suspend", "process/x"]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("only a sandbox is suspended"), "{out:?}");
 }
+
+/// The real Claude Code through the scripted model server: turn 1 answered, the sandbox
+/// suspended for being idle, turn 2 answered after the wake with turn 1 in its context
+/// (the model server's request for it carries turn 1's message and answer).
+#[test]
+fn claude_goes_on_with_its_conversation_across_a_suspend_and_a_wake() {
+    use crate::sandboxes::{AGENT_PATIENCE, agents_dir};
+    let model = common::ModelServer::start();
+    let (first, second) = ("remember the word kiwi for me", "which word did I ask you to remember?");
+    let session = |messages: &[&str]| {
+        let messages: Vec<String> = messages.iter().map(|m| format!("    - {m:?}\n")).collect();
+        format!(
+            "apiVersion: agentplane.dev/v1alpha1\nkind: Session\nmetadata:\n  name: chat\nspec:\n  sandbox: iso\n  \
+             agent: claude\n  permissionMode: bypass\n  env:\n    - {{name: ANTHROPIC_BASE_URL, value: \"http://127.0.0.1:{port}\"}}\n    \
+             - {{name: ANTHROPIC_API_KEY, value: test}}\n    - {{name: CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC, value: \"1\"}}\n    \
+             - {{name: DISABLE_AUTOUPDATER, value: \"1\"}}\n  messages:\n{}",
+            messages.concat(),
+            port = model.port,
+        )
+    };
+    let sandbox = sandbox_yaml(
+        "iso",
+        &format!("  network: allowlist\n  allow: [\"127.0.0.1:{}\"]\n  idleTimeoutSeconds: 3\n", model.port),
+    );
+    let agents = agents_dir();
+    let up = Up::start(
+        &[("iso.yaml", &sandbox), ("chat.yaml", &session(&[first]))],
+        &["--agents-dir", agents.to_str().unwrap()],
+    );
+    let answered = |n: u32| {
+        let up = &up;
+        move || {
+            session_record(up, "chat")
+                .and_then(|s| s.status)
+                .is_some_and(|s| s.delivered_messages == n && s.phase == Some(SessionPhase::Idle))
+        }
+    };
+    wait_until(AGENT_PATIENCE, "turn 1 answered", answered(1));
+    let before = session_record(&up, "chat").unwrap().status.unwrap();
+    up.wait_sandbox("iso", "suspended for being idle", suspended("Idle"));
+
+    fs::write(up.dir.join("chat.yaml"), session(&[first, second])).unwrap();
+    wait_until(AGENT_PATIENCE, "turn 2 answered after the wake", answered(2));
+    let after = session_record(&up, "chat").unwrap().status.unwrap();
+    assert!(after.last_event_sequence > before.last_event_sequence, "the event log goes on: {after:?}");
+    assert_eq!(after.agent_session_id, before.agent_session_id, "claude's own session resumed");
+    let turn_two = model
+        .requests()
+        .into_iter()
+        .filter(|r| r.uri.starts_with("/v1/messages"))
+        .rfind(|r| r.body.to_string().contains(second))
+        .expect("the model server got turn 2");
+    let messages = turn_two.body["messages"].as_array().cloned().unwrap_or_default();
+    let text = serde_json::to_string(&messages).unwrap();
+    assert!(text.contains(first), "turn 1's message is in turn 2's context: {text}");
+    assert!(messages.iter().any(|m| m["role"] == "assistant"), "and its answer: {text}");
+}

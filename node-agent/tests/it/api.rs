@@ -496,6 +496,8 @@ async fn activity_counts_followers_and_output_but_not_observers() {
     }
     assert_eq!(busy, vec!["1 client(s) following a stream".to_string()]);
     follower.await.unwrap().unwrap();
+    // The first quiet report after a busy one: idle counts from it.
+    assert_eq!(server.client.activity().await.unwrap().idle_seconds, 0);
 
     // Output since the last report is activity: idle time starts again from it.
     server.spawn_pty("sh", &["-c", "sleep 1.5; echo something"]).await;
