@@ -23,6 +23,7 @@ pub mod credentials;
 mod egress;
 pub mod identity;
 pub mod launch;
+mod power;
 pub mod seccomp;
 
 use std::collections::{BTreeMap, HashMap};
@@ -42,15 +43,13 @@ use tracing::{info, warn};
 use crate::dir::sandbox_writes::SandboxWrites;
 use crate::sandboxes::Sandboxes;
 use egress::{SYSTEM_BUNDLE, TRUST_BUNDLE, TRUST_CA};
+pub use power::{Power, SUSPENDED_IDLE, SUSPENDED_REQUESTED};
 
 /// Where HTTP(S)_PROXY points inside a sandbox with `network: allowlist`: the node
 /// agent serves the proxy's socket there (`--proxy-socket`).
 pub const SANDBOX_PROXY_ADDR: &str = "127.0.0.1:3128";
 /// A node agent that has not said `ready` by then is killed and started again.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
-/// How often an awake sandbox with `idleTimeoutSeconds` is asked how long it has been
-/// idle (a request on the loopback).
-const IDLE_POLL: Duration = Duration::from_secs(1);
 /// How long the node agent gets to stop its processes before SIGKILL.
 const STOP_GRACE: Duration = Duration::from_secs(5);
 /// Restarts back off from this, doubling, to `RESTART_MAX`; a node agent that ran
@@ -97,23 +96,6 @@ impl Desired {
         self.isolation == Isolation::Bubblewrap && self.network == NetworkMode::Allowlist
     }
 }
-
-/// Whether the sandbox should be awake, from its spec: changing it never restarts an
-/// awake node agent, unlike [`Desired`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Power {
-    /// `spec.suspend`: suspended until it is false again.
-    pub suspend: bool,
-    /// `spec.idleTimeoutSeconds`: suspended after this long idle, woken by work.
-    pub idle_timeout: Option<Duration>,
-    /// `agentplane suspend`: suspended now as if idle, when asked after the node agent's
-    /// current start (an earlier request was honoured, or overtaken by a wake).
-    pub asked: Option<k8s_openapi::jiff::Timestamp>,
-}
-
-/// Why a sandbox is suspended (the `Ready` condition's reason).
-pub const SUSPENDED_IDLE: &str = "Idle";
-pub const SUSPENDED_REQUESTED: &str = "Requested";
 
 /// What is known of a managed sandbox now, for its status.
 #[derive(Debug, Clone, PartialEq)]
@@ -463,8 +445,7 @@ impl Supervisor {
             }
         };
         tokio::spawn(netproxy::bridge_to_unix(own.0, api_socket.clone(), self.stop.clone()));
-        let waking =
-            Waking { observed: self.observed.subscribe(), wake: Arc::clone(&self.wake), name: self.name.clone() };
+        let waking = self.waking();
         tokio::spawn(netproxy::bridge_to_unix_when(endpoint.0, api_socket.clone(), self.stop.clone(), move || {
             waking.clone().awake()
         }));
@@ -572,92 +553,6 @@ impl Supervisor {
         let groups_left = prepared.groups.clone();
         let _ = tokio::task::spawn_blocking(move || cgroup::remove(&groups_left)).await;
         let _ = std::fs::remove_file(&api_socket);
-    }
-
-    /// Suspended for `reason`, its node agent stopped, until it should wake: its spec
-    /// lets go of it (one held by its spec wakes only that way), or something wakes one
-    /// suspended for being idle or as asked. False when the sandbox is stopping instead.
-    async fn sleep(&mut self, reason: &'static str) -> bool {
-        use futures_util::FutureExt;
-        // A wake that came while it was awake is not one for this sleep.
-        let _ = self.wake.notified().now_or_never();
-        let since = crate::conditions::now();
-        let mut was_held = false;
-        loop {
-            let held = self.power.borrow_and_update().suspend;
-            if was_held && !held {
-                return true;
-            }
-            was_held = held;
-            let wake = Arc::clone(&self.wake);
-            let waker: crate::sandboxes::Waker = Arc::new(move || wake.notify_one());
-            let (reason, message, waker) = match (held, reason) {
-                (true, _) => (
-                    SUSPENDED_REQUESTED,
-                    "suspended, as spec.suspend asks: set it to false to wake it".to_string(),
-                    None,
-                ),
-                (false, SUSPENDED_IDLE) => (
-                    SUSPENDED_IDLE,
-                    "suspended for being idle: a new message or reply, or any client of its endpoint, wakes it"
-                        .to_string(),
-                    Some(waker),
-                ),
-                (false, _) => (
-                    SUSPENDED_REQUESTED,
-                    "suspended, as `agentplane suspend` asked: a new message or reply, any client of its endpoint, or \
-                     `agentplane resume` wakes it"
-                        .to_string(),
-                    Some(waker),
-                ),
-            };
-            self.sandboxes.set_suspended(&self.name, message.clone(), waker);
-            self.update(|o| {
-                o.phase = SandboxPhase::Suspended;
-                o.reason = reason;
-                o.message = message;
-                o.pid = None;
-                o.held = held;
-                o.suspended_at.get_or_insert_with(|| since.clone());
-            });
-            tokio::select! {
-                _ = self.stop.cancelled() => return false,
-                changed = self.power.changed() => if changed.is_err() {
-                    return false;
-                },
-                _ = self.wake.notified(), if !held => return true,
-            }
-        }
-    }
-
-    /// Until the awake sandbox should be suspended: its spec says so, `agentplane
-    /// suspend` asked since its node agent `started`, or the node agent has been idle for
-    /// `idleTimeoutSeconds`. Answers why.
-    async fn until_suspended(&self, client: &Client, started: k8s_openapi::jiff::Timestamp) -> &'static str {
-        let mut power = self.power.clone();
-        loop {
-            let Power { suspend, idle_timeout, asked } = *power.borrow_and_update();
-            if suspend || asked.is_some_and(|at| at > started) {
-                return SUSPENDED_REQUESTED;
-            }
-            let idle = async {
-                let Some(limit) = idle_timeout else { return std::future::pending().await };
-                loop {
-                    tokio::time::sleep(IDLE_POLL).await;
-                    if let Ok(report) = client.activity().await
-                        && Duration::from_secs(report.idle_seconds) >= limit
-                    {
-                        return;
-                    }
-                }
-            };
-            tokio::select! {
-                changed = power.changed() => if changed.is_err() {
-                    return std::future::pending().await;
-                },
-                () = idle => return SUSPENDED_IDLE,
-            }
-        }
     }
 
     /// Everything made once per supervisor: the folders (given to the sandbox's
@@ -984,45 +879,6 @@ async fn loopback() -> std::io::Result<(tokio::net::TcpListener, String)> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let url = format!("http://{}", listener.local_addr()?);
     Ok((listener, url))
-}
-
-/// What a connection to a sandbox's endpoint waits for: the sandbox serving, woken
-/// first if it is suspended for being idle.
-#[derive(Clone)]
-struct Waking {
-    observed: watch::Receiver<Observed>,
-    wake: Arc<tokio::sync::Notify>,
-    name: String,
-}
-
-impl Waking {
-    async fn awake(mut self) -> Result<(), String> {
-        let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
-        loop {
-            {
-                let observed = self.observed.borrow_and_update();
-                match observed.phase {
-                    SandboxPhase::Ready => return Ok(()),
-                    SandboxPhase::Suspended if observed.held => {
-                        return Err(format!(
-                            "sandbox {} is suspended: its spec.suspend is true; set it to false to wake it",
-                            self.name
-                        ));
-                    }
-                    SandboxPhase::Suspended => self.wake.notify_one(),
-                    SandboxPhase::Failed | SandboxPhase::Pending => {
-                        return Err(format!("sandbox {} is not running: {}", self.name, observed.message));
-                    }
-                    SandboxPhase::Starting | SandboxPhase::Restarting => {}
-                }
-            }
-            match tokio::time::timeout_at(deadline, self.observed.changed()).await {
-                Ok(Ok(())) => {}
-                Ok(Err(_)) => return Err(format!("sandbox {} is stopping", self.name)),
-                Err(_) => return Err(format!("sandbox {} did not serve within {READY_TIMEOUT:?}", self.name)),
-            }
-        }
-    }
 }
 
 /// SIGTERM, then SIGKILL after a grace: under bubblewrap the sandbox's whole PID
