@@ -385,10 +385,12 @@ impl Step<'_> {
 }
 
 /// Whether a Session has something for its node agent: a message not delivered, a
-/// reply not applied, an end not yet recorded.
+/// reply not applied, an end not yet recorded, or a turn its node agent was stopped in
+/// the middle of (a message delivered just as its sandbox was suspended).
 fn has_work(session: &Session) -> bool {
     let (spec, status) = (&session.spec, session.status.clone().unwrap_or_default());
-    spec.messages.len() > status.delivered_messages as usize
+    status.phase == Some(SessionPhase::Running)
+        || spec.messages.len() > status.delivered_messages as usize
         || spec
             .replies
             .iter()

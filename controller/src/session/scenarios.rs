@@ -289,9 +289,16 @@ async fn only_work_for_it_wakes_a_suspended_sandbox() {
     scene.pass().await;
     assert_eq!(woken.load(Ordering::SeqCst), 2, "so does an end to record");
 
+    // A turn it was stopped in the middle of (a message that arrived as it was being
+    // suspended) wakes it too, to finish.
+    scene.declare("{agent: mock, messages: [one]}");
+    scene.session.status.as_mut().unwrap().phase = Some(SessionPhase::Running);
+    scene.pass().await;
+    assert_eq!(woken.load(Ordering::SeqCst), 3, "a turn cut short wakes it");
+
     scene.sandboxes.set_suspended("local", "spec.suspend", None);
     scene.declare("{agent: mock, messages: [one, two, three]}");
     scene.pass().await;
-    assert_eq!(woken.load(Ordering::SeqCst), 2, "held by its spec: never woken from here");
+    assert_eq!(woken.load(Ordering::SeqCst), 3, "held by its spec: never woken from here");
     assert_eq!(scene.fake.messages(&scene.id()), ["one"], "nothing reached the sleeping node agent");
 }
