@@ -43,7 +43,8 @@ use tracing::{info, warn};
 use crate::dir::sandbox_writes::SandboxWrites;
 use crate::sandboxes::Sandboxes;
 use egress::{SYSTEM_BUNDLE, TRUST_BUNDLE, TRUST_CA};
-pub use power::{Power, SUSPENDED_IDLE, SUSPENDED_REQUESTED};
+pub use power::Power;
+use power::Why;
 
 /// Where HTTP(S)_PROXY points inside a sandbox with `network: allowlist`: the node
 /// agent serves the proxy's socket there (`--proxy-socket`).
@@ -458,16 +459,16 @@ impl Supervisor {
         self.update(|o| o.endpoint = Some(endpoint.clone()));
 
         let mut delay = RESTART_MIN;
-        let mut suspended: Option<&'static str> = None;
+        let mut suspended: Option<Why> = None;
         loop {
             if self.stop.is_cancelled() {
                 break;
             }
             if self.power.borrow().suspend {
-                suspended = Some(SUSPENDED_REQUESTED);
+                suspended = Some(Why::Held);
             }
-            if let Some(reason) = suspended.take() {
-                if !self.sleep(reason).await {
+            if let Some(why) = suspended.take() {
+                if !self.sleep(why).await {
                     break;
                 }
                 delay = RESTART_MIN;
@@ -501,10 +502,10 @@ impl Supervisor {
                     let status = tokio::select! {
                         status = child.wait() => Some(status),
                         _ = self.stop.cancelled() => None,
-                        reason = self.until_suspended(&client, started) => {
-                            info!(sandbox = %self.name, reason, "suspending the sandbox");
+                        why = self.until_suspended(&client, started) => {
+                            info!(sandbox = %self.name, why = ?why, "suspending the sandbox");
                             terminate(&mut child).await;
-                            suspended = Some(reason);
+                            suspended = Some(why);
                             continue;
                         }
                     };

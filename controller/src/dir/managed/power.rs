@@ -29,8 +29,19 @@ pub struct Power {
 }
 
 /// Why a sandbox is suspended (the `Ready` condition's reason).
-pub const SUSPENDED_IDLE: &str = "Idle";
-pub const SUSPENDED_REQUESTED: &str = "Requested";
+const SUSPENDED_IDLE: &str = "Idle";
+const SUSPENDED_REQUESTED: &str = "Requested";
+
+/// Why a sandbox goes to sleep.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Why {
+    /// Idle for its `idleTimeoutSeconds`: woken by work.
+    Idle,
+    /// `agentplane suspend` asked: woken by work, as an idle one.
+    Asked,
+    /// `spec.suspend: true`: woken only when the spec lets go.
+    Held,
+}
 
 impl Supervisor {
     /// What each connection to the sandbox's endpoint waits for.
@@ -41,12 +52,14 @@ impl Supervisor {
     /// Suspended for `reason`, its node agent stopped, until it should wake: its spec
     /// lets go of it (one held by its spec wakes only that way), or something wakes one
     /// suspended for being idle or as asked. False when the sandbox is stopping instead.
-    pub(super) async fn sleep(&mut self, reason: &'static str) -> bool {
+    pub(super) async fn sleep(&mut self, why: Why) -> bool {
         use futures_util::FutureExt;
         // A wake that came while it was awake is not one for this sleep.
         let _ = self.wake.notified().now_or_never();
         let since = crate::conditions::now();
-        let mut was_held = false;
+        // Held by the spec, it wakes when the spec lets go, even if that happened before
+        // this first look.
+        let mut was_held = why == Why::Held;
         loop {
             let held = self.power.borrow_and_update().suspend;
             if was_held && !held {
@@ -55,13 +68,13 @@ impl Supervisor {
             was_held = held;
             let wake = Arc::clone(&self.wake);
             let waker: crate::sandboxes::Waker = Arc::new(move || wake.notify_one());
-            let (reason, message, waker) = match (held, reason) {
+            let (reason, message, waker) = match (held, why) {
                 (true, _) => (
                     SUSPENDED_REQUESTED,
                     "suspended, as spec.suspend asks: set it to false to wake it".to_string(),
                     None,
                 ),
-                (false, SUSPENDED_IDLE) => (
+                (false, Why::Idle) => (
                     SUSPENDED_IDLE,
                     "suspended for being idle: a new message or reply, or any client of its endpoint, wakes it"
                         .to_string(),
@@ -97,12 +110,15 @@ impl Supervisor {
     /// Until the awake sandbox should be suspended: its spec says so, `agentplane
     /// suspend` asked since its node agent `started`, or the node agent has been idle for
     /// `idleTimeoutSeconds`. Answers why.
-    pub(super) async fn until_suspended(&self, client: &Client, started: k8s_openapi::jiff::Timestamp) -> &'static str {
+    pub(super) async fn until_suspended(&self, client: &Client, started: k8s_openapi::jiff::Timestamp) -> Why {
         let mut power = self.power.clone();
         loop {
             let Power { suspend, idle_timeout, asked } = *power.borrow_and_update();
-            if suspend || asked.is_some_and(|at| at > started) {
-                return SUSPENDED_REQUESTED;
+            if suspend {
+                return Why::Held;
+            }
+            if asked.is_some_and(|at| at > started) {
+                return Why::Asked;
             }
             let idle = async {
                 let Some(limit) = idle_timeout else { return std::future::pending().await };
@@ -119,7 +135,7 @@ impl Supervisor {
                 changed = power.changed() => if changed.is_err() {
                     return std::future::pending().await;
                 },
-                () = idle => return SUSPENDED_IDLE,
+                () = idle => return Why::Idle,
             }
         }
     }
