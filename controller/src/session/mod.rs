@@ -388,7 +388,8 @@ impl Step<'_> {
 /// reply not applied, an end not yet recorded, or a turn its node agent was stopped in
 /// the middle of (a message delivered just as its sandbox was suspended).
 fn has_work(session: &Session) -> bool {
-    let (spec, status) = (&session.spec, session.status.clone().unwrap_or_default());
+    let (spec, none) = (&session.spec, SessionStatus::default());
+    let status = session.status.as_ref().unwrap_or(&none);
     status.phase == Some(SessionPhase::Running)
         || spec.messages.len() > status.delivered_messages as usize
         || spec
@@ -431,17 +432,12 @@ impl SessionReconciler {
         }
         let sandbox = match self.sandboxes.for_resource(&session.metadata, &spec.sandbox) {
             Ok(sandbox) => sandbox,
-            Err(e @ Error::SandboxSuspended { .. }) => {
-                // Work for it wakes it (when it sleeps for being idle); its status until
-                // then is what it was, with why nothing moves.
-                if has_work(session) {
+            Err(e) => {
+                // A suspended sandbox is woken by work for it (when it sleeps for being
+                // idle); the status until then is what it was, with why nothing moves.
+                if matches!(e, Error::SandboxSuspended { .. }) && has_work(session) {
                     self.sandboxes.wake(&self.sandboxes.key(session.metadata.namespace.as_deref(), &spec.sandbox));
                 }
-                step.status.phase.get_or_insert(SessionPhase::Pending);
-                step.ready(false, e.reason(), e.to_string());
-                return step.done(Some(RETRY_LATER));
-            }
-            Err(e) => {
                 step.status.phase.get_or_insert(SessionPhase::Pending);
                 step.ready(false, e.reason(), e.to_string());
                 return step.done(Some(RETRY_LATER));

@@ -155,8 +155,6 @@ struct Running {
     uid: String,
     desired: Desired,
     power: watch::Sender<Power>,
-    /// Wakes it when it is suspended for being idle.
-    wake: Arc<tokio::sync::Notify>,
     observed: watch::Receiver<Observed>,
     stop: CancellationToken,
     task: tokio::task::JoinHandle<()>,
@@ -243,10 +241,9 @@ impl Managed {
         let (tx, rx) = watch::channel(Observed::new(desired.isolation));
         let stop = CancellationToken::new();
         let (power_tx, power_rx) = watch::channel(power);
-        let wake = Arc::new(tokio::sync::Notify::new());
         let supervisor = Supervisor {
             power: power_rx,
-            wake: Arc::clone(&wake),
+            wake: Arc::new(tokio::sync::Notify::new()),
             name: name.to_string(),
             dir: dir.clone(),
             desired: desired.clone(),
@@ -262,24 +259,9 @@ impl Managed {
         let observed = rx.borrow().clone();
         self.lock().insert(
             name.to_string(),
-            Running { uid: uid.to_string(), desired, power: power_tx, wake, observed: rx, stop, task, dir },
+            Running { uid: uid.to_string(), desired, power: power_tx, observed: rx, stop, task, dir },
         );
         observed
-    }
-
-    /// Wakes sandbox `name` if it is suspended for being idle or as asked (one suspended
-    /// by its spec stays so); true when it was.
-    pub fn wake(&self, name: &str) -> bool {
-        let running = self.lock();
-        let Some(r) = running.get(name) else { return false };
-        let idle = {
-            let observed = r.observed.borrow();
-            observed.phase == SandboxPhase::Suspended && !observed.held
-        };
-        if idle {
-            r.wake.notify_one();
-        }
-        idle
     }
 
     /// Stops sandbox `name` and removes what it made (its own folders, its groups).
