@@ -793,6 +793,26 @@ pub struct SessionEvents {
     pub gap: Option<Gap>,
 }
 
+/// Query of `PUT /v1/sessions/{id}/conversation`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct StageConversationQuery {
+    /// The newest event sequence a client saw of this session where it was before:
+    /// the continued log's go on after it (and after the newest the tar holds).
+    pub after: Option<u64>,
+}
+
+/// Answer of `PUT /v1/sessions/{id}/conversation`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ConversationStaged {
+    /// The tar's size.
+    pub bytes: u64,
+    /// The session's events will go on after this sequence.
+    pub last_sequence: u64,
+}
+
 /// Query of `GET /v1/sessions/{id}/events/sse`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]

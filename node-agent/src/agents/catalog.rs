@@ -44,7 +44,12 @@ pub struct CredentialPlaces<'a> {
     home: Option<&'a Path>,
 }
 
-impl CredentialPlaces<'_> {
+impl<'a> CredentialPlaces<'a> {
+    /// The places of an environment (`env`) whose HOME is `home`.
+    pub fn new(env: &'a dyn Fn(&str) -> Option<String>, home: Option<&'a Path>) -> CredentialPlaces<'a> {
+        CredentialPlaces { env, home }
+    }
+
     /// A directory an environment variable names, else `under_home` in HOME.
     pub fn dir(&self, var: &str, under_home: &str) -> Option<PathBuf> {
         match (self.env)(var).filter(|v| !v.is_empty()) {

@@ -103,6 +103,31 @@ pub trait Agent: Send + Sync {
 
     /// Where it finds credentials, first source first; `None` when it needs none.
     fn credentials(&self, places: &CredentialPlaces<'_>) -> Option<CredentialSources>;
+
+    /// The files its CLI keeps a conversation in (the one named `agent_session_id`),
+    /// which go with the session when it continues in another node agent (see
+    /// `sessions::conversation`); none for an agent that keeps nothing on disk.
+    fn conversation_files(&self, _places: &CredentialPlaces<'_>, _agent_session_id: &str) -> Vec<ConversationFiles> {
+        Vec::new()
+    }
+}
+
+/// Files of an agent's conversation: everything under `root` (a directory, or one
+/// file), or only what has `naming` in its path below `root`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConversationFiles {
+    pub root: PathBuf,
+    pub naming: Option<String>,
+}
+
+impl ConversationFiles {
+    pub fn all(root: PathBuf) -> ConversationFiles {
+        ConversationFiles { root, naming: None }
+    }
+
+    pub fn naming(root: PathBuf, naming: &str) -> ConversationFiles {
+        ConversationFiles { root, naming: Some(naming.to_string()) }
+    }
 }
 
 /// Every agent, once, in the order `GET /v1/agents` lists them.

@@ -32,6 +32,7 @@ pub(super) const ROUTES: &[Route] = &[
     route!(restart_session),
     route!(interrupt_session),
     route!(session_diff),
+    route!(session_conversation, stage_conversation),
     route!(session_events),
     route!(session_events_sse),
     route!(reply_permission),
@@ -147,6 +148,61 @@ async fn session_diff(State(state): State<AppState>, PathId(id): PathId) -> Resu
     let diff = crate::workspace::diff(&path, &commit).await.map_err(|e| Error::WorkspaceFailed(e.to_string()))?;
     let headers = [(axum::http::header::CONTENT_TYPE, "text/x-diff; charset=utf-8")];
     Ok((headers, axum::body::Body::from_stream(diff)).into_response())
+}
+
+/// The session's conversation as a tar, to continue it in another node agent (a new
+/// sandbox after its old one is gone): its record's history (counts, the agent's own
+/// id and what resuming needs, requests still open; never its environment or MCP
+/// servers), its event log, and the files its agent's CLI keeps the conversation in,
+/// below the agent's HOME. At most 64 MiB. Taken between turns, it is whole; taken
+/// during one, that turn runs again where it is continued.
+#[utoipa::path(get, path = "/v1/sessions/{id}/conversation", tag = "sessions", params(("id" = String, Path)),
+    responses(
+        (status = 200, content_type = "application/x-tar", body = Vec<u8>, description = "The conversation"),
+        (status = 404, body = Problem, content_type = "application/problem+json", description = "session_not_found"),
+        (status = 429, body = Problem, content_type = "application/problem+json", description = "limit_exceeded: over 64 MiB packed"),
+    ))]
+async fn session_conversation(State(state): State<AppState>, PathId(id): PathId) -> Result<axum::response::Response> {
+    use axum::response::IntoResponse;
+    let tar = state.sessions.conversation(&id).await?;
+    Ok(([(axum::http::header::CONTENT_TYPE, "application/x-tar")], tar).into_response())
+}
+
+/// Stages a conversation another node agent packed (`GET .../conversation`) for the
+/// session of this id, which is not here yet: creating it (`POST /v1/sessions/{id}`,
+/// with the settings it is to have) then continues that conversation. Its counts go
+/// on (a declared message is taken once across both), its events after the newest
+/// the tar holds and after `after`, and the agent resumes its own conversation from
+/// its files, written into its HOME where no file of that name is. The tar is checked
+/// whole before it is kept: only `session/session.json` (naming this session),
+/// `session/events.jsonl` and regular files below `home/`, nothing else; staged again,
+/// the newer replaces the older.
+#[utoipa::path(put, path = "/v1/sessions/{id}/conversation", tag = "sessions", params(("id" = String, Path), StageConversationQuery),
+    request_body(content = Vec<u8>, content_type = "application/x-tar", description = "A conversation's tar"),
+    responses(
+        (status = 200, body = ConversationStaged, description = "Staged: the session's creation continues it"),
+        (status = 400, body = Problem, content_type = "application/problem+json", description = "invalid_request: not a conversation's tar, or another session's"),
+        (status = 409, body = Problem, content_type = "application/problem+json", description = "session_already_exists"),
+        (status = 429, body = Problem, content_type = "application/problem+json", description = "limit_exceeded: over 64 MiB"),
+    ))]
+async fn stage_conversation(
+    State(state): State<AppState>,
+    PathId(id): PathId,
+    Query(query): Query<StageConversationQuery>,
+    body: axum::body::Body,
+) -> Result<Json<ConversationStaged>> {
+    use futures_util::StreamExt;
+    let limit = crate::sessions::conversation::MAX_CONVERSATION_BYTES as usize;
+    let mut bytes = Vec::new();
+    let mut chunks = body.into_data_stream();
+    while let Some(chunk) = chunks.next().await {
+        let chunk = chunk.map_err(|e| Error::InvalidRequest(format!("reading the tar: {e}")))?;
+        if bytes.len() + chunk.len() > limit {
+            return Err(Error::LimitExceeded(format!("a conversation is at most {} MiB", limit >> 20)));
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    Ok(Json(state.sessions.stage_conversation(&id, bytes, query.after.unwrap_or(0)).await?))
 }
 
 /// Sends a message: it runs as the next turn, after any before it. Output of

@@ -53,6 +53,33 @@ impl Client {
         self.open_bytes(self.stream_request(Method::GET, &["sessions", id, "diff"])).await
     }
 
+    /// The session's conversation as a tar, to continue it in another node agent
+    /// ([`Self::stage_conversation`] there); at most 64 MiB.
+    pub async fn conversation(&self, id: &str) -> ClientResult<Vec<u8>> {
+        let limit = crate::sessions::conversation::MAX_CONVERSATION_BYTES as usize;
+        let segments = ["sessions", id, "conversation"];
+        let mut stream = self.open_bytes(self.stream_request(Method::GET, &segments)).await?;
+        let mut tar = Vec::new();
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk?;
+            if tar.len() + chunk.len() > limit {
+                return Err(ClientError::TooLarge { url: self.url(&segments).to_string(), limit });
+            }
+            tar.extend_from_slice(&chunk);
+        }
+        Ok(tar)
+    }
+
+    /// Stages a conversation packed elsewhere for session `id`, not created here yet:
+    /// creating it continues that conversation, its events after `after`.
+    pub async fn stage_conversation(&self, id: &str, tar: Vec<u8>, after: u64) -> ClientResult<ConversationStaged> {
+        let builder = self
+            .upload_request(Method::PUT, &["sessions", id, "conversation"])
+            .query(&[("after", after)])
+            .header(reqwest::header::CONTENT_TYPE, "application/x-tar");
+        self.upload(builder, reqwest::Body::from(tar)).await
+    }
+
     /// Queues a message; it runs as a turn after those before it.
     pub async fn send_message(&self, id: &str, message: &str) -> ClientResult<SessionInfo> {
         self.send_declared_message(id, message, None).await

@@ -4,7 +4,8 @@
 //! run left, and stopping every runner at shutdown.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::path::PathBuf;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use time::OffsetDateTime;
@@ -14,11 +15,12 @@ use tokio_util::sync::CancellationToken;
 use super::log::EventLog;
 use super::record::{SessionRecord, validate_id};
 use super::session::Session;
-use super::{feed, persist, runner};
+use super::{conversation, feed, persist, runner};
+use crate::agents::catalog::CredentialPlaces;
 use crate::agents::{AgentHost, AgentId, agent_from_request};
 use crate::error::{Error, Result};
 use crate::metrics::AgentLabel;
-use crate::model::{CreateProcessRequest, CreateSessionRequest, SessionInfo};
+use crate::model::{ConversationStaged, CreateProcessRequest, CreateSessionRequest, SessionInfo};
 use crate::process::{Process, ProcessManager};
 use crate::workspace::WorkspaceRecord;
 
@@ -181,28 +183,98 @@ impl SessionManager {
         let created = self.create_reserved(id, agent, request, workspace).await;
         let mut sessions = self.sessions();
         sessions.reserved.remove(id);
-        let session = created?;
+        let (session, continued) = created?;
         sessions.by_id.insert(id.to_string(), Arc::clone(&session));
         drop(sessions);
-        self.spawn_runner(Arc::clone(&session), false);
+        if continued {
+            tracing::info!(session = %session.id, label = ?session.label, "continuing a conversation brought from elsewhere");
+        }
+        self.spawn_runner(Arc::clone(&session), continued);
         Ok(session)
     }
 
+    /// Makes the session's directory, record and log: a new conversation, or the one
+    /// staged for this id (true then; see [`Self::stage_conversation`]).
     async fn create_reserved(
         &self,
         id: &str,
         agent: AgentId,
         request: CreateSessionRequest,
         workspace: Option<WorkspaceRecord>,
-    ) -> Result<Arc<Session>> {
+    ) -> Result<(Arc<Session>, bool)> {
         let record = SessionRecord::new(id, agent, request, workspace);
         let dir = self.inner.root.join(id);
         let capacity = self.inner.options.events_in_memory;
-        let (created_dir, created_record) = (dir.clone(), record.clone());
-        let log = tokio::task::spawn_blocking(move || persist::create(&created_dir, &created_record, capacity))
-            .await
-            .map_err(|e| Error::io("creating the session", std::io::Error::other(e)))??;
-        Ok(self.session(agent, dir, record, log))
+        let staged = self.staged(id);
+        let (created_dir, mut created_record) = (dir.clone(), record);
+        let (log, record, continued) = tokio::task::spawn_blocking(move || {
+            let Some((bytes, floor)) = read_staged(&staged) else {
+                return persist::create(&created_dir, &created_record, capacity)
+                    .map(|log| (log, created_record, false));
+            };
+            let log = persist::create_continuing(&created_dir, &mut created_record, capacity, &bytes, floor)?;
+            // Taken up: it never applies again (a session of this id made later is new).
+            let _ = std::fs::remove_file(&staged);
+            let _ = std::fs::remove_file(staged.with_extension("after"));
+            Ok::<_, Error>((log, created_record, true))
+        })
+        .await
+        .map_err(|e| Error::io("creating the session", std::io::Error::other(e)))??;
+        Ok((self.session(agent, dir, record, log), continued))
+    }
+
+    /// Where a conversation staged for session `id` waits for its creation.
+    fn staged(&self, id: &str) -> PathBuf {
+        self.inner.root.parent().unwrap_or(&self.inner.root).join("staged-conversations").join(format!("{id}.tar"))
+    }
+
+    /// Session `id`'s conversation as a tar (see [`conversation`]): its record's
+    /// history, its event log, and the files its agent keeps it in.
+    pub async fn conversation(&self, id: &str) -> Result<Vec<u8>> {
+        let session = self.get(id)?;
+        session.persist().await;
+        let (record, agent, dir) = (session.record().clone(), session.agent, session.dir.clone());
+        tokio::task::spawn_blocking(move || {
+            let home = record.agent_home();
+            let files = match &record.agent_session_id {
+                Some(agent_session) => {
+                    let env = |name: &str| record.env_var(name).or_else(|| std::env::var(name).ok());
+                    let places = CredentialPlaces::new(&env, home.as_deref());
+                    agent.agent().conversation_files(&places, agent_session)
+                }
+                None => Vec::new(),
+            };
+            conversation::pack(&dir, &record, home.as_deref(), &files)
+        })
+        .await
+        .map_err(|e| Error::io("packing the conversation", std::io::Error::other(e)))?
+    }
+
+    /// Keeps `bytes`, the conversation of session `id` packed by another node agent,
+    /// for the creation of that session here, which continues it: its events go on
+    /// after the newest it holds and after `after` (the newest a client saw there).
+    /// Checked whole first; a session of that id here already is a conflict. Staged
+    /// again, the newer replaces the older.
+    pub async fn stage_conversation(&self, id: &str, bytes: Vec<u8>, after: u64) -> Result<ConversationStaged> {
+        validate_id(id)?;
+        {
+            let sessions = self.sessions();
+            if sessions.by_id.contains_key(id) || sessions.reserved.contains(id) {
+                return Err(Error::SessionAlreadyExists(id.to_string()));
+            }
+        }
+        let (staged, id) = (self.staged(id), id.to_string());
+        tokio::task::spawn_blocking(move || {
+            let record = conversation::check(&bytes, &id)?;
+            let folder = staged.parent().expect("in a folder");
+            let context = |e| Error::io("staging the conversation", e);
+            std::fs::DirBuilder::new().recursive(true).mode(0o700).create(folder).map_err(context)?;
+            persist::write_private(&staged.with_extension("after"), after.to_string().as_bytes()).map_err(context)?;
+            persist::write_private(&staged, &bytes).map_err(context)?;
+            Ok(ConversationStaged { bytes: bytes.len() as u64, last_sequence: record.last_sequence.max(after) })
+        })
+        .await
+        .map_err(|e| Error::io("staging the conversation", std::io::Error::other(e)))?
     }
 
     /// Restarts a session's agent, in the same conversation, with `env` when given.
@@ -297,4 +369,19 @@ impl SessionManager {
             session.persist().await;
         }
     }
+}
+
+/// The conversation staged at `path` and the sequence its events go on after; none
+/// when nothing is staged (or it cannot be read: the session then starts anew).
+fn read_staged(path: &Path) -> Option<(Vec<u8>, u64)> {
+    let bytes = match std::fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+        Err(error) => {
+            tracing::error!(path = %path.display(), %error, "cannot read a staged conversation; starting anew");
+            return None;
+        }
+    };
+    let floor = std::fs::read_to_string(path.with_extension("after")).ok().and_then(|t| t.trim().parse().ok());
+    Some((bytes, floor.unwrap_or(0)))
 }

@@ -11,6 +11,7 @@
 //! restart, end, load, shutdown); [`persist`] their files on disk; [`log`] the event
 //! log; [`feed`] processes that feed a session.
 
+pub mod conversation;
 pub mod feed;
 pub mod log;
 mod manager;

@@ -13,9 +13,9 @@ use crate::agents::AgentId;
 use crate::error::{Error, Result};
 
 /// The record file in a session's directory.
-const RECORD: &str = "session.json";
+pub(super) const RECORD: &str = "session.json";
 /// The event log in a session's directory.
-const EVENTS: &str = "events.jsonl";
+pub(super) const EVENTS: &str = "events.jsonl";
 
 /// A session a previous run left: its agent, directory, record and log.
 pub(super) type Loaded = (AgentId, PathBuf, SessionRecord, EventLog);
@@ -24,18 +24,60 @@ pub(super) type Loaded = (AgentId, PathBuf, SessionRecord, EventLog);
 /// agent's user only: it holds the session's environment. Not fsynced: this survives
 /// the node agent crashing, as the event log does, not the machine losing power.
 pub(super) fn write_record(dir: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    write_private(&dir.join(RECORD), bytes)
+}
+
+/// Writes `path` (a temporary file renamed over it), readable by the node agent's
+/// user only.
+pub(super) fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
-    let temporary = dir.join("session.json.tmp");
+    let mut temporary = path.as_os_str().to_owned();
+    temporary.push(".tmp");
     let mut file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&temporary)?;
     file.write_all(bytes)?;
     drop(file);
-    std::fs::rename(&temporary, dir.join(RECORD))
+    std::fs::rename(&temporary, path)
 }
 
 /// Makes a new session's directory (mode 0700) with its record and an empty log
 /// keeping `capacity` events in memory. A directory already there (left by a session
 /// that could not be loaded) is `session_already_exists`: not to be mixed with a new one.
 pub(super) fn create(dir: &Path, record: &SessionRecord, capacity: usize) -> Result<EventLog> {
+    make_dir(dir, &record.id)?;
+    let bytes = serde_json::to_vec_pretty(record).expect("records serialize");
+    write_record(dir, &bytes).map_err(|e| Error::io("saving the session", e))?;
+    EventLog::open(&dir.join(EVENTS), &record.id, capacity, 0, false)
+        .map_err(|e| Error::io("creating the event log", e))
+}
+
+/// [`create`], continuing the conversation in the tar `staged` (see
+/// [`super::conversation`]): its log is the new session's, its history goes into
+/// `record`, its agent's files into the agent's HOME, and sequences go on after
+/// `floor`. What it began is removed when it fails.
+pub(super) fn create_continuing(
+    dir: &Path,
+    record: &mut SessionRecord,
+    capacity: usize,
+    staged: &[u8],
+    floor: u64,
+) -> Result<EventLog> {
+    make_dir(dir, &record.id)?;
+    let made = (|| {
+        let earlier = super::conversation::unpack(staged, dir, record.agent_home().as_deref())?;
+        record.continue_from(earlier, floor);
+        let bytes = serde_json::to_vec_pretty(&*record).expect("records serialize");
+        write_record(dir, &bytes).map_err(|e| Error::io("saving the session", e))?;
+        EventLog::open(&dir.join(EVENTS), &record.id, capacity, record.last_sequence, false)
+            .map_err(|e| Error::io("opening the event log it brought", e))
+    })();
+    if made.is_err() {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+    made
+}
+
+/// Makes a new session's directory (mode 0700, its parents too).
+fn make_dir(dir: &Path, id: &str) -> Result<()> {
     let context = || format!("creating the session directory {}", dir.display());
     std::fs::DirBuilder::new()
         .recursive(true)
@@ -45,14 +87,11 @@ pub(super) fn create(dir: &Path, record: &SessionRecord, capacity: usize) -> Res
     match std::fs::DirBuilder::new().mode(0o700).create(dir) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            return Err(Error::SessionAlreadyExists(record.id.clone()));
+            return Err(Error::SessionAlreadyExists(id.to_string()));
         }
         Err(e) => return Err(Error::io(context(), e)),
     }
-    let bytes = serde_json::to_vec_pretty(record).expect("records serialize");
-    write_record(dir, &bytes).map_err(|e| Error::io("saving the session", e))?;
-    EventLog::open(&dir.join(EVENTS), &record.id, capacity, 0, false)
-        .map_err(|e| Error::io("creating the event log", e))
+    Ok(())
 }
 
 /// Every session under `root`; one that does not load is logged and left alone.

@@ -243,6 +243,59 @@ impl SessionRecord {
         }
     }
 
+    /// What of this record goes with the conversation to another node agent (see
+    /// [`super::conversation`]): its history, without its settings. The environment,
+    /// the MCP servers (whose values may be secrets), the workspace and the label are
+    /// the create request's there.
+    pub(super) fn portable(&self) -> SessionRecord {
+        let mut history = self.clone();
+        history.env.clear();
+        history.mcp_servers.clear();
+        history.workspace = None;
+        history.label = None;
+        history.relaunch = false;
+        history
+    }
+
+    /// A variable of the session's environment.
+    pub(super) fn env_var(&self, name: &str) -> Option<String> {
+        self.env.get(name).cloned()
+    }
+
+    /// The home of the session's agent: its env's `HOME`, else the node agent's.
+    pub(super) fn agent_home(&self) -> Option<PathBuf> {
+        crate::sessions::conversation::home_of(&self.env)
+    }
+
+    /// Takes up the history of `earlier`, this conversation as another node agent
+    /// left it: what was said and counted (so messages are never delivered twice),
+    /// what the driver saved to resume, the requests still open, and the turn under
+    /// way. Sequences go on after the newest it or the caller (`floor`) saw. A record
+    /// of another agent gives its counts, not its conversation.
+    pub(super) fn continue_from(&mut self, earlier: SessionRecord, floor: u64) {
+        self.created_at = earlier.created_at;
+        self.messages_received = earlier.messages_received;
+        self.declared_received = earlier.declared_received;
+        self.turns_started = earlier.turns_started;
+        self.turns_completed = earlier.turns_completed;
+        self.turns_failed = earlier.turns_failed;
+        self.turn_error = earlier.turn_error;
+        self.usage = earlier.usage;
+        self.last_sequence = earlier.last_sequence.max(floor);
+        self.queue = earlier.queue;
+        self.process_outputs = earlier.process_outputs;
+        if earlier.agent != self.agent {
+            return;
+        }
+        self.agent_session_id = earlier.agent_session_id;
+        self.driver_state = earlier.driver_state;
+        self.current_turn = earlier.current_turn;
+        self.pending_permissions = earlier.pending_permissions;
+        self.pending_questions = earlier.pending_questions;
+        self.native_ids = earlier.native_ids;
+        self.resolutions = earlier.resolutions;
+    }
+
     /// The session as clients see it; `last_sequence` is the log's newest.
     pub(super) fn info(&self, last_sequence: u64) -> SessionInfo {
         SessionInfo {

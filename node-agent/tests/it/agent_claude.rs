@@ -500,6 +500,58 @@ async fn claude_says_what_it_can_and_refuses_agent_modes() {
     server.stop().await;
 }
 
+/// The conversation packed by one node agent and staged in another, with a HOME of
+/// its own (a new sandbox's): Claude resumes its own session there from the file the
+/// tar brought, and its next turn has the earlier one in context.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conversation_continues_in_another_node_agent_with_a_new_home() {
+    let Setup { server, model, home, work } = Setup::new().await;
+    server.client.create_session("moved", &Setup::request_with(&model, &home, &work)).await.unwrap();
+    let mut events = Events::open(&server.client, "moved", None).await;
+    server.client.send_message("moved", "remember the word albatross").await.unwrap();
+    let first_turn = events.turn().await;
+    assert_completed(&first_turn);
+    let before = server.client.get_session("moved").await.unwrap();
+    let id = before.agent_session_id.clone().expect("an agent session id");
+    let tar = server.client.conversation("moved").await.unwrap();
+    drop(events);
+    server.stop().await;
+
+    let elsewhere = TestServer::start_with_agents().await;
+    let new_home = tempfile::tempdir().unwrap();
+    elsewhere.client.stage_conversation("moved", tar, before.last_sequence).await.unwrap();
+    elsewhere.client.create_session("moved", &Setup::request_with(&model, &new_home, &work)).await.unwrap();
+    let saved: Vec<_> = walkdir(new_home.path()).into_iter().filter(|p| p.ends_with(format!("{id}.jsonl"))).collect();
+    assert_eq!(saved.len(), 1, "Claude's session file is in the new HOME: {saved:?}");
+    let mut events = Events::open(&elsewhere.client, "moved", Some(before.last_sequence)).await;
+    elsewhere.client.send_message("moved", "what was the word?").await.unwrap();
+    let turn = events.turn().await;
+    assert_completed(&turn);
+    assert_eq!(turn[0].sequence, before.last_sequence + 1, "the log goes on");
+    assert!(
+        turn.iter().any(|e| matches!(&e.data, EventData::SessionStarted { resumed: true, agent_session_id: Some(a), .. } if *a == id)),
+        "{turn:#?}"
+    );
+    let conversations = Setup { server: elsewhere, model, home: new_home, work }.conversations();
+    let last = conversations.last().unwrap();
+    assert!(mentions(last, "remember the word albatross"), "the earlier turn is in context: {last:?}");
+    assert!(last.messages.contains(&Message::Assistant(reply_text(&first_turn))), "{last:?}");
+}
+
+/// Every file below `dir`.
+fn walkdir(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            found.extend(walkdir(&path));
+        } else {
+            found.push(path);
+        }
+    }
+    found
+}
+
 /// A restart while Claude waits for a permission: the request stays open across it,
 /// its reply is given to the resumed Claude when it asks for the same call again
 /// (the interrupted message is sent again), and the turn completes.

@@ -414,7 +414,7 @@ async fn the_openapi_document_describes_every_route() {
                 .count()
         })
         .sum();
-    assert_eq!(documented, 50, "operations documented: every method of every route in `api::router`");
+    assert_eq!(documented, 52, "operations documented: every method of every route in `api::router`");
     // The routes that need no token say so; every other inherits the bearer scheme.
     for (path, method) in [("/v1/health", "get"), ("/v1/auth/exchange", "post")] {
         assert_eq!(paths[path][method]["security"], serde_json::json!([{}]), "{method} {path}");

@@ -995,3 +995,68 @@ async fn a_restart_counts_against_the_session_limit() {
     // Its runner may already have started it by the time the answer is made.
     assert!(matches!(restarted.state, SessionState::Starting | SessionState::Idle), "{restarted:?}");
 }
+
+/// A session's conversation packed by one node agent and staged in another (a new
+/// sandbox's) goes on there: its counts (so a declared message is taken once across
+/// both), its agent's own id, its old events by offset, and new events after the
+/// newest any client saw. The environment stays behind: the new one is the create
+/// request's.
+#[tokio::test]
+async fn a_conversation_moves_to_another_node_agent_and_goes_on() {
+    let first = TestServer::start().await;
+    let with_env =
+        |value: &str| CreateSessionRequest { env: [("PRIVATE".to_string(), value.to_string())].into(), ..mock() };
+    first.client.create_session("move", &with_env("first-secret")).await.unwrap();
+    let mut events = Events::open(&first.client, "move").await;
+    first.client.send_declared_message("move", "hello", Some(0)).await.unwrap();
+    let turn = events.turn().await;
+    assert_eq!(reply_text(&turn), "mock reply #1 to: hello");
+    let before = first.client.get_session("move").await.unwrap();
+    let tar = first.client.conversation("move").await.unwrap();
+    assert!(!String::from_utf8_lossy(&tar).contains("first-secret"), "no value of the environment travels");
+    let err = first.client.conversation("nobody").await.unwrap_err();
+    assert_eq!(err.code(), Some(agentplane_node_agent::ProblemCode::SessionNotFound));
+    first.stop().await;
+
+    let second = TestServer::start().await;
+    // A client followed the first node agent past what was packed: none of those
+    // sequences is given again.
+    let seen = before.last_sequence + 5;
+    let err = second.client.stage_conversation("other", tar.clone(), seen).await.unwrap_err();
+    assert_eq!(err.code(), Some(agentplane_node_agent::ProblemCode::InvalidRequest), "another session's tar: {err}");
+    let staged = second.client.stage_conversation("move", tar.clone(), seen).await.unwrap();
+    assert_eq!((staged.bytes, staged.last_sequence), (tar.len() as u64, seen));
+    let info = second.client.create_session("move", &with_env("second")).await.unwrap();
+    assert_eq!(
+        (info.declared_messages_received, info.turns_completed, info.agent_session_id.clone()),
+        (1, 1, before.agent_session_id.clone())
+    );
+    assert_eq!(info.created_at, before.created_at, "one conversation, created once");
+    let err = second.client.stage_conversation("move", tar, 0).await.unwrap_err();
+    assert_eq!(err.code(), Some(agentplane_node_agent::ProblemCode::SessionAlreadyExists));
+
+    // The old events are read back by offset, as they were.
+    let page =
+        second.client.session_events("move", &SessionEventsQuery { offset: Some(0), limit: None }).await.unwrap();
+    let old: Vec<u64> = page.events.iter().map(|e| e.sequence).take_while(|s| *s <= before.last_sequence).collect();
+    assert_eq!(old, (1..=before.last_sequence).collect::<Vec<_>>());
+    assert_eq!(page.events[..old.len()], events.seen[..old.len()], "the same events");
+
+    // The declared message already taken is not taken again; the next is.
+    second.client.send_declared_message("move", "hello", Some(0)).await.unwrap();
+    // Numbers between the newest packed and the newest seen are skipped, not lost:
+    // followed from where the client was.
+    let stream = second.client.session_events_sse("move", Some(seen), None).await.unwrap();
+    let mut events = Events { stream, seen: Vec::new(), mark: 0 };
+    let resumed = events
+        .until("the resumed start", |e: &UniversalEvent| {
+            matches!(e.data, EventData::SessionStarted { resumed: true, .. })
+        })
+        .await;
+    assert_eq!(resumed.last().unwrap().sequence, seen + 1, "events go on after the newest seen");
+    second.client.send_declared_message("move", "again", Some(1)).await.unwrap();
+    let turn = events.turn().await;
+    assert_eq!(reply_text(&turn), "mock reply #2 to: again");
+    let after = second.client.get_session("move").await.unwrap();
+    assert_eq!((after.declared_messages_received, after.turns_completed), (2, 2));
+}

@@ -25,6 +25,7 @@ use tokio::process::Command;
 
 pub use self::convert::Converter;
 use self::convert::{APPROVE_PLAN, ASK_USER_QUESTION, EXIT_PLAN_MODE};
+use super::ConversationFiles;
 use super::catalog::{Catalog, CredentialFile, CredentialPlaces, CredentialSources, json_strings};
 use super::child::LineChild;
 use super::convert::Converter as _;
@@ -85,6 +86,16 @@ impl Agent for Claude {
             default_model: None,
             models_note: "or a full model name (claude-sonnet-4-5, ...), passed as --model",
         }
+    }
+
+    /// `~/.claude/projects/<working dir>/<id>.jsonl` (and the folder of the same name
+    /// its subagents and large tool results go into); `--resume <id>` finds it there.
+    fn conversation_files(&self, places: &CredentialPlaces<'_>, id: &str) -> Vec<ConversationFiles> {
+        places
+            .dir("CLAUDE_CONFIG_DIR", ".claude")
+            .map(|d| ConversationFiles::naming(d.join("projects"), id))
+            .into_iter()
+            .collect()
     }
 
     fn credentials(&self, places: &CredentialPlaces<'_>) -> Option<CredentialSources> {

@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 pub use self::convert::Converter;
+use super::ConversationFiles;
 use super::catalog::{Catalog, CredentialPlaces, CredentialSources, json_strings};
 use super::child::LineChild;
 use super::convert::Converter as _;
@@ -85,6 +86,16 @@ impl Agent for Codex {
             default_model: None,
             models_note: "or another name of codex's built-in catalog; an unknown one fails the turn",
         }
+    }
+
+    /// The thread's rollout, `$CODEX_HOME/sessions/YYYY/MM/DD/rollout-...-<thread>.jsonl`,
+    /// which `thread/resume` reads.
+    fn conversation_files(&self, places: &CredentialPlaces<'_>, id: &str) -> Vec<ConversationFiles> {
+        places
+            .dir("CODEX_HOME", ".codex")
+            .map(|d| ConversationFiles::naming(d.join("sessions"), id))
+            .into_iter()
+            .collect()
     }
 
     fn credentials(&self, places: &CredentialPlaces<'_>) -> Option<CredentialSources> {

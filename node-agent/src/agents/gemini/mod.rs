@@ -23,6 +23,7 @@ use tokio::process::Command;
 
 pub use convert::Converter;
 
+use super::ConversationFiles;
 use super::catalog::{Catalog, CredentialPlaces, CredentialSources, dotenv_sets, json_strings};
 use super::child::LineChild;
 use super::convert::Converter as _;
@@ -95,6 +96,17 @@ impl Agent for Gemini {
             default_model: Some(DEFAULT_MODEL),
             models_note: "or another Gemini model name, passed as -m",
         }
+    }
+
+    /// `~/.gemini/tmp` (each project's chats, which `session/load` reads) and the
+    /// table of projects that names their folders. Chats are not named by the whole
+    /// session id, so every project's are kept.
+    fn conversation_files(&self, places: &CredentialPlaces<'_>, _id: &str) -> Vec<ConversationFiles> {
+        let Some(home) = places.home() else { return Vec::new() };
+        vec![
+            ConversationFiles::all(home.join(".gemini/tmp")),
+            ConversationFiles::all(home.join(".gemini/projects.json")),
+        ]
     }
 
     fn credentials(&self, places: &CredentialPlaces<'_>) -> Option<CredentialSources> {

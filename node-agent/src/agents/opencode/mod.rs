@@ -38,6 +38,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 pub use self::convert::Converter;
+use super::ConversationFiles;
 use super::catalog::{Catalog, CredentialPlaces, CredentialSources, provider_entries};
 use super::child::LineChild;
 use super::convert::Converter as _;
@@ -119,6 +120,16 @@ impl Agent for Opencode {
             default_model: None,
             models_note: "a provider/model id configured for opencode (`opencode models` lists them), e.g. anthropic/claude-sonnet-4-5",
         }
+    }
+
+    /// Its storage (`$XDG_DATA_HOME/opencode/storage`, or its database in later
+    /// versions): messages and parts are kept by their own ids, so all of it goes.
+    fn conversation_files(&self, places: &CredentialPlaces<'_>, _id: &str) -> Vec<ConversationFiles> {
+        let Some(data) = places.data_home().map(|d| d.join("opencode")) else { return Vec::new() };
+        ["storage", "opencode.db", "opencode.db-wal", "opencode.db-shm"]
+            .into_iter()
+            .map(|name| ConversationFiles::all(data.join(name)))
+            .collect()
     }
 
     fn credentials(&self, places: &CredentialPlaces<'_>) -> Option<CredentialSources> {

@@ -28,6 +28,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::process::Command;
 
+use super::ConversationFiles;
 use super::catalog::{Catalog, CredentialPlaces, CredentialSources, non_empty_string, provider_entries};
 use super::child::LineChild;
 use super::convert::Converter as _;
@@ -90,6 +91,16 @@ impl Agent for Pi {
             default_model: None,
             models_note: "a model id of a provider pi knows or of ~/.pi/agent/models.json (`pi --list-models` lists them)",
         }
+    }
+
+    /// The session file under `~/.pi/agent/sessions`, named by its id; the driver
+    /// runs `--session <file>` with that path.
+    fn conversation_files(&self, places: &CredentialPlaces<'_>, id: &str) -> Vec<ConversationFiles> {
+        places
+            .dir("PI_CODING_AGENT_DIR", ".pi/agent")
+            .map(|d| ConversationFiles::naming(d.join("sessions"), id))
+            .into_iter()
+            .collect()
     }
 
     fn credentials(&self, places: &CredentialPlaces<'_>) -> Option<CredentialSources> {

@@ -184,6 +184,21 @@ class ControlMessage(
     ]
 
 
+class ConversationStaged(BaseModel):
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    bytes: Annotated[int, Field(description="The tar's size.", ge=0)]
+    last_sequence: Annotated[
+        int,
+        Field(
+            alias='lastSequence',
+            description="The session's events will go on after this sequence.",
+            ge=0,
+        ),
+    ]
+
+
 class EventType(
     RootModel[Literal['session.started', 'session.ended', 'turn.started', 'turn.ended', 'item.started', 'item.delta', 'item.completed', 'permission.requested', 'permission.resolved', 'question.requested', 'question.resolved', 'error', 'agent.unparsed']]
 ):

@@ -710,6 +710,41 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/sessions/{id}/conversation": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The session's conversation as a tar, to continue it in another node agent (a new
+         *     sandbox after its old one is gone): its record's history (counts, the agent's own
+         *     id and what resuming needs, requests still open; never its environment or MCP
+         *     servers), its event log, and the files its agent's CLI keeps the conversation in,
+         *     below the agent's HOME. At most 64 MiB. Taken between turns, it is whole; taken
+         *     during one, that turn runs again where it is continued.
+         */
+        get: operations["session_conversation"];
+        /**
+         * Stages a conversation another node agent packed (`GET .../conversation`) for the
+         *     session of this id, which is not here yet: creating it (`POST /v1/sessions/{id}`,
+         *     with the settings it is to have) then continues that conversation. Its counts go
+         *     on (a declared message is taken once across both), its events after the newest
+         *     the tar holds and after `after`, and the agent resumes its own conversation from
+         *     its files, written into its HOME where no file of that name is. The tar is checked
+         *     whole before it is kept: only `session/session.json` (naming this session),
+         *     `session/events.jsonl` and regular files below `home/`, nothing else; staged again,
+         *     the newer replaces the older.
+         */
+        put: operations["stage_conversation"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/sessions/{id}/diff": {
         parameters: {
             query?: never;
@@ -1032,6 +1067,19 @@ export interface components {
             message: string;
             /** @enum {string} */
             type: "error";
+        };
+        /** @description Answer of `PUT /v1/sessions/{id}/conversation`. */
+        ConversationStaged: {
+            /**
+             * Format: int64
+             * @description The tar's size.
+             */
+            bytes: number;
+            /**
+             * Format: int64
+             * @description The session's events will go on after this sequence.
+             */
+            lastSequence: number;
         };
         /** @description Body of `POST /v1/processes`. */
         CreateProcessRequest: {
@@ -3675,6 +3723,124 @@ export interface operations {
             };
             /** @description session_not_found */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description An RFC 7807 problem document; `type` is `urn:agentplane:error:<code>` */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    session_conversation: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The conversation */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/x-tar": number[];
+                };
+            };
+            /** @description session_not_found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description limit_exceeded: over 64 MiB packed */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description An RFC 7807 problem document; `type` is `urn:agentplane:error:<code>` */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    stage_conversation: {
+        parameters: {
+            query?: {
+                /**
+                 * @description The newest event sequence a client saw of this session where it was before:
+                 *     the continued log's go on after it (and after the newest the tar holds).
+                 */
+                after?: number;
+            };
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        /** @description A conversation's tar */
+        requestBody: {
+            content: {
+                "application/x-tar": number[];
+            };
+        };
+        responses: {
+            /** @description Staged: the session's creation continues it */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ConversationStaged"];
+                };
+            };
+            /** @description invalid_request: not a conversation's tar, or another session's */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description session_already_exists */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description limit_exceeded: over 64 MiB */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };
