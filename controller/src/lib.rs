@@ -8,6 +8,7 @@
 //! beside them.
 
 pub mod conditions;
+pub mod conversations;
 pub mod dir;
 pub mod error;
 pub mod follow;

@@ -17,6 +17,7 @@ mod cp;
 mod credentials;
 mod dir_hostile;
 mod docs;
+mod durable;
 mod edit_concurrency;
 mod edit_verbs;
 mod inspector;

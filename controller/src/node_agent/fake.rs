@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use agentplane_node_agent::client::{ClientError, SessionStreamItem, SseMessage};
 use agentplane_node_agent::model::{
-    CreateProcessRequest, CreateSessionRequest, DeleteProcessQuery, Health, InstallRequest, InstallResult,
-    PermissionMode, ProcessInfo, ProcessStatus, PtySize, SessionInfo, SessionState,
+    ConversationStaged, CreateProcessRequest, CreateSessionRequest, DeleteProcessQuery, Health, InstallRequest,
+    InstallResult, PermissionMode, ProcessInfo, ProcessStatus, PtySize, SessionInfo, SessionState,
 };
 use agentplane_node_agent::universal::{PermissionReply, PermissionRequest, Question, QuestionRequest};
 use agentplane_node_agent::{Problem, ProblemCode};
@@ -34,6 +34,8 @@ struct State {
     calls: Vec<String>,
     unreachable: bool,
     next_pid: u32,
+    /// Conversations staged for sessions not created yet (see `stage_conversation`).
+    staged: BTreeMap<String, SessionInfo>,
 }
 
 #[derive(Debug, Default)]
@@ -82,6 +84,14 @@ impl FakeNodeAgent {
 
     pub fn set_unreachable(&self, unreachable: bool) {
         self.lock().unreachable = unreachable;
+    }
+
+    /// The sandbox was replaced by a new one: its node agent knows no session.
+    pub fn replace(&self) {
+        let mut state = self.lock();
+        state.processes.clear();
+        state.sessions.clear();
+        state.staged.clear();
     }
 
     /// The node agent restarted: it keeps no process and loses its sessions' runners
@@ -325,7 +335,11 @@ impl NodeAgent for FakeNodeAgent {
             if state.sessions.contains_key(id) {
                 return Err(problem(ProblemCode::SessionAlreadyExists, id));
             }
-            let info = session_info(id, request);
+            // A conversation staged for it goes on: its counts and events, this request's settings.
+            let info = match state.staged.remove(id) {
+                Some(earlier) => SessionInfo { state: SessionState::Idle, ..earlier },
+                None => session_info(id, request),
+            };
             state.sessions.insert(id.to_string(), info.clone());
             Ok(info)
         });
@@ -465,6 +479,30 @@ impl NodeAgent for FakeNodeAgent {
 
     fn session_events(&self, _id: &str, _last_event_id: Option<u64>) -> Call<'_, Stream<SessionStreamItem>> {
         Box::pin(async { Ok(Box::pin(futures_util::stream::pending()) as Stream<SessionStreamItem>) })
+    }
+
+    /// Its "tar" is the session as it is, in JSON.
+    fn conversation<'a>(&'a self, id: &'a str) -> Call<'a, Vec<u8>> {
+        let answer = self.call("conversation", id).and_then(|state| {
+            let info = state.sessions.get(id).ok_or_else(|| problem(ProblemCode::SessionNotFound, id))?;
+            Ok(serde_json::to_vec(info).expect("serializes"))
+        });
+        Box::pin(async move { answer })
+    }
+
+    fn stage_conversation<'a>(&'a self, id: &'a str, tar: Vec<u8>, after: u64) -> Call<'a, ConversationStaged> {
+        let answer = self.call("stage_conversation", id).and_then(|mut state| {
+            if state.sessions.contains_key(id) {
+                return Err(problem(ProblemCode::SessionAlreadyExists, id));
+            }
+            let mut info: SessionInfo =
+                serde_json::from_slice(&tar).map_err(|e| problem(ProblemCode::InvalidRequest, e.to_string()))?;
+            info.last_sequence = info.last_sequence.max(after);
+            let staged = ConversationStaged { bytes: tar.len() as u64, last_sequence: info.last_sequence };
+            state.staged.insert(id.to_string(), info);
+            Ok(staged)
+        });
+        Box::pin(async move { answer })
     }
 
     fn install_agent<'a>(&'a self, agent: &'a str, _request: &'a InstallRequest) -> Call<'a, InstallResult> {

@@ -9,8 +9,8 @@ use std::fmt;
 
 use agentplane_node_agent::client::{Client, ClientError, SessionStreamItem, SseMessage};
 use agentplane_node_agent::model::{
-    ConnectQuery, CreateProcessRequest, CreateSessionRequest, DeleteProcessQuery, Health, InstallRequest,
-    InstallResult, ProcessInfo, PtySize, SessionInfo,
+    ConnectQuery, ConversationStaged, CreateProcessRequest, CreateSessionRequest, DeleteProcessQuery, Health,
+    InstallRequest, InstallResult, ProcessInfo, PtySize, SessionInfo,
 };
 use agentplane_node_agent::universal::PermissionReply;
 use futures_util::future::BoxFuture;
@@ -62,6 +62,11 @@ pub trait NodeAgent: Send + Sync + fmt::Debug {
     fn session_events(&self, id: &str, last_event_id: Option<u64>) -> Call<'_, Stream<SessionStreamItem>>;
 
     fn install_agent<'a>(&'a self, agent: &'a str, request: &'a InstallRequest) -> Call<'a, InstallResult>;
+
+    /// A session's conversation packed (see `agentplane_node_agent::sessions::conversation`).
+    fn conversation<'a>(&'a self, id: &'a str) -> Call<'a, Vec<u8>>;
+    /// Stages a packed conversation for session `id`, which its creation continues.
+    fn stage_conversation<'a>(&'a self, id: &'a str, tar: Vec<u8>, after: u64) -> Call<'a, ConversationStaged>;
 }
 
 impl NodeAgent for Client {
@@ -149,6 +154,14 @@ impl NodeAgent for Client {
 
     fn install_agent<'a>(&'a self, agent: &'a str, request: &'a InstallRequest) -> Call<'a, InstallResult> {
         Box::pin(Client::install_agent(self, agent, request))
+    }
+
+    fn conversation<'a>(&'a self, id: &'a str) -> Call<'a, Vec<u8>> {
+        Box::pin(Client::conversation(self, id))
+    }
+
+    fn stage_conversation<'a>(&'a self, id: &'a str, tar: Vec<u8>, after: u64) -> Call<'a, ConversationStaged> {
+        Box::pin(Client::stage_conversation(self, id, tar, after))
     }
 }
 

@@ -31,6 +31,7 @@ use agentplane_node_agent::model::{
 use agentplane_node_agent::universal::PermissionReply;
 
 use crate::conditions::{self, READY, Status};
+use crate::conversations::Conversations;
 use crate::node_agent::NodeAgent;
 use crate::sandboxes::Sandboxes;
 use crate::{Error, Reconciled, Result};
@@ -110,7 +111,13 @@ pub struct SessionInput<'a> {
 
 pub struct SessionReconciler {
     pub sandboxes: Arc<Sandboxes>,
+    /// Where conversations are kept outside their sandbox, when the store keeps them
+    /// (see [`crate::conversations`]).
+    pub conversations: Option<Arc<Conversations>>,
 }
+
+/// The condition that says whether the conversation outlives its sandbox.
+pub const DURABLE: &str = "Durable";
 
 fn not_found(e: &ClientError) -> bool {
     e.code() == Some(ProblemCode::SessionNotFound)
@@ -401,7 +408,93 @@ fn has_work(session: &Session) -> bool {
 
 impl SessionReconciler {
     pub fn new(sandboxes: Arc<Sandboxes>) -> Self {
-        SessionReconciler { sandboxes }
+        SessionReconciler { sandboxes, conversations: None }
+    }
+
+    /// A reconciler that keeps each conversation in `conversations` after every turn
+    /// and continues it from there in a sandbox that does not have it.
+    pub fn keeping(sandboxes: Arc<Sandboxes>, conversations: Arc<Conversations>) -> Self {
+        SessionReconciler { sandboxes, conversations: Some(conversations) }
+    }
+
+    /// Stages the conversation kept for Session `uid` in the node agent about to
+    /// create its session `id`, which then continues it. An error is the node agent
+    /// not answering: the reconcile ends there and asks again later (creating the
+    /// session anew meanwhile would lose what was kept).
+    async fn stage_kept(
+        &self,
+        step: &mut Step<'_>,
+        client: &dyn NodeAgent,
+        uid: &str,
+        id: &str,
+    ) -> std::result::Result<(), ClientError> {
+        let Some(conversations) = &self.conversations else { return Ok(()) };
+        let Some(tar) = conversations.kept_tar(uid).await else { return Ok(()) };
+        let seen = step.status.last_event_sequence.unwrap_or(0);
+        let generation = step.generation;
+        let (status, reason, message) = match client.stage_conversation(id, tar, seen).await {
+            Ok(staged) => {
+                tracing::info!(session = %id, after = staged.last_sequence, "continuing the kept conversation in a sandbox that did not have it");
+                (
+                    Status::True,
+                    "Continued",
+                    format!(
+                        "continued in this sandbox from the conversation kept outside the one before; events go on \
+                         after {}",
+                        staged.last_sequence
+                    ),
+                )
+            }
+            Err(e) if e.code() == Some(ProblemCode::SessionAlreadyExists) => return Ok(()),
+            Err(e @ ClientError::Problem(_)) => {
+                tracing::warn!(session = %id, error = %e, "the kept conversation was refused: starting anew");
+                (
+                    Status::False,
+                    "NotContinued",
+                    format!("the conversation kept outside the sandbox was refused there ({e}); it starts anew"),
+                )
+            }
+            Err(e) => return Err(e),
+        };
+        conditions::set(&mut step.status.conditions, DURABLE, status, reason, message, generation);
+        Ok(())
+    }
+
+    /// Keeps Session `uid`'s conversation outside its sandbox when a turn has ended
+    /// since it was last kept. A failure says so in `Durable` and waits for the next
+    /// turn (what was kept before stays).
+    async fn keep(&self, step: &mut Step<'_>, client: &dyn NodeAgent, uid: &str, id: &str, info: &SessionInfo) {
+        let Some(conversations) = &self.conversations else { return };
+        let between_turns = matches!(info.state, SessionState::Idle | SessionState::Failed);
+        if !between_turns || info.last_sequence == 0 || conversations.kept_through(uid) >= Some(info.last_sequence) {
+            return;
+        }
+        let kept = match client.conversation(id).await {
+            Ok(tar) => conversations.keep(uid, info.last_sequence, tar).await.map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        let (status, reason, message) = match kept {
+            Ok(()) => (
+                Status::True,
+                "Kept",
+                format!(
+                    "the conversation through event {} is kept in {}, outside the sandbox: a sandbox that replaces \
+                     this one continues it",
+                    info.last_sequence,
+                    conversations.dir().display()
+                ),
+            ),
+            Err(error) => {
+                tracing::warn!(session = %id, %error, "cannot keep the conversation outside the sandbox");
+                (
+                    Status::False,
+                    "KeepFailed",
+                    format!("the conversation could not be kept outside the sandbox: {error}"),
+                )
+            }
+        };
+        conversations.attempted(uid, info.last_sequence);
+        conditions::set(&mut step.status.conditions, DURABLE, status, reason, message, step.generation);
     }
 
     /// The client of the sandbox a Session runs on, and its node-agent session id.
@@ -541,6 +634,9 @@ impl SessionReconciler {
                     workspace: spec.workspace.as_ref().map(|w| workspace_request(w, git_credentials)),
                     mcp_servers,
                 };
+                if let Err(e) = self.stage_kept(&mut step, client, uid, &id).await {
+                    return step.unreachable(&e);
+                }
                 let created = client.create_session(&id, &request).await;
                 if created.is_ok() {
                     step.status.env_digest = Some(env_digest(uid, &request.env));
@@ -700,12 +796,16 @@ impl SessionReconciler {
         }
         step.observe(&info);
         step.replies_condition();
+        self.keep(&mut step, client, uid, &id, &info).await;
         step.done(None)
     }
 
     /// Ends the resource's session. Idempotent; nothing to end is success.
     pub async fn cleanup(&self, session: &Session) -> Result<()> {
         let Some(uid) = session.metadata.uid.as_deref() else { return Ok(()) };
+        if let Some(conversations) = &self.conversations {
+            conversations.forget(uid).await;
+        }
         let sandbox = match self.sandboxes.for_resource(&session.metadata, &session.spec.sandbox) {
             Ok(sandbox) => sandbox,
             Err(Error::SandboxNotFound(_)) => return Ok(()),

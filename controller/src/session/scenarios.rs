@@ -50,6 +50,19 @@ impl Scene {
         self.session.status = Some(reconciled.status);
     }
 
+    /// A scene whose reconciler keeps conversations in `dir` (as the directory store's).
+    fn keeping(spec: &str, dir: &std::path::Path) -> Scene {
+        let mut scene = Scene::new(spec);
+        let conversations = Arc::new(crate::conversations::Conversations::new(dir.to_path_buf()));
+        scene.reconciler = SessionReconciler::keeping(Arc::clone(&scene.sandboxes), conversations);
+        scene
+    }
+
+    fn durable(&self) -> Option<(String, String)> {
+        let status = self.session.status.as_ref()?;
+        crate::conditions::get(&status.conditions, super::DURABLE).map(|c| (c.reason.clone(), c.message.clone()))
+    }
+
     /// The controller restarts: a new reconciler, knowing only the written status.
     fn restart_controller(&mut self) {
         self.reconciler = SessionReconciler::new(Arc::clone(&self.sandboxes));
@@ -301,4 +314,54 @@ async fn only_work_for_it_wakes_a_suspended_sandbox() {
     scene.pass().await;
     assert_eq!(woken.load(Ordering::SeqCst), 3, "held by its spec: never woken from here");
     assert_eq!(scene.fake.messages(&scene.id()), ["one"], "nothing reached the sleeping node agent");
+}
+
+#[tokio::test]
+async fn a_conversation_kept_after_each_turn_continues_in_a_sandbox_that_replaced_its_own() {
+    let kept = tempfile::tempdir().unwrap();
+    let mut scene = Scene::keeping("{agent: mock, messages: [one]}", kept.path());
+    scene.pass().await;
+    assert_eq!(scene.fake.count("conversation"), 0, "not kept in the middle of a turn");
+    scene.fake.finish_turn(&scene.id());
+    scene.pass().await;
+    assert_eq!(scene.fake.count("conversation"), 1, "kept once the turn ended");
+    let (reason, message) = scene.durable().expect("a Durable condition");
+    assert_eq!(reason, "Kept", "{message}");
+    assert!(message.contains("through event 2"), "{message}");
+    scene.pass().await;
+    assert_eq!(scene.fake.count("conversation"), 1, "nothing new: not packed again");
+
+    // A new sandbox, whose node agent knows nothing of the session: what was kept is
+    // staged before the session is made, and the message already taken is not sent again.
+    scene.fake.replace();
+    scene.fake.take_calls();
+    scene.pass().await;
+    let calls = scene.fake.take_calls();
+    let id = scene.id();
+    let at = |call: &str| calls.iter().position(|c| *c == format!("{call} {id}"));
+    assert!(at("stage_conversation").unwrap() < at("create_session").unwrap(), "{calls:?}");
+    assert_eq!(scene.fake.messages(&id), ["one"], "delivered once across both sandboxes");
+    assert_eq!(scene.session.status.as_ref().unwrap().delivered_messages, 1);
+    assert_eq!(scene.durable().unwrap().0, "Continued");
+    assert_eq!(scene.fake.session(&id).unwrap().last_sequence, 2, "its events go on");
+    scene.declare("{agent: mock, messages: [one, two]}");
+    scene.pass().await;
+    assert_eq!(scene.fake.messages(&id), ["one", "two"]);
+
+    // The Session deleted: what was kept goes with it.
+    scene.reconciler.cleanup(&scene.session).await.unwrap();
+    assert_eq!(std::fs::read_dir(kept.path()).unwrap().count(), 0);
+}
+
+#[tokio::test]
+async fn a_store_that_keeps_nothing_starts_a_replaced_sandboxs_session_anew() {
+    let mut scene = Scene::new("{agent: mock, messages: [one]}");
+    scene.pass().await;
+    scene.fake.finish_turn(&scene.id());
+    scene.pass().await;
+    assert_eq!((scene.fake.count("conversation"), scene.durable()), (0, None));
+    scene.fake.replace();
+    scene.pass().await;
+    assert_eq!(scene.fake.count("stage_conversation"), 0);
+    assert_eq!(scene.fake.messages(&scene.id()), ["one", "one"], "a new conversation is sent its messages again");
 }

@@ -245,7 +245,11 @@ impl DirStore {
                 index: Mutex::new(index),
                 queue: WorkQueue::new(),
                 processes,
-                sessions: SessionReconciler::new(Arc::clone(&sandboxes)),
+                // Outside every sandbox folder: a Session outlives its sandbox.
+                sessions: SessionReconciler::keeping(
+                    Arc::clone(&sandboxes),
+                    Arc::new(crate::conversations::Conversations::new(config.state_dir.join("conversations"))),
+                ),
                 followers: Followers::default(),
                 sandboxes,
                 managed,
