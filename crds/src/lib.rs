@@ -29,7 +29,8 @@ pub use env::{
 pub use identity::{API_VERSION, IdentityError, Key, Kind, Object, ResourceRef};
 pub use process::{DesiredState, Process, ProcessPhase, ProcessSpec, ProcessStatus, RestartPolicy, TtySize};
 pub use sandbox::{
-    AgentInstall, Isolation, NetworkMode, Sandbox, SandboxBind, SandboxLimits, SandboxPhase, SandboxSpec, SandboxStatus,
+    AgentInstall, Isolation, NetworkMode, Sandbox, SandboxBind, SandboxLimits, SandboxPhase, SandboxSpec,
+    SandboxStatus, VolumeClaimTemplate,
 };
 pub use session::{
     AgentKind, ChangedFile, FileChangeStatus, GitCredentialsSource, GitWorkspace, HttpHeader, McpServerSpec,

@@ -101,6 +101,27 @@ pub struct SandboxSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub idle_timeout_seconds: Option<u32>,
+    /// Managed, cluster only: the data volume the controller claims for the sandbox, on
+    /// which its sessions, its agents' HOME and its workspace outlive the Pod (a Pod
+    /// deleted, replaced, or suspended). Absent: a claim of 1Gi of the cluster's
+    /// default StorageClass where one is marked default. A `data` volume in
+    /// `podTemplate` is used instead of any claim. The folder store keeps
+    /// conversations in its state directory and ignores this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume_claim_template: Option<VolumeClaimTemplate>,
+}
+
+/// The PersistentVolumeClaim a managed Sandbox's data lives on (`<sandbox>-data`,
+/// owned by the Sandbox: deleted with it, kept while only its Pod goes).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct VolumeClaimTemplate {
+    /// The StorageClass; absent: the cluster's default one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_class_name: Option<String>,
+    /// Its size, as Kubernetes writes quantities (default `1Gi`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage: Option<String>,
 }
 
 impl SandboxSpec {

@@ -239,6 +239,12 @@ struct Kubelet {
 }
 
 impl Kubelet {
+    /// The folder that plays claim `claim` of namespace `ns` on this node: it outlives
+    /// the Pods that mount it.
+    fn claim_dir(&self, ns: &str, claim: &str) -> PathBuf {
+        self._root.path().join("claims").join(ns).join(claim)
+    }
+
     fn start(cluster: &Cluster) -> Kubelet {
         let root = tempfile::tempdir().unwrap();
         let node = Arc::new(Mutex::new(Node::default()));
@@ -402,7 +408,9 @@ impl Playing {
         let mut volumes = BTreeMap::new();
         for volume in spec.volumes.iter().flatten() {
             let dir = match &volume.persistent_volume_claim {
-                Some(claim) => self.dir.join("claims").join(&claim.claim_name),
+                Some(claim) => {
+                    self.dir.join("claims").join(pod.namespace().unwrap_or_default()).join(&claim.claim_name)
+                }
                 None => self.dir.join(&uid).join(&volume.name),
             };
             std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
@@ -412,7 +420,16 @@ impl Playing {
             .volume_mounts
             .iter()
             .flatten()
-            .map(|m| Ok((m.mount_path.clone(), volumes.get(&m.name).cloned().ok_or(format!("no volume {}", m.name))?)))
+            .map(|m| {
+                let volume = volumes.get(&m.name).ok_or(format!("no volume {}", m.name))?;
+                // A subPath is a folder of the volume, made when missing, as a kubelet does.
+                let dir = match m.sub_path.as_deref().filter(|p| !p.is_empty()) {
+                    Some(sub) => volume.join(sub),
+                    None => volume.clone(),
+                };
+                std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+                Ok((m.mount_path.clone(), dir))
+            })
             .collect::<Result<_, String>>()?;
         // A path inside the container, as the directory it is on this machine.
         let local = |path: &str| -> String {
@@ -745,6 +762,85 @@ fn a_pod_deleted_behind_its_back_is_replaced_and_what_ran_on_it_resumes() {
     assert_eq!(chat["status"]["agentSessionId"], conversation.as_str(), "resumed, not a new conversation");
     let events = cluster.kubectl(&["get", "events", "-o", "json"]);
     assert!(events.contains("\"PodReplaced\""), "no PodReplaced event: {events}");
+}
+
+/// A managed Sandbox with a `volumeClaimTemplate`: the controller claims its data
+/// volume, mounts the node agent's data, HOME and workspace on it, and the sessions
+/// and the agents' files go on in the Pod that replaces a deleted one. A sandbox
+/// without a class to claim from says its data goes with its Pod.
+#[test]
+fn a_sandbox_claims_its_data_volume_and_what_its_agents_keep_outlives_the_pod() {
+    let cluster = Cluster::new("sbx-durable");
+    let _controller = Controller::start(&cluster);
+    let kubelet = Kubelet::start(&cluster);
+    // Not marked default: the other tests' sandboxes on this API server claim nothing.
+    let class = format!("{}-class", cluster.ns);
+    cluster.apply(&format!(
+        "apiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata: {{name: {class}}}\nprovisioner: example.com/none\n"
+    ));
+    let durable = |v: &Value| condition(v, "Durable").map(|c| (c["status"].clone(), c["reason"].clone()));
+    cluster.apply(&sandbox_yaml("scratch", "  network: none\n"));
+    cluster.wait("sandbox", "scratch", "Durable False for want of a class", |v| {
+        durable(v) == Some((json!("False"), json!("NoStorageClass")))
+    });
+    assert!(cluster.get("persistentvolumeclaim", "scratch-data").is_none());
+
+    cluster
+        .apply(&sandbox_yaml("box", &format!("  volumeClaimTemplate: {{storageClassName: {class}, storage: 2Gi}}\n")));
+    cluster.apply(
+        "apiVersion: agentplane.dev/v1alpha1\nkind: Process\nmetadata: {name: note}\nspec:\n  sandbox: box\n  \
+         command: sh\n  args: ['-c', 'test -f \"$HOME/note\" || echo kept > \"$HOME/note\"; exec sleep 600']\n  \
+         restartPolicy: Always\n---\n\
+         apiVersion: agentplane.dev/v1alpha1\nkind: Session\nmetadata: {name: chat}\n\
+         spec: {sandbox: box, agent: mock, messages: [hello]}\n",
+    );
+    let (first_uid, _, _) = kubelet.wait_running("box", None);
+    let sandbox = cluster.wait("sandbox", "box", "Ready on its claim", |v| {
+        ready(v) && durable(v) == Some((json!("True"), json!("Claim")))
+    });
+    let claim = cluster.get("persistentvolumeclaim", "box-data").expect("its data claim");
+    assert!(owned_by(&claim, &sandbox), "{claim}");
+    assert_eq!(claim["spec"]["storageClassName"], class.as_str());
+    assert_eq!(claim["spec"]["resources"]["requests"]["storage"], "2Gi");
+    let pod = cluster.get("pod", "box").unwrap();
+    let data = pod["spec"]["volumes"].as_array().unwrap().iter().find(|v| v["name"] == "data").unwrap().clone();
+    assert_eq!(data["persistentVolumeClaim"]["claimName"], "box-data");
+    let home = node_agent(&pod)["volumeMounts"].as_array().unwrap().iter().find(|m| m["mountPath"] == "/home/agent");
+    assert_eq!(home.map(|m| (m["name"].clone(), m["subPath"].clone())), Some((json!("data"), json!("home"))));
+    let chat = cluster.wait("session", "chat", "Idle", |v| phase(v) == "Idle" && v["status"]["deliveredMessages"] == 1);
+    let conversation = chat["status"]["agentSessionId"].clone();
+    let sequence = chat["status"]["lastEventSequence"].as_u64().unwrap();
+    cluster.wait("process", "note", "Running", |v| phase(v) == "Running");
+    let note = kubelet.claim_dir(&cluster.ns, "box-data").join("home/note");
+    common::wait_until(PATIENCE, "the note written into HOME", || {
+        std::fs::read_to_string(&note).is_ok_and(|t| t == "kept\n")
+    });
+
+    // The Pod deleted: the next mounts the same claim, and what was there goes on.
+    cluster.kubectl(&["delete", "pod", "box", "--wait=false"]);
+    kubelet.wait_running("box", Some(&first_uid));
+    cluster.wait("session", "chat", "Idle on the new Pod", |v| phase(v) == "Idle");
+    cluster.kubectl(&[
+        "patch",
+        "session",
+        "chat",
+        "--type=json",
+        "-p",
+        r#"[{"op":"add","path":"/spec/messages/-","value":"again"}]"#,
+    ]);
+    let chat = cluster.wait("session", "chat", "the second message answered", |v| {
+        phase(v) == "Idle" && v["status"]["deliveredMessages"] == 2
+    });
+    assert_eq!(chat["status"]["agentSessionId"], conversation, "the same conversation");
+    assert!(chat["status"]["lastEventSequence"].as_u64().unwrap() > sequence, "its log goes on: {chat}");
+    assert_eq!(std::fs::read_to_string(&note).unwrap(), "kept\n", "HOME kept what was written in the old Pod");
+
+    // The Sandbox deleted: its claim goes with it (held by its protection finalizer
+    // while no controller-manager runs here, as a volume still mounted would be).
+    cluster.kubectl(&["delete", "sandbox", "box", "--wait=false"]);
+    cluster.wait_for("persistentvolumeclaim", "box-data", "the claim deleted", |v| {
+        v.is_none_or(|v| v["metadata"]["deletionTimestamp"].is_string())
+    });
 }
 
 fn proc_is_zombie(pid: u32) -> bool {

@@ -537,6 +537,8 @@ fn the_controller_may_do_what_it_needs_and_nothing_more() {
         ("sandboxwarmpools.agentplane.dev/finalizers", "[]", &["update"]),
         ("secrets", "[]", &["get", "create", "delete"]),
         ("pods", "[]", &["get", "list", "watch", "create", "delete"]),
+        ("persistentvolumeclaims", "[]", &["get", "create", "delete"]),
+        ("storageclasses.storage.k8s.io", "[]", &["list"]),
         ("networkpolicies.networking.k8s.io", "[]", &["get", "create", "patch", "delete"]),
         ("events", "[]", &["create", "patch"]),
         ("events.events.k8s.io", "[]", &["create", "patch"]),

@@ -19,8 +19,9 @@ use agentplane_crds::{NetworkMode, Sandbox, SandboxPhase, SandboxStatus};
 use agentplane_node_agent::ProblemCode;
 use agentplane_node_agent::client::Client;
 use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::Action;
@@ -39,6 +40,8 @@ use crate::conditions::{self, READY};
 pub const SANDBOX_FINALIZER: &str = "agentplane.dev/sandbox";
 /// The condition that says whether the Pod was made from the current spec.
 const UP_TO_DATE: &str = "UpToDate";
+/// The condition that says whether the sandbox's sessions and HOME outlive its Pod.
+const DURABLE: &str = "Durable";
 /// The condition that says whether every `allow` entry is enforced.
 const ALLOWLIST_ENFORCED: &str = "AllowlistEnforced";
 /// How long one probe of the node agent may take: a Pod IP that drops packets must
@@ -169,12 +172,33 @@ impl Context {
             (Some(proxy), Some(token)) => Some(pods::EgressFor { proxy, token }),
             _ => None,
         };
-        let made = match pods::make(sandbox, &self.config.sandbox_image, egress) {
+        // Its data on a claim of its own, unless its podTemplate gives the data volume.
+        let claim = match template_gives_data(sandbox) {
+            true => None,
+            false => self.data_claim(sandbox, namespace, name, &uid, status).await?,
+        };
+        let made = match pods::make(sandbox, &self.config.sandbox_image, egress, claim.as_deref()) {
             Ok(made) => made,
             Err(problem) => {
                 return Ok(Observed::new(SandboxPhase::Failed, "InvalidSpec", problem.to_string(), IDLE_POLL));
             }
         };
+        if template_gives_data(sandbox) {
+            let (durable, message) = match &made.data_claim {
+                Some(claim) => (
+                    true,
+                    format!(
+                        "its sessions, HOME and workspace are on the podTemplate's claim {claim}: they outlive the Pod"
+                    ),
+                ),
+                None => (
+                    false,
+                    "the podTemplate's data volume is not a PersistentVolumeClaim: sessions and HOME go with each Pod"
+                        .to_string(),
+                ),
+            };
+            conditions::set(&mut status.conditions, DURABLE, durable, "TemplateVolume", message, generation);
+        }
         status.isolation = Some(made.isolation.clone());
         status.applied_limits = made.applied.clone();
         status.conditions.retain(|c| c.type_ != ALLOWLIST_ENFORCED);
@@ -371,6 +395,107 @@ impl Context {
         }
     }
 
+    /// The claim the sandbox's data volume is on: this Sandbox's `<name>-data`, made
+    /// when missing from its `volumeClaimTemplate` or the cluster's default
+    /// StorageClass. `None` (emptyDirs, which go with each Pod) when there is no class
+    /// to make it of, or the name is someone else's. `Durable` says which.
+    async fn data_claim(
+        &self,
+        sandbox: &Sandbox,
+        namespace: &str,
+        name: &str,
+        uid: &str,
+        status: &mut SandboxStatus,
+    ) -> Result<Option<String>> {
+        let claim_name = pods::claim_name(name);
+        let claims: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), namespace);
+        let on_claim = |class: Option<&str>| {
+            format!(
+                "its sessions, its agents' HOME and its workspace are on PersistentVolumeClaim {claim_name}{}: they \
+                 outlive the Pod (deleted, replaced or suspended), and go with the Sandbox",
+                class.map(|c| format!(" (StorageClass {c})")).unwrap_or_default()
+            )
+        };
+        let (claim, durable, reason, message) = match claims.get_opt(&claim_name).await? {
+            Some(claim) if !controlled_by(&claim, uid) => (
+                None,
+                false,
+                "ClaimNameTaken",
+                format!(
+                    "PersistentVolumeClaim {claim_name} exists and is not this Sandbox's: its sessions and HOME are \
+                     on emptyDirs and go with each Pod; rename one of them"
+                ),
+            ),
+            Some(claim) => {
+                let class = claim.spec.as_ref().and_then(|s| s.storage_class_name.clone());
+                (Some(claim_name.clone()), true, "Claim", on_claim(class.as_deref()))
+            }
+            None => {
+                let template = sandbox.spec.volume_claim_template.clone().unwrap_or_default();
+                let class = match template.storage_class_name {
+                    Some(class) => Ok(Some(class)),
+                    None => self.default_storage_class().await,
+                };
+                match class {
+                    Ok(Some(class)) => {
+                        let claim = pods::claim(sandbox, &class, template.storage.as_deref());
+                        let params = PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+                        match claims.create(&params, &claim).await {
+                            Ok(_) => {
+                                info!(sandbox = %name, namespace, claim = %claim_name, storage_class = %class, "made the sandbox's data claim")
+                            }
+                            Err(e) if is_status(&e, 409) => {}
+                            Err(kube::Error::Api(e)) if matches!(e.code, 400 | 403 | 422) => {
+                                let why = format!(
+                                    "PersistentVolumeClaim {claim_name} cannot be created ({}): sessions and HOME are \
+                                     on emptyDirs and go with each Pod",
+                                    e.message
+                                );
+                                conditions::set(
+                                    &mut status.conditions,
+                                    DURABLE,
+                                    false,
+                                    "ClaimNotCreated",
+                                    why,
+                                    sandbox.metadata.generation,
+                                );
+                                return Ok(None);
+                            }
+                            Err(e) => return Err(e.into()),
+                        }
+                        (Some(claim_name.clone()), true, "Claim", on_claim(Some(&class)))
+                    }
+                    Ok(None) => (
+                        None,
+                        false,
+                        "NoStorageClass",
+                        "no StorageClass is marked default and spec.volumeClaimTemplate names none: its sessions, \
+                         HOME and workspace are on emptyDirs and go with each Pod (a conversation starts anew in a \
+                         replaced Pod)"
+                            .to_string(),
+                    ),
+                    Err(why) => (
+                        None,
+                        false,
+                        "StorageClassUnknown",
+                        format!(
+                            "the cluster's default StorageClass cannot be read ({why}): its sessions and HOME are on emptyDirs"
+                        ),
+                    ),
+                }
+            }
+        };
+        conditions::set(&mut status.conditions, DURABLE, durable, reason, message, sandbox.metadata.generation);
+        Ok(claim)
+    }
+
+    /// The StorageClass marked default, if any (the newest, as the API server picks).
+    async fn default_storage_class(&self) -> std::result::Result<Option<String>, String> {
+        let classes: Api<StorageClass> = Api::all(self.client.clone());
+        let list = classes.list(&Default::default()).await.map_err(|e| e.to_string())?;
+        Ok(pods::default_storage_class(&list.items))
+    }
+
     /// The sandbox's token: from its Secret, which is made (once) when missing.
     /// `Ok(Err(why))` when the name is taken by a Secret that is not this Sandbox's.
     async fn token(
@@ -532,9 +657,19 @@ impl Context {
                 delete_owned(&secrets, &secret).await?;
             }
         }
+        let claims: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), &namespace);
+        if let Some(claim) = claims.get_opt(&pods::claim_name(&name)).await?.filter(|c| controlled_by(c, &uid)) {
+            delete_owned(&claims, &claim).await?;
+        }
         info!(sandbox = %name, namespace = %namespace, "deleted what was made for the sandbox");
         Ok(())
     }
+}
+
+/// Whether the Sandbox's podTemplate gives the data volume itself.
+fn template_gives_data(sandbox: &Sandbox) -> bool {
+    let volumes = sandbox.spec.pod_template.as_ref().and_then(|t| t["spec"]["volumes"].as_array().cloned());
+    volumes.into_iter().flatten().any(|v| v["name"] == "data")
 }
 
 /// Deletes `obj` if it is still the same object; gone already is fine.

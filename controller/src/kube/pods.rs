@@ -9,14 +9,16 @@ use std::net::IpAddr;
 
 use agentplane_crds::{NetworkMode, Sandbox};
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource, HTTPGetAction, Pod,
-    PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile, SecretKeySelector,
-    SecurityContext, Volume, VolumeMount,
+    Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource, HTTPGetAction,
+    PersistentVolumeClaim, PersistentVolumeClaimSpec, PersistentVolumeClaimVolumeSource, Pod, PodSecurityContext,
+    PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile, SecretKeySelector, SecurityContext, Volume,
+    VolumeMount, VolumeResourceRequirements,
 };
 use k8s_openapi::api::networking::v1::{
     IPBlock, NetworkPolicy, NetworkPolicyEgressRule, NetworkPolicyIngressRule, NetworkPolicyPeer, NetworkPolicyPort,
     NetworkPolicySpec,
 };
+use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -109,6 +111,53 @@ const VOLUMES: [(&str, &str); 4] =
 const HOME: &str = "/home/agent";
 const WORKSPACE: &str = "/workspace";
 
+/// The name of a Sandbox's data claim.
+pub fn claim_name(sandbox: &str) -> String {
+    format!("{sandbox}-data")
+}
+
+/// The claim a Sandbox's data lives on: of `class`, `storage` big (default 1Gi),
+/// owned by the Sandbox.
+pub fn claim(sandbox: &Sandbox, class: &str, storage: Option<&str>) -> PersistentVolumeClaim {
+    let name = sandbox.name_any();
+    PersistentVolumeClaim {
+        metadata: ObjectMeta {
+            name: Some(claim_name(&name)),
+            namespace: sandbox.namespace(),
+            labels: Some(
+                [(APP_LABEL.0, APP_LABEL.1), (SANDBOX_LABEL, name.as_str())]
+                    .into_iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            ),
+            owner_references: sandbox.controller_owner_ref(&()).map(|o| vec![o]),
+            ..Default::default()
+        },
+        spec: Some(PersistentVolumeClaimSpec {
+            access_modes: Some(vec!["ReadWriteOnce".into()]),
+            storage_class_name: Some(class.to_string()),
+            resources: Some(VolumeResourceRequirements {
+                requests: Some([("storage".to_string(), Quantity(storage.unwrap_or("1Gi").to_string()))].into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+/// The StorageClass marked default among `classes` (the newest, as the API server
+/// picks among several); `None` when none is.
+pub fn default_storage_class(classes: &[StorageClass]) -> Option<String> {
+    const DEFAULT: [&str; 2] =
+        ["storageclass.kubernetes.io/is-default-class", "storageclass.beta.kubernetes.io/is-default-class"];
+    classes
+        .iter()
+        .filter(|c| DEFAULT.iter().any(|a| c.annotations().get(*a).is_some_and(|v| v == "true")))
+        .max_by_key(|c| (c.metadata.creation_timestamp.clone(), c.name_any()))
+        .map(|c| c.name_any())
+}
+
 /// The name of a Sandbox's token Secret.
 pub fn secret_name(sandbox: &str) -> String {
     format!("{sandbox}-token")
@@ -129,10 +178,18 @@ pub struct Made {
     pub not_enforced: Vec<String>,
     /// `pod`, or `pod (runtimeClassName X)`.
     pub isolation: String,
+    /// The claim the data volume is on (the template's or the one made for it); none:
+    /// an emptyDir, which goes with the Pod.
+    pub data_claim: Option<String>,
 }
 
 /// Builds what `sandbox` asks for; an error says what in the spec cannot be made.
-pub fn make(sandbox: &Sandbox, default_image: &str, egress: Option<EgressFor<'_>>) -> Result<Made, PodSpecError> {
+pub fn make(
+    sandbox: &Sandbox,
+    default_image: &str,
+    egress: Option<EgressFor<'_>>,
+    claim: Option<&str>,
+) -> Result<Made, PodSpecError> {
     let name = sandbox.name_any();
     let namespace = sandbox.namespace().unwrap_or_else(|| "default".into());
     // The proxy serves `network: allowlist` only; without it, credentials are refused.
@@ -164,6 +221,21 @@ pub fn make(sandbox: &Sandbox, default_image: &str, egress: Option<EgressFor<'_>
     }
     let mut spec = template.spec.unwrap_or_default();
     harden_pod(&mut spec)?;
+    // The data volume: the template's, else the claim made for the sandbox. On a
+    // claim, HOME and the workspace live on it too (unless the template gives them
+    // volumes of their own), so that what the agents keep there outlives the Pod.
+    let declared = |volume: &str| spec.volumes.iter().flatten().any(|v| v.name == volume);
+    let data_claim = match spec.volumes.iter().flatten().find(|v| v.name == "data") {
+        Some(volume) => volume.persistent_volume_claim.as_ref().map(|c| c.claim_name.clone()),
+        None => claim.map(str::to_string),
+    };
+    let mounts: Vec<(&str, &str, Option<&str>)> = VOLUMES
+        .iter()
+        .map(|&(volume, path)| match (volume, &data_claim) {
+            ("home" | "workspace", Some(_)) if !declared(volume) => ("data", path, Some(volume)),
+            _ => (volume, path, None),
+        })
+        .collect();
 
     let mut container = spec
         .containers
@@ -171,7 +243,7 @@ pub fn make(sandbox: &Sandbox, default_image: &str, egress: Option<EgressFor<'_>
         .position(|c| c.name == CONTAINER)
         .map(|i| spec.containers.remove(i))
         .unwrap_or_else(|| Container { name: CONTAINER.into(), ..Default::default() });
-    configure_node_agent(&mut container, sandbox, default_image)?;
+    configure_node_agent(&mut container, sandbox, default_image, &mounts)?;
     if let Some(through) = through {
         through_proxy(&mut container, sandbox, &namespace, through)?;
     }
@@ -181,10 +253,20 @@ pub fn make(sandbox: &Sandbox, default_image: &str, egress: Option<EgressFor<'_>
         harden_other(other)?;
     }
     let mut volumes = spec.volumes.take().unwrap_or_default();
-    for (volume, _) in VOLUMES {
-        if !volumes.iter().any(|v| v.name == volume) {
+    if let Some(claim) = claim.filter(|_| !volumes.iter().any(|v| v.name == "data")) {
+        volumes.push(Volume {
+            name: "data".into(),
+            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                claim_name: claim.into(),
+                read_only: None,
+            }),
+            ..Default::default()
+        });
+    }
+    for (volume, _, _) in &mounts {
+        if !volumes.iter().any(|v| v.name == *volume) {
             volumes.push(Volume {
-                name: volume.into(),
+                name: (*volume).into(),
                 empty_dir: Some(EmptyDirVolumeSource::default()),
                 ..Default::default()
             });
@@ -271,7 +353,7 @@ pub fn make(sandbox: &Sandbox, default_image: &str, egress: Option<EgressFor<'_>
             (Some(policy), names)
         }
     };
-    Ok(Made { pod, hash, network_policy, applied, not_enforced, isolation })
+    Ok(Made { pod, hash, network_policy, applied, not_enforced, isolation, data_claim })
 }
 
 /// `spec.podTemplate` as a Pod template: `metadata` (labels, annotations) and `spec`.
@@ -320,7 +402,12 @@ fn harden_pod(spec: &mut PodSpec) -> Result<(), PodSpecError> {
 
 /// The node agent's container: the template's image, resources and mounts, and
 /// everything else ours.
-fn configure_node_agent(container: &mut Container, sandbox: &Sandbox, default_image: &str) -> Result<(), PodSpecError> {
+fn configure_node_agent(
+    container: &mut Container,
+    sandbox: &Sandbox,
+    default_image: &str,
+    volumes: &[(&str, &str, Option<&str>)],
+) -> Result<(), PodSpecError> {
     if container.image.as_deref().is_none_or(str::is_empty) {
         container.image = Some(default_image.to_string());
     }
@@ -382,9 +469,10 @@ fn configure_node_agent(container: &mut Container, sandbox: &Sandbox, default_im
 
     let mut mounts: Vec<VolumeMount> = container.volume_mounts.take().unwrap_or_default();
     mounts.retain(|m| !VOLUMES.iter().any(|(_, path)| m.mount_path == *path));
-    mounts.extend(VOLUMES.iter().map(|(name, path)| VolumeMount {
+    mounts.extend(volumes.iter().map(|(name, path, sub_path)| VolumeMount {
         name: (*name).into(),
         mount_path: (*path).into(),
+        sub_path: sub_path.map(str::to_string),
         ..Default::default()
     }));
     container.volume_mounts = Some(mounts);
@@ -700,7 +788,7 @@ mod tests {
     use agentplane_crds::SandboxSpec;
 
     fn make_plain(sandbox: &Sandbox, image: &str) -> Result<Made, PodSpecError> {
-        make(sandbox, image, None)
+        make(sandbox, image, None, None)
     }
     use serde_json::json;
 
@@ -765,6 +853,7 @@ mod tests {
                 }
             })),
             "agentplane:test",
+            None,
             None,
         )
         .unwrap();
@@ -856,6 +945,83 @@ mod tests {
         let none = make_plain(&sandbox(json!({"network": "none"})), "i").unwrap().network_policy.unwrap().spec.unwrap();
         assert_eq!(none.egress, Some(vec![]));
         assert_eq!(none.ingress.unwrap()[0].ports.as_ref().unwrap()[0].port, Some(IntOrString::Int(PORT)));
+    }
+
+    /// Where each of the node agent's paths is mounted from: (volume, subPath).
+    fn mounted(made: &Made) -> BTreeMap<String, (String, Option<String>)> {
+        let mounts = node_agent(made).volume_mounts.clone().unwrap_or_default();
+        mounts.into_iter().map(|m| (m.mount_path, (m.name, m.sub_path))).collect()
+    }
+
+    fn volume<'a>(made: &'a Made, name: &str) -> Option<&'a Volume> {
+        made.pod.spec.as_ref().unwrap().volumes.iter().flatten().find(|v| v.name == name)
+    }
+
+    #[test]
+    fn on_a_claim_the_sessions_home_and_workspace_outlive_the_pod() {
+        let made = make(&sandbox(json!({})), "agentplane:test", None, Some("box-data")).unwrap();
+        assert_eq!(made.data_claim.as_deref(), Some("box-data"));
+        let claim = volume(&made, "data").unwrap().persistent_volume_claim.as_ref().unwrap();
+        assert_eq!(claim.claim_name, "box-data");
+        let on = |volume: &str, sub: Option<&str>| (volume.to_string(), sub.map(str::to_string));
+        let mounts = mounted(&made);
+        assert_eq!(mounts["/data"], on("data", None));
+        assert_eq!(mounts["/home/agent"], on("data", Some("home")));
+        assert_eq!(mounts["/workspace"], on("data", Some("workspace")));
+        assert_eq!(mounts["/tmp"], on("tmp", None), "tmp stays the Pod's own");
+        assert!(volume(&made, "home").is_none() && volume(&made, "workspace").is_none());
+        assert!(volume(&made, "tmp").unwrap().empty_dir.is_some());
+
+        // Without one, every path is an emptyDir of the Pod's, as before.
+        let bare = make_plain(&sandbox(json!({})), "agentplane:test").unwrap();
+        assert_eq!(bare.data_claim, None);
+        for name in ["data", "home", "workspace", "tmp"] {
+            assert!(volume(&bare, name).unwrap().empty_dir.is_some(), "{name}");
+        }
+        assert_ne!(bare.hash, made.hash, "a Pod on the claim is another Pod");
+
+        // The template's data volume wins over any claim: a claim of its own is used
+        // the same way, an emptyDir keeps everything the Pod's; a home of its own stays.
+        let own = |volumes: serde_json::Value| {
+            make(&sandbox(json!({"podTemplate": {"spec": {"volumes": volumes}}})), "i", None, Some("box-data")).unwrap()
+        };
+        let theirs = own(
+            json!([{"name": "data", "persistentVolumeClaim": {"claimName": "mine"}}, {"name": "home", "emptyDir": {}}]),
+        );
+        assert_eq!(theirs.data_claim.as_deref(), Some("mine"));
+        assert_eq!(mounted(&theirs)["/home/agent"], on("home", None));
+        assert_eq!(mounted(&theirs)["/workspace"], on("data", Some("workspace")));
+        let scratch = own(json!([{"name": "data", "emptyDir": {}}]));
+        assert_eq!(scratch.data_claim, None);
+        assert_eq!(mounted(&scratch)["/home/agent"], on("home", None));
+    }
+
+    #[test]
+    fn the_claim_is_the_sandboxs_and_the_default_class_is_the_one_marked() {
+        let made = claim(&sandbox(json!({})), "fast", Some("5Gi"));
+        assert_eq!(made.metadata.name.as_deref(), Some("box-data"));
+        assert_eq!(made.metadata.namespace.as_deref(), Some("team"));
+        assert_eq!(made.metadata.owner_references.as_ref().unwrap()[0].uid, "uid-1");
+        let spec = made.spec.unwrap();
+        assert_eq!(spec.storage_class_name.as_deref(), Some("fast"));
+        assert_eq!(spec.resources.unwrap().requests.unwrap()["storage"], Quantity("5Gi".into()));
+        let default_size = claim(&sandbox(json!({})), "fast", None).spec.unwrap().resources.unwrap();
+        assert_eq!(default_size.requests.unwrap()["storage"], Quantity("1Gi".into()));
+
+        let class = |name: &str, annotation: Option<(&str, &str)>| {
+            let mut class = StorageClass { provisioner: "x".into(), ..Default::default() };
+            class.metadata.name = Some(name.into());
+            class.metadata.annotations = annotation.map(|(k, v)| [(k.to_string(), v.to_string())].into());
+            class
+        };
+        let marked = "storageclass.kubernetes.io/is-default-class";
+        assert_eq!(default_storage_class(&[class("a", None), class("b", Some((marked, "false")))]), None);
+        assert_eq!(
+            default_storage_class(&[class("a", None), class("b", Some((marked, "true")))]).as_deref(),
+            Some("b")
+        );
+        let beta = "storageclass.beta.kubernetes.io/is-default-class";
+        assert_eq!(default_storage_class(&[class("old", Some((beta, "true")))]).as_deref(), Some("old"));
     }
 
     #[test]
