@@ -174,6 +174,53 @@ async fn amp_answers_runs_a_tool_under_bypass_and_resumes_after_a_restart() {
     server.client.end_session("amp").await.unwrap();
 }
 
+/// The conversation goes on in another node agent with a new, empty HOME (a new
+/// sandbox, the old one deleted): amp keeps no file the node agent carries, the
+/// thread's id travels in the record, and `threads continue` takes the thread from
+/// amp's server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conversation_continues_in_another_node_agent_with_a_new_home() {
+    install_amp_once().await;
+    let model = ModelServer::start().await.unwrap();
+    let server = TestServer::start_with_agents().await;
+    let dirs = Dirs::new();
+    server.client.create_session("moved", &amp_session(&model, &dirs, PermissionMode::Bypass)).await.unwrap();
+    server.client.send_message("moved", "remember the word albatross").await.unwrap();
+    let first = turn_events(&server.client, "moved", 0, 1, TURN_PATIENCE).await;
+    assert_eq!(turn_status(&first), TurnStatus::Completed, "{first:#?}");
+    let before = server.client.get_session("moved").await.unwrap();
+    let thread = before.agent_session_id.clone().expect("amp's thread");
+    let tar = server.client.conversation("moved").await.unwrap();
+    server.stop().await;
+    let Dirs { home: old_home, work } = dirs;
+    drop(old_home);
+
+    let elsewhere = TestServer::start_with_agents().await;
+    let dirs = Dirs { home: tempfile::tempdir().unwrap(), work };
+    let asked_before = model.requests().len();
+    elsewhere.client.stage_conversation("moved", tar, before.last_sequence).await.unwrap();
+    elsewhere.client.create_session("moved", &amp_session(&model, &dirs, PermissionMode::Bypass)).await.unwrap();
+    elsewhere.client.send_message("moved", "what was the word?").await.unwrap();
+    let second = turn_events(&elsewhere.client, "moved", before.last_sequence, 2, TURN_PATIENCE).await;
+    assert_nothing_unparsed(&second);
+    assert_eq!(turn_status(&second), TurnStatus::Completed, "{second:#?}");
+    assert_eq!(second[0].sequence, before.last_sequence + 1, "the log goes on");
+    assert!(
+        second.iter().any(|e| matches!(&e.data, EventData::SessionStarted { resumed: true, agent_session_id, .. } if agent_session_id.as_deref() == Some(thread.as_str()))),
+        "{second:#?}"
+    );
+    // The new HOME has no copy of the thread: amp took it from its server.
+    let fetched = model.requests().into_iter().skip(asked_before).any(|r| r.uri == format!("/api/threads/{thread}"));
+    assert!(fetched, "amp asked its server for the thread: {:#?}", model.requests());
+    let moved = requests_with(&model, "what was the word?");
+    let answer = reply_text(&first);
+    assert!(
+        moved.iter().any(|m| m.contains("remember the word albatross") && m.contains(&answer)),
+        "the earlier turn is in context: {moved:#?}"
+    );
+    elsewhere.client.end_session("moved").await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_command_amp_would_ask_about_fails_the_turn_instead_of_hanging() {
     install_amp_once().await;

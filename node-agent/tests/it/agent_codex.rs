@@ -72,7 +72,12 @@ struct Events {
 
 impl Events {
     async fn open(client: &Client, id: &str) -> Events {
-        Events { stream: client.session_events_sse(id, None, None).await.unwrap(), seen: Vec::new(), mark: 0 }
+        Events::open_after(client, id, 0).await
+    }
+
+    /// The stream of the events with a sequence above `after`.
+    async fn open_after(client: &Client, id: &str, after: u64) -> Events {
+        Events { stream: client.session_events_sse(id, Some(after), None).await.unwrap(), seen: Vec::new(), mark: 0 }
     }
 
     async fn next(&mut self) -> Option<UniversalEvent> {
@@ -329,6 +334,48 @@ async fn a_restarted_node_agent_resumes_the_codex_thread() {
     events.record("e2e-resumed");
     events.assert_all_parsed();
     server.stop().await;
+}
+
+/// The thread goes on in another node agent with a new, empty HOME (a new sandbox,
+/// the old one deleted): its rollout travels in the conversation's tar, and
+/// `thread/resume` finds it in the new HOME.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conversation_continues_in_another_node_agent_with_a_new_home() {
+    let fixture = Fixture::new().await;
+    let server = TestServer::start_with_agents().await;
+    create(&server, "moved", &fixture.session(PermissionMode::Default)).await;
+    let mut events = Events::open(&server.client, "moved").await;
+    server.client.send_message("moved", "remember the word avocado").await.unwrap();
+    let first = events.turn().await;
+    let before = server.client.get_session("moved").await.unwrap();
+    let thread = before.agent_session_id.clone().expect("a thread id");
+    let tar = server.client.conversation("moved").await.unwrap();
+    drop(events);
+    server.stop().await;
+    let Fixture { model, home: old_home, work } = fixture;
+    drop(old_home);
+
+    let elsewhere = TestServer::start_with_agents().await;
+    let fixture = Fixture { model, home: tempfile::tempdir().unwrap(), work };
+    elsewhere.client.stage_conversation("moved", tar, before.last_sequence).await.unwrap();
+    create(&elsewhere, "moved", &fixture.session(PermissionMode::Default)).await;
+    let mut events = Events::open_after(&elsewhere.client, "moved", before.last_sequence).await;
+    elsewhere.client.send_message("moved", "what was the word?").await.unwrap();
+    let turn = events.turn().await;
+    assert_eq!(turn[0].sequence, before.last_sequence + 1, "the log goes on");
+    assert!(
+        turn.iter().any(|e| matches!(&e.data, EventData::SessionStarted { resumed: true, agent_session_id: Some(a), .. } if *a == thread)),
+        "{turn:#?}"
+    );
+    let last = fixture.responses_inputs().pop().unwrap();
+    assert!(
+        last.contains("remember the word avocado")
+            && last.contains(&answer(&first))
+            && last.contains("what was the word?"),
+        "the earlier turn is in context: {last}"
+    );
+    events.assert_all_parsed();
+    elsewhere.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

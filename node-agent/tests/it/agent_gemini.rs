@@ -231,6 +231,52 @@ async fn a_text_turn_a_tool_call_and_a_resume_after_a_restart() {
     server.client.end_session("g").await.unwrap();
 }
 
+/// The conversation goes on in another node agent with a new, empty HOME (a new
+/// sandbox, the old one deleted): Gemini's chat travels in the conversation's tar,
+/// and `session/load` finds it in the new HOME.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conversation_continues_in_another_node_agent_with_a_new_home() {
+    let setup = Setup::new().await;
+    let server = TestServer::start_with_agents().await;
+    server.client.create_session("moved", &setup.request(PermissionMode::Bypass)).await.unwrap();
+    started(&server.client, "moved").await;
+    let first = turn(&server.client, "moved", "remember the word albatross").await;
+    assert_eq!(turn_status(&first), TurnStatus::Completed, "{first:#?}");
+    let before = server.client.get_session("moved").await.unwrap();
+    let gemini_id = before.agent_session_id.clone().expect("gemini's session id");
+    let tar = server.client.conversation("moved").await.unwrap();
+    server.stop().await;
+    let Setup { model, home: old_home, work } = setup;
+    drop(old_home);
+
+    let elsewhere = TestServer::start_with_agents().await;
+    let setup = Setup { model, home: tempfile::tempdir().unwrap(), work };
+    elsewhere.client.stage_conversation("moved", tar, before.last_sequence).await.unwrap();
+    elsewhere.client.create_session("moved", &setup.request(PermissionMode::Bypass)).await.unwrap();
+    let asked_before = setup.model.requests().len();
+    // From the staged log's end: the resumed start may come before the message.
+    elsewhere.client.send_message("moved", "what was the word?").await.unwrap();
+    let second =
+        until(&elsewhere.client, "moved", before.last_sequence, "turn.ended", |e| e.kind() == EventType::TurnEnded)
+            .await;
+    assert_eq!(turn_status(&second), TurnStatus::Completed, "{second:#?}");
+    assert_eq!(second[0].sequence, before.last_sequence + 1, "the log goes on");
+    assert!(
+        second.iter().any(|e| matches!(&e.data, EventData::SessionStarted { resumed: true, agent_session_id: Some(id), .. } if *id == gemini_id)),
+        "{second:#?}"
+    );
+    let last = setup.model.requests().into_iter().skip(asked_before).last().expect("the moved turn asked the model");
+    let body = last.body.to_string();
+    assert!(
+        body.contains("remember the word albatross")
+            && body.contains(&assistant_text(&first))
+            && body.contains("what was the word?"),
+        "the earlier turn is in context: {body}"
+    );
+    assert_nothing_unparsed(&second);
+    elsewhere.client.end_session("moved").await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn permissions_are_asked_and_answered_through_http() {
     let setup = Setup::new().await;

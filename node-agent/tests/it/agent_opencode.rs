@@ -352,6 +352,56 @@ async fn a_session_resumes_after_the_node_agent_restarts() {
     assert_nothing_unparsed(&events);
 }
 
+/// The conversation goes on in another node agent with a new, empty HOME (a new
+/// sandbox, the old one deleted): OpenCode's storage travels in the conversation's
+/// tar, and the new `opencode serve` finds the session there by its id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conversation_continues_in_another_node_agent_with_a_new_home() {
+    let fx = Fixture::start().await;
+    fx.client().create_session("moved", &fx.request(PermissionMode::Default)).await.unwrap();
+    fx.client().send_message("moved", "remember the word albatross").await.unwrap();
+    let events = until_turn_ended(fx.client(), "moved", 1).await;
+    assert_eq!(turn_status(&events, 1), (TurnStatus::Completed, None), "{events:#?}");
+    let answer = assistant_texts(&turn_events(&events, 1)).pop().expect("an answer");
+    let before = fx.client().get_session("moved").await.unwrap();
+    let id = before.agent_session_id.clone().expect("an agentSessionId");
+    let tar = fx.client().conversation("moved").await.unwrap();
+    let Fixture { node, model, home: old_home, work, marker } = fx;
+    node.stop().await;
+    drop(old_home);
+
+    let fx = Fixture {
+        node: TestServer::start_with_agents().await,
+        model,
+        home: tempfile::tempdir().unwrap(),
+        work,
+        marker,
+    };
+    fx.client().stage_conversation("moved", tar, before.last_sequence).await.unwrap();
+    fx.client().create_session("moved", &fx.request(PermissionMode::Default)).await.unwrap();
+    fx.client().send_message("moved", "what was the word?").await.unwrap();
+    let events = session_events_until(fx.client(), "moved", before.last_sequence, SLOW, "the end of turn 2", |e| {
+        matches!(e.data, EventData::TurnEnded { turn: 2, .. } | EventData::SessionEnded { .. })
+    })
+    .await;
+    assert_eq!(turn_status(&events, 2), (TurnStatus::Completed, None), "{events:#?}");
+    assert_eq!(events[0].sequence, before.last_sequence + 1, "the log goes on");
+    assert!(
+        events.iter().any(|e| matches!(&e.data, EventData::SessionStarted { resumed: true, agent_session_id: Some(a), .. } if *a == id)),
+        "{events:#?}"
+    );
+    assert_eq!(assistant_texts(&turn_events(&events, 2)), ["scripted reply: 3 messages in context"]);
+    let messages = fx.agent_requests().pop().expect("a model request").body["messages"].to_string();
+    assert!(
+        messages.contains("remember the word albatross")
+            && messages.contains(&answer)
+            && messages.contains("what was the word?"),
+        "the earlier turn is in context: {messages}"
+    );
+    assert_nothing_unparsed(&events);
+    fx.client().end_session("moved").await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_turn_fails_clearly_when_the_server_dies_and_the_next_turn_starts_another() {
     let fx = Fixture::start().await;

@@ -168,6 +168,48 @@ async fn pi_answers_runs_a_tool_and_resumes_after_a_restart() {
     server.client.end_session("pi").await.unwrap();
 }
 
+/// The conversation goes on in another node agent with a new, empty HOME (a new
+/// sandbox, the old one deleted): pi's session file travels in the conversation's
+/// tar, and the resumed pi finds it in the new HOME by the session's id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conversation_continues_in_another_node_agent_with_a_new_home() {
+    let model = ModelServer::start().await.unwrap();
+    install_pi_once().await;
+    let server = TestServer::start_with_agents().await;
+    let dirs = Dirs { home: tempfile::tempdir().unwrap(), work: tempfile::tempdir().unwrap() };
+    server.client.create_session("moved", &pi_session(&model, &dirs)).await.unwrap();
+    server.client.send_message("moved", "remember the word albatross").await.unwrap();
+    let first = turn_events(&server.client, "moved", 0, 1, INSTALL_PATIENCE).await;
+    assert_eq!(turn_end(&first), (TurnStatus::Completed, None), "{first:#?}");
+    let before = server.client.get_session("moved").await.unwrap();
+    let pi_session_id = before.agent_session_id.clone().expect("pi's session id");
+    let tar = server.client.conversation("moved").await.unwrap();
+    server.stop().await;
+    let Dirs { home: old_home, work } = dirs;
+    drop(old_home);
+
+    let elsewhere = TestServer::start_with_agents().await;
+    let dirs = Dirs { home: tempfile::tempdir().unwrap(), work };
+    elsewhere.client.stage_conversation("moved", tar, before.last_sequence).await.unwrap();
+    elsewhere.client.create_session("moved", &pi_session(&model, &dirs)).await.unwrap();
+    elsewhere.client.send_message("moved", "what was the word?").await.unwrap();
+    let second = turn_events(&elsewhere.client, "moved", before.last_sequence, 2, TURN_PATIENCE).await;
+    assert_nothing_unparsed(&second);
+    assert_eq!(turn_end(&second).0, TurnStatus::Completed, "{second:#?}");
+    assert_eq!(second[0].sequence, before.last_sequence + 1, "the log goes on");
+    assert!(
+        second.iter().any(|e| matches!(&e.data, EventData::SessionStarted { resumed: true, agent_session_id, .. } if agent_session_id.as_deref() == Some(pi_session_id.as_str()))),
+        "{second:#?}"
+    );
+    let context = last_request_texts(&model);
+    for earlier in ["remember the word albatross", &reply_text(&first), "what was the word?"] {
+        assert!(context.contains(earlier), "the moved request holds {earlier:?}: {context}");
+    }
+    // user, assistant, user.
+    assert_eq!(reply_text(&second), "scripted reply: 3 messages in context");
+    elsewhere.client.end_session("moved").await.unwrap();
+}
+
 /// pi's processes whose working directory is `dir`.
 fn pi_processes_in(dir: &std::path::Path) -> Vec<u32> {
     live_processes()
