@@ -961,3 +961,13 @@ pub struct ResourceList {
     /// Goes up with every change the store records (from 0 at each start of `up`).
     pub revision: u64,
 }
+
+/// Answer of `POST /v1/resources/sandboxes/{namespace}/{name}/wake`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SandboxWake {
+    /// True when the sandbox was suspended and is now asked to wake: the resources'
+    /// stream shows it `Starting`, then `Ready`. False when it was not suspended
+    /// (awake, starting, failed): nothing was done.
+    pub woken: bool,
+}

@@ -27,6 +27,21 @@ export function relativeTime(time: string | number | undefined | null, now = Dat
   return new Date(then).toLocaleDateString();
 }
 
+/**
+ * How long since `time`, as `agentplane get` shows a sandbox suspended (`12 s`, `4 min`,
+ * `3 h`, `2 d`); "" when there is no time.
+ */
+export function elapsed(time: string | number | undefined | null, now = Date.now()): string {
+  if (time === undefined || time === null || time === "") return "";
+  const then = typeof time === "number" ? time : Date.parse(time);
+  if (Number.isNaN(then)) return "";
+  const seconds = Math.max(0, Math.floor((now - then) / 1000));
+  if (seconds < 120) return `${seconds} s`;
+  if (seconds < 7200) return `${Math.floor(seconds / 60)} min`;
+  if (seconds < 172_800) return `${Math.floor(seconds / 3600)} h`;
+  return `${Math.floor(seconds / 86_400)} d`;
+}
+
 // One formatter for all (making one per call is most of the cost of formatting).
 const clock = new Intl.DateTimeFormat(undefined, { hour: "2-digit", minute: "2-digit", second: "2-digit", hour12: false });
 

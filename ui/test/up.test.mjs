@@ -29,7 +29,10 @@ function shownResources(page) {
         const nameCell = cells[nameAt];
         const name = (nameCell?.querySelector("a, span") ?? nameCell)?.textContent.trim();
         const namespace = namespaceAt === -1 ? undefined : cells[namespaceAt]?.textContent.trim();
-        return { name, namespace, phase: cells[phaseAt]?.textContent.trim() };
+        // The phase is its badge ("—" without one); a suspended sandbox says more beside it.
+        const phaseCell = cells[phaseAt];
+        const phase = (phaseCell?.querySelector(".badge") ?? phaseCell)?.textContent.trim();
+        return { name, namespace, phase };
       });
     }
     return shown;

@@ -1,5 +1,6 @@
 //! `/v1/resources`: the resources of the store that `agentplane up` runs beside its
-//! node agent, listed whole, and the same list again over SSE each time it changes.
+//! node agent, listed whole, and the same list again over SSE each time it changes;
+//! and the one thing a page may ask of them, waking a suspended sandbox.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -10,17 +11,17 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use futures_util::Stream;
 
 use crate::error::{Error, Problem, Result};
-use crate::model::ResourceList;
-use crate::resources::ResourceSource;
+use crate::model::{ResourceList, SandboxWake};
+use crate::resources::{ResourceSource, Wake, WakeRefused};
 
-use super::{AppState, Json, Route, route};
+use super::{AppState, Json, PathIds, Route, route};
 
 /// How long after a change the list is taken: a burst of status writes (a rescan,
 /// many processes starting) becomes one event, and the change still arrives well
 /// within a second.
 const SETTLE: Duration = Duration::from_millis(50);
 
-pub(super) const ROUTES: &[Route] = &[route!(list_resources), route!(resource_events)];
+pub(super) const ROUTES: &[Route] = &[route!(list_resources), route!(resource_events), route!(wake_sandbox)];
 
 fn source(state: &AppState) -> Result<Arc<dyn ResourceSource>> {
     state.resources.clone().ok_or_else(|| Error::NotFound("resources are served by `agentplane up`".into()))
@@ -92,4 +93,46 @@ async fn resource_events(
         }
     });
     Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
+}
+
+/// Wakes a managed Sandbox suspended for being idle or by `agentplane suspend`, as a
+/// client of its endpoint would, and answers at once: the list (and its stream) shows
+/// it `Starting`, then `Ready`. One that is not suspended is left as it is
+/// (`woken: false`). One held by `spec.suspend: true` is not woken: only its file
+/// releases it.
+#[utoipa::path(post, path = "/v1/resources/sandboxes/{namespace}/{name}/wake", tag = "resources",
+    params(
+        ("namespace" = String, Path, description = "The Sandbox's namespace (`default` unless its file names one)"),
+        ("name" = String, Path, description = "The Sandbox's name"),
+    ),
+    responses(
+        (status = 200, body = SandboxWake, description = "Asked to wake, or not suspended (`woken` says which)"),
+        (status = 404, body = Problem, content_type = "application/problem+json", description = "not_found: no such Sandbox, or not served by `agentplane up`"),
+        (status = 409, body = Problem, content_type = "application/problem+json", description = "conflict: held by `spec.suspend: true`, or an external Sandbox (with an `endpoint`) that is never suspended here"),
+    ))]
+async fn wake_sandbox(State(state): State<AppState>, PathIds(namespace, name): PathIds) -> Result<Json<SandboxWake>> {
+    let source = source(&state)?;
+    let (ns, n) = (namespace.clone(), name.clone());
+    // Off the runtime, as the list: the store looks the sandbox up under its lock.
+    let woke = tokio::task::spawn_blocking(move || source.wake_sandbox(&ns, &n))
+        .await
+        .map_err(|e| Error::io("waking the sandbox", std::io::Error::other(e.to_string())))?;
+    let sandbox = format!("sandbox/{name} (namespace {namespace})");
+    match woke {
+        Ok(wake) => {
+            tracing::info!(%namespace, %name, ?wake, "wake asked for");
+            Ok(Json(SandboxWake { woken: wake == Wake::Waking }))
+        }
+        Err(WakeRefused::NotFound) => Err(Error::NotFound(format!("no {sandbox}"))),
+        Err(WakeRefused::NotManaged) => Err(Error::Conflict(format!(
+            "{sandbox} has an endpoint: it runs elsewhere, and `agentplane up` neither suspends nor wakes it"
+        ))),
+        Err(WakeRefused::HeldBySpec { file }) => Err(Error::Conflict(format!(
+            "{sandbox} is held suspended by spec.suspend: true: set spec.suspend: false in {} to wake it",
+            file.as_deref().unwrap_or("the spec it was made from")
+        ))),
+        Err(WakeRefused::Unsupported) => {
+            Err(Error::NotFound("this store does not wake sandboxes: waking is served by `agentplane up`".into()))
+        }
+    }
 }

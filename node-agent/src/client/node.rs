@@ -1,5 +1,5 @@
 //! The calls on the node agent as a whole: its health, login codes for a browser, and
-//! the resources of the `agentplane up` it is embedded in.
+//! the resources of the `agentplane up` it is embedded in (and waking its sandboxes).
 
 use futures_util::StreamExt;
 use reqwest::Method;
@@ -32,6 +32,13 @@ impl Client {
     /// The resources of the `agentplane up` this node agent is embedded in.
     pub async fn resources(&self) -> ClientResult<ResourceList> {
         self.send(self.request(Method::GET, &["resources"])).await
+    }
+
+    /// Wakes the suspended Sandbox `namespace/name` of the `agentplane up` this node agent
+    /// is embedded in, without waiting for it to serve (`woken: false`: it was not
+    /// suspended).
+    pub async fn wake_sandbox(&self, namespace: &str, name: &str) -> ClientResult<SandboxWake> {
+        self.send(self.request(Method::POST, &["resources", "sandboxes", namespace, name, "wake"])).await
     }
 
     /// The resources again each time they change: the whole list per event, the

@@ -369,6 +369,7 @@ async fn the_openapi_document_describes_every_route() {
         ("/v1/auth/exchange", "post"),
         ("/v1/resources", "get"),
         ("/v1/resources/sse", "get"),
+        ("/v1/resources/sandboxes/{namespace}/{name}/wake", "post"),
         ("/metrics", "get"),
         ("/v1/fs/entries", "get"),
         ("/v1/fs/stat", "get"),
@@ -414,12 +415,14 @@ async fn the_openapi_document_describes_every_route() {
                 .count()
         })
         .sum();
-    assert_eq!(documented, 52, "operations documented: every method of every route in `api::router`");
+    assert_eq!(documented, 53, "operations documented: every method of every route in `api::router`");
     // The routes that need no token say so; every other inherits the bearer scheme.
     for (path, method) in [("/v1/health", "get"), ("/v1/auth/exchange", "post")] {
         assert_eq!(paths[path][method]["security"], serde_json::json!([{}]), "{method} {path}");
     }
-    for schema in ["ResourceList", "ResourceView", "ResourceKind", "ResourceCondition", "FileError", "LoginCode"] {
+    for schema in
+        ["ResourceList", "ResourceView", "ResourceKind", "ResourceCondition", "FileError", "LoginCode", "SandboxWake"]
+    {
         assert!(schemas.contains_key(schema), "{schema} is described");
     }
     let view = &schemas["ResourceView"]["properties"];

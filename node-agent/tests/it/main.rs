@@ -29,6 +29,7 @@ mod output_order;
 mod pipes;
 mod process_sessions;
 mod properties;
+mod resources_wake;
 mod router;
 mod sessions;
 mod terminals;

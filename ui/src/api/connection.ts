@@ -1,13 +1,17 @@
 // Connecting to a node agent: the SDK client over a logging fetch, checked with a
 // real call, and failures told in plain words.
-import { AgentPlane, AgentPlaneError, AgentPlaneNetworkError, type Resources } from "@agentplane/sdk";
+import { AgentPlane, AgentPlaneError, AgentPlaneNetworkError, type Resources, type components } from "@agentplane/sdk";
 import { loggingFetch } from "./requestLog";
+
+export type SandboxWake = components["schemas"]["SandboxWake"];
 
 export interface Connection {
   plane: AgentPlane;
   baseUrl: string;
   /** `plane.resources`, when `agentplane up` runs this node agent (else it has none to show). */
   resources: Resources | undefined;
+  /** Wakes a suspended Sandbox of `up`'s store; present with `resources`. */
+  wakeSandbox: ((namespace: string, name: string) => Promise<SandboxWake>) | undefined;
   version: string;
 }
 
@@ -82,7 +86,26 @@ export async function connect(endpoint: string, token: string, onRefused?: () =>
     resources = undefined;
   }
   checked = true;
-  return { plane, baseUrl, resources, version: health.version };
+  const wakeSandbox = resources && ((namespace: string, name: string) => wake(baseUrl, token, fetchImpl, namespace, name));
+  return { plane, baseUrl, resources, wakeSandbox, version: health.version };
+}
+
+/**
+ * `POST /v1/resources/sandboxes/{namespace}/{name}/wake`, through the page's logging
+ * fetch (so it is in the request log) and failing as the SDK's calls do. Made here:
+ * the SDK has no call for it, and the page needs nothing else of it.
+ */
+async function wake(baseUrl: string, token: string, fetchImpl: typeof fetch, namespace: string, name: string): Promise<SandboxWake> {
+  const path = `/v1/resources/sandboxes/${encodeURIComponent(namespace)}/${encodeURIComponent(name)}/wake`;
+  const label = `POST ${path}`;
+  let response: Response;
+  try {
+    response = await fetchImpl(`${baseUrl}${path}`, { method: "POST", headers: { accept: "application/json", authorization: `Bearer ${token}` } });
+  } catch (error) {
+    throw new AgentPlaneNetworkError(label, error);
+  }
+  if (!response.ok) throw await AgentPlaneError.fromResponse(response, label);
+  return (await response.json()) as SandboxWake;
 }
 
 /** Says why connecting failed, in words a person can act on. */

@@ -1,10 +1,11 @@
 // What `agentplane up` is converging to: its Processes, Sessions and Sandboxes with
 // their phase and conditions, the file each came from, and the files it could not
-// take, kept current by its watch stream.
+// take, kept current by its watch stream. A suspended sandbox says since when, and
+// one that work may wake has a Wake button.
 import type { FileError, ResourceList, ResourceView } from "@agentplane/sdk";
 import { useEffect, useState } from "react";
 import { useConnection } from "../context";
-import { absoluteTime, errorText, relativeTime, useNow } from "../format";
+import { absoluteTime, elapsed, errorText, relativeTime, useNow } from "../format";
 import { rowLink } from "../components/rowLink";
 import { href } from "../router";
 
@@ -136,7 +137,9 @@ function ResourceTable({ title, items, now }: { title: string; items: ResourceVi
                     <AttachHint resource={r} />
                   </td>
                   <td className="muted">{r.namespace}</td>
-                  <td>{r.phase ? <span className={`badge phase-${r.phase.toLowerCase()}`}>{r.phase}</span> : <span className="muted">—</span>}</td>
+                  <td>
+                    <Phase resource={r} />
+                  </td>
                   <td>
                     <div className="chips">
                       {r.conditions.map((c) => (
@@ -230,5 +233,90 @@ function AttachHint({ resource }: { resource: ResourceView }) {
       <code className="command-line">{`agentplane attach process/${resource.name}${namespace} --dir DIR`}</code> (DIR: the folder{" "}
       <code>agentplane up</code> watches).
     </div>
+  );
+}
+
+/** A suspended Sandbox's hold on sleep: since when, and whether only its spec wakes it. */
+function suspension(resource: ResourceView): { since: string | undefined; held: boolean } | undefined {
+  if (resource.kind !== "Sandbox" || resource.phase !== "Suspended") return undefined;
+  const status = (resource.status ?? {}) as { suspendedAt?: unknown };
+  const spec = (resource.spec ?? {}) as { suspend?: unknown };
+  return { since: typeof status.suspendedAt === "string" ? status.suspendedAt : undefined, held: spec.suspend === true };
+}
+
+/** The phase badge; a suspended sandbox adds for how long, and its Wake (or what holds it). */
+function Phase({ resource }: { resource: ResourceView }) {
+  if (!resource.phase) return <span className="muted">—</span>;
+  const badge = <span className={`badge phase-${resource.phase.toLowerCase()}`}>{resource.phase}</span>;
+  const suspended = suspension(resource);
+  if (!suspended) return badge;
+  return (
+    <>
+      {badge}
+      {suspended.since && <SuspendedFor since={suspended.since} />}
+      <div className="phase-action">
+        {suspended.held ? (
+          <span className="muted small" title="Only its file wakes it: set spec.suspend to false there">
+            held by spec.suspend
+          </span>
+        ) : (
+          <WakeButton resource={resource} />
+        )}
+      </div>
+    </>
+  );
+}
+
+/** For how long, counting by the second (the view's own clock ticks every 10 s). */
+function SuspendedFor({ since }: { since: string }) {
+  const now = useNow(1_000);
+  return (
+    <span className="muted small suspended-for" title={`suspended since ${absoluteTime(since)}`}>
+      for {elapsed(since, now)}
+    </span>
+  );
+}
+
+/**
+ * Wakes the sandbox as any client of its endpoint would. Once asked, it stays "Waking…":
+ * the stream's next list shows the sandbox Starting, and this row's phase cell without it.
+ */
+function WakeButton({ resource }: { resource: ResourceView }) {
+  const { wakeSandbox } = useConnection();
+  const [waking, setWaking] = useState(false);
+  const [said, setSaid] = useState<{ text: string; bad: boolean } | undefined>();
+  if (!wakeSandbox) return null;
+  const wake = async () => {
+    setWaking(true);
+    setSaid(undefined);
+    try {
+      const { woken } = await wakeSandbox(resource.namespace, resource.name);
+      if (!woken) {
+        // Awake already (or starting): the list is a moment behind.
+        setWaking(false);
+        setSaid({ text: "not suspended any more", bad: false });
+      }
+    } catch (err) {
+      setWaking(false);
+      setSaid({ text: errorText(err), bad: true });
+    }
+  };
+  return (
+    <>
+      <button
+        type="button"
+        className="small-button"
+        disabled={waking}
+        title="Start its node agent again, as any client of its endpoint would"
+        onClick={() => void wake()}
+      >
+        {waking ? "Waking…" : "Wake"}
+      </button>
+      {said && (
+        <div className={`small ${said.bad ? "bad-text" : "muted"}`} role={said.bad ? "alert" : "status"}>
+          {said.text}
+        </div>
+      )}
+    </>
   );
 }

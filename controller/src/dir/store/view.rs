@@ -2,12 +2,13 @@
 //! embedded node agent the store as its `ResourceSource`): every resource the index
 //! holds, as `agentplane get` would show it, and the files that were not taken.
 //! Taken from memory; the change signal is the state directory's, which every change
-//! the store makes goes through.
+//! the store makes goes through. And the inspector's Wake of a suspended sandbox,
+//! which asks the sandbox's waker as a client of its endpoint would.
 
 use agentplane_node_agent::model::{
     FileError as FileErrorView, ResourceCondition, ResourceKind, ResourceList, ResourceView,
 };
-use agentplane_node_agent::resources::ResourceSource;
+use agentplane_node_agent::resources::{ResourceSource, Wake, WakeRefused};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
 use super::*;
@@ -30,6 +31,26 @@ impl ResourceSource for DirStore {
 
     fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
         self.inner.state.subscribe()
+    }
+
+    fn wake_sandbox(&self, namespace: &str, name: &str) -> Result<Wake, WakeRefused> {
+        let key = Key { kind: Kind::Sandbox, namespace: namespace.to_string(), name: name.to_string() };
+        let (managed, held, file) = match self.inner.lock().resources.get(&key).map(|e| &e.object) {
+            Some(Object::Sandbox(s)) => {
+                (s.spec.is_managed(), s.spec.suspend, source_file(&s.metadata).map(str::to_string))
+            }
+            _ => return Err(WakeRefused::NotFound),
+        };
+        if !managed {
+            return Err(WakeRefused::NotManaged);
+        }
+        // The spec is the store's word on a hold: the supervisor registers no waker for
+        // a held sandbox, so `wake` alone could not tell a hold from an awake sandbox.
+        if held {
+            return Err(WakeRefused::HeldBySpec { file });
+        }
+        let sandboxes = &self.inner.sandboxes;
+        Ok(if sandboxes.wake(&sandboxes.key(Some(namespace), name)) { Wake::Waking } else { Wake::NotSuspended })
     }
 }
 
@@ -152,6 +173,8 @@ fn condition(c: &Condition) -> ResourceCondition {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
     use super::*;
     use crate::dir::parse::parse_file;
 
@@ -211,5 +234,69 @@ mod tests {
         );
         let viewed = view(&template);
         assert_eq!((viewed.kind, viewed.phase, viewed.reason), (ResourceKind::SandboxTemplate, None, None));
+    }
+
+    /// A store over an empty folder holding `objects`, as if a scan had taken them.
+    fn store_of(dir: &std::path::Path, sandboxes: Arc<Sandboxes>, objects: Vec<Object>) -> DirStore {
+        let store = DirStore::open(DirStoreConfig::new(dir), sandboxes).unwrap();
+        let mut index = store.inner.lock();
+        for object in objects {
+            index.resources.insert(object.key(), Entry { object, problem: None, missing_since: None });
+        }
+        drop(index);
+        store
+    }
+
+    fn sandbox(name: &str, spec: &str) -> Object {
+        let mut object = parsed(&format!(
+            "apiVersion: agentplane.dev/v1alpha1\nkind: Sandbox\nmetadata: {{name: {name}}}\nspec: {spec}\n"
+        ));
+        object
+            .meta_mut()
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(annotations::SOURCE.into(), format!("boxes/{name}.yaml#1"));
+        object
+    }
+
+    #[tokio::test]
+    async fn waking_asks_the_waker_of_a_suspended_managed_sandbox_and_refuses_what_it_cannot_wake() {
+        let dir = tempfile::tempdir().unwrap();
+        let sandboxes = Arc::new(Sandboxes::new());
+        let woken = Arc::new(AtomicUsize::new(0));
+        let count = Arc::clone(&woken);
+        sandboxes.set_suspended("idle", "idle", Some(Arc::new(move || _ = count.fetch_add(1, Ordering::SeqCst))));
+        // The supervisor of a held sandbox registers no waker.
+        sandboxes.set_suspended("held", "held by its spec", None);
+        sandboxes.set_not_ready("starting", "starting");
+        let process = parsed(
+            "apiVersion: agentplane.dev/v1alpha1\nkind: Process\nmetadata: {name: web}\nspec: {command: sleep}\n",
+        );
+        let store = store_of(
+            dir.path(),
+            Arc::clone(&sandboxes),
+            vec![
+                sandbox("idle", "{idleTimeoutSeconds: 2}"),
+                sandbox("held", "{suspend: true}"),
+                sandbox("starting", "{}"),
+                sandbox("remote", "{endpoint: 'http://127.0.0.1:1'}"),
+                process,
+            ],
+        );
+
+        assert_eq!(store.wake_sandbox("default", "idle"), Ok(Wake::Waking));
+        assert_eq!(woken.load(Ordering::SeqCst), 1, "the waker was called once");
+        assert_eq!(store.wake_sandbox("default", "starting"), Ok(Wake::NotSuspended));
+        assert_eq!(
+            store.wake_sandbox("default", "held"),
+            Err(WakeRefused::HeldBySpec { file: Some("boxes/held.yaml".into()) })
+        );
+        assert_eq!(store.wake_sandbox("default", "remote"), Err(WakeRefused::NotManaged));
+        // Neither a sandbox the store does not hold, one of another namespace, nor
+        // another kind of the same name.
+        assert_eq!(store.wake_sandbox("default", "nothing"), Err(WakeRefused::NotFound));
+        assert_eq!(store.wake_sandbox("team", "idle"), Err(WakeRefused::NotFound));
+        assert_eq!(store.wake_sandbox("default", "web"), Err(WakeRefused::NotFound));
+        assert_eq!(woken.load(Ordering::SeqCst), 1, "nothing else woke it");
     }
 }

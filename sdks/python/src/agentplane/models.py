@@ -675,6 +675,18 @@ class RestartSessionRequest(BaseModel):
     ] = None
 
 
+class SandboxWake(BaseModel):
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    woken: Annotated[
+        bool,
+        Field(
+            description="True when the sandbox was suspended and is now asked to wake: the resources'\nstream shows it `Starting`, then `Ready`. False when it was not suspended\n(awake, starting, failed): nothing was done."
+        ),
+    ]
+
+
 class SendMessageRequest(BaseModel):
     model_config = ConfigDict(
         extra='forbid',

@@ -644,6 +644,29 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/resources/sandboxes/{namespace}/{name}/wake": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Wakes a managed Sandbox suspended for being idle or by `agentplane suspend`, as a
+         *     client of its endpoint would, and answers at once: the list (and its stream) shows
+         *     it `Starting`, then `Ready`. One that is not suspended is left as it is
+         *     (`woken: false`). One held by `spec.suspend: true` is not woken: only its file
+         *     releases it.
+         */
+        post: operations["wake_sandbox"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/resources/sse": {
         parameters: {
             query?: never;
@@ -1797,6 +1820,15 @@ export interface components {
         };
         /** @enum {string} */
         Role: "user" | "assistant" | "system";
+        /** @description Answer of `POST /v1/resources/sandboxes/{namespace}/{name}/wake`. */
+        SandboxWake: {
+            /**
+             * @description True when the sandbox was suspended and is now asked to wake: the resources'
+             *     stream shows it `Starting`, then `Ready`. False when it was not suspended
+             *     (awake, starting, failed): nothing was done.
+             */
+            woken: boolean;
+        };
         /** @description Body of `POST /v1/sessions/{id}/messages`. */
         SendMessageRequest: {
             /**
@@ -3523,6 +3555,58 @@ export interface operations {
             };
             /** @description not_found: not served by `agentplane up` */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description An RFC 7807 problem document; `type` is `urn:agentplane:error:<code>` */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    wake_sandbox: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The Sandbox's namespace (`default` unless its file names one) */
+                namespace: string;
+                /** @description The Sandbox's name */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Asked to wake, or not suspended (`woken` says which) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SandboxWake"];
+                };
+            };
+            /** @description not_found: no such Sandbox, or not served by `agentplane up` */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description conflict: held by `spec.suspend: true`, or an external Sandbox (with an `endpoint`) that is never suspended here */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };
