@@ -843,6 +843,77 @@ fn a_sandbox_claims_its_data_volume_and_what_its_agents_keep_outlives_the_pod() 
     });
 }
 
+/// Suspend and wake on a cluster: idle for its `idleTimeoutSeconds`, a sandbox's Pod
+/// is deleted (its claim kept); a message for its session wakes it into a new Pod,
+/// where the conversation goes on. `spec.suspend: true` holds it suspended, a message
+/// does not wake it then, and `false` does.
+#[test]
+fn an_idle_sandbox_s_pod_goes_and_work_for_it_brings_a_new_one_into_the_same_conversation() {
+    let cluster = Cluster::new("sbx-suspend");
+    let _controller = Controller::start(&cluster);
+    let kubelet = Kubelet::start(&cluster);
+    let class = format!("{}-class", cluster.ns);
+    cluster.apply(&format!(
+        "apiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata: {{name: {class}}}\nprovisioner: example.com/none\n"
+    ));
+    let spec = |suspend: bool| {
+        format!("  idleTimeoutSeconds: 3\n  suspend: {suspend}\n  volumeClaimTemplate: {{storageClassName: {class}}}\n")
+    };
+    cluster.apply(&sandbox_yaml("box", &spec(false)));
+    cluster.apply(
+        "apiVersion: agentplane.dev/v1alpha1\nkind: Session\nmetadata: {name: chat}\n\
+         spec: {sandbox: box, agent: mock, messages: [hello]}\n",
+    );
+    let (first_uid, _, _) = kubelet.wait_running("box", None);
+    let chat =
+        cluster.wait("session", "chat", "answered", |v| phase(v) == "Idle" && v["status"]["deliveredMessages"] == 1);
+    let conversation = chat["status"]["agentSessionId"].clone();
+    let sequence = chat["status"]["lastEventSequence"].as_u64().unwrap();
+    let reason = |v: &Value| condition(v, "Ready").map(|c| c["reason"].clone());
+
+    // Idle for 3 s: suspended, its Pod deleted, its claim kept.
+    let sandbox = cluster.wait("sandbox", "box", "suspended for being idle", |v| {
+        phase(v) == "Suspended" && reason(v) == Some(json!("Idle"))
+    });
+    assert!(sandbox["status"]["suspendedAt"].is_string(), "{sandbox}");
+    assert!(sandbox["status"]["endpoint"].is_null(), "{sandbox}");
+    cluster.wait_for("pod", "box", "deleted", |v| v.is_none());
+    common::wait_until(PATIENCE, "its node agent stopped", || !kubelet.is_running(&first_uid));
+    assert!(cluster.get("persistentvolumeclaim", "box-data").is_some(), "the claim is kept");
+
+    // A message wakes it: a new Pod, the same conversation.
+    let send = |message: &str| {
+        let patch = format!(r#"[{{"op":"add","path":"/spec/messages/-","value":"{message}"}}]"#);
+        cluster.kubectl(&["patch", "session", "chat", "--type=json", "-p", &patch]);
+    };
+    send("again");
+    let (second_uid, _, _) = kubelet.wait_running("box", Some(&first_uid));
+    let chat = cluster.wait("session", "chat", "answered after the wake", |v| {
+        phase(v) == "Idle" && v["status"]["deliveredMessages"] == 2
+    });
+    assert_eq!(chat["status"]["agentSessionId"], conversation, "the same conversation");
+    assert!(chat["status"]["lastEventSequence"].as_u64().unwrap() > sequence, "its log goes on: {chat}");
+    let sandbox = cluster.get("sandbox", "box").unwrap();
+    assert_eq!(sandbox["status"]["restarts"].as_u64().unwrap_or(0), 0, "a wake is no replacement: {sandbox}");
+
+    // Held by its spec: a message waits, and only the spec wakes it.
+    cluster.apply(&sandbox_yaml("box", &spec(true)));
+    cluster.wait("sandbox", "box", "suspended by its spec", |v| {
+        phase(v) == "Suspended" && reason(v) == Some(json!("Requested"))
+    });
+    common::wait_until(PATIENCE, "its node agent stopped", || !kubelet.is_running(&second_uid));
+    send("third");
+    cluster.wait("session", "chat", "waiting for the sandbox", |v| {
+        condition(v, "Ready").is_some_and(|c| c["reason"] == "SandboxSuspended")
+    });
+    assert!(cluster.get("pod", "box").is_none(), "a message does not wake a sandbox held by its spec");
+    cluster.apply(&sandbox_yaml("box", &spec(false)));
+    kubelet.wait_running("box", Some(&second_uid));
+    cluster.wait("session", "chat", "answered once the spec let go", |v| {
+        phase(v) == "Idle" && v["status"]["deliveredMessages"] == 3
+    });
+}
+
 fn proc_is_zombie(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.contains(") Z "))
 }

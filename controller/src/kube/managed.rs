@@ -32,6 +32,7 @@ use tracing::{debug, info};
 
 use super::error::{Error, Result};
 use super::pods::{self, Made};
+use super::power;
 use super::{Context, FIELD_MANAGER};
 use crate::conditions::{self, READY};
 
@@ -55,7 +56,7 @@ const READY_POLL: Duration = Duration::from_secs(10);
 const IDLE_POLL: Duration = Duration::from_secs(60);
 
 /// What was found of the sandbox's node agent in this pass.
-struct Observed {
+pub(super) struct Observed {
     phase: SandboxPhase,
     reason: &'static str,
     message: String,
@@ -65,13 +66,18 @@ struct Observed {
 }
 
 impl Observed {
-    fn new(phase: SandboxPhase, reason: &'static str, message: impl Into<String>, requeue: Duration) -> Observed {
+    pub(super) fn new(
+        phase: SandboxPhase,
+        reason: &'static str,
+        message: impl Into<String>,
+        requeue: Duration,
+    ) -> Observed {
         Observed { phase, reason, message: message.into(), client: None, requeue }
     }
 }
 
 /// Whether `obj` is controlled by the object with `uid`.
-fn controlled_by(obj: &impl Resource, uid: &str) -> bool {
+pub(super) fn controlled_by(obj: &impl Resource, uid: &str) -> bool {
     obj.meta().owner_references.iter().flatten().any(|o| o.controller == Some(true) && o.uid == uid)
 }
 
@@ -98,7 +104,14 @@ impl Context {
         status.template = crate::templates::template_of(&sandbox.metadata).map(str::to_string);
         status.claimed_by = crate::templates::claimed_by(&sandbox.metadata).map(str::to_string);
 
-        let observed = self.converge(sandbox, &namespace, &name, &before, &mut status).await?;
+        let mut observed = self.converge(sandbox, &namespace, &name, &before, &mut status).await?;
+        if let Some(client) = &observed.client
+            && self.idle_enough(sandbox, client).await
+        {
+            let pods: Api<Pod> = Api::namespaced(self.client.clone(), &namespace);
+            let uid = sandbox.uid().unwrap_or_default();
+            observed = self.suspend(sandbox, &pods, &uid, power::Why::Idle, &before, &mut status).await?;
+        }
         status.phase = Some(observed.phase);
         conditions::set(
             &mut status.conditions,
@@ -120,6 +133,13 @@ impl Context {
             Some(client) => {
                 self.sandboxes.insert(&key, client.clone());
                 self.follow_sandbox(&key, &namespace, &name, std::sync::Arc::new(client));
+            }
+            // Suspended: what is placed on it waits, and work for it wakes one that
+            // sleeps for being idle (one held by its spec wakes only by the spec).
+            None if observed.phase == SandboxPhase::Suspended => {
+                let waker = (observed.reason == power::Why::Idle.reason()).then(|| self.waker(sandbox, &key));
+                self.sandboxes.set_suspended(&key, observed.message.clone(), waker);
+                self.unfollow_sandbox(&key);
             }
             None => {
                 self.sandboxes.set_not_ready(&key, observed.message.clone());
@@ -143,7 +163,12 @@ impl Context {
         if before.phase != status.phase {
             self.member_changed(sandbox).await;
         }
-        Ok(Action::requeue(ttl_left.map_or(observed.requeue, |left| left.min(observed.requeue))))
+        // Awake with an idle timeout: asked again soon enough to suspend it on time.
+        let requeue = match sandbox.spec.idle_timeout_seconds {
+            Some(timeout) if ready => observed.requeue.min(power::idle_poll(timeout)),
+            _ => observed.requeue,
+        };
+        Ok(Action::requeue(ttl_left.map_or(requeue, |left| left.min(requeue))))
     }
 
     /// Makes what is missing, and finds out how the node agent is doing.
@@ -239,6 +264,13 @@ impl Context {
         }
 
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        let key = self.sandboxes.key(Some(namespace), name);
+        // Woken: its next Pod is no replacement of one that was lost.
+        let waking = match self.stays_asleep(sandbox, before, &key) {
+            Ok(why) => return self.suspend(sandbox, &pods, &uid, why, before, status).await,
+            Err(woken) => woken || before.phase == Some(SandboxPhase::Suspended),
+        };
+        status.suspended_at = None;
         let pod = match pods.get_opt(name).await? {
             Some(pod) if !controlled_by(&pod, &uid) => {
                 let why = format!("Pod {name} exists and is not this Sandbox's: rename one of them");
@@ -247,7 +279,7 @@ impl Context {
             Some(pod) => pod,
             None => {
                 // A Pod was made before (it is in the status): this one replaces it.
-                let replacing = before.runs_on.is_some() || before.restarts > 0;
+                let replacing = !waking && (before.runs_on.is_some() || before.restarts > 0);
                 let restarts = if replacing { before.restarts + 1 } else { before.restarts };
                 let mut pod = made.pod.clone();
                 pod.annotations_mut().insert(pods::RESTARTS_ANNOTATION.into(), restarts.to_string());
@@ -353,7 +385,10 @@ impl Context {
             return Ok(Observed::new(waiting, "PodPending", pending_reason(pod), IDLE_POLL));
         };
 
-        let client = Client::new(&endpoint, Some(token.to_string())).map_err(|e| Error::Config(e.to_string()))?;
+        // An observer: the controller's own streams are not activity that keeps an
+        // idle sandbox awake.
+        let client =
+            Client::new(&endpoint, Some(token.to_string())).map_err(|e| Error::Config(e.to_string()))?.observing();
         let probe = async {
             let health = client.health().await?;
             // Health answers anyone: a call that needs the token shows it is this one.
@@ -673,7 +708,7 @@ fn template_gives_data(sandbox: &Sandbox) -> bool {
 }
 
 /// Deletes `obj` if it is still the same object; gone already is fine.
-async fn delete_owned<K>(api: &Api<K>, obj: &K) -> Result<()>
+pub(super) async fn delete_owned<K>(api: &Api<K>, obj: &K) -> Result<()>
 where
     K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
 {
@@ -736,6 +771,7 @@ fn managed_fields(status: &SandboxStatus) -> SandboxStatus {
         template: status.template.clone(),
         claimed_by: status.claimed_by.clone(),
         conditions: status.conditions.clone(),
+        suspended_at: status.suspended_at.clone(),
         ..Default::default()
     }
 }

@@ -36,6 +36,7 @@ pub mod error;
 mod managed;
 pub mod pods;
 mod pools;
+mod power;
 mod process;
 pub mod register;
 mod sandbox;
@@ -135,6 +136,10 @@ struct Context {
     session_trigger: mpsc::Sender<ObjectRef<Session>>,
     /// A pool member changed or was claimed: its pool looks again.
     pool_trigger: mpsc::Sender<ObjectRef<SandboxWarmPool>>,
+    /// A suspended sandbox was woken: it looks again (see `power`).
+    sandbox_trigger: mpsc::Sender<ObjectRef<Sandbox>>,
+    /// Sandboxes suspended for being idle and asked to wake since (see `power`).
+    woken: power::Woken,
     /// Each Sandbox's last heartbeat and when this controller first saw it: freshness
     /// is judged on this clock, so a node agent's skewed clock cannot make it look
     /// alive or dead (the node lifecycle controller judges kubelets the same way).
@@ -166,6 +171,7 @@ pub async fn run(
     let (process_trigger, process_rx) = mpsc::channel(TRIGGER_CAPACITY);
     let (session_trigger, session_rx) = mpsc::channel(TRIGGER_CAPACITY);
     let (pool_trigger, pool_rx) = mpsc::channel(TRIGGER_CAPACITY);
+    let (sandbox_trigger, sandbox_rx) = mpsc::channel(TRIGGER_CAPACITY);
 
     let watch_config = watcher::Config::default().any_semantic();
     let (process_store, process_writer) = reflector::store::<Process>();
@@ -232,6 +238,8 @@ pub async fn run(
         process_trigger,
         session_trigger,
         pool_trigger,
+        sandbox_trigger,
+        woken: Default::default(),
         heartbeats: Mutex::new(HashMap::new()),
         sandbox_followers: Followers::default(),
         session_followers: Followers::default(),
@@ -243,6 +251,7 @@ pub async fn run(
     let sandbox_controller = Controller::for_stream(sandbox_stream, sandbox_store.clone())
         .owns_stream(pod_stream)
         .with_config(controller_config.clone())
+        .reconcile_on(ReceiverStream::new(sandbox_rx))
         .graceful_shutdown_on(async move { stop.cancelled().await })
         .run(reconcile_sandbox, error_policy, Arc::clone(&ctx))
         .for_each(|_| async {});

@@ -64,11 +64,6 @@ pub enum PodSpecError {
     CredentialsNeedProxy,
     #[error("credentials {0}: set in env too; give it in one place")]
     CredentialTwice(String),
-    #[error(
-        "suspend and idleTimeoutSeconds are served by the folder store (agentplane up) only so far; on a cluster, \
-         delete the Sandbox or scale its pool instead"
-    )]
-    SuspendInFolderOnly,
 }
 
 /// The cluster's egress proxy as one sandbox's Pod reaches it: where, and the
@@ -196,9 +191,6 @@ pub fn make(
     let through = egress.filter(|_| sandbox.spec.network == NetworkMode::Allowlist);
     if !sandbox.spec.credentials.is_empty() && through.is_none() {
         return Err(PodSpecError::CredentialsNeedProxy);
-    }
-    if sandbox.spec.suspend || sandbox.spec.idle_timeout_seconds.is_some() {
-        return Err(PodSpecError::SuspendInFolderOnly);
     }
     let owner = sandbox.controller_owner_ref(&()).ok_or(PodSpecError::NoUid)?;
     let template = template(sandbox.spec.pod_template.as_ref())?;
