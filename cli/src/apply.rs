@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use agentplane_controller::dir::parse::{Declared, FileError, parse_file};
 use agentplane_controller::dir::store::yaml_files;
-use agentplane_crds::{Key, Object};
+use agentplane_crds::{Key, Kind, Object};
 use anyhow::{Context, bail};
 use clap::Args;
 
@@ -197,8 +197,23 @@ pub async fn delete(args: DeleteArgs) -> anyhow::Result<i32> {
     let lock = workspace.lock_edits().await?;
     for key in keys {
         let record = workspace.record(&key)?;
+        let made = record.as_ref().filter(|r| {
+            key.kind == Kind::Sandbox
+                && agentplane_controller::dir::pools::is_store_owned(r.meta())
+                && r.meta().deletion_timestamp.is_none()
+        });
         match remove(&workspace, &key)? {
             true => println!("{} deleted", ref_name(&key)),
+            // Made by the store from a template: asked of the store, which deletes it;
+            // what holds it claims another.
+            false if made.is_some() => {
+                let uid = made.and_then(|r| r.meta().uid.clone()).unwrap_or_default();
+                let at = time::OffsetDateTime::now_utc().format(&time::format_description::well_known::Rfc3339)?;
+                agentplane_controller::restart::Requests::deletes(workspace.state.root())
+                    .request(&uid, &at)
+                    .map_err(|e| anyhow::anyhow!("{e}"))?;
+                println!("{} deleted (made from a template: what holds it gets another)", ref_name(&key));
+            }
             // No file declares it, but the store still has it: its cleanup is under way.
             false if record.is_some() => println!("{} is already being deleted", ref_name(&key)),
             false => {

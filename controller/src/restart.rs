@@ -55,6 +55,11 @@ pub fn predicate<K: kube::Resource>(object: &K) -> Option<u64> {
 /// before the node agent's current start has been honoured (or overtaken by a wake).
 pub const SUSPEND_REQUESTED_AT: &str = "agentplane.dev/suspendRequestedAt";
 
+/// The annotation that asks for a Sandbox the store made from a template (no file
+/// declares it) to be deleted (`agentplane delete sandbox/NAME`); its value is when.
+/// What holds it claims another, and a Session on it goes on there.
+pub const DELETE_REQUESTED_AT: &str = "agentplane.dev/deleteRequestedAt";
+
 /// The restart requests of a directory store: `STATE/restarts/<uid>`, each holding
 /// the annotation's value (and, the same way, its suspend requests in
 /// `STATE/suspends/<uid>`).
@@ -72,6 +77,23 @@ impl Requests {
     /// The requests to suspend a managed sandbox now.
     pub fn suspends(state_root: &Path) -> Requests {
         Requests { dir: state_root.join("suspends"), annotation: SUSPEND_REQUESTED_AT }
+    }
+
+    /// The requests to delete a sandbox the store made.
+    pub fn deletes(state_root: &Path) -> Requests {
+        Requests { dir: state_root.join("deletes"), annotation: DELETE_REQUESTED_AT }
+    }
+
+    /// Every kind of request a directory store keeps.
+    pub fn all(state_root: &Path) -> [Requests; 3] {
+        [Requests::new(state_root), Requests::suspends(state_root), Requests::deletes(state_root)]
+    }
+
+    /// Removes the request of the resource `uid` (it is gone).
+    pub fn forget(&self, uid: &str) {
+        if let Some(path) = self.path(uid) {
+            let _ = fs::remove_file(path);
+        }
     }
 
     /// The directory the requests are written to, created if missing (to watch it).

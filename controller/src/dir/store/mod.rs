@@ -323,8 +323,12 @@ impl DirStore {
             .map_err(|e| warn!(error = %e, "restart requests are seen at the periodic rescan only"))
             .ok();
         let _suspends = crate::restart::Requests::suspends(inner.state.root())
-            .watch(restart_wake)
+            .watch(restart_wake.clone())
             .map_err(|e| warn!(error = %e, "suspend requests are seen at the periodic rescan only"))
+            .ok();
+        let _deletes = crate::restart::Requests::deletes(inner.state.root())
+            .watch(restart_wake)
+            .map_err(|e| warn!(error = %e, "delete requests are seen at the periodic rescan only"))
             .ok();
         loop {
             let all = tokio::select! {

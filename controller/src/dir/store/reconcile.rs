@@ -132,6 +132,7 @@ impl Inner {
         crate::restart::Requests::new(self.state.root()).overlay(object.meta_mut());
         if object.kind() == Kind::Sandbox {
             crate::restart::Requests::suspends(self.state.root()).overlay(object.meta_mut());
+            crate::restart::Requests::deletes(self.state.root()).overlay(object.meta_mut());
         }
         let base = source_file(object.meta()).map(|f| self.dir.join(f)).and_then(|f| f.parent().map(Path::to_path_buf));
         let writable = self.writes.snapshot();

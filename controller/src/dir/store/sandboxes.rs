@@ -210,6 +210,20 @@ impl Inner {
                 }
             }
         }
+        // One the store made, deleted by `agentplane delete`: what holds it claims
+        // another (see `claims`), where a Session goes on.
+        let asked =
+            sandbox.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(crate::restart::DELETE_REQUESTED_AT));
+        if sandbox.metadata.deletion_timestamp.is_none()
+            && asked
+            && crate::dir::pools::is_store_owned(&sandbox.metadata)
+        {
+            let (this, k) = (Arc::clone(self), key.clone());
+            if let Ok(Some(marked)) = tokio::task::spawn_blocking(move || this.mark_deleted(&k)).await {
+                info!(sandbox = %key, "deleting the sandbox, as asked");
+                sandbox = marked;
+            }
+        }
         if sandbox.metadata.deletion_timestamp.is_some() {
             match (self.managed.get(), sandbox.spec.is_managed()) {
                 (Some(managed), true) => {

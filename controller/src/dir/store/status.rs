@@ -72,6 +72,10 @@ impl Inner {
                 if let Err(e) = this.state.remove(&k) {
                     warn!(resource = %k, error = %e, "cannot remove the record");
                 }
+                // Its requests go with it (a uid is never reused).
+                if let Some(uid) = &uid {
+                    crate::restart::Requests::all(this.state.root()).iter().for_each(|r| r.forget(uid));
+                }
             }
         })
         .await;
