@@ -124,7 +124,19 @@ impl Cluster {
         what: &str,
         check: impl Fn(Option<&Value>) -> bool,
     ) -> Option<Value> {
-        let deadline = Instant::now() + PATIENCE;
+        self.wait_within(kind, name, what, PATIENCE, check)
+    }
+
+    /// [`Cluster::wait_for`] with a patience of its own.
+    fn wait_within(
+        &self,
+        kind: &str,
+        name: &str,
+        what: &str,
+        patience: Duration,
+        check: impl Fn(Option<&Value>) -> bool,
+    ) -> Option<Value> {
+        let deadline = Instant::now() + patience;
         loop {
             let got = self.get(kind, name);
             if check(got.as_ref()) {
@@ -138,6 +150,11 @@ impl Cluster {
     /// Waits until the object exists and `check` holds.
     pub(crate) fn wait(&self, kind: &str, name: &str, what: &str, check: impl Fn(&Value) -> bool) -> Value {
         self.wait_for(kind, name, what, |v| v.is_some_and(&check)).unwrap()
+    }
+
+    /// [`Cluster::wait`] for what a real agent does (its turns on a loaded machine).
+    fn wait_long(&self, kind: &str, name: &str, what: &str, check: impl Fn(&Value) -> bool) -> Value {
+        self.wait_within(kind, name, what, crate::sandboxes::AGENT_PATIENCE, |v| v.is_some_and(&check)).unwrap()
     }
 
     pub(crate) fn secret_value(&self, name: &str, key: &str) -> String {
@@ -453,6 +470,9 @@ impl Playing {
             .chain(container.args.iter().flatten())
             .map(|arg| match arg.strip_prefix("0.0.0.0:") {
                 Some(port) => format!("{ip}:{port}"),
+                // The agent CLIs as an image would have them baked in: the tests' own
+                // install, shared, so a real agent starts without an install per Pod.
+                None if arg == "/data/agents" => crate::sandboxes::agents_dir().display().to_string(),
                 None if arg.starts_with('/') => local(arg),
                 None => arg.clone(),
             })
@@ -841,6 +861,55 @@ fn a_sandbox_claims_its_data_volume_and_what_its_agents_keep_outlives_the_pod() 
     cluster.wait_for("persistentvolumeclaim", "box-data", "the claim deleted", |v| {
         v.is_none_or(|v| v["metadata"]["deletionTimestamp"].is_string())
     });
+}
+
+/// The real Claude Code through the scripted model server on a cluster: turn 1
+/// answered in a sandbox whose data is on its claim, its Pod deleted, and turn 2
+/// answered in the Pod that replaces it with turn 1 in the model server's request:
+/// the node agent's session and Claude's own files in HOME were on the claim.
+#[test]
+fn claude_goes_on_in_the_pod_that_replaces_a_deleted_one() {
+    let model = common::ModelServer::start();
+    let (first, second) = ("remember the word plover for me", "which bird did I ask you to remember?");
+    let cluster = Cluster::new("sbx-claude");
+    let _controller = Controller::start(&cluster);
+    let kubelet = Kubelet::start(&cluster);
+    let class = format!("{}-class", cluster.ns);
+    cluster.apply(&format!(
+        "apiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata: {{name: {class}}}\nprovisioner: example.com/none\n"
+    ));
+    cluster.apply(&sandbox_yaml("box", &format!("  volumeClaimTemplate: {{storageClassName: {class}}}\n")));
+    cluster.apply(&format!(
+        "apiVersion: agentplane.dev/v1alpha1\nkind: Session\nmetadata: {{name: chat}}\nspec:\n  sandbox: box\n  \
+         agent: claude\n  permissionMode: bypass\n  env:\n    - {{name: ANTHROPIC_BASE_URL, value: \"http://127.0.0.1:{port}\"}}\n    \
+         - {{name: ANTHROPIC_API_KEY, value: test}}\n    - {{name: CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC, value: \"1\"}}\n    \
+         - {{name: DISABLE_AUTOUPDATER, value: \"1\"}}\n  messages: [{first:?}]\n",
+        port = model.port,
+    ));
+    let (first_uid, _, _) = kubelet.wait_running("box", None);
+    let answered = |n: u64| move |v: &Value| phase(v) == "Idle" && v["status"]["deliveredMessages"] == n;
+    let chat = cluster.wait_long("session", "chat", "turn 1 answered", answered(1));
+    let conversation = chat["status"]["agentSessionId"].clone();
+    let sequence = chat["status"]["lastEventSequence"].as_u64().unwrap();
+
+    cluster.kubectl(&["delete", "pod", "box", "--wait=false"]);
+    kubelet.wait_running("box", Some(&first_uid));
+    cluster.wait("sandbox", "box", "Ready on the new Pod", |v| phase(v) == "Ready" && ready(v));
+    let patch = format!(r#"[{{"op":"add","path":"/spec/messages/-","value":"{second}"}}]"#);
+    cluster.kubectl(&["patch", "session", "chat", "--type=json", "-p", &patch]);
+    let chat = cluster.wait_long("session", "chat", "turn 2 answered in the new Pod", answered(2));
+    assert_eq!(chat["status"]["agentSessionId"], conversation, "claude's own session resumed");
+    assert!(chat["status"]["lastEventSequence"].as_u64().unwrap() > sequence, "its log goes on: {chat}");
+    let turn_two = model
+        .requests()
+        .into_iter()
+        .filter(|r| r.uri.starts_with("/v1/messages"))
+        .rfind(|r| r.body.to_string().contains(second))
+        .expect("the model server got turn 2");
+    let messages = turn_two.body["messages"].as_array().cloned().unwrap_or_default();
+    let text = serde_json::to_string(&messages).unwrap();
+    assert!(text.contains(first), "turn 1's message is in turn 2's context: {text}");
+    assert!(messages.iter().any(|m| m["role"] == "assistant"), "and its answer: {text}");
 }
 
 /// Suspend and wake on a cluster: idle for its `idleTimeoutSeconds`, a sandbox's Pod
