@@ -89,15 +89,16 @@ pub struct SandboxSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "preserve_unknown_object")]
     pub pod_template: Option<serde_json::Value>,
-    /// Managed, folder store: `true` suspends it now and keeps it suspended (its node
-    /// agent and every process stopped, its folder and conversations kept), as a Job's
-    /// `suspend`; `false` wakes it.
+    /// Managed: `true` suspends it now and keeps it suspended, as a Job's `suspend`
+    /// (in a folder its node agent and every process stopped, its folder and
+    /// conversations kept; on a cluster its Pod deleted, its data claim kept); `false`
+    /// wakes it.
     #[serde(default, skip_serializing_if = "is_false")]
     pub suspend: bool,
-    /// Managed, folder store: suspend it after this long idle (no session in a turn or
-    /// with messages or replies waiting, no client following a terminal or a stream, no
-    /// process output). A new message or reply, or any client of its endpoint, wakes
-    /// it. Absent: never.
+    /// Managed: suspend it after this long idle (no session in a turn or with messages
+    /// or replies waiting, no client following a terminal or a stream, no process
+    /// output). A new message or reply wakes it (in a folder, any client of its
+    /// endpoint too). Absent: never.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub idle_timeout_seconds: Option<u32>,
