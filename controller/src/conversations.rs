@@ -19,8 +19,8 @@ use std::sync::Mutex;
 #[derive(Debug)]
 pub struct Conversations {
     dir: PathBuf,
-    /// The newest event sequence kept, by uid, as this controller saved them (a
-    /// restarted one saves each again once).
+    /// The newest event sequence kept, by uid (read from `<uid>.through` beside the tar
+    /// when not known yet: a restarted controller packs nothing again that is kept).
     kept: Mutex<HashMap<String, u64>>,
 }
 
@@ -44,9 +44,15 @@ impl Conversations {
         self.kept.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The newest sequence of Session `uid`'s that this controller kept.
+    /// The newest sequence of Session `uid`'s that is kept (or was tried).
     pub fn kept_through(&self, uid: &str) -> Option<u64> {
-        self.kept().get(uid).copied()
+        if let Some(through) = self.kept().get(uid).copied() {
+            return Some(through);
+        }
+        // A few bytes, read once per Session and controller.
+        let through = std::fs::read_to_string(self.path(uid)?.with_extension("through")).ok()?.trim().parse().ok()?;
+        self.kept().insert(uid.to_string(), through);
+        Some(through)
     }
 
     /// Keeps `tar`, Session `uid`'s conversation through event `sequence` (written
@@ -54,9 +60,12 @@ impl Conversations {
     pub async fn keep(&self, uid: &str, sequence: u64, tar: Vec<u8>) -> std::io::Result<()> {
         let path = self.path(uid).ok_or_else(|| std::io::Error::other(format!("{uid:?} is not a uid")))?;
         let dir = self.dir.clone();
-        tokio::task::spawn_blocking(move || write_private(&dir, &path, &tar))
-            .await
-            .map_err(std::io::Error::other)??;
+        tokio::task::spawn_blocking(move || {
+            write_private(&dir, &path, &tar)?;
+            write_private(&dir, &path.with_extension("through"), sequence.to_string().as_bytes())
+        })
+        .await
+        .map_err(std::io::Error::other)??;
         self.kept().insert(uid.to_string(), sequence);
         Ok(())
     }
@@ -87,11 +96,15 @@ impl Conversations {
     pub async fn forget(&self, uid: &str) {
         self.kept().remove(uid);
         let Some(path) = self.path(uid) else { return };
-        let _ = tokio::task::spawn_blocking(move || match std::fs::remove_file(&path) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                tracing::warn!(path = %path.display(), error = %e, "cannot remove a kept conversation")
+        let _ = tokio::task::spawn_blocking(move || {
+            for path in [path.with_extension("through"), path] {
+                match std::fs::remove_file(&path) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                        tracing::warn!(path = %path.display(), error = %e, "cannot remove a kept conversation")
+                    }
+                    _ => {}
+                }
             }
-            _ => {}
         })
         .await;
     }
@@ -125,6 +138,9 @@ mod tests {
         kept.keep(uid, 9, b"second".to_vec()).await.unwrap();
         assert_eq!(kept.kept_tar(uid).await.as_deref(), Some(&b"second"[..]));
         assert_eq!(kept.kept_through(uid), Some(9));
+        // A restarted controller knows what is kept without packing it again.
+        let restarted = Conversations::new(state.path().join("conversations"));
+        assert_eq!(restarted.kept_through(uid), Some(9));
         use std::os::unix::fs::PermissionsExt;
         let mode =
             std::fs::metadata(state.path().join(format!("conversations/{uid}.tar"))).unwrap().permissions().mode();
@@ -137,5 +153,6 @@ mod tests {
         assert!(!state.path().join("escape.tar").exists());
         kept.forget(uid).await;
         assert_eq!((kept.kept_tar(uid).await, kept.kept_through(uid)), (None, None));
+        assert_eq!(std::fs::read_dir(state.path().join("conversations")).unwrap().count(), 0);
     }
 }

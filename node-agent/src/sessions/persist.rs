@@ -63,7 +63,16 @@ pub(super) fn create_continuing(
 ) -> Result<EventLog> {
     make_dir(dir, &record.id)?;
     let made = (|| {
-        let earlier = super::conversation::unpack(staged, dir, record.agent_home().as_deref())?;
+        let home = record.agent_home();
+        let agent = AgentId::parse(&record.agent).ok_or_else(|| Error::UnsupportedAgent(record.agent.clone()))?;
+        let folders = match &home {
+            Some(home) => {
+                let env = |name: &str| record.env_var(name).or_else(|| std::env::var(name).ok());
+                super::conversation::agent_folders(agent, &env, home)
+            }
+            None => Vec::new(),
+        };
+        let earlier = super::conversation::unpack(staged, dir, home.as_deref(), agent, &folders)?;
         record.continue_from(earlier, floor);
         let bytes = serde_json::to_vec_pretty(&*record).expect("records serialize");
         write_record(dir, &bytes).map_err(|e| Error::io("saving the session", e))?;
