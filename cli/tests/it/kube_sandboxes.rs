@@ -946,6 +946,9 @@ fn an_idle_sandbox_s_pod_goes_and_work_for_it_brings_a_new_one_into_the_same_con
     });
     assert!(sandbox["status"]["suspendedAt"].is_string(), "{sandbox}");
     assert!(sandbox["status"]["endpoint"].is_null(), "{sandbox}");
+    let table = cluster.kubectl(&["get", "sandbox", "box"]);
+    let (head, row) = table.split_once('\n').unwrap();
+    assert!(head.contains("SUSPENDED") && row.contains("Suspended"), "kubectl shows since when: {table}");
     cluster.wait_for("pod", "box", "deleted", |v| v.is_none());
     common::wait_until(PATIENCE, "its node agent stopped", || !kubelet.is_running(&first_uid));
     assert!(cluster.get("persistentvolumeclaim", "box-data").is_some(), "the claim is kept");
