@@ -27,17 +27,7 @@ fn condition(status: &agentplane_crds::SessionStatus, type_: &str) -> Option<(St
 fn claude_goes_on_in_a_new_sandbox_after_its_own_is_deleted() {
     let model = common::ModelServer::start();
     let (first, second) = ("remember the word heron for me", "which bird did I ask you to remember?");
-    let session = |messages: &[&str]| {
-        let messages: Vec<String> = messages.iter().map(|m| format!("    - {m:?}\n")).collect();
-        format!(
-            "apiVersion: agentplane.dev/v1alpha1\nkind: Session\nmetadata:\n  name: chat\nspec:\n  sandboxTemplate: iso\n  \
-             agent: claude\n  permissionMode: bypass\n  env:\n    - {{name: ANTHROPIC_BASE_URL, value: \"http://127.0.0.1:{port}\"}}\n    \
-             - {{name: ANTHROPIC_API_KEY, value: test}}\n    - {{name: CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC, value: \"1\"}}\n    \
-             - {{name: DISABLE_AUTOUPDATER, value: \"1\"}}\n  messages:\n{}",
-            messages.concat(),
-            port = model.port,
-        )
-    };
+    let session = |messages: &[&str]| model.claude_session("chat", "sandboxTemplate: iso", messages);
     let template = format!(
         "apiVersion: agentplane.dev/v1alpha1\nkind: SandboxTemplate\nmetadata:\n  name: iso\nspec:\n  sandbox:\n    \
          network: allowlist\n    allow: [\"127.0.0.1:{}\"]\n",
@@ -97,19 +87,7 @@ fn claude_goes_on_in_a_new_sandbox_after_its_own_is_deleted() {
         after.last_event_sequence
     );
     assert_eq!(after.agent_session_id, before.agent_session_id, "claude's own session resumed");
-    let turn_two = model
-        .requests()
-        .into_iter()
-        .filter(|r| r.uri.starts_with("/v1/messages"))
-        .rfind(|r| r.body.to_string().contains(second))
-        .expect("the model server got turn 2");
-    let messages = turn_two.body["messages"].as_array().cloned().unwrap_or_default();
-    let text = serde_json::to_string(&messages).unwrap();
-    assert!(text.contains(first), "turn 1's message is in turn 2's context: {text}");
-    assert!(messages.iter().any(|m| m["role"] == "assistant"), "and its answer: {text}");
-    // Turn 1 was delivered once: the new sandbox did not send it again.
-    let asked = messages.iter().filter(|m| m["role"] == "user" && m.to_string().contains(first)).count();
-    assert_eq!(asked, 1, "turn 1's message once in the conversation: {text}");
+    model.assert_in_context(first, second);
 
     // The Session deleted: what was kept of it goes too.
     fs::remove_file(up.dir.join("chat.yaml")).unwrap();

@@ -879,13 +879,7 @@ fn claude_goes_on_in_the_pod_that_replaces_a_deleted_one() {
         "apiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata: {{name: {class}}}\nprovisioner: example.com/none\n"
     ));
     cluster.apply(&sandbox_yaml("box", &format!("  volumeClaimTemplate: {{storageClassName: {class}}}\n")));
-    cluster.apply(&format!(
-        "apiVersion: agentplane.dev/v1alpha1\nkind: Session\nmetadata: {{name: chat}}\nspec:\n  sandbox: box\n  \
-         agent: claude\n  permissionMode: bypass\n  env:\n    - {{name: ANTHROPIC_BASE_URL, value: \"http://127.0.0.1:{port}\"}}\n    \
-         - {{name: ANTHROPIC_API_KEY, value: test}}\n    - {{name: CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC, value: \"1\"}}\n    \
-         - {{name: DISABLE_AUTOUPDATER, value: \"1\"}}\n  messages: [{first:?}]\n",
-        port = model.port,
-    ));
+    cluster.apply(&model.claude_session("chat", "sandbox: box", &[first]));
     let (first_uid, _, _) = kubelet.wait_running("box", None);
     let answered = |n: u64| move |v: &Value| phase(v) == "Idle" && v["status"]["deliveredMessages"] == n;
     let chat = cluster.wait_long("session", "chat", "turn 1 answered", answered(1));
@@ -900,16 +894,7 @@ fn claude_goes_on_in_the_pod_that_replaces_a_deleted_one() {
     let chat = cluster.wait_long("session", "chat", "turn 2 answered in the new Pod", answered(2));
     assert_eq!(chat["status"]["agentSessionId"], conversation, "claude's own session resumed");
     assert!(chat["status"]["lastEventSequence"].as_u64().unwrap() > sequence, "its log goes on: {chat}");
-    let turn_two = model
-        .requests()
-        .into_iter()
-        .filter(|r| r.uri.starts_with("/v1/messages"))
-        .rfind(|r| r.body.to_string().contains(second))
-        .expect("the model server got turn 2");
-    let messages = turn_two.body["messages"].as_array().cloned().unwrap_or_default();
-    let text = serde_json::to_string(&messages).unwrap();
-    assert!(text.contains(first), "turn 1's message is in turn 2's context: {text}");
-    assert!(messages.iter().any(|m| m["role"] == "assistant"), "and its answer: {text}");
+    model.assert_in_context(first, second);
 }
 
 /// Suspend and wake on a cluster: idle for its `idleTimeoutSeconds`, a sandbox's Pod

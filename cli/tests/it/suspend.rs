@@ -199,17 +199,7 @@ fn claude_goes_on_with_its_conversation_across_a_suspend_and_a_wake() {
     use crate::sandboxes::{AGENT_PATIENCE, agents_dir};
     let model = common::ModelServer::start();
     let (first, second) = ("remember the word kiwi for me", "which word did I ask you to remember?");
-    let session = |messages: &[&str]| {
-        let messages: Vec<String> = messages.iter().map(|m| format!("    - {m:?}\n")).collect();
-        format!(
-            "apiVersion: agentplane.dev/v1alpha1\nkind: Session\nmetadata:\n  name: chat\nspec:\n  sandbox: iso\n  \
-             agent: claude\n  permissionMode: bypass\n  env:\n    - {{name: ANTHROPIC_BASE_URL, value: \"http://127.0.0.1:{port}\"}}\n    \
-             - {{name: ANTHROPIC_API_KEY, value: test}}\n    - {{name: CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC, value: \"1\"}}\n    \
-             - {{name: DISABLE_AUTOUPDATER, value: \"1\"}}\n  messages:\n{}",
-            messages.concat(),
-            port = model.port,
-        )
-    };
+    let session = |messages: &[&str]| model.claude_session("chat", "sandbox: iso", messages);
     let sandbox = sandbox_yaml(
         "iso",
         &format!("  network: allowlist\n  allow: [\"127.0.0.1:{}\"]\n  idleTimeoutSeconds: 3\n", model.port),
@@ -236,14 +226,5 @@ fn claude_goes_on_with_its_conversation_across_a_suspend_and_a_wake() {
     let after = session_record(&up, "chat").unwrap().status.unwrap();
     assert!(after.last_event_sequence > before.last_event_sequence, "the event log goes on: {after:?}");
     assert_eq!(after.agent_session_id, before.agent_session_id, "claude's own session resumed");
-    let turn_two = model
-        .requests()
-        .into_iter()
-        .filter(|r| r.uri.starts_with("/v1/messages"))
-        .rfind(|r| r.body.to_string().contains(second))
-        .expect("the model server got turn 2");
-    let messages = turn_two.body["messages"].as_array().cloned().unwrap_or_default();
-    let text = serde_json::to_string(&messages).unwrap();
-    assert!(text.contains(first), "turn 1's message is in turn 2's context: {text}");
-    assert!(messages.iter().any(|m| m["role"] == "assistant"), "and its answer: {text}");
+    model.assert_in_context(first, second);
 }

@@ -158,6 +158,41 @@ impl ModelServer {
     }
 }
 
+impl ModelServer {
+    /// A Session of the real Claude Code (bypass) pointed at this server, placed by
+    /// `placement` (`sandbox: NAME` or `sandboxTemplate: NAME`), with `messages`.
+    pub fn claude_session(&self, name: &str, placement: &str, messages: &[&str]) -> String {
+        let messages: Vec<String> = messages.iter().map(|m| format!("    - {m:?}\n")).collect();
+        format!(
+            "apiVersion: agentplane.dev/v1alpha1\nkind: Session\nmetadata:\n  name: {name}\nspec:\n  {placement}\n  \
+             agent: claude\n  permissionMode: bypass\n  env:\n    - {{name: ANTHROPIC_BASE_URL, value: \"http://127.0.0.1:{port}\"}}\n    \
+             - {{name: ANTHROPIC_API_KEY, value: test}}\n    - {{name: CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC, value: \"1\"}}\n    \
+             - {{name: DISABLE_AUTOUPDATER, value: \"1\"}}\n  messages:\n{}",
+            messages.concat(),
+            port = self.port,
+        )
+    }
+
+    /// Asserts that Claude's request for the turn that sent `second` carries the turn
+    /// that sent `first`: its message (once) and an answer. Answers that request's
+    /// messages.
+    pub fn assert_in_context(&self, first: &str, second: &str) -> Vec<serde_json::Value> {
+        let turn_two = self
+            .requests()
+            .into_iter()
+            .filter(|r| r.uri.starts_with("/v1/messages"))
+            .rfind(|r| r.body.to_string().contains(second))
+            .expect("the model server got the second turn");
+        let messages = turn_two.body["messages"].as_array().cloned().unwrap_or_default();
+        let text = serde_json::to_string(&messages).unwrap();
+        assert!(text.contains(first), "the first turn's message is in the second's context: {text}");
+        assert!(messages.iter().any(|m| m["role"] == "assistant"), "and its answer: {text}");
+        let asked = messages.iter().filter(|m| m["role"] == "user" && m.to_string().contains(first)).count();
+        assert_eq!(asked, 1, "the first turn's message once in the conversation, never sent again: {text}");
+        messages
+    }
+}
+
 impl Drop for ModelServer {
     fn drop(&mut self) {
         drop(self.stop.take());
