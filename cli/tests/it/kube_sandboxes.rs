@@ -157,6 +157,12 @@ impl Cluster {
         self.wait_within(kind, name, what, crate::sandboxes::AGENT_PATIENCE, |v| v.is_some_and(&check)).unwrap()
     }
 
+    /// Appends `message` to Session `session`'s `spec.messages`.
+    pub(crate) fn send(&self, session: &str, message: &str) {
+        let patch = serde_json::json!([{"op": "add", "path": "/spec/messages/-", "value": message}]).to_string();
+        self.kubectl(&["patch", "session", session, "--type=json", "-p", &patch]);
+    }
+
     pub(crate) fn secret_value(&self, name: &str, key: &str) -> String {
         let secret = self.get("secret", name).unwrap_or_else(|| panic!("no Secret {name}"));
         let data = secret["data"][key].as_str().unwrap_or_else(|| panic!("Secret {name} has no {key}"));
@@ -768,14 +774,7 @@ fn a_pod_deleted_behind_its_back_is_replaced_and_what_ran_on_it_resumes() {
         std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == b"sleep\x00600\x00")
     });
     cluster.wait("session", "chat", "Idle on the new Pod", |v| phase(v) == "Idle");
-    cluster.kubectl(&[
-        "patch",
-        "session",
-        "chat",
-        "--type=json",
-        "-p",
-        r#"[{"op":"add","path":"/spec/messages/-","value":"again"}]"#,
-    ]);
+    cluster.send("chat", "again");
     let chat = cluster.wait("session", "chat", "Idle after the second message", |v| {
         phase(v) == "Idle" && v["status"]["deliveredMessages"] == 2
     });
@@ -840,14 +839,7 @@ fn a_sandbox_claims_its_data_volume_and_what_its_agents_keep_outlives_the_pod() 
     cluster.kubectl(&["delete", "pod", "box", "--wait=false"]);
     kubelet.wait_running("box", Some(&first_uid));
     cluster.wait("session", "chat", "Idle on the new Pod", |v| phase(v) == "Idle");
-    cluster.kubectl(&[
-        "patch",
-        "session",
-        "chat",
-        "--type=json",
-        "-p",
-        r#"[{"op":"add","path":"/spec/messages/-","value":"again"}]"#,
-    ]);
+    cluster.send("chat", "again");
     let chat = cluster.wait("session", "chat", "the second message answered", |v| {
         phase(v) == "Idle" && v["status"]["deliveredMessages"] == 2
     });
@@ -889,8 +881,7 @@ fn claude_goes_on_in_the_pod_that_replaces_a_deleted_one() {
     cluster.kubectl(&["delete", "pod", "box", "--wait=false"]);
     kubelet.wait_running("box", Some(&first_uid));
     cluster.wait("sandbox", "box", "Ready on the new Pod", |v| phase(v) == "Ready" && ready(v));
-    let patch = format!(r#"[{{"op":"add","path":"/spec/messages/-","value":"{second}"}}]"#);
-    cluster.kubectl(&["patch", "session", "chat", "--type=json", "-p", &patch]);
+    cluster.send("chat", second);
     let chat = cluster.wait_long("session", "chat", "turn 2 answered in the new Pod", answered(2));
     assert_eq!(chat["status"]["agentSessionId"], conversation, "claude's own session resumed");
     assert!(chat["status"]["lastEventSequence"].as_u64().unwrap() > sequence, "its log goes on: {chat}");
@@ -939,11 +930,7 @@ fn an_idle_sandbox_s_pod_goes_and_work_for_it_brings_a_new_one_into_the_same_con
     assert!(cluster.get("persistentvolumeclaim", "box-data").is_some(), "the claim is kept");
 
     // A message wakes it: a new Pod, the same conversation.
-    let send = |message: &str| {
-        let patch = format!(r#"[{{"op":"add","path":"/spec/messages/-","value":"{message}"}}]"#);
-        cluster.kubectl(&["patch", "session", "chat", "--type=json", "-p", &patch]);
-    };
-    send("again");
+    cluster.send("chat", "again");
     let (second_uid, _, _) = kubelet.wait_running("box", Some(&first_uid));
     let chat = cluster.wait("session", "chat", "answered after the wake", |v| {
         phase(v) == "Idle" && v["status"]["deliveredMessages"] == 2
@@ -959,7 +946,7 @@ fn an_idle_sandbox_s_pod_goes_and_work_for_it_brings_a_new_one_into_the_same_con
         phase(v) == "Suspended" && reason(v) == Some(json!("Requested"))
     });
     common::wait_until(PATIENCE, "its node agent stopped", || !kubelet.is_running(&second_uid));
-    send("third");
+    cluster.send("chat", "third");
     cluster.wait("session", "chat", "waiting for the sandbox", |v| {
         condition(v, "Ready").is_some_and(|c| c["reason"] == "SandboxSuspended")
     });
