@@ -27,6 +27,7 @@ mod printing;
 mod proc;
 mod resources;
 mod restart;
+mod serve;
 mod session;
 mod store;
 mod suspend;

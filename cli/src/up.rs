@@ -120,8 +120,13 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     let url = format!("http://{}", server.local_addr().context("up's node agent listens on TCP")?);
     // Managed Sandboxes: this binary runs their node agents, with the agent CLIs the
     // embedded node agent installs, and the user's folder and this state hidden.
+    let binary = std::env::current_exe().context("finding this program, to start sandboxes with")?;
+    // `cargo install` puts the node agent alone beside this binary; a build without it
+    // runs `agentplane node-agent` in its sandboxes.
+    let node_agent = binary.with_file_name("agentplane-node-agent");
     store_config.launch = Some(agentplane_controller::dir::managed::LaunchConfig {
-        binary: std::env::current_exe().context("finding this program, to start sandboxes with")?,
+        node_agent: node_agent.is_file().then_some(node_agent),
+        binary,
         agents_dir,
         root: state.sandboxes_dir(),
         masked: vec![dir.clone(), state.root().canonicalize().unwrap_or_else(|_| state.root().to_path_buf())],

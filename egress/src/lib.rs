@@ -42,6 +42,10 @@ mod splice;
 mod testing;
 mod tls;
 
+/// Where HTTP(S)_PROXY points inside a sandbox with `network: allowlist`: the node
+/// agent serves the proxy's socket there ([`hand_to_proxy`]).
+pub const SANDBOX_PROXY_ADDR: &str = "127.0.0.1:3128";
+
 pub use allowlist::{Allowlist, loopback_tunnels};
 pub use bridge::{bridge_to_unix, bridge_to_unix_when, tunnel_port};
 pub use credentials::{CredentialCount, Credentials, NewCredential};

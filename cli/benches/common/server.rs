@@ -95,19 +95,20 @@ impl Drop for ServerProcess {
     }
 }
 
-/// `agentplane node-agent` as a child process.
+/// The node agent as a child process: `agentplane-node-agent`, the node agent alone,
+/// as each managed sandbox runs it.
 pub struct NodeAgent {
     pub server: ServerProcess,
     pub url: String,
 }
 
 impl NodeAgent {
-    /// `agentplane node-agent` on a free loopback port with `token`, `data_dir`, and
-    /// `args` after them; ready once it logged its port.
+    /// The node agent on a free loopback port with `token`, `data_dir`, and `args`
+    /// after them; ready once it logged its port.
     pub fn start(token: &str, data_dir: &Path, args: &[&OsStr]) -> anyhow::Result<Self> {
-        let binary = PathBuf::from(env!("CARGO_BIN_EXE_agentplane"));
+        let binary = PathBuf::from(env!("CARGO_BIN_EXE_agentplane-node-agent"));
         let mut child = Command::new(&binary)
-            .args(["node-agent", "--listen", "127.0.0.1:0", "--token", token, "--data-dir"])
+            .args(["--listen", "127.0.0.1:0", "--token", token, "--data-dir"])
             .arg(data_dir)
             .args(args)
             .env("RUST_LOG", "info,tower_http=warn")

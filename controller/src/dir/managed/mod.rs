@@ -48,7 +48,7 @@ use power::Why;
 
 /// Where HTTP(S)_PROXY points inside a sandbox with `network: allowlist`: the node
 /// agent serves the proxy's socket there (`--proxy-socket`).
-pub const SANDBOX_PROXY_ADDR: &str = "127.0.0.1:3128";
+pub use agentplane_egress::SANDBOX_PROXY_ADDR;
 /// A node agent that has not said `ready` by then is killed and started again.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long the node agent gets to stop its processes before SIGKILL.
@@ -65,8 +65,12 @@ const PROXY_VARIABLES: &[&str] = &["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "h
 /// What every managed sandbox of one `up` shares.
 #[derive(Debug, Clone)]
 pub struct LaunchConfig {
-    /// The `agentplane` binary: runs `sandbox-exec` and the node agent inside.
+    /// The `agentplane` binary: runs `sandbox-exec`, and the node agent inside when
+    /// `node_agent` is not there.
     pub binary: PathBuf,
+    /// `agentplane-node-agent`, the node agent alone, which each sandbox runs when it
+    /// is installed beside `binary`: an idle one then maps a few MiB less.
+    pub node_agent: Option<PathBuf>,
     /// The shared agent CLIs (installed outside by the embedded node agent), bound
     /// read-only.
     pub agents_dir: PathBuf,
@@ -663,14 +667,18 @@ impl Supervisor {
         api_socket: &Path,
     ) -> Result<launch::Launch, String> {
         let dirs = &prepared.dirs;
+        // The node agent alone, else `agentplane node-agent`.
+        let (host_binary, subcommand) = match &self.config.node_agent {
+            Some(alone) => (alone.clone(), None),
+            None => (self.config.binary.clone(), Some("node-agent".to_string())),
+        };
         let (binary, data, run): (PathBuf, PathBuf, PathBuf) = match bwrap {
             Some(_) => (bwrap::BINARY.into(), bwrap::DATA.into(), bwrap::RUN.into()),
-            None => (self.config.binary.clone(), dirs.data.clone(), dirs.proxy.clone()),
+            None => (host_binary.clone(), dirs.data.clone(), dirs.proxy.clone()),
         };
         let text = |p: &Path| p.to_str().map(str::to_string).ok_or_else(|| format!("{} is not UTF-8", p.display()));
-        let mut command = vec![
-            text(&binary)?,
-            "node-agent".into(),
+        let mut command: Vec<String> = std::iter::once(text(&binary)?).chain(subcommand).collect();
+        command.extend([
             "--listen-inherited".into(),
             "--token-stdin".into(),
             "--announce-ready".into(),
@@ -678,7 +686,7 @@ impl Supervisor {
             text(&data)?,
             "--agents-dir".into(),
             text(&self.config.agents_dir)?,
-        ];
+        ]);
         if let Some(tunnels) = &prepared.proxy {
             command.push("--proxy-socket".into());
             command.push(text(&run.join("proxy.sock"))?);
@@ -691,7 +699,7 @@ impl Supervisor {
             let mut binds: Vec<(PathBuf, PathBuf, bool)> =
                 vec![(self.config.agents_dir.clone(), self.config.agents_dir.clone(), false)];
             binds.extend(self.desired.binds.iter().cloned());
-            binds.push((self.config.binary.clone(), PathBuf::from(bwrap::BINARY), false));
+            binds.push((host_binary.clone(), PathBuf::from(bwrap::BINARY), false));
             binds.push((dirs.workspace.clone(), PathBuf::from(bwrap::WORKSPACE), true));
             binds.push((dirs.home.clone(), PathBuf::from(bwrap::HOME), true));
             binds.push((dirs.data.clone(), PathBuf::from(bwrap::DATA), true));
