@@ -138,8 +138,9 @@ struct Context {
     pool_trigger: mpsc::Sender<ObjectRef<SandboxWarmPool>>,
     /// A suspended sandbox was woken: it looks again (see `power`).
     sandbox_trigger: mpsc::Sender<ObjectRef<Sandbox>>,
-    /// Sandboxes suspended for being idle and asked to wake since (see `power`).
-    woken: power::Woken,
+    /// Sandboxes this controller suspended for being idle, and those asked to wake
+    /// since (see `power`).
+    sleepers: power::SharedSleepers,
     /// Each Sandbox's last heartbeat and when this controller first saw it: freshness
     /// is judged on this clock, so a node agent's skewed clock cannot make it look
     /// alive or dead (the node lifecycle controller judges kubelets the same way).
@@ -239,7 +240,7 @@ pub async fn run(
         session_trigger,
         pool_trigger,
         sandbox_trigger,
-        woken: Default::default(),
+        sleepers: Default::default(),
         heartbeats: Mutex::new(HashMap::new()),
         sandbox_followers: Followers::default(),
         session_followers: Followers::default(),

@@ -54,7 +54,7 @@ pub(super) struct Sleepers {
     woken: HashSet<String>,
 }
 
-pub(super) type Woken = Arc<Mutex<Sleepers>>;
+pub(super) type SharedSleepers = Arc<Mutex<Sleepers>>;
 
 /// How often a ready sandbox with `idleTimeoutSeconds` is asked how long it has been
 /// idle: half its timeout, at least every second and at most every ten.
@@ -81,7 +81,7 @@ pub(super) fn is_suspended(status: &SandboxStatus, why: Why) -> bool {
 
 impl Context {
     fn sleepers(&self) -> std::sync::MutexGuard<'_, Sleepers> {
-        self.woken.lock().unwrap_or_else(|e| e.into_inner())
+        self.sleepers.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Whether sandbox `key` stays suspended now (see [`held_asleep`]): `Err(woken)`
@@ -109,10 +109,10 @@ impl Context {
     /// What wakes sandbox `sandbox` (key `key`), suspended for being idle: marks it
     /// woken and reconciles it now.
     pub(super) fn waker(&self, sandbox: &Sandbox, key: &str) -> crate::sandboxes::Waker {
-        let (woken, key) = (Arc::clone(&self.woken), key.to_string());
+        let (sleepers, key) = (Arc::clone(&self.sleepers), key.to_string());
         let (trigger, object) = (self.sandbox_trigger.clone(), ObjectRef::from_obj(sandbox));
         Arc::new(move || {
-            woken.lock().unwrap_or_else(|e| e.into_inner()).woken.insert(key.clone());
+            sleepers.lock().unwrap_or_else(|e| e.into_inner()).woken.insert(key.clone());
             // Full: a reconcile of it is queued already, and it sees the mark.
             let _ = trigger.try_send(object.clone());
         })

@@ -473,6 +473,10 @@ impl SessionReconciler {
             Ok(tar) => conversations.keep(uid, info.last_sequence, tar).await.map_err(|e| e.to_string()),
             Err(e) => Err(e.to_string()),
         };
+        if kept.is_err() {
+            // Not tried again before the next turn (what was kept before stays).
+            conversations.attempted(uid, info.last_sequence);
+        }
         let (status, reason, message) = match kept {
             Ok(()) => (
                 Status::True,
@@ -493,7 +497,6 @@ impl SessionReconciler {
                 )
             }
         };
-        conversations.attempted(uid, info.last_sequence);
         conditions::set(&mut step.status.conditions, DURABLE, status, reason, message, step.generation);
     }
 
