@@ -35,9 +35,7 @@ impl Conversations {
     }
 
     fn path(&self, uid: &str) -> Option<PathBuf> {
-        // A uid is the store's (a UUID); anything that could be a path is never one.
-        let plain = !uid.is_empty() && uid.len() <= 128 && uid.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
-        plain.then(|| self.dir.join(format!("{uid}.tar")))
+        crate::restart::is_plain_uid(uid).then(|| self.dir.join(format!("{uid}.tar")))
     }
 
     fn kept(&self) -> std::sync::MutexGuard<'_, HashMap<String, u64>> {

@@ -29,6 +29,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::{Error, Result};
 
+/// Whether `uid` may name a file of the state directory: a uid is a UUID, and
+/// anything else could name a path elsewhere.
+pub fn is_plain_uid(uid: &str) -> bool {
+    !uid.is_empty() && uid.len() <= 64 && uid.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+}
+
 /// The annotation that asks for a restart; its value is when it was asked.
 pub const RESTARTED_AT: &str = "agentplane.dev/restartedAt";
 /// Longest request value taken: a timestamp is 35 bytes; anything far longer was not
@@ -103,9 +109,7 @@ impl Requests {
     }
 
     fn path(&self, uid: &str) -> Option<PathBuf> {
-        // A uid is a UUID; anything else could name a path elsewhere.
-        let safe = !uid.is_empty() && uid.len() <= 64 && uid.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
-        safe.then(|| self.dir.join(uid))
+        is_plain_uid(uid).then(|| self.dir.join(uid))
     }
 
     /// Asks for a restart of the resource `uid`, as of `at`; replaces an earlier request.

@@ -603,12 +603,7 @@ impl Context {
                     metadata: ObjectMeta {
                         name: Some(secret_name.to_string()),
                         namespace: Some(namespace.to_string()),
-                        labels: Some(
-                            [(pods::APP_LABEL.0, pods::APP_LABEL.1), (pods::SANDBOX_LABEL, name.as_str())]
-                                .into_iter()
-                                .map(|(k, v)| (k.to_string(), v.to_string()))
-                                .collect(),
-                        ),
+                        labels: Some(pods::sandbox_labels(&name)),
                         owner_references: sandbox.controller_owner_ref(&()).map(|o| vec![o]),
                         ..Default::default()
                     },

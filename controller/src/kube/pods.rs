@@ -106,6 +106,14 @@ const VOLUMES: [(&str, &str); 4] =
 const HOME: &str = "/home/agent";
 const WORKSPACE: &str = "/workspace";
 
+/// The labels of what is made for Sandbox `sandbox` (its Pod adds its template's).
+pub fn sandbox_labels(sandbox: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (APP_LABEL.0.to_string(), APP_LABEL.1.to_string()),
+        (SANDBOX_LABEL.to_string(), sandbox.to_string()),
+    ])
+}
+
 /// The name of a Sandbox's data claim.
 pub fn claim_name(sandbox: &str) -> String {
     format!("{sandbox}-data")
@@ -119,12 +127,7 @@ pub fn claim(sandbox: &Sandbox, class: &str, storage: Option<&str>) -> Persisten
         metadata: ObjectMeta {
             name: Some(claim_name(&name)),
             namespace: sandbox.namespace(),
-            labels: Some(
-                [(APP_LABEL.0, APP_LABEL.1), (SANDBOX_LABEL, name.as_str())]
-                    .into_iter()
-                    .map(|(k, v)| (k.to_string(), v.to_string()))
-                    .collect(),
-            ),
+            labels: Some(sandbox_labels(&name)),
             owner_references: sandbox.controller_owner_ref(&()).map(|o| vec![o]),
             ..Default::default()
         },
@@ -196,11 +199,10 @@ pub fn make(
     let template = template(sandbox.spec.pod_template.as_ref())?;
     let mut applied = Vec::new();
 
-    let labels = |extra: &BTreeMap<String, String>| {
-        let mut labels = extra.clone();
-        labels.insert(APP_LABEL.0.into(), APP_LABEL.1.into());
-        labels.insert(SANDBOX_LABEL.into(), name.clone());
-        labels
+    let pod_labels = |extra: &BTreeMap<String, String>| {
+        let mut all = extra.clone();
+        all.extend(sandbox_labels(&name));
+        all
     };
     let template_meta = template.metadata.unwrap_or_default();
     for (key, value) in template_meta.annotations.iter().flatten() {
@@ -280,7 +282,7 @@ pub fn make(
         metadata: ObjectMeta {
             name: Some(name.clone()),
             namespace: Some(namespace.clone()),
-            labels: Some(labels(&template_meta.labels.unwrap_or_default())),
+            labels: Some(pod_labels(&template_meta.labels.unwrap_or_default())),
             annotations: Some(annotations),
             owner_references: Some(vec![owner.clone()]),
             ..Default::default()
@@ -321,7 +323,7 @@ pub fn make(
                 metadata: ObjectMeta {
                     name: Some(name.clone()),
                     namespace: Some(namespace),
-                    labels: Some(labels(&BTreeMap::new())),
+                    labels: Some(sandbox_labels(&name)),
                     owner_references: Some(vec![owner]),
                     ..Default::default()
                 },

@@ -238,7 +238,7 @@ impl SessionManager {
             let home = record.agent_home();
             let files = match &record.agent_session_id {
                 Some(agent_session) => {
-                    let env = |name: &str| record.env_var(name).or_else(|| std::env::var(name).ok());
+                    let env = |name: &str| record.agent_env_var(name);
                     let places = CredentialPlaces::new(&env, home.as_deref());
                     agent.agent().conversation_files(&places, agent_session)
                 }

@@ -67,7 +67,7 @@ pub(super) fn create_continuing(
         let agent = AgentId::parse(&record.agent).ok_or_else(|| Error::UnsupportedAgent(record.agent.clone()))?;
         let folders = match &home {
             Some(home) => {
-                let env = |name: &str| record.env_var(name).or_else(|| std::env::var(name).ok());
+                let env = |name: &str| record.agent_env_var(name);
                 super::conversation::agent_folders(agent, &env, home)
             }
             None => Vec::new(),

@@ -257,9 +257,9 @@ impl SessionRecord {
         history
     }
 
-    /// A variable of the session's environment.
-    pub(super) fn env_var(&self, name: &str) -> Option<String> {
-        self.env.get(name).cloned()
+    /// A variable as the session's agent sees it: its env's, else the node agent's.
+    pub(super) fn agent_env_var(&self, name: &str) -> Option<String> {
+        self.env.get(name).cloned().or_else(|| std::env::var(name).ok())
     }
 
     /// The home of the session's agent: its env's `HOME`, else the node agent's.
