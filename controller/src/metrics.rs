@@ -29,6 +29,8 @@ pub struct Metrics {
     pub reconciles: Family<KindLabel, Counter>,
     pub reconcile_errors: Family<KindLabel, Counter>,
     pub status_writes: Family<KindLabel, Counter>,
+    /// Kubernetes Events not published because their queue was full.
+    pub events_dropped: Counter,
     pub leader: Gauge,
     ready: Arc<AtomicBool>,
 }
@@ -51,6 +53,7 @@ impl Metrics {
         let reconciles = Family::<KindLabel, Counter>::default();
         let reconcile_errors = Family::<KindLabel, Counter>::default();
         let status_writes = Family::<KindLabel, Counter>::default();
+        let events_dropped = Counter::default();
         let leader = Gauge::default();
         registry.register("reconciles", "Reconciles run, by kind", reconciles.clone());
         registry.register(
@@ -59,12 +62,18 @@ impl Metrics {
             reconcile_errors.clone(),
         );
         registry.register("status_writes", "Status writes sent to the API server, by kind", status_writes.clone());
+        registry.register(
+            "events_dropped",
+            "Kubernetes Events dropped because the queue to the API server was full",
+            events_dropped.clone(),
+        );
         registry.register("leader", "1 while this replica holds the leader Lease", leader.clone());
         Metrics {
             registry: Arc::new(registry),
             reconciles,
             reconcile_errors,
             status_writes,
+            events_dropped,
             leader,
             ready: Arc::new(AtomicBool::new(false)),
         }

@@ -416,6 +416,9 @@ fn an_edit_applied_server_side_is_reconciled_once_and_status_writes_trigger_noth
     let pid = a["status"]["pid"].as_i64().unwrap();
     let reconciles = "agentplane_reconciles_total{kind=\"Process\"}";
     let before = controller.metric(reconciles);
+    // The pass that adds the finalizer goes on to start the process, and the patch's
+    // watch event brings no second pass.
+    assert_eq!(before, 2.0, "one reconcile per new Process; log:\n{}", controller.log());
 
     apply_ss("a", 40);
     let a = cluster.wait_for("process", "a", "at generation 2", |v| v["status"]["observedGeneration"] == 2);

@@ -152,7 +152,7 @@ impl Context {
         }
         if before.restarts < status.restarts {
             let note = format!("Pod {namespace}/{name} replaced ({} so far)", status.restarts);
-            self.event(sandbox, KubeEventType::Warning, "PodReplaced", "Replace", &note).await;
+            self.event(sandbox, KubeEventType::Warning, "PodReplaced", "Replace", &note);
         }
 
         let owned = managed_fields(&status);
@@ -664,7 +664,7 @@ impl Context {
         self.redrive(&namespace, &name).await;
         self.member_changed(sandbox).await;
         let note = "its Pod, NetworkPolicy and token Secret deleted";
-        self.event(sandbox, KubeEventType::Normal, "Deleted", "Delete", note).await;
+        self.event(sandbox, KubeEventType::Normal, "Deleted", "Delete", note);
         Ok(Action::await_change())
     }
 

@@ -2,13 +2,16 @@
 //! kube-runtime controllers on the shared reconcile core.
 //!
 //! - Each kind is watched once; a reflector keeps the cache, and only changes of
-//!   generation or finalizers (or a restart request, see `restart`) trigger a
-//!   reconcile, so the controller's own status writes never come back as work.
-//!   Sandboxes also pass on a heartbeat.
+//!   generation (which deletion bumps), a restart request (see `restart`) and, for
+//!   Sandboxes and pools, finalizers trigger a reconcile, so the controller's own
+//!   writes never come back as work. Sandboxes also pass on a heartbeat.
 //! - Status goes out by server-side apply under one field manager, and only when it
 //!   differs from what the API server holds.
 //! - Processes and Sessions carry a finalizer: deleting one stops what runs for it on
-//!   its node agent first (`finalizer`, kube-runtime's helper).
+//!   its node agent first. The pass that adds it goes on to apply (`finalize`), so a
+//!   new resource is one reconcile.
+//! - Events go to the API server off the workers (`events`), so a status never waits
+//!   behind one.
 //! - What happens on a node agent (an exit, a session event) comes back as a
 //!   reconcile of the resource concerned, through bounded channels, without waiting
 //!   for a resync.
@@ -33,6 +36,8 @@ pub mod egress;
 mod election;
 mod env;
 pub mod error;
+mod events;
+mod finalize;
 mod managed;
 pub mod pods;
 mod pools;
@@ -127,7 +132,8 @@ struct Context {
     sandboxes: Arc<Sandboxes>,
     processes: ProcessReconciler,
     sessions: SessionReconciler,
-    recorder: Recorder,
+    /// Kubernetes Events, published off the workers.
+    events: events::Events,
     metrics: Metrics,
     process_store: Store<Process>,
     session_store: Store<Session>,
@@ -185,7 +191,9 @@ pub async fn run(
         .reflect(process_writer)
         .applied_objects()
         .predicate_filter(
-            predicates::generation.combine(predicates::finalizers).combine(crate::restart::predicate),
+            // Not on finalizers: deletion bumps `generation`, and the pass that adds
+            // ours goes on to apply (`finalize`).
+            predicates::generation.combine(crate::restart::predicate),
             Default::default(),
         );
     let session_stream = watch_all::<Session>(&client, &config.namespaces, watch_config.clone())
@@ -193,7 +201,9 @@ pub async fn run(
         .reflect(session_writer)
         .applied_objects()
         .predicate_filter(
-            predicates::generation.combine(predicates::finalizers).combine(crate::restart::predicate),
+            // Not on finalizers: deletion bumps `generation`, and the pass that adds
+            // ours goes on to apply (`finalize`).
+            predicates::generation.combine(crate::restart::predicate),
             Default::default(),
         );
     let sandbox_stream = watch_all::<Sandbox>(&client, &config.namespaces, watch_config.clone())
@@ -231,7 +241,7 @@ pub async fn run(
         sessions: SessionReconciler::new(Arc::clone(&sandboxes)),
         sandboxes,
         config: config.clone(),
-        recorder,
+        events: events::Events::start(recorder, metrics.events_dropped.clone()),
         metrics: metrics.clone(),
         process_store: process_store.clone(),
         session_store: session_store.clone(),
@@ -414,8 +424,9 @@ impl Context {
         Ok(())
     }
 
-    /// Publishes a Kubernetes Event about `obj`; failing to is logged, never fatal.
-    async fn event<K: Resource<DynamicType = ()>>(
+    /// Queues a Kubernetes Event about `obj`; failing to publish it is logged, never
+    /// fatal, and a reconcile never waits for it.
+    fn event<K: Resource<DynamicType = ()>>(
         &self,
         obj: &K,
         type_: KubeEventType,
@@ -430,8 +441,6 @@ impl Context {
             action: action.into(),
             secondary: None,
         };
-        if let Err(e) = self.recorder.publish(&event, &obj.object_ref(&())).await {
-            debug!(reason, error = %e, "cannot publish an event");
-        }
+        self.events.publish(obj.object_ref(&()), event);
     }
 }

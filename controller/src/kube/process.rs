@@ -9,11 +9,11 @@ use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType as KubeEventType;
-use kube::runtime::finalizer::{Event as Finalizer, finalizer};
+use kube::runtime::finalizer::Event as Finalizer;
 use kube::runtime::reflector::ObjectRef;
 
 use super::error::Result;
-use super::{Context, FINALIZER, Metrics, ReconcileError, env, pools, requeue};
+use super::{Context, FINALIZER, Metrics, ReconcileError, env, finalize, pools, requeue};
 use crate::conditions::{self, READY};
 use crate::process::ProcessInput;
 
@@ -24,7 +24,7 @@ pub(super) async fn reconcile_process(
     Metrics::count(&ctx.metrics.reconciles, "Process");
     let namespace = process.namespace().unwrap_or_else(|| "default".into());
     let api: Api<Process> = Api::namespaced(ctx.client.clone(), &namespace);
-    let result = finalizer(&api, FINALIZER, process, |event| async {
+    let result = finalize::finalized(&api, FINALIZER, process, |event| async {
         match event {
             Finalizer::Apply(process) => ctx.apply_process(&api, &process).await,
             Finalizer::Cleanup(process) => {
@@ -43,8 +43,7 @@ pub(super) async fn reconcile_process(
                     "Stopped",
                     "Delete",
                     "stopped on its node agent before deletion",
-                )
-                .await;
+                );
                 Ok(Action::await_change())
             }
         }
@@ -104,11 +103,11 @@ impl Context {
         }
         let before = process.status.as_ref();
         self.write_status(api, process, before, &status, "Process").await?;
-        self.process_events(process, before, &status).await;
+        self.process_events(process, before, &status);
         Ok(requeue(placement.requeue(reconciled.requeue_after)))
     }
 
-    async fn process_events(
+    fn process_events(
         &self,
         process: &Process,
         before: Option<&agentplane_crds::ProcessStatus>,
@@ -118,7 +117,7 @@ impl Context {
         let started_again = before.and_then(|s| s.pid) != after.pid && after.pid.is_some();
         if is == Some(ProcessPhase::Running) && (was != is || started_again) {
             let note = after.pid.map_or_else(|| "started".into(), |p| format!("started, pid {p}"));
-            self.event(process, KubeEventType::Normal, "Started", "Start", &note).await;
+            self.event(process, KubeEventType::Normal, "Started", "Start", &note);
         }
         if was == is {
             return;
@@ -130,14 +129,12 @@ impl Context {
         };
         match is {
             Some(ProcessPhase::Succeeded) | Some(ProcessPhase::Stopped) => {
-                self.event(process, KubeEventType::Normal, "Exited", "Exit", &exit).await
+                self.event(process, KubeEventType::Normal, "Exited", "Exit", &exit)
             }
-            Some(ProcessPhase::BackOff) => {
-                self.event(process, KubeEventType::Warning, "BackOff", "Restart", &exit).await
-            }
+            Some(ProcessPhase::BackOff) => self.event(process, KubeEventType::Warning, "BackOff", "Restart", &exit),
             Some(ProcessPhase::Failed) => {
                 let why = conditions::get(&after.conditions, READY).map(|c| c.message.clone()).unwrap_or(exit);
-                self.event(process, KubeEventType::Warning, "Failed", "Exit", &why).await
+                self.event(process, KubeEventType::Warning, "Failed", "Exit", &why)
             }
             _ => {}
         }

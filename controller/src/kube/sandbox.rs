@@ -188,7 +188,7 @@ impl Context {
         message: &str,
     ) {
         let (kind, why) = if ready { (KubeEventType::Normal, "Ready") } else { (KubeEventType::Warning, "NotReady") };
-        self.event(sandbox, kind, why, action, message).await;
+        self.event(sandbox, kind, why, action, message);
         self.redrive(namespace, name).await;
     }
 

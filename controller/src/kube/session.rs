@@ -10,11 +10,11 @@ use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType as KubeEventType;
-use kube::runtime::finalizer::{Event as Finalizer, finalizer};
+use kube::runtime::finalizer::Event as Finalizer;
 use kube::runtime::reflector::ObjectRef;
 
 use super::error::Result;
-use super::{Context, FINALIZER, Metrics, ReconcileError, env, pools, requeue};
+use super::{Context, FINALIZER, Metrics, ReconcileError, env, finalize, pools, requeue};
 use crate::conditions::{self, READY};
 use crate::session::SessionInput;
 
@@ -25,7 +25,7 @@ pub(super) async fn reconcile_session(
     Metrics::count(&ctx.metrics.reconciles, "Session");
     let namespace = session.namespace().unwrap_or_else(|| "default".into());
     let api: Api<Session> = Api::namespaced(ctx.client.clone(), &namespace);
-    let result = finalizer(&api, FINALIZER, session, |event| async {
+    let result = finalize::finalized(&api, FINALIZER, session, |event| async {
         match event {
             Finalizer::Apply(session) => ctx.apply_session(&api, &session).await,
             Finalizer::Cleanup(session) => {
@@ -44,8 +44,7 @@ pub(super) async fn reconcile_session(
                     "Ended",
                     "Delete",
                     "ended on its node agent before deletion",
-                )
-                .await;
+                );
                 Ok(Action::await_change())
             }
         }
@@ -135,35 +134,29 @@ impl Context {
         let (was, is) = (before.and_then(|s| s.phase), status.phase);
         if was != is {
             match is {
-                Some(SessionPhase::Installing) => {
-                    self.event(
-                        session,
-                        KubeEventType::Normal,
-                        "Installing",
-                        "Install",
-                        &format!("installing {:?}", session.spec.agent),
-                    )
-                    .await
-                }
-                Some(SessionPhase::AwaitingInput) => {
-                    self.event(
-                        session,
-                        KubeEventType::Normal,
-                        "AwaitingInput",
-                        "Ask",
-                        "the agent waits for an answer in spec.replies",
-                    )
-                    .await
-                }
+                Some(SessionPhase::Installing) => self.event(
+                    session,
+                    KubeEventType::Normal,
+                    "Installing",
+                    "Install",
+                    &format!("installing {:?}", session.spec.agent),
+                ),
+                Some(SessionPhase::AwaitingInput) => self.event(
+                    session,
+                    KubeEventType::Normal,
+                    "AwaitingInput",
+                    "Ask",
+                    "the agent waits for an answer in spec.replies",
+                ),
                 Some(SessionPhase::Failed) => {
                     let why = conditions::get(&status.conditions, READY).map(|c| c.message.clone()).unwrap_or_default();
-                    self.event(session, KubeEventType::Warning, "Failed", "Run", &why).await
+                    self.event(session, KubeEventType::Warning, "Failed", "Run", &why)
                 }
                 Some(SessionPhase::Ended) => {
-                    self.event(session, KubeEventType::Normal, "Ended", "End", "the session ended").await
+                    self.event(session, KubeEventType::Normal, "Ended", "End", "the session ended")
                 }
                 _ if was == Some(SessionPhase::Installing) => {
-                    self.event(session, KubeEventType::Normal, "Installed", "Install", "the agent is installed").await
+                    self.event(session, KubeEventType::Normal, "Installed", "Install", "the agent is installed")
                 }
                 _ => {}
             }
