@@ -317,7 +317,7 @@ fn write_blocking(
     let (mut file, temporary) = create_temporary(&dir, &name).map_err(|e| fs_error(e, path.display()))?;
     let _ = ready.send(());
     let committed = (|| {
-        let mut behind = SyncBehind::start(&file);
+        let mut behind = WriteBehind::start(&file);
         let mut written = 0u64;
         loop {
             match pieces.blocking_recv() {
@@ -352,11 +352,16 @@ fn write_blocking(
 }
 
 /// Writes an upload back to disk while it arrives, so that the `sync_all` a `PUT`
-/// answers after has only the tail left: a thread of its own syncs the file's data each
-/// time [`SYNC_STEP`] more bytes were written. Without it the kernel starts writing
-/// back only when a tenth of memory is dirty, and a gigabyte waited for its whole
-/// write-back at the end, after the transfer instead of during it.
-struct SyncBehind {
+/// answers after has only the tail left: a thread of its own starts the write-back of
+/// each [`SYNC_STEP`] more bytes written. Without it the kernel starts writing back
+/// only when a tenth of memory is dirty, and a gigabyte waited for its whole write-back
+/// at the end, after the transfer instead of during it. It only starts the write-back
+/// ([`start_write_back`]): an `fdatasync` each step also waited for it and flushed the
+/// disk's cache 32 times a gigabyte. A C program writing a gigabyte both ways on this
+/// machine's disk, six alternated runs each: 679-1,129 MiB/s (median 770) with
+/// `fdatasync`, 1,007-1,523 (median 1,120) starting the write-back. The final
+/// `sync_all` waits for all of it and flushes once.
+struct WriteBehind {
     /// Bytes written so far, each time another step was passed; closed when done.
     progress: Option<std::sync::mpsc::SyncSender<u64>>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -366,20 +371,22 @@ struct SyncBehind {
 /// Bytes written between two syncs behind an upload.
 const SYNC_STEP: u64 = 32 << 20;
 
-impl SyncBehind {
-    fn start(file: &std::fs::File) -> SyncBehind {
+impl WriteBehind {
+    fn start(file: &std::fs::File) -> WriteBehind {
         // Without a second handle or a thread, the upload is synced at its end only.
-        let idle = SyncBehind { progress: None, thread: None, next: SYNC_STEP };
+        let idle = WriteBehind { progress: None, thread: None, next: SYNC_STEP };
         let Ok(handle) = file.try_clone() else { return idle };
         let (progress, steps) = std::sync::mpsc::sync_channel::<u64>(1);
-        let thread = std::thread::Builder::new().name("sync-behind".into()).stack_size(64 * 1024).spawn(move || {
-            // A failed sync here is found again by the final one, which answers for it.
-            while steps.recv().is_ok() {
-                let _ = handle.sync_data();
+        let thread = std::thread::Builder::new().name("write-behind".into()).stack_size(64 * 1024).spawn(move || {
+            // A failed write-back here is found again by the final sync, which answers for it.
+            let mut started = 0;
+            while let Ok(written) = steps.recv() {
+                start_write_back(&handle, started, written);
+                started = written;
             }
         });
         match thread {
-            Ok(thread) => SyncBehind { progress: Some(progress), thread: Some(thread), next: SYNC_STEP },
+            Ok(thread) => WriteBehind { progress: Some(progress), thread: Some(thread), next: SYNC_STEP },
             Err(_) => idle,
         }
     }
@@ -404,7 +411,20 @@ impl SyncBehind {
     }
 }
 
-impl Drop for SyncBehind {
+/// Starts writing bytes `from..to` of `file` back to disk, without waiting for them or
+/// flushing the disk's cache. `POSIX_FADV_DONTNEED` starts the write-back of a range's
+/// dirty pages and drops only its clean ones, and these were just written, so the file
+/// stays cached (`fincore` shows all of a gigabyte resident after). `sync_file_range`
+/// does the same but needs `unsafe`; PostgreSQL flushes with this fadvise where it has
+/// no `sync_file_range`. It may block while the disk's queue is full, which is why it
+/// runs on a thread of its own.
+fn start_write_back(file: &std::fs::File, from: u64, to: u64) {
+    use nix::fcntl::{PosixFadviseAdvice, posix_fadvise};
+    let (Ok(offset), Ok(length)) = (i64::try_from(from), i64::try_from(to.saturating_sub(from))) else { return };
+    let _ = posix_fadvise(file, offset, length, PosixFadviseAdvice::POSIX_FADV_DONTNEED);
+}
+
+impl Drop for WriteBehind {
     fn drop(&mut self) {
         self.finish();
     }
