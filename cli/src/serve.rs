@@ -180,6 +180,8 @@ pub async fn run(mut args: ServeArgs, mut around: impl Around) -> anyhow::Result
     let shutdown = CancellationToken::new();
     // Before any process can start: see `watch_stop_signals`.
     watch_stop_signals(shutdown.clone())?;
+    // PID 1 of a Pod or of a sandbox (`--as-pid-1`): orphans are ours to reap.
+    agentplane_node_agent::reaper::start();
     if args.stop_with_stdin {
         watch_stdin_closing(shutdown.clone());
     }

@@ -18,6 +18,7 @@ pub mod model;
 pub mod output;
 pub mod process;
 pub mod random;
+pub mod reaper;
 pub mod resources;
 pub mod server;
 pub mod sessions;

@@ -472,6 +472,7 @@ impl ProcessManager {
                 .ok_or_else(|| Error::io("spawning on a PTY", std::io::Error::other("the child has no pid")))?;
             // We reap it ourselves with waitpid, which reports the exact signal.
             drop(child);
+            crate::reaper::ours(Some(pid));
             guard.arm(pid);
             let reader = pair.master.try_clone_reader().map_err(pty_io("cloning the PTY reader"))?;
             let writer = pair.master.take_writer().map_err(pty_io("taking the PTY writer"))?;
@@ -499,6 +500,7 @@ impl ProcessManager {
                 .process_group(0);
             let mut child =
                 cmd.spawn().map_err(|source| Error::SpawnFailed { command: request.command.clone(), source })?;
+            crate::reaper::ours(Some(child.id()));
             guard.arm(child.id());
             let stderr = new_buffer();
             // The order and time of both streams' chunks, for reading them interleaved.

@@ -400,6 +400,7 @@ async fn run_bounded(mut command: Command, input: Option<Vec<u8>>, timeout: Dura
         command.stdin(Stdio::piped());
     }
     let mut child = command.spawn().map_err(|e| format!("could not run git: {e}"))?;
+    crate::reaper::ours(child.id());
     let pid = child.id();
     let stdin = child.stdin.take();
     let stdout = child.stdout.take().expect("piped");
@@ -588,6 +589,7 @@ pub async fn diff(
     );
     command.stderr(Stdio::null());
     let mut child: Child = command.spawn().map_err(|e| WorkspaceError(format!("could not run git: {e}")))?;
+    crate::reaper::ours(child.id());
     let stdout = child.stdout.take().expect("piped");
     // The child and the scratch index live as long as the stream: dropping it (the
     // client went away) kills git and removes the index.

@@ -240,11 +240,11 @@ fn what_runs_in_a_sandbox_cannot_reach_the_host_or_another_sandbox() {
     assert!(fs::read_dir(&b_workspace).unwrap().next().is_none(), "sandbox b's workspace was written to");
     assert!(out.contains(&format!("cat: {}: No such file or directory", secret.display())), "{out}");
     assert!(!out.contains("host secret"), "{out}");
-    // Only the sandbox's own: bubblewrap's init, the node agent, bash and ps.
+    // Only the sandbox's own: the node agent (its PID 1), bash and ps.
     let listed = out.split("PS-BEGIN").nth(1).and_then(|s| s.split("PS-END").next()).unwrap_or_default();
     let mut names: Vec<&str> = listed.split_whitespace().collect();
     names.sort();
-    assert_eq!(names, ["agentplane", "bash", "bwrap", "ps"], "{out}");
+    assert_eq!(names, ["agentplane", "bash", "ps"], "{out}");
     assert!(out.contains("in-workspace") && out.contains("HOME=/home/agent"), "{out}");
     // The node agent's memory (its token) is out of reach: /proc/PID/environ and
     // /proc/PID/mem need it dumpable, or a capability nothing inside has.
@@ -900,4 +900,43 @@ fn an_unprivileged_up_isolates_the_same_way_and_brings_a_killed_sandbox_back() {
             .and_then(|p| p.status)
             .is_some_and(|s| s.phase == Some(agentplane_crds::ProcessPhase::Running) && s.restarts == 1)
     });
+}
+
+/// `(comm, state, parent)` of a host pid, from `/proc/PID/stat`.
+fn stat(pid: i32) -> Option<(String, char, i32)> {
+    let text = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (head, rest) = text.rsplit_once(')')?;
+    let comm = head.split_once('(')?.1.to_string();
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    Some((comm, state, fields.next()?.parse().ok()?))
+}
+
+fn host_pids() -> Vec<i32> {
+    fs::read_dir("/proc").unwrap().flatten().filter_map(|e| e.file_name().to_str()?.parse().ok()).collect()
+}
+
+#[test]
+fn an_orphan_left_in_a_sandbox_is_reaped_by_its_node_agent_as_pid_1() {
+    let up = Up::start(&[("box.yaml", &sandbox_yaml("box", ""))], &[]);
+    up.wait_sandbox("box", "ready", ready);
+    // The node agent is the sandbox's PID 1: bubblewrap's process, then it, nothing between.
+    let bwrap = runs_on_pid(&up.sandbox("box"));
+    let node_agent = host_pids()
+        .into_iter()
+        .find(|p| stat(*p).is_some_and(|(comm, _, parent)| parent == bwrap && comm.starts_with("agentplane")))
+        .expect("the node agent is bubblewrap's child");
+    // The shell leaves a child behind and ends: an orphan, handed to PID 1.
+    fs::write(up.dir.join("orphan.yaml"), process_yaml("orphan", "box", "sleep 3 & exit 0")).unwrap();
+    assert_eq!(up.finished("orphan").0, 0);
+    let mut orphan = None;
+    wait_until(PATIENCE, "the orphan handed to the node agent", || {
+        orphan = host_pids()
+            .into_iter()
+            .find(|p| stat(*p).is_some_and(|(comm, _, parent)| parent == node_agent && comm == "sleep"));
+        orphan.is_some()
+    });
+    let orphan = orphan.unwrap();
+    // Once it ends it is reaped, not left a zombie for the sandbox's life.
+    wait_until(PATIENCE, "the orphan reaped", || stat(orphan).is_none_or(|(_, _, parent)| parent != node_agent));
 }

@@ -32,6 +32,7 @@ impl LineChild {
         let program = command.as_std().get_program().to_string_lossy().into_owned();
         command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true).process_group(0);
         let mut child = command.spawn().map_err(|source| Error::SpawnFailed { command: program.clone(), source })?;
+        crate::reaper::ours(child.id());
         let stdout = child.stdout.take().expect("piped");
         let stderr = child.stderr.take().expect("piped");
         let (tx, lines) = mpsc::channel(LINES_AHEAD);

@@ -259,6 +259,7 @@ impl Installer {
             .stderr(Stdio::piped())
             .kill_on_drop(true);
         let mut child = command.spawn().map_err(|e| Error::InstallFailed(format!("could not run npm: {e}")))?;
+        crate::reaper::ours(child.id());
         let stderr = child.stderr.take().expect("stderr is piped");
         let run = async {
             let mut lines = tokio::io::BufReader::new(stderr).split(b'\n');

@@ -96,6 +96,9 @@ pub fn args(plan: &Plan, top: &[(String, Option<PathBuf>)], command: &[OsString]
     let inside = INSIDE_UID.to_string();
     a.push(["--unshare-user", "--disable-userns", "--uid", &inside, "--gid", &inside]);
     a.push(["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]);
+    // The node agent is PID 1 and reaps orphans itself (`reaper`): no second bubblewrap
+    // process waits inside as init.
+    a.push(["--as-pid-1"]);
     if plan.network != NetworkMode::Host {
         a.push(["--unshare-net"]);
     }
