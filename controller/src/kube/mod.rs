@@ -46,6 +46,7 @@ mod process;
 pub mod register;
 mod sandbox;
 mod session;
+mod written;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -134,6 +135,8 @@ struct Context {
     sessions: SessionReconciler,
     /// Kubernetes Events, published off the workers.
     events: events::Events,
+    /// The Process and Session statuses written last (see `written`).
+    written: written::Written,
     metrics: Metrics,
     process_store: Store<Process>,
     session_store: Store<Session>,
@@ -242,6 +245,7 @@ pub async fn run(
         sandboxes,
         config: config.clone(),
         events: events::Events::start(recorder, metrics.events_dropped.clone()),
+        written: Default::default(),
         metrics: metrics.clone(),
         process_store: process_store.clone(),
         session_store: session_store.clone(),
@@ -421,6 +425,7 @@ impl Context {
         });
         Metrics::count(&self.metrics.status_writes, kind);
         api.patch_status(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch)).await?;
+        self.written.record(kind, obj.meta().uid.as_deref(), &patch["status"]);
         Ok(())
     }
 

@@ -24,6 +24,9 @@ pub(super) async fn reconcile_process(
     Metrics::count(&ctx.metrics.reconciles, "Process");
     let namespace = process.namespace().unwrap_or_else(|| "default".into());
     let api: Api<Process> = Api::namespaced(ctx.client.clone(), &namespace);
+    // The status this controller wrote last, which the cache may not have yet.
+    let process = ctx.written.freshest(process);
+    let uid = process.metadata.uid.clone();
     let result = finalize::finalized(&api, FINALIZER, process, |event| async {
         match event {
             Finalizer::Apply(process) => ctx.apply_process(&api, &process).await,
@@ -44,6 +47,7 @@ pub(super) async fn reconcile_process(
                     "Delete",
                     "stopped on its node agent before deletion",
                 );
+                ctx.written.forget(uid.as_deref());
                 Ok(Action::await_change())
             }
         }

@@ -25,6 +25,9 @@ pub(super) async fn reconcile_session(
     Metrics::count(&ctx.metrics.reconciles, "Session");
     let namespace = session.namespace().unwrap_or_else(|| "default".into());
     let api: Api<Session> = Api::namespaced(ctx.client.clone(), &namespace);
+    // The status this controller wrote last, which the cache may not have yet.
+    let session = ctx.written.freshest(session);
+    let uid = session.metadata.uid.clone();
     let result = finalize::finalized(&api, FINALIZER, session, |event| async {
         match event {
             Finalizer::Apply(session) => ctx.apply_session(&api, &session).await,
@@ -45,6 +48,7 @@ pub(super) async fn reconcile_session(
                     "Delete",
                     "ended on its node agent before deletion",
                 );
+                ctx.written.forget(uid.as_deref());
                 Ok(Action::await_change())
             }
         }
