@@ -58,11 +58,10 @@ pub fn start() {
                 }
             }
             let scan = tokio::task::spawn_blocking(move || {
-                let zombies = zombie_children();
+                let (alive, zombies) = processes();
                 let reap = {
                     let mut ours = OURS.lock().unwrap_or_else(|e| e.into_inner());
                     // Forgotten once gone: its spawner waited for it.
-                    let alive = alive_pids();
                     ours.retain(|pid| alive.contains(pid));
                     to_reap(&zombies, &ours, &mut first_seen, Instant::now())
                 };
@@ -95,26 +94,23 @@ pub fn to_reap(zombies: &[u32], ours: &HashSet<u32>, first_seen: &mut HashMap<u3
     reap
 }
 
-/// Pids of this process's children that are zombies, from `/proc/PID/stat` (state
-/// `Z`, parent 1).
-fn zombie_children() -> Vec<u32> {
+/// Every pid in `/proc`, and those of this process's children that are zombies
+/// (`/proc/PID/stat`: state `Z`, this process its parent).
+fn processes() -> (HashSet<u32>, Vec<u32>) {
     let me = std::process::id().to_string();
-    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
-    entries
-        .flatten()
-        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Default::default() };
+    let alive: HashSet<u32> = entries.flatten().filter_map(|e| e.file_name().to_str()?.parse().ok()).collect();
+    let zombies = alive
+        .iter()
+        .copied()
         .filter(|pid| {
             let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
             // `pid (comm) state ppid ...`: comm may hold spaces and parentheses.
             let mut fields = stat.rsplit_once(')').map(|(_, rest)| rest).unwrap_or_default().split_whitespace();
             fields.next() == Some("Z") && fields.next() == Some(me.as_str())
         })
-        .collect()
-}
-
-fn alive_pids() -> HashSet<u32> {
-    let Ok(entries) = std::fs::read_dir("/proc") else { return HashSet::new() };
-    entries.flatten().filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok()).collect()
+        .collect();
+    (alive, zombies)
 }
 
 #[cfg(test)]

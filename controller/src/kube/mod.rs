@@ -6,7 +6,8 @@
 //!   Sandboxes and pools, finalizers trigger a reconcile, so the controller's own
 //!   writes never come back as work. Sandboxes also pass on a heartbeat.
 //! - Status goes out by server-side apply under one field manager, and only when it
-//!   differs from what the API server holds.
+//!   differs from what the API server holds. A Process or Session pass starts from the
+//!   status written last, which the cache may not have yet (`written`).
 //! - Processes and Sessions carry a finalizer: deleting one stops what runs for it on
 //!   its node agent first. The pass that adds it goes on to apply (`finalize`), so a
 //!   new resource is one reconcile.

@@ -368,7 +368,7 @@ struct WriteBehind {
     next: u64,
 }
 
-/// Bytes written between two syncs behind an upload.
+/// Bytes written between two write-backs started behind an upload.
 const SYNC_STEP: u64 = 32 << 20;
 
 impl WriteBehind {
@@ -396,13 +396,14 @@ impl WriteBehind {
             return;
         }
         self.next = total + SYNC_STEP;
-        // Full: a sync is under way or asked for already, and it covers this too.
+        // Full: a step is under way or asked for already. The next one starts where the
+        // last ended, so it covers this too.
         if let Some(progress) = &self.progress {
             let _ = progress.try_send(total);
         }
     }
 
-    /// Waits for the sync under way, if any.
+    /// Waits for the step under way, if any.
     fn finish(&mut self) {
         self.progress = None;
         if let Some(thread) = self.thread.take() {
