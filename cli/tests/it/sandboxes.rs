@@ -122,11 +122,21 @@ impl Up {
     }
 
     pub(crate) fn wait_sandbox(&self, name: &str, what: &str, ok: impl Fn(&agentplane_crds::SandboxStatus) -> bool) {
-        wait_until(
-            PATIENCE,
-            &format!("sandbox {name} {what}"),
-            || matches!(self.record(Kind::Sandbox, name), Some(Object::Sandbox(s)) if s.status.as_ref().is_some_and(&ok)),
-        );
+        let status = || match self.record(Kind::Sandbox, name) {
+            Some(Object::Sandbox(s)) => s.status,
+            _ => None,
+        };
+        let deadline = std::time::Instant::now() + PATIENCE;
+        while !status().is_some_and(|s| ok(&s)) {
+            // Said with what the sandbox and `up` last said, to tell a slow start from a failed one.
+            assert!(
+                std::time::Instant::now() < deadline,
+                "timed out waiting for sandbox {name} {what}; its status: {:#?}\nup's log:\n{}",
+                status(),
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// Waits for a Process to exit, and returns its exit code and output.
