@@ -67,7 +67,7 @@ impl Inner {
     pub(super) fn add_made(&self, index: &mut Index, object: Object) -> std::result::Result<Key, ClaimError> {
         let key = object.key();
         self.state.write(&object).map_err(|e| ClaimError::Record { what: key.to_string(), source: Box::new(e) })?;
-        index.resources.insert(key.clone(), Entry { object, problem: None, missing_since: None });
+        index.resources.insert(key.clone(), Entry { object, problem: None, missing_since: None, recorded: true });
         self.queue.add(key.clone());
         Ok(key)
     }

@@ -116,6 +116,10 @@ struct Entry {
     problem: Option<String>,
     /// Since when no file declares it (see `DELETE_GRACE`).
     missing_since: Option<std::time::Instant>,
+    /// Whether the state directory has a record of it (with its uid). A new resource is
+    /// recorded by the worker that first takes it, before anything is started for it
+    /// (see `Inner::record_new`), not by the rescan that found it.
+    recorded: bool,
 }
 
 impl Entry {
@@ -205,7 +209,9 @@ impl DirStore {
         for record in state.load_all() {
             match record {
                 Ok(object) => {
-                    index.resources.insert(object.key(), Entry { object, problem: None, missing_since: None });
+                    index
+                        .resources
+                        .insert(object.key(), Entry { object, problem: None, missing_since: None, recorded: true });
                 }
                 Err(e) => warn!(error = %e, "a state record could not be read; it is ignored"),
             }

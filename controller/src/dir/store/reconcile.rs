@@ -11,6 +11,8 @@ use super::*;
 const WORKERS_PER_SANDBOX: usize = 8;
 /// When a resource finds its sandbox's share taken, it is looked at again after this.
 const BUSY_SANDBOX_RETRY: Duration = Duration::from_millis(250);
+/// How soon a new resource whose record could not be written is tried again.
+const RECORD_RETRY: Duration = Duration::from_secs(5);
 
 /// What a reconcile takes from the index.
 pub(super) struct Prepared {
@@ -76,6 +78,9 @@ impl Inner {
         let mut claimed = None;
         let (object, problem, session) = {
             let mut index = self.lock();
+            if !self.record_new(&mut index, key) {
+                return None;
+            }
             let template = match &index.resources.get(key)?.object {
                 Object::Process(p) if p.metadata.deletion_timestamp.is_none() => p.spec.sandbox_template.clone(),
                 Object::Session(s) if s.metadata.deletion_timestamp.is_none() => s.spec.sandbox_template.clone(),
@@ -185,6 +190,39 @@ impl Inner {
         Ok(env)
     }
 
+    /// Records a resource the rescan found new (with its uid) before anything is started
+    /// for it, so an `up` killed right after starting it adopts it after a restart. Says
+    /// whether it is recorded; one that cannot be is not started, the reason is shown
+    /// where the CLI lists file errors, and it is tried again shortly.
+    fn record_new(&self, index: &mut Index, key: &Key) -> bool {
+        let Some(entry) = index.resources.get_mut(key) else { return false };
+        if entry.recorded {
+            return true;
+        }
+        match self.state.write(&entry.object) {
+            Ok(()) => {
+                entry.recorded = true;
+                if index.unrecorded.remove(key).is_some() {
+                    // The next rescan writes the file errors without it.
+                    let _ = self.wake.try_send(());
+                }
+                true
+            }
+            Err(e) => {
+                warn!(resource = %key, error = %e, "cannot record the resource; it is not started");
+                let what = "cannot be recorded in the state directory, so it is not started";
+                let error = unrecorded(key, entry.source_file().unwrap_or_default(), None, what, &e);
+                index.unrecorded.insert(key.clone(), error.clone());
+                index.errors.entry(error.file.clone()).or_insert(error);
+                if let Err(e) = self.state.write_errors(&index.errors) {
+                    warn!(error = %e, "cannot record the file errors");
+                }
+                self.queue.add_after(key.clone(), RECORD_RETRY);
+                false
+            }
+        }
+    }
+
     /// Remembers which files `object` reads, so that their events bring it in.
     fn watch_env_files(&self, key: &Key, object: &Object, files: &EnvFiles<'_>) {
         let references: Vec<&str> = match object {
@@ -211,5 +249,76 @@ impl Inner {
             // A folder to watch that the walk does not: the rescan adds it.
             let _ = self.wake.try_send(());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::node_agent::fake::FakeNodeAgent;
+
+    const WEB: &str = "apiVersion: agentplane.dev/v1alpha1\nkind: Process\nmetadata: {name: web}\nspec: {command: sleep, args: ['1000']}\n";
+
+    fn store(dir: &Path) -> (DirStore, Arc<FakeNodeAgent>) {
+        let fake = FakeNodeAgent::new();
+        let sandboxes = Arc::new(Sandboxes::new());
+        sandboxes.insert_node(agentplane_crds::LOCAL_SANDBOX, Arc::clone(&fake) as Arc<dyn NodeAgent>, None);
+        (DirStore::open(DirStoreConfig::new(dir), sandboxes).unwrap(), fake)
+    }
+
+    /// The one resource a rescan of `web.yaml` finds.
+    async fn scan_web(inner: &Arc<Inner>) -> Key {
+        let (changed, _) = Arc::clone(inner).scan().await;
+        assert_eq!(changed.len(), 1, "{changed:?}");
+        changed.into_iter().next().unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_new_resource_is_recorded_by_the_worker_that_starts_it_not_by_the_rescan() {
+        let tmp = tempfile::tempdir().unwrap();
+        fs::write(tmp.path().join("web.yaml"), WEB).unwrap();
+        let (store, fake) = store(tmp.path());
+        let inner = &store.inner;
+        let key = scan_web(inner).await;
+        assert!(inner.state.read(&key).is_none(), "the rescan wrote a record");
+        assert_eq!(fake.count("create_process"), 0);
+
+        inner.reconcile(&key).await;
+        assert_eq!(fake.count("create_process"), 1);
+        let record = inner.state.read(&key).expect("a record").unwrap();
+        let held = inner.lock().resources[&key].object.clone();
+        assert_eq!(record.meta().uid, held.meta().uid, "the record keeps the uid it was started with");
+        let Object::Process(process) = record else { panic!("a Process") };
+        assert_eq!(process.status.and_then(|s| s.phase), Some(agentplane_crds::ProcessPhase::Running));
+    }
+
+    #[tokio::test]
+    async fn a_new_resource_that_cannot_be_recorded_is_not_started_and_says_why_until_it_can_be() {
+        let tmp = tempfile::tempdir().unwrap();
+        fs::write(tmp.path().join("web.yaml"), WEB).unwrap();
+        // A file where the folder of Process records must be: no record can be written.
+        let blocker = tmp.path().join(".agentplane/resources/processes");
+        fs::create_dir_all(blocker.parent().unwrap()).unwrap();
+        fs::write(&blocker, "").unwrap();
+        let (store, fake) = store(tmp.path());
+        let inner = &store.inner;
+        let key = scan_web(inner).await;
+
+        inner.reconcile(&key).await;
+        assert_eq!(fake.count("create_process"), 0, "started without a record: a restart would start it again");
+        let errors = inner.state.read_errors();
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(
+            errors[0]
+                .message
+                .starts_with("Process/default/web: cannot be recorded in the state directory, so it is not started"),
+            "{errors:?}"
+        );
+
+        fs::remove_file(&blocker).unwrap();
+        inner.reconcile(&key).await;
+        assert_eq!(fake.count("create_process"), 1);
+        assert!(inner.state.read(&key).is_some());
+        assert!(inner.lock().unrecorded.is_empty());
     }
 }

@@ -201,6 +201,7 @@ impl Inner {
                     if dirty {
                         match self.state.write(&entry.object) {
                             Ok(()) => {
+                                entry.recorded = true;
                                 index.unrecorded.remove(key);
                             }
                             Err(e) => {
@@ -223,17 +224,13 @@ impl Inner {
                     meta.generation = Some(1);
                     meta.creation_timestamp = Some(now.clone());
                     meta.annotations.get_or_insert_with(BTreeMap::new).insert(annotations::SOURCE.to_string(), source);
-                    // Recorded (with its uid) before anything is started for it, so a
-                    // controller killed right after starting it adopts it after a restart.
-                    if let Err(e) = self.state.write(&object) {
-                        // Tried again at the next rescan; said where the CLI looks meanwhile.
-                        warn!(resource = %key, error = %e, "cannot record the resource; it is not started");
-                        let what = "cannot be recorded in the state directory, so it is not started";
-                        index.unrecorded.insert(key.clone(), unrecorded(key, file, Some(declared.line), what, &e));
-                        continue;
-                    }
-                    index.unrecorded.remove(key);
-                    index.resources.insert(key.clone(), Entry { object, problem: None, missing_since: None });
+                    // Recorded by the worker that takes it, before it starts anything
+                    // (`record_new`): a rescan that finds 1,000 new files hands them to
+                    // the workers at once instead of writing 1,000 records first, and the
+                    // writes overlap with the node agent's starts.
+                    index
+                        .resources
+                        .insert(key.clone(), Entry { object, problem: None, missing_since: None, recorded: false });
                     changed.push(key.clone());
                 }
             }

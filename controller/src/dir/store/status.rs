@@ -28,6 +28,7 @@ impl Inner {
             }
             match this.state.write(&entry.object) {
                 Ok(()) => {
+                    entry.recorded = true;
                     crate::metrics::Metrics::count(&this.config.metrics.status_writes, key.kind.as_str());
                     if index.unrecorded.remove(&key).is_some() {
                         // The next rescan writes the file errors without it.

@@ -241,7 +241,7 @@ mod tests {
         let store = DirStore::open(DirStoreConfig::new(dir), sandboxes).unwrap();
         let mut index = store.inner.lock();
         for object in objects {
-            index.resources.insert(object.key(), Entry { object, problem: None, missing_since: None });
+            index.resources.insert(object.key(), Entry { object, problem: None, missing_since: None, recorded: true });
         }
         drop(index);
         store
