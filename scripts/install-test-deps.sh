@@ -6,7 +6,8 @@
 # from the npm registry; the TypeScript SDK and the inspector are built and tested
 # with them), chromium (the inspector's tests, headless), python3 with venv and pip (the
 # Python SDK's tests, in virtual environments), g++ and make (node-gyp builds node-pty,
-# the PTY benchmark's peer), curl (the file benchmark's client). Idempotent: does
+# the PTY benchmark's peer), curl (the file benchmark's client), socat (the egress
+# benchmark's bare relay, the floor its proxy is read against). Idempotent: does
 # nothing when they are all present.
 set -euo pipefail
 
@@ -21,6 +22,7 @@ command -v make >/dev/null || need+=(make)
 command -v curl >/dev/null || need+=(curl)
 command -v git >/dev/null || need+=(git)
 command -v openssl >/dev/null || need+=(openssl)
+command -v socat >/dev/null || need+=(socat)
 # bubblewrap: the codex tests run with a distro bwrap present, as users' machines have.
 command -v bwrap >/dev/null || need+=(bubblewrap)
 # chromium (headless) and a font for it: the web inspector's tests drive a real browser.

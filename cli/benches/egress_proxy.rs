@@ -12,7 +12,10 @@
 //! 1. **Plain HTTP**: `curl` of a 100 MiB body (`AGENTPLANE_BENCH_PROXY_MIB`) straight
 //!    from the origin, against `curl -x` through the bridge and the proxy, which swaps
 //!    the placeholder in the request's header for the value. Five pairs, interleaved
-//!    (which goes first alternates), so machine noise hits both; medians.
+//!    (which goes first alternates), so machine noise hits both; medians. In the same
+//!    rounds, when `socat` is installed, the floor of any relay: `curl` through
+//!    `socat`, a bare TCP relay that reads no HTTP and swaps nothing, so the table
+//!    shows what the second loopback connection costs by itself on this machine.
 //! 2. **HTTPS with interception**: the same against the TLS origin. Straight, curl
 //!    trusts the origin's CA; through the proxy, only the sandbox's CA (the proxy ends
 //!    curl's TLS with a leaf of it, swaps, and speaks TLS again to the origin, verified).
@@ -66,6 +69,11 @@ const SMOKE_REQUESTS: usize = 200;
 /// runtime's workers warm.
 const WARMUP_REQUESTS: usize = 50;
 const TARGET_PLAIN: f64 = 0.8;
+/// The proxy against the bare relay, in the same rounds: no slower than it by more
+/// than the 0.8 allows against a direct transfer.
+const TARGET_PLAIN_RELAY: f64 = 0.8;
+/// socat's buffer: a read of up to 1 MiB, as the origin writes.
+const RELAY_BUFFER: &str = "1048576";
 const TARGET_HTTPS: f64 = 0.5;
 const TARGET_ADDED_US: f64 = 1000.0;
 /// What a sandbox holds, and what the proxy swaps it for on the way to a listed host.
@@ -143,14 +151,17 @@ async fn run() -> anyhow::Result<()> {
     let url = format!("http://127.0.0.1:{}/big", plain.port);
     let direct = args(&["-H", &key_header, &url]);
     let proxied = args(&["-x", &proxy_url, "-H", &key_header, &url]);
-    let plain_runs = pairs(&plain, &direct, &proxied, size).await?;
+    let relay = Relay::start(plain.port)?;
+    let relayed = relay.as_ref().map(|r| args(&["-H", &key_header, &format!("http://127.0.0.1:{}/big", r.port)]));
+    let plain_runs = pairs(&plain, &direct, &proxied, relayed.as_deref(), size).await?;
+    drop(relay);
 
     eprintln!("HTTPS with interception, {mib} MiB: the same against the TLS origin");
     let url = format!("https://localhost:{}/big", https.port);
     let (origin_ca_arg, sandbox_ca_arg) = (origin_ca_file.to_string_lossy(), sandbox_ca_file.to_string_lossy());
     let direct = args(&["--http1.1", "--cacert", &origin_ca_arg, "-H", &key_header, &url]);
     let proxied = args(&["--http1.1", "--cacert", &sandbox_ca_arg, "-x", &proxy_url, "-H", &key_header, &url]);
-    let https_runs = pairs(&https, &direct, &proxied, size).await?;
+    let https_runs = pairs(&https, &direct, &proxied, None, size).await?;
 
     eprintln!(
         "{requests} small GETs on one kept-alive connection each way, alternating, after {WARMUP_REQUESTS} warm-up"
@@ -187,6 +198,29 @@ async fn run() -> anyhow::Result<()> {
         ">= 0.8x direct",
         Verdict::Target(plain_ratio >= TARGET_PLAIN),
     );
+    match plain_runs.relayed.as_slice() {
+        [] => figure(
+            "plain HTTP via proxy, against a bare relay",
+            "not measured".into(),
+            "socat is not installed".into(),
+            &format!(">= {TARGET_PLAIN_RELAY}x socat"),
+            Verdict::Info,
+        ),
+        relayed => {
+            let ratio = median(&plain_runs.proxied) / median(relayed);
+            figure(
+                "plain HTTP via proxy, against a bare relay",
+                format!(
+                    "{:.0} MiB/s, {ratio:.2}x; socat itself {:.2}x direct",
+                    median(&plain_runs.proxied),
+                    median(relayed) / median(&plain_runs.direct)
+                ),
+                format!("socat, a TCP relay that swaps nothing, {:.0} MiB/s {}", median(relayed), range(relayed)),
+                &format!(">= {TARGET_PLAIN_RELAY}x socat"),
+                Verdict::Target(ratio >= TARGET_PLAIN_RELAY),
+            )
+        }
+    }
     figure(
         "plain HTTP: key the origin saw, bytes",
         plain_runs.checks.describe(),
@@ -467,43 +501,128 @@ impl Checks {
 struct Pairs {
     direct: Vec<f64>,
     proxied: Vec<f64>,
+    /// Through the bare relay, when there is one.
+    relayed: Vec<f64>,
     /// Runs through the proxy, the warm-up included.
     runs: usize,
     checks: Checks,
 }
 
-/// One untimed pair (the proxy's leaf made, caches warm), then [`PAIRS`] timed pairs,
-/// which of the two goes first alternating.
-async fn pairs(origin: &Origin, direct: &[String], proxied: &[String], size: u64) -> anyhow::Result<Pairs> {
-    let mut result = Pairs { direct: Vec::new(), proxied: Vec::new(), runs: 0, checks: Checks::default() };
-    for pair in 0..=PAIRS {
-        let mut speeds = [0.0; 2];
-        let order = if pair % 2 == 0 { [false, true] } else { [true, false] };
-        for via_proxy in order {
+/// One way a transfer goes in [`pairs`].
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Leg {
+    Direct,
+    Proxied,
+    Relayed,
+}
+
+/// One untimed round (the proxy's leaf made, caches warm), then [`PAIRS`] timed rounds
+/// of a transfer straight to the origin and one through the proxy (and one through the
+/// bare relay `relayed`, when given), which goes first rotating.
+async fn pairs(
+    origin: &Origin,
+    direct: &[String],
+    proxied: &[String],
+    relayed: Option<&[String]>,
+    size: u64,
+) -> anyhow::Result<Pairs> {
+    let mut result =
+        Pairs { direct: Vec::new(), proxied: Vec::new(), relayed: Vec::new(), runs: 0, checks: Checks::default() };
+    let mut legs = vec![Leg::Direct, Leg::Proxied];
+    if relayed.is_some() {
+        legs.push(Leg::Relayed);
+    }
+    for round in 0..=PAIRS {
+        let mut speeds = [0.0; 3];
+        legs.rotate_left(usize::from(round > 0));
+        for &leg in &legs {
             let before = origin.seen.counts();
-            let transfer = curl(if via_proxy { proxied } else { direct }).await?;
+            let transfer = curl(match leg {
+                Leg::Direct => direct,
+                Leg::Proxied => proxied,
+                Leg::Relayed => relayed.unwrap_or_default(),
+            })
+            .await?;
             let seen = origin.seen.counts() - before;
+            let placeholder = seen == Counts { placeholder: 1, ..Counts::default() };
             let checks = &mut result.checks;
-            checks.complete += usize::from(transfer.bytes == size);
-            if via_proxy {
-                checks.value_via_proxy += usize::from(seen == Counts { value: 1, ..Counts::default() });
-            } else {
-                checks.placeholder_direct += usize::from(seen == Counts { placeholder: 1, ..Counts::default() });
+            match leg {
+                Leg::Direct => {
+                    checks.complete += usize::from(transfer.bytes == size);
+                    checks.placeholder_direct += usize::from(placeholder);
+                }
+                Leg::Proxied => {
+                    checks.complete += usize::from(transfer.bytes == size);
+                    checks.value_via_proxy += usize::from(seen == Counts { value: 1, ..Counts::default() });
+                }
+                // The floor must carry what it was given, whole, or it measures nothing.
+                Leg::Relayed => ensure!(
+                    transfer.bytes == size && placeholder,
+                    "the bare relay passed {} of {size} bytes, and the origin saw {seen:?}",
+                    transfer.bytes
+                ),
             }
-            speeds[usize::from(via_proxy)] = transfer.bytes as f64 / MIB / transfer.seconds;
+            speeds[leg as usize] = transfer.bytes as f64 / MIB / transfer.seconds;
         }
         result.checks.each_way += 1;
         result.runs += 1;
-        let [direct, proxied] = speeds;
-        if pair == 0 {
-            eprintln!("  warm-up: direct {direct:.0} MiB/s, via proxy {proxied:.0} MiB/s");
+        let [direct, proxied, relayed] = speeds;
+        let relay_note = if legs.len() == 3 { format!(", via socat {relayed:.0} MiB/s") } else { String::new() };
+        if round == 0 {
+            eprintln!("  warm-up: direct {direct:.0} MiB/s, via proxy {proxied:.0} MiB/s{relay_note}");
             continue;
         }
-        eprintln!("  direct {direct:.0} MiB/s, via proxy {proxied:.0} MiB/s ({:.2}x)", proxied / direct);
+        eprintln!("  direct {direct:.0} MiB/s, via proxy {proxied:.0} MiB/s ({:.2}x){relay_note}", proxied / direct);
         result.direct.push(direct);
         result.proxied.push(proxied);
+        if legs.len() == 3 {
+            result.relayed.push(relayed);
+        }
     }
     Ok(result)
+}
+
+/// `socat` relaying a loopback port to the origin's, byte for byte: the floor of any
+/// relay. Killed when dropped.
+struct Relay {
+    port: u16,
+    child: std::process::Child,
+}
+
+impl Relay {
+    /// The relay, or `None` (said) when socat is not installed.
+    fn start(origin: u16) -> anyhow::Result<Option<Relay>> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let spawned = Command::new("socat")
+            .args(["-b", RELAY_BUFFER])
+            .arg(format!("TCP-LISTEN:{port},bind=127.0.0.1,reuseaddr,fork"))
+            .arg(format!("TCP:127.0.0.1:{origin},nodelay"))
+            .stdin(Stdio::null())
+            .spawn();
+        let child = match spawned {
+            Ok(child) => child,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                eprintln!("socat is not installed: no bare relay to measure beside the proxy");
+                return Ok(None);
+            }
+            Err(e) => return Err(e).context("starting socat"),
+        };
+        let relay = Relay { port, child };
+        // Listening once a connection is taken.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            ensure!(Instant::now() < deadline, "socat did not listen on {port}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Ok(Some(relay))
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 /// What curl reports of one transfer.
