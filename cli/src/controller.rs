@@ -72,6 +72,13 @@ pub struct ControllerArgs {
     /// reach those Pods only).
     #[arg(long, env = "AGENTPLANE_EGRESS_PROXY_NAMESPACE", default_value = "agentplane-system")]
     egress_proxy_namespace: String,
+    /// Where every replica of the egress proxy answers `/counts`, `http://HOST:PORT`,
+    /// HOST resolving to each (manifests/egress-proxy.yaml: the headless Service
+    /// http://agentplane-egress-replicas.agentplane-system.svc:8080). With it, each
+    /// Sandbox's status shows what the proxy counted for it (`credentials`,
+    /// `deniedConnections`, `lastDenied`); without it, only the proxy's metrics do.
+    #[arg(long, env = "AGENTPLANE_EGRESS_PROXY_COUNTS", value_name = "URL", requires = "egress_proxy")]
+    egress_proxy_counts: Option<String>,
 }
 
 /// `agentplane egress-proxy`: the cluster's egress proxy (see docs/cluster.md).
@@ -132,6 +139,7 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
         egress_proxy: args.egress_proxy.clone().map(|address| agentplane_controller::kube::egress::EgressProxy {
             address,
             namespace: args.egress_proxy_namespace.clone(),
+            counts: args.egress_proxy_counts.clone(),
         }),
     };
     let election = args.leader_election.then(|| Election {

@@ -99,7 +99,8 @@ fn basic(user: &str, token: &str) -> String {
 fn the_egress_proxy_serves_each_sandbox_by_its_credential_with_its_list_and_swaps_its_credentials() {
     let cluster = Cluster::new("egress");
     let proxy = EgressProxy::start(&cluster);
-    let _controller = Controller::start_with(&cluster, &["--egress-proxy", &format!("127.0.0.1:{}", proxy.port)]);
+    let (address, counts) = (format!("127.0.0.1:{}", proxy.port), format!("http://127.0.0.1:{}", proxy.metrics));
+    let _controller = Controller::start_with(&cluster, &["--egress-proxy", &address, "--egress-proxy-counts", &counts]);
     let (api_server, other_server) = (HeadServer::start("api-answer"), HeadServer::start("other-answer"));
     let (api, other) = (api_server.port, other_server.port);
     let value = format!("sk-cluster-{}", agentplane_node_agent::random::hex(12));
@@ -206,6 +207,18 @@ fn the_egress_proxy_serves_each_sandbox_by_its_credential_with_its_list_and_swap
         assert!(metrics.contains(&line), "no {line} in:\n{metrics}");
     }
     assert!(!metrics.contains(&value) && !proxy.log().contains(&value), "the value was printed");
+    // The same counts in each Sandbox's status, as the controller reads them from the
+    // proxy: never the value.
+    let expected = json!([{"name": "API_KEY", "hosts": [format!("127.0.0.1:{api}")], "sent": 1, "blocked": 1}]);
+    let counted =
+        cluster.wait("sandbox", "box", "its counts in its status", |v| v["status"]["credentials"] == expected);
+    assert_eq!(counted["status"]["deniedConnections"], 1, "{counted:#}");
+    assert_eq!(counted["status"]["lastDenied"], json!(["denied.example.com:443"]), "{counted:#}");
+    assert!(!counted.to_string().contains(&value), "the value is in the status");
+    let other =
+        cluster.wait("sandbox", "other", "its refusal in its status", |v| v["status"]["deniedConnections"] == 1);
+    assert_eq!(other["status"]["lastDenied"], json!([format!("127.0.0.1:{api}")]), "{other:#}");
+    assert_eq!(other["status"].get("credentials"), None, "{other:#}");
 
     // A Session's own credentials are the directory store's: here it says so, and is
     // never given the value as a plain variable.

@@ -13,7 +13,12 @@
 //!   `NAME-egress` one and those holding credential values. Each sandbox is served by a
 //!   [`Proxy`] of its own with its allowlist, credentials and CA, chosen by the token a
 //!   request carries ([`Gateway`]). It never writes anything to the API server: what it
-//!   counts is in its metrics, by namespace, sandbox and credential.
+//!   counts is in its metrics, by namespace, sandbox and credential, and at `/counts`.
+//! - The controller, told where the proxy's replicas answer (`--egress-proxy-counts`, a
+//!   name that resolves to each of them), reads every replica's `/counts` and writes
+//!   their sums into each Sandbox's status
+//!   ([`follow_counts`](super::egress_counts::follow_counts)): `credentials`,
+//!   `deniedConnections` and `lastDenied`, as a folder's sandbox shows them.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -50,6 +55,31 @@ pub struct EgressProxy {
     pub address: String,
     /// The namespace its Pods run in (for the NetworkPolicy's peer).
     pub namespace: String,
+    /// `http://HOST:PORT` where every replica's `/counts` is read: HOST resolves to
+    /// each replica (a headless Service's name). Without it, the counts stay in the
+    /// proxy's metrics.
+    pub counts: Option<String>,
+}
+
+/// What one replica of the proxy counted for a sandbox since it started (`/counts`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SandboxCounts {
+    pub namespace: String,
+    pub name: String,
+    /// Connections its allowlist refused.
+    pub denied: u64,
+    /// The last destinations refused, newest last.
+    #[serde(default)]
+    pub last_denied: Vec<String>,
+    #[serde(default)]
+    pub credentials: Vec<agentplane_crds::CredentialStatus>,
+}
+
+/// A replica's `/counts`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ProxyCounts {
+    pub sandboxes: Vec<SandboxCounts>,
 }
 
 /// The name of a sandbox's egress Secret.
@@ -299,30 +329,71 @@ fn id(sandbox: &Sandbox) -> String {
     proxy_user(&sandbox.namespace().unwrap_or_default(), &sandbox.name_any())
 }
 
-/// `/metrics`: what each sandbox's proxy counted, in Prometheus' text format.
+/// What each sandbox's proxy counted, for `/counts`.
+fn counts(gateway: &Gateway) -> ProxyCounts {
+    let sandboxes = gateway
+        .ids()
+        .iter()
+        .filter_map(|id| {
+            let (namespace, name) = id.split_once('.')?;
+            let proxy = gateway.proxy(id)?;
+            let credentials = proxy
+                .credentials()
+                .counts()
+                .into_iter()
+                .map(|c| agentplane_crds::CredentialStatus {
+                    name: c.name,
+                    hosts: c.hosts,
+                    sent: c.sent,
+                    blocked: c.blocked,
+                })
+                .collect();
+            Some(SandboxCounts {
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+                denied: proxy.denied(),
+                last_denied: proxy.last_denied(),
+                credentials,
+            })
+        })
+        .collect();
+    ProxyCounts { sandboxes }
+}
+
+/// `/metrics`: what each sandbox's proxy counted, in Prometheus' text format; `/counts`:
+/// the same as JSON, which the controller sums into the Sandboxes' status.
 async fn serve_metrics(listener: tokio::net::TcpListener, gateway: Arc<Gateway>, shutdown: CancellationToken) {
-    let app = axum::Router::new().route(
-        "/metrics",
-        axum::routing::get(move || {
-            let gateway = Arc::clone(&gateway);
-            async move {
-                let mut registry = prometheus_client::registry::Registry::default();
-                registry.register_collector(Box::new(Counts(gateway)));
-                let mut text = String::new();
-                match prometheus_client::encoding::text::encode(&mut text, &registry) {
-                    Ok(()) => (
-                        [(
-                            axum::http::header::CONTENT_TYPE,
-                            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                        )],
-                        text,
-                    )
-                        .into_response(),
-                    Err(_) => axum::http::StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+    let for_counts = Arc::clone(&gateway);
+    let app = axum::Router::new()
+        .route(
+            "/counts",
+            axum::routing::get(move || {
+                let gateway = Arc::clone(&for_counts);
+                async move { axum::Json(counts(&gateway)) }
+            }),
+        )
+        .route(
+            "/metrics",
+            axum::routing::get(move || {
+                let gateway = Arc::clone(&gateway);
+                async move {
+                    let mut registry = prometheus_client::registry::Registry::default();
+                    registry.register_collector(Box::new(Counts(gateway)));
+                    let mut text = String::new();
+                    match prometheus_client::encoding::text::encode(&mut text, &registry) {
+                        Ok(()) => (
+                            [(
+                                axum::http::header::CONTENT_TYPE,
+                                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                            )],
+                            text,
+                        )
+                            .into_response(),
+                        Err(_) => axum::http::StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+                    }
                 }
-            }
-        }),
-    );
+            }),
+        );
     let _ = axum::serve(listener, app).with_graceful_shutdown(shutdown.cancelled_owned()).await;
 }
 
@@ -337,14 +408,7 @@ impl prometheus_client::collector::Collector for Counts {
         use prometheus_client::encoding::EncodeMetric;
         use prometheus_client::metrics::MetricType;
         use prometheus_client::metrics::counter::ConstCounter;
-        let tenants = self.0.ids();
-        let proxies: Vec<(String, String, Arc<Proxy>)> = tenants
-            .iter()
-            .filter_map(|id| {
-                let (namespace, name) = id.split_once('.')?;
-                Some((namespace.to_string(), name.to_string(), self.0.proxy(id)?))
-            })
-            .collect();
+        let sandboxes = counts(&self.0).sandboxes;
         {
             let mut family = encoder.encode_descriptor(
                 "agentplane_egress_denied",
@@ -352,9 +416,9 @@ impl prometheus_client::collector::Collector for Counts {
                 None,
                 MetricType::Counter,
             )?;
-            for (namespace, sandbox, proxy) in &proxies {
-                let labels = [("namespace", namespace.as_str()), ("sandbox", sandbox.as_str())];
-                ConstCounter::new(proxy.denied()).encode(family.encode_family(&labels)?)?;
+            for sandbox in &sandboxes {
+                let labels = [("namespace", sandbox.namespace.as_str()), ("sandbox", sandbox.name.as_str())];
+                ConstCounter::new(sandbox.denied).encode(family.encode_family(&labels)?)?;
             }
         }
         for (metric, help, sent) in [
@@ -366,11 +430,11 @@ impl prometheus_client::collector::Collector for Counts {
             ),
         ] {
             let mut family = encoder.encode_descriptor(metric, help, None, MetricType::Counter)?;
-            for (namespace, sandbox, proxy) in &proxies {
-                for count in proxy.credentials().counts() {
+            for sandbox in &sandboxes {
+                for count in &sandbox.credentials {
                     let labels = [
-                        ("namespace", namespace.as_str()),
-                        ("sandbox", sandbox.as_str()),
+                        ("namespace", sandbox.namespace.as_str()),
+                        ("sandbox", sandbox.name.as_str()),
                         ("credential", count.name.as_str()),
                     ];
                     let value = if sent { count.sent } else { count.blocked };

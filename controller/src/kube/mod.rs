@@ -34,6 +34,7 @@
 //! agent's side (its Sandbox and heartbeat); `env` reads values from Secrets.
 
 pub mod egress;
+pub mod egress_counts;
 mod election;
 mod env;
 pub mod error;
@@ -261,6 +262,10 @@ pub async fn run(
         session_followers: Followers::default(),
         shutdown: shutdown.clone(),
     });
+
+    if let Some(url) = config.egress_proxy.as_ref().and_then(|e| e.counts.clone()) {
+        tokio::spawn(egress_counts::follow_counts(client.clone(), url, sandbox_store.clone(), shutdown.clone()));
+    }
 
     let controller_config = ControllerConfig::default().concurrency(config.concurrency);
     let stop = shutdown.clone();
