@@ -220,15 +220,72 @@ fn the_egress_proxy_serves_each_sandbox_by_its_credential_with_its_list_and_swap
     assert_eq!(other["status"]["lastDenied"], json!([format!("127.0.0.1:{api}")]), "{other:#}");
     assert_eq!(other["status"].get("credentials"), None, "{other:#}");
 
-    // A Session's own credentials are the directory store's: here it says so, and is
-    // never given the value as a plain variable.
+    // A Session's own credentials are lent to the Sandbox it runs on: an annotation of
+    // the Session's names the Secret and the hosts (never the value), and the proxy swaps
+    // the placeholder the Session gets.
+    cluster.apply(&format!(
+        "apiVersion: agentplane.dev/v1alpha1\nkind: Session\nmetadata: {{name: s}}\nspec:\n  sandbox: box\n  agent: mock\n  \
+         credentials:\n  - name: SESSION_KEY\n    valueFrom: {{secretKeyRef: {{name: keys, key: API_KEY}}}}\n    \
+         hosts: ['127.0.0.1:{api}']\n  messages: [hello]\n"
+    ));
+    let owner = format!("Session/{ns}/s");
+    let annotation = agentplane_controller::kube::egress::lent_annotation(&owner);
+    let lent = cluster.wait("sandbox", "box", "the Session's credentials lent to it", |v| {
+        v["metadata"]["annotations"][&annotation].is_string()
+    });
+    let written: Value = serde_json::from_str(lent["metadata"]["annotations"][&annotation].as_str().unwrap()).unwrap();
+    assert_eq!(
+        written,
+        json!({"owner": owner, "credentials": [{"name": "SESSION_KEY",
+            "valueFrom": {"secretKeyRef": {"name": "keys", "key": "API_KEY"}}, "hosts": [format!("127.0.0.1:{api}")]}]}),
+    );
+    assert!(!lent.to_string().contains(&value), "the value is in the Sandbox");
+    let lent_placeholder = agentplane_controller::kube::egress::lent_placeholder(&token, &owner, "SESSION_KEY");
+    assert_ne!(lent_placeholder, placeholder, "a lent credential has a placeholder of its own");
+    let swapped = |expected: &str| {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let answer = proxy.exchange(&get(api, &ours, &format!("x-api-key: {lent_placeholder}")));
+            assert!(answer.ends_with("api-answer"), "{answer:?}");
+            let head = api_server.heads().last().cloned().unwrap_or_default();
+            if head.contains(&format!("x-api-key: {expected}\r\n")) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "the origin never saw {expected:?}: {head:?}\n{}", proxy.log());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    swapped(&value);
+    // Taken back when the Session no longer has them (its deletion does the same, once
+    // its session is ended on the node agent, which this test runs none of).
     cluster.apply(
         "apiVersion: agentplane.dev/v1alpha1\nkind: Session\nmetadata: {name: s}\nspec:\n  sandbox: box\n  agent: mock\n  \
-         credentials:\n  - name: API_KEY\n    valueFrom: {secretKeyRef: {name: keys, key: API_KEY}}\n    hosts: [api.example.com]\n  \
          messages: [hello]\n",
     );
-    let session = cluster.wait("session", "s", "saying where credentials go", |v| {
-        v["status"]["conditions"].to_string().contains("give them on the Sandbox")
+    let taken = cluster.wait("sandbox", "box", "the credentials taken back", |v| {
+        v["metadata"]["annotations"].get(&annotation).is_none()
     });
-    assert_ne!(session["status"]["deliveredMessages"], 1, "{session:#}");
+    assert!(taken["status"]["credentials"].to_string().contains("API_KEY"), "the Sandbox's own stay: {taken:#}");
+    // The proxy no longer knows it: the placeholder goes on as it is.
+    swapped(&lent_placeholder);
+
+    // A Process's own, the same way, under an annotation of its own.
+    let process = |credentials: &str| {
+        format!(
+            "apiVersion: agentplane.dev/v1alpha1\nkind: Process\nmetadata: {{name: p}}\nspec:\n  sandbox: box\n  \
+             command: env\n{credentials}"
+        )
+    };
+    cluster.apply(&process(&format!(
+        "  credentials:\n  - name: TOOL_KEY\n    valueFrom: {{secretKeyRef: {{name: keys, key: API_KEY}}}}\n    \
+         hosts: ['127.0.0.1:{api}']\n"
+    )));
+    let annotation = agentplane_controller::kube::egress::lent_annotation(&format!("Process/{ns}/p"));
+    cluster.wait("sandbox", "box", "the Process's credentials lent to it", |v| {
+        v["metadata"]["annotations"][&annotation].as_str().is_some_and(|a| a.contains("TOOL_KEY"))
+    });
+    cluster.apply(&process(""));
+    cluster.wait("sandbox", "box", "the Process's credentials taken back", |v| {
+        v["metadata"]["annotations"].get(&annotation).is_none()
+    });
 }

@@ -9,6 +9,11 @@
 //!   and the certificates, never the key.
 //! - A credential's placeholder is derived from the token and the variable's name, so
 //!   both sides know it without writing it anywhere.
+//! - A Session's or Process's own credentials are lent to the sandbox it runs on: the
+//!   controller writes them (the Secret and key each value is in, and its hosts: never
+//!   a value) into an annotation of that Sandbox, one per owner ([`lent_annotation`]),
+//!   and gives the owner placeholders derived from the token, the owner and the name
+//!   ([`lent_placeholder`]). The proxy serves them with the Sandbox's own.
 //! - The proxy reads Sandboxes (read-only) and, one by one, the Secrets they name: the
 //!   `NAME-egress` one and those holding credential values. Each sandbox is served by a
 //!   [`Proxy`] of its own with its allowlist, credentials and CA, chosen by the token a
@@ -80,6 +85,51 @@ pub struct SandboxCounts {
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ProxyCounts {
     pub sandboxes: Vec<SandboxCounts>,
+}
+
+/// What begins the annotation a Session or Process lends its credentials to a Sandbox
+/// under.
+pub const LENT_PREFIX: &str = "lent.agentplane.dev/";
+
+/// A Session's or Process's credentials, lent to the Sandbox it runs on: the value of
+/// its annotation (references to Secrets and hosts, never a value).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Lent {
+    /// `Kind/namespace/name` of the owner.
+    pub owner: String,
+    pub credentials: Vec<agentplane_crds::Credential>,
+}
+
+/// The annotation `owner` lends its credentials under: one per owner, so that owners
+/// never write over each other's.
+pub fn lent_annotation(owner: &str) -> String {
+    let digest = Sha256::digest(owner.as_bytes());
+    let hex: String = digest.iter().take(12).map(|b| format!("{b:02x}")).collect();
+    format!("{LENT_PREFIX}{hex}")
+}
+
+/// What `owner`'s credential `variable` is lent as, in the sandbox whose proxy token is
+/// `token`: never the same as the Sandbox's own, nor another owner's.
+pub fn lent_placeholder(token: &str, owner: &str, variable: &str) -> String {
+    placeholder(token, &format!("{owner}\0{variable}"))
+}
+
+/// The credentials lent to `sandbox`, as its annotations say; one that does not parse
+/// is left out, and said.
+pub fn lent_to(sandbox: &Sandbox) -> Vec<Lent> {
+    let mut lent = Vec::new();
+    for (key, value) in sandbox.annotations() {
+        if !key.starts_with(LENT_PREFIX) {
+            continue;
+        }
+        match serde_json::from_str::<Lent>(value) {
+            Ok(found) if lent_annotation(&found.owner) == *key => lent.push(found),
+            _ => {
+                warn!(sandbox = %sandbox.name_any(), annotation = %key, "a lent-credentials annotation that is not one")
+            }
+        }
+    }
+    lent
 }
 
 /// The name of a sandbox's egress Secret.
@@ -283,7 +333,10 @@ impl Tenants {
         let (token, ca, key) = (field(TOKEN_KEY)?, field(CA_CERT_KEY)?, field(CA_KEY_KEY)?);
         let mut credentials = Vec::new();
         let mut values: HashMap<String, Secret> = HashMap::new();
-        for credential in &sandbox.spec.credentials {
+        let own = sandbox.spec.credentials.iter().map(|c| (None, c));
+        let lent = lent_to(sandbox);
+        let lent = lent.iter().flat_map(|l| l.credentials.iter().map(move |c| (Some(l.owner.as_str()), c)));
+        for (owner, credential) in own.chain(lent) {
             let Some(reference) = &credential.value_from.secret_key_ref else {
                 return Err(format!("credential {}: on a cluster its value is a secretKeyRef", credential.name));
             };
@@ -305,9 +358,13 @@ impl Tenants {
                 .ok_or_else(|| {
                     format!("credential {}: Secret {} has no key {}", credential.name, reference.name, reference.key)
                 })?;
+            let placeholder = match owner {
+                None => placeholder(&token, &credential.name),
+                Some(owner) => lent_placeholder(&token, owner, &credential.name),
+            };
             credentials.push(NewCredential {
                 name: credential.name.clone(),
-                placeholder: placeholder(&token, &credential.name),
+                placeholder,
                 value,
                 hosts: credential.hosts.clone(),
             });

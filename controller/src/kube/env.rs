@@ -39,13 +39,6 @@ pub enum EnvError {
     },
     #[error("Secret {secret:?} key {key:?} is not UTF-8 text")]
     NotUtf8 { secret: String, key: String },
-    /// The cluster's egress proxy reads credentials from Sandboxes: never handed over as
-    /// a plain variable instead.
-    #[error(
-        "credentials: on a cluster, give them on the Sandbox (or its SandboxTemplate's sandbox), whose egress \
-         proxy swaps them in; a Session's or Process's own are for the directory store"
-    )]
-    CredentialsOnTheSandbox,
 }
 
 /// Resolves `envFrom` then `env` over it, as Kubernetes does. A missing Secret or key

@@ -23,4 +23,13 @@ impl Error {
     }
 }
 
+impl From<super::lend::LendError> for Error {
+    fn from(error: super::lend::LendError) -> Error {
+        match error {
+            super::lend::LendError::Api(e) => Error::Api(e),
+            other => Error::Config(other.to_string()),
+        }
+    }
+}
+
 pub type Result<T, E = Error> = std::result::Result<T, E>;

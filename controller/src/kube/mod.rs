@@ -40,6 +40,7 @@ mod env;
 pub mod error;
 mod events;
 mod finalize;
+mod lend;
 mod managed;
 pub mod pods;
 mod pools;
@@ -142,6 +143,8 @@ struct Context {
     metrics: Metrics,
     process_store: Store<Process>,
     session_store: Store<Session>,
+    /// Sandboxes as last seen (what Sessions and Processes lend credentials to).
+    sandbox_store: Store<Sandbox>,
     template_store: Store<SandboxTemplate>,
     process_trigger: mpsc::Sender<ObjectRef<Process>>,
     session_trigger: mpsc::Sender<ObjectRef<Session>>,
@@ -251,6 +254,7 @@ pub async fn run(
         metrics: metrics.clone(),
         process_store: process_store.clone(),
         session_store: session_store.clone(),
+        sandbox_store: sandbox_store.clone(),
         template_store,
         process_trigger,
         session_trigger,

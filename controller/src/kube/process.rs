@@ -13,7 +13,7 @@ use kube::runtime::finalizer::Event as Finalizer;
 use kube::runtime::reflector::ObjectRef;
 
 use super::error::Result;
-use super::{Context, FINALIZER, Metrics, ReconcileError, env, finalize, pools, requeue};
+use super::{Context, FINALIZER, Metrics, ReconcileError, env, finalize, lend, pools, requeue};
 use crate::conditions::{self, READY};
 use crate::process::ProcessInput;
 
@@ -37,6 +37,7 @@ pub(super) async fn reconcile_process(
                     placed.spec.sandbox = sandbox;
                 }
                 ctx.processes.cleanup(&placed).await?;
+                ctx.take_back(&namespace, &lend::owner("Process", &namespace, &process.name_any()), None).await?;
                 if process.spec.sandbox_template.is_some() {
                     ctx.finish_claims(&namespace, process.uid().as_deref()).await?;
                 }
@@ -59,12 +60,9 @@ pub(super) async fn reconcile_process(
 impl Context {
     async fn apply_process(&self, api: &Api<Process>, process: &Process) -> Result<Action> {
         let namespace = process.namespace().unwrap_or_default();
-        let env = match process.spec.credentials.is_empty() {
-            true => env::resolve(&self.client, &namespace, &process.spec.env, &process.spec.env_from)
-                .await
-                .map_err(|e| e.to_string()),
-            false => Err(env::EnvError::CredentialsOnTheSandbox.to_string()),
-        };
+        let env = env::resolve(&self.client, &namespace, &process.spec.env, &process.spec.env_from)
+            .await
+            .map_err(|e| e.to_string());
         let mut session_sandbox = None;
         let session = match &process.spec.session_ref {
             None => Ok(None),
@@ -93,11 +91,17 @@ impl Context {
         };
         let mut placed = process.clone();
         let problem = placement.apply(&mut placed.spec.sandbox, &mut placed.spec.sandbox_template);
-        // Said at once, whatever the sandbox's state (the env error keeps it from starting).
-        let problem = match process.spec.credentials.is_empty() {
-            true => problem,
-            false => Some(env::EnvError::CredentialsOnTheSandbox.to_string()),
-        };
+        let owner = lend::owner("Process", &namespace, &process.name_any());
+        let env = self
+            .with_credentials(
+                env,
+                &namespace,
+                &owner,
+                &placed.spec.sandbox,
+                &process.spec.credentials,
+                &process.spec.env,
+            )
+            .await?;
         // Node agents here outlive the controller: what one no longer has, it lost.
         let input = ProcessInput { process: &placed, env, spec_problem: problem, session, own_node_agent_since: None };
         let reconciled = self.processes.reconcile(input).await;

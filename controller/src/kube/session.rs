@@ -14,7 +14,7 @@ use kube::runtime::finalizer::Event as Finalizer;
 use kube::runtime::reflector::ObjectRef;
 
 use super::error::Result;
-use super::{Context, FINALIZER, Metrics, ReconcileError, env, finalize, pools, requeue};
+use super::{Context, FINALIZER, Metrics, ReconcileError, env, finalize, lend, pools, requeue};
 use crate::conditions::{self, READY};
 use crate::session::SessionInput;
 
@@ -38,6 +38,7 @@ pub(super) async fn reconcile_session(
                     placed.spec.sandbox = sandbox;
                 }
                 ctx.sessions.cleanup(&placed).await?;
+                ctx.take_back(&namespace, &lend::owner("Session", &namespace, &session.name_any()), None).await?;
                 if session.spec.sandbox_template.is_some() {
                     ctx.finish_claims(&namespace, session.uid().as_deref()).await?;
                 }
@@ -81,12 +82,9 @@ async fn mcp_servers(
 impl Context {
     async fn apply_session(self: &Context, api: &Api<Session>, session: &Session) -> Result<Action> {
         let namespace = session.namespace().unwrap_or_default();
-        let env = match session.spec.credentials.is_empty() {
-            true => env::resolve(&self.client, &namespace, &session.spec.env, &session.spec.env_from)
-                .await
-                .map_err(|e| e.to_string()),
-            false => Err(env::EnvError::CredentialsOnTheSandbox.to_string()),
-        };
+        let env = env::resolve(&self.client, &namespace, &session.spec.env, &session.spec.env_from)
+            .await
+            .map_err(|e| e.to_string());
         let held = session.status.as_ref().and_then(|s| s.sandbox.as_deref());
         let ended = session.status.as_ref().and_then(|s| s.phase) == Some(SessionPhase::Ended);
         let placement = match (&session.spec.sandbox_template, held) {
@@ -102,11 +100,17 @@ impl Context {
         };
         let mut placed = session.clone();
         let problem = placement.apply(&mut placed.spec.sandbox, &mut placed.spec.sandbox_template);
-        // Said at once, whatever the sandbox's state (the env error keeps it from starting).
-        let problem = match session.spec.credentials.is_empty() {
-            true => problem,
-            false => Some(env::EnvError::CredentialsOnTheSandbox.to_string()),
-        };
+        let owner = lend::owner("Session", &namespace, &session.name_any());
+        let env = self
+            .with_credentials(
+                env,
+                &namespace,
+                &owner,
+                &placed.spec.sandbox,
+                &session.spec.credentials,
+                &session.spec.env,
+            )
+            .await?;
         let git_credentials = match session.spec.workspace.as_ref().and_then(|w| w.git.as_ref()?.credentials.as_ref()) {
             Some(source) => env::resolve_git_credentials(&self.client, &namespace, source)
                 .await
