@@ -39,6 +39,11 @@ pub enum LendError {
     NoKey { name: String, secret: String, key: String },
     #[error("credential {name}: Secret {secret:?} not found")]
     NoSecret { name: String, secret: String },
+    #[error(
+        "credential {name}: host {host:?} is not in Sandbox {sandbox:?}'s allow (nor its own credentials' hosts): \
+         a Session's or Process's credentials go only where its Sandbox already lets it"
+    )]
+    HostNotAllowed { name: String, host: String, sandbox: String },
     #[error("credentials: Sandbox {0:?} has no egress Secret yet")]
     NoToken(String),
     #[error("credentials: {0}")]
@@ -75,6 +80,21 @@ impl Context {
         let found = self.sandbox_store.get(&reference).ok_or_else(|| LendError::NoSandbox(sandbox.into()))?;
         if !found.spec.is_managed() || found.spec.network != NetworkMode::Allowlist {
             return Err(LendError::NotThroughTheProxy(sandbox.into()));
+        }
+        // The proxy lets a sandbox reach its credentials' hosts: one lent by a Session or
+        // Process must not widen what its Sandbox (whose editors may not be the owner's)
+        // allows.
+        let written: Vec<String> =
+            found.spec.allow.iter().chain(found.spec.credentials.iter().flat_map(|c| &c.hosts)).cloned().collect();
+        let allow = agentplane_egress::Allowlist::parse(&written).unwrap_or_default();
+        for credential in credentials {
+            if let Some(host) = credential.hosts.iter().find(|h| !covered(&allow, &written, h)) {
+                return Err(LendError::HostNotAllowed {
+                    name: credential.name.clone(),
+                    host: host.clone(),
+                    sandbox: sandbox.into(),
+                });
+            }
         }
         // Every value is where it is said to be (read, and let go: the proxy reads it).
         let secrets: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
@@ -167,6 +187,67 @@ impl Context {
             }
             Err(LendError::Api(e)) => Err(e.into()),
             Err(e) => Ok(Err(e.to_string())),
+        }
+    }
+}
+
+/// Whether every destination allowlist entry `entry` names is one `allow` (made of
+/// `written`) lets through: written there as it is, or a host (any port: asked on port
+/// 0, which only an entry for any port lets through) or `host:port` it allows. A
+/// wildcard is covered only when written as it is.
+fn covered(allow: &agentplane_egress::Allowlist, written: &[String], entry: &str) -> bool {
+    if written.iter().any(|w| w.eq_ignore_ascii_case(entry)) {
+        return true;
+    }
+    if entry.starts_with('*') {
+        return false;
+    }
+    let (host, port) = match entry.rsplit_once(':') {
+        // `[::1]` has colons of its own: a port follows only its closing bracket.
+        Some((host, port)) if !host.contains(':') || host.ends_with(']') => match port.parse::<u16>() {
+            Ok(port) => (host, port),
+            Err(_) => return false,
+        },
+        _ => (entry, 0),
+    };
+    allow.allows(host, port)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::covered;
+
+    #[test]
+    fn a_lent_credential_goes_only_where_its_sandbox_already_lets_it() {
+        let written: Vec<String> =
+            ["api.example.com", "models.example.com:443", "*.corp.example", "[::1]:8080", "10.0.0.1"]
+                .map(String::from)
+                .to_vec();
+        let allow = agentplane_egress::Allowlist::parse(&written).unwrap();
+        for yes in [
+            "api.example.com",
+            "API.example.com",
+            "api.example.com:443",
+            "models.example.com:443",
+            "*.corp.example",
+            "x.corp.example:22",
+            "[::1]:8080",
+            "10.0.0.1:5432",
+        ] {
+            assert!(covered(&allow, &written, yes), "{yes}");
+        }
+        for no in [
+            "evil.example",
+            "models.example.com",
+            "models.example.com:80",
+            "*.example.com",
+            "corp.example",
+            "[::1]",
+            "[::1]:9090",
+            "10.0.0.2",
+            "api.example.com:x",
+        ] {
+            assert!(!covered(&allow, &written, no), "{no}");
         }
     }
 }
