@@ -25,6 +25,11 @@ pub mod templates;
 
 pub use error::{Error, Result};
 
+/// What a Sandbox's status shows of a credential its proxy counted (either store's).
+pub(crate) fn credential_status(count: agentplane_egress::CredentialCount) -> agentplane_crds::CredentialStatus {
+    agentplane_crds::CredentialStatus { name: count.name, hosts: count.hosts, sent: count.sent, blocked: count.blocked }
+}
+
 /// What a reconcile hands back to its store: the status to write (only written when it
 /// differs from the stored one) and when to look again without being asked.
 #[derive(Debug, Clone, PartialEq)]

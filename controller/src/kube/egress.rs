@@ -394,17 +394,7 @@ fn counts(gateway: &Gateway) -> ProxyCounts {
         .filter_map(|id| {
             let (namespace, name) = id.split_once('.')?;
             let proxy = gateway.proxy(id)?;
-            let credentials = proxy
-                .credentials()
-                .counts()
-                .into_iter()
-                .map(|c| agentplane_crds::CredentialStatus {
-                    name: c.name,
-                    hosts: c.hosts,
-                    sent: c.sent,
-                    blocked: c.blocked,
-                })
-                .collect();
+            let credentials = proxy.credentials().counts().into_iter().map(crate::credential_status).collect();
             Some(SandboxCounts {
                 namespace: namespace.to_string(),
                 name: name.to_string(),

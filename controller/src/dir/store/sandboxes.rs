@@ -333,16 +333,7 @@ impl Inner {
         status.seccomp = observed.seccomp.map(str::to_string);
         status.denied_connections = observed.denied;
         status.last_denied = observed.last_denied;
-        status.credentials = observed
-            .credentials
-            .into_iter()
-            .map(|c| agentplane_crds::CredentialStatus {
-                name: c.name,
-                hosts: c.hosts,
-                sent: c.sent,
-                blocked: c.blocked,
-            })
-            .collect();
+        status.credentials = observed.credentials.into_iter().map(crate::credential_status).collect();
         status.node_agent_version = Some(env!("CARGO_PKG_VERSION").to_string());
         status.template = crate::dir::pools::template_of(&sandbox.metadata).map(str::to_string);
         status.claimed_by = crate::dir::pools::claimed_by(&sandbox.metadata).map(str::to_string);
