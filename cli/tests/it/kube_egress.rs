@@ -7,7 +7,7 @@
 //! would, with what the Pod's environment gives them.
 
 use crate::common::HeadServer;
-use crate::kube_sandboxes::{Cluster, Controller, PATIENCE, condition, free_port, sandbox_yaml};
+use crate::kube_sandboxes::{Cluster, Controller, Kubelet, PATIENCE, condition, free_port, ready, sandbox_yaml};
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -288,4 +288,42 @@ fn the_egress_proxy_serves_each_sandbox_by_its_credential_with_its_list_and_swap
     cluster.wait("sandbox", "box", "the Process's credentials taken back", |v| {
         v["metadata"]["annotations"].get(&annotation).is_none()
     });
+}
+
+#[test]
+fn a_session_lends_its_credentials_to_its_sandbox_while_it_lives_and_its_deletion_takes_them_back() {
+    let cluster = Cluster::new("egress-lend");
+    let proxy = EgressProxy::start(&cluster);
+    let _controller = Controller::start_with(&cluster, &["--egress-proxy", &format!("127.0.0.1:{}", proxy.port)]);
+    let _kubelet = Kubelet::start(&cluster);
+    cluster.apply("apiVersion: v1\nkind: Secret\nmetadata: {name: keys}\nstringData: {API_KEY: sk-lent}\n");
+    cluster.apply(&sandbox_yaml("box", "  network: allowlist\n  allow: [api.example.com]\n"));
+    cluster.wait("sandbox", "box", "ready", ready);
+    let session = |hosts: &str| {
+        format!(
+            "apiVersion: agentplane.dev/v1alpha1\nkind: Session\nmetadata: {{name: s}}\nspec:\n  sandbox: box\n  \
+             agent: mock\n  credentials:\n  - name: API_KEY\n    valueFrom: {{secretKeyRef: {{name: keys, key: API_KEY}}}}\n    \
+             hosts: [{hosts}]\n  messages: [hello]\n"
+        )
+    };
+    // A host the Sandbox does not let through: not lent, and the Session says why.
+    cluster.apply(&session("evil.example"));
+    let refused = cluster.wait("session", "s", "refused", |v| {
+        condition(v, "Ready").is_some_and(|c| c["message"].as_str().is_some_and(|m| m.contains("is not in Sandbox")))
+    });
+    assert_ne!(refused["status"]["deliveredMessages"], 1, "{refused:#}");
+    let annotation = agentplane_controller::kube::egress::lent_annotation(&format!("Session/{}/s", cluster.ns));
+    assert!(cluster.get("sandbox", "box").unwrap()["metadata"]["annotations"].get(&annotation).is_none());
+
+    // One it lets through: lent, and the Session runs.
+    cluster.apply(&session("api.example.com"));
+    cluster.wait("session", "s", "its message delivered", |v| v["status"]["deliveredMessages"] == 1);
+    let lent = cluster.get("sandbox", "box").unwrap();
+    assert!(lent["metadata"]["annotations"][&annotation].as_str().is_some_and(|a| a.contains("api.example.com")));
+    assert!(!lent.to_string().contains("sk-lent"), "the value is in the Sandbox");
+
+    // Deleted: ended on its node agent, then its credentials taken back.
+    cluster.kubectl(&["delete", "session", "s", "--wait=true", "--timeout=60s"]);
+    let sandbox = cluster.get("sandbox", "box").unwrap();
+    assert!(sandbox["metadata"]["annotations"].get(&annotation).is_none(), "{:#}", sandbox["metadata"]);
 }

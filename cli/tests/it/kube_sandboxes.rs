@@ -254,7 +254,7 @@ struct Node {
 }
 
 /// Plays the kubelet for the sandbox Pods of one namespace (see the module's doc).
-struct Kubelet {
+pub(crate) struct Kubelet {
     node: Arc<Mutex<Node>>,
     stop: CancellationToken,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -268,7 +268,7 @@ impl Kubelet {
         self._root.path().join("claims").join(ns).join(claim)
     }
 
-    fn start(cluster: &Cluster) -> Kubelet {
+    pub(crate) fn start(cluster: &Cluster) -> Kubelet {
         let root = tempfile::tempdir().unwrap();
         let node = Arc::new(Mutex::new(Node::default()));
         let stop = CancellationToken::new();
@@ -575,7 +575,7 @@ pub(crate) fn condition<'a>(v: &'a Value, type_: &str) -> Option<&'a Value> {
     v["status"]["conditions"].as_array()?.iter().find(|c| c["type"] == type_)
 }
 
-fn ready(v: &Value) -> bool {
+pub(crate) fn ready(v: &Value) -> bool {
     condition(v, "Ready").is_some_and(|c| c["status"] == "True")
 }
 
