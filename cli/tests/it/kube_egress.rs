@@ -3,8 +3,9 @@
 //! NetworkPolicy that lets it reach only the proxy and DNS, and a Pod whose proxy
 //! variables carry its proxy credential and whose credentials are placeholders;
 //! `agentplane egress-proxy`, run as a process under the manifests' RBAC, serves each
-//! sandbox by its credential. The test plays the sandbox's programs: it sends what they
-//! would, with what the Pod's environment gives them.
+//! sandbox by its credential. The first test plays the sandbox's programs: it sends what
+//! they would, with what the Pod's environment gives them. The second runs a node agent
+//! in the Pod (`Kubelet`) for a Session that lends its own credentials to its Sandbox.
 
 use crate::common::HeadServer;
 use crate::kube_sandboxes::{Cluster, Controller, Kubelet, PATIENCE, condition, free_port, ready, sandbox_yaml};
