@@ -364,11 +364,11 @@ fn kubectl_apply_of_the_examples_converges_and_kubectl_shows_it() {
 }
 
 #[test]
-fn delete_stops_the_process_before_the_finalizer_goes_even_for_one_never_started() {
+fn delete_stops_the_process_at_once_and_one_deleted_while_no_controller_ran_when_one_is_back() {
     let cluster = Cluster::new("delete");
     let agent = NodeAgent::start();
     cluster.sandbox("local", &agent);
-    let _controller = Controller::start(&cluster, &["--leader-election=false"]);
+    let controller = Controller::start(&cluster, &["--leader-election=false"]);
     cluster.apply(&process_yaml("sleeper", "  command: sleep\n  args: ['600']\n"));
     // On a sandbox that does not exist: nothing ever started for it.
     cluster.apply(&process_yaml("nowhere", "  command: sleep\n  args: ['600']\n  sandbox: missing\n"));
@@ -376,22 +376,39 @@ fn delete_stops_the_process_before_the_finalizer_goes_even_for_one_never_started
     let nowhere = cluster.wait_for("process", "nowhere", "told its sandbox is unknown", |v| {
         ready(v).is_some_and(|c| c["reason"] == "SandboxNotFound")
     });
+    // Their deletion changes no other object: they carry no finalizer, which spares
+    // the API server a write each.
     for v in [&sleeper, &nowhere] {
-        assert_eq!(v["metadata"]["finalizers"], serde_json::json!(["agentplane.dev/cleanup"]), "{v:#}");
+        assert!(v["metadata"]["finalizers"].is_null(), "{v:#}");
     }
-    let id = format!("proc-{}", sleeper["metadata"]["uid"].as_str().unwrap());
+    let id_of = |v: &Value| format!("proc-{}", v["metadata"]["uid"].as_str().unwrap());
+    let runs = |id: &str| agent.processes().iter().any(|p| p.id == id);
+    let id = id_of(&sleeper);
     let pid = sleeper["status"]["pid"].as_i64().unwrap();
-    assert!(agent.processes().iter().any(|p| p.id == id));
+    assert!(runs(&id));
 
-    // kubectl delete waits for the object to go, which the finalizer holds until the
-    // cleanup ran: by the time it returns, the node agent has nothing left.
+    // kubectl delete returns at once (nothing holds either), and the watch's delete
+    // stops the run.
     cluster.kubectl(&["delete", "process", "sleeper", "nowhere", "--timeout=30s"]);
-    assert!(!agent.processes().iter().any(|p| p.id == id), "the process outlived its resource");
-    assert!(
+    assert!(cluster.get("process", "nowhere").is_none());
+    common::wait_until(PATIENCE, "the deleted Process's run to stop", || !runs(&id));
+    common::wait_until(PATIENCE, "its program to end", || {
         !Path::new(&format!("/proc/{pid}")).exists()
             || std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default().contains(" Z ")
-    );
-    assert!(cluster.get("process", "nowhere").is_none());
+    });
+
+    // Deleted while no controller runs: the run outlives it until a controller is
+    // back, whose sweep of the node agent stops it, and only it.
+    cluster.apply(&process_yaml("orphan", "  command: sleep\n  args: ['600']\n"));
+    cluster.apply(&process_yaml("kept", "  command: sleep\n  args: ['600']\n"));
+    let orphan = id_of(&cluster.wait_for("process", "orphan", "Running", |v| phase(v) == "Running"));
+    let kept = id_of(&cluster.wait_for("process", "kept", "Running", |v| phase(v) == "Running"));
+    drop(controller);
+    cluster.kubectl(&["delete", "process", "orphan", "--timeout=30s"]);
+    assert!(runs(&orphan), "nothing stopped it with no controller running");
+    let _controller = Controller::start(&cluster, &["--leader-election=false"]);
+    common::wait_until(PATIENCE, "the sweep to stop the orphaned run", || !runs(&orphan));
+    assert!(runs(&kept), "the sweep stopped a run whose Process is there");
 }
 
 #[test]
@@ -416,8 +433,8 @@ fn an_edit_applied_server_side_is_reconciled_once_and_status_writes_trigger_noth
     let pid = a["status"]["pid"].as_i64().unwrap();
     let reconciles = "agentplane_reconciles_total{kind=\"Process\"}";
     let before = controller.metric(reconciles);
-    // The pass that adds the finalizer goes on to start the process, and the patch's
-    // watch event brings no second pass.
+    // One pass starts the process, and its status write's watch event brings no
+    // second pass.
     assert_eq!(before, 2.0, "one reconcile per new Process; log:\n{}", controller.log());
 
     apply_ss("a", 40);

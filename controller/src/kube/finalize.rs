@@ -1,13 +1,18 @@
-//! The cleanup finalizer around a reconcile, in one pass.
+//! The cleanup finalizer around a reconcile, in one pass, and only where it is needed.
 //!
 //! kube-runtime's `finalizer` helper adds the finalizer and ends the pass; the watch
 //! event of that patch then brings a second pass, which does the work. Here the pass
 //! that adds the finalizer goes on to apply with the object the patch returned, and
 //! the streams of Processes and Sessions are not triggered by finalizer changes
 //! (deletion bumps `generation`), so a new resource costs one reconcile, not two.
-//! What is guaranteed stays the same: nothing is applied before the finalizer is on
-//! the object, and the finalizer is removed only after the cleanup succeeded. The
-//! errors are kube-runtime's, so callers keep their error type.
+//!
+//! The caller says whether the object needs the finalizer now. One that does not (a
+//! Process whose deletion changes no other object: its run is stopped from the watch
+//! and by the sweep, see `process`) is applied without it, which saves the API server
+//! a write per resource. Once added, it stays until deletion. Where it is on the
+//! object, what is guaranteed stays the same: nothing is applied before the finalizer
+//! is on it, and it is removed only after the cleanup succeeded. The errors are
+//! kube-runtime's, so callers keep their error type.
 
 use std::fmt::Debug;
 use std::future::Future;
@@ -21,10 +26,12 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-/// Runs `reconcile` with `Apply` or `Cleanup` for `obj` under the finalizer `name`.
+/// Runs `reconcile` with `Apply` or `Cleanup` for `obj` under the finalizer `name`,
+/// adding it first when `needed` (a cleanup that must run before the object goes).
 pub(super) async fn finalized<K, F, Fut, E>(
     api: &Api<K>,
     name: &str,
+    needed: bool,
     obj: Arc<K>,
     reconcile: F,
 ) -> Result<Action, Error<E>>
@@ -36,7 +43,7 @@ where
 {
     let object_name = obj.meta().name.clone().ok_or(Error::UnnamedObject)?;
     let mut obj = obj;
-    if !obj.finalizers().iter().any(|f| f == name) && obj.meta().deletion_timestamp.is_none() {
+    if needed && !obj.finalizers().iter().any(|f| f == name) && obj.meta().deletion_timestamp.is_none() {
         // The API server does not deduplicate finalizers: `test` makes a racing add
         // fail and retry rather than add it twice.
         let patch = match obj.finalizers() {
@@ -55,7 +62,7 @@ where
     }
     let index = obj.finalizers().iter().position(|f| f == name);
     match (index, obj.meta().deletion_timestamp.is_some()) {
-        (Some(_), false) => reconcile(Event::Apply(obj)).await.map_err(Error::ApplyFailed),
+        (_, false) => reconcile(Event::Apply(obj)).await.map_err(Error::ApplyFailed),
         (Some(i), true) => {
             // The finalizer stays when cleanup fails.
             let action = reconcile(Event::Cleanup(obj)).await.map_err(Error::CleanupFailed)?;
@@ -67,8 +74,9 @@ where
                 .map_err(Error::RemoveFinalizer)?;
             Ok(action)
         }
-        // Being deleted, and nothing of ours left to clean.
-        (None, _) => Ok(Action::await_change()),
+        // Being deleted, and nothing of ours to run before it goes (another's
+        // finalizer holds it): what is left is cleaned when it is gone.
+        (None, true) => Ok(Action::await_change()),
     }
 }
 

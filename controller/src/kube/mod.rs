@@ -8,9 +8,11 @@
 //! - Status goes out by server-side apply under one field manager, and only when it
 //!   differs from what the API server holds. A Process or Session pass starts from the
 //!   status written last, which the cache may not have yet (`written`).
-//! - Processes and Sessions carry a finalizer: deleting one stops what runs for it on
-//!   its node agent first. The pass that adds it goes on to apply (`finalize`), so a
-//!   new resource is one reconcile.
+//! - Sessions, and Processes whose deletion changes other objects, carry a finalizer:
+//!   deleting one stops what runs for it on its node agent first. The pass that adds
+//!   it goes on to apply (`finalize`), so a new resource is one reconcile. Any other
+//!   Process carries none: its run is stopped when the watch sees it go, and by a
+//!   sweep of its node agent for one missed (`process`, `clean_up_after_processes`).
 //! - Events go to the API server off the workers (`events`), so a status never waits
 //!   behind one.
 //! - What happens on a node agent (an exit, a session event) comes back as a
@@ -152,6 +154,9 @@ struct Context {
     pool_trigger: mpsc::Sender<ObjectRef<SandboxWarmPool>>,
     /// A suspended sandbox was woken: it looks again (see `power`).
     sandbox_trigger: mpsc::Sender<ObjectRef<Sandbox>>,
+    /// A sandbox (by key) whose node agent is swept for runs of gone Processes (see
+    /// `process`).
+    sweep_trigger: mpsc::Sender<String>,
     /// Sandboxes this controller suspended for being idle, and those asked to wake
     /// since (see `power`).
     sleepers: power::SharedSleepers,
@@ -187,6 +192,10 @@ pub async fn run(
     let (session_trigger, session_rx) = mpsc::channel(TRIGGER_CAPACITY);
     let (pool_trigger, pool_rx) = mpsc::channel(TRIGGER_CAPACITY);
     let (sandbox_trigger, sandbox_rx) = mpsc::channel(TRIGGER_CAPACITY);
+    let (sweep_trigger, sweep_rx) = mpsc::channel::<String>(TRIGGER_CAPACITY);
+    // Processes as the watch saw them go (see `process`); a full queue leaves one to
+    // the sweep.
+    let (gone_tx, gone_rx) = mpsc::channel::<Process>(TRIGGER_CAPACITY);
 
     let watch_config = watcher::Config::default().any_semantic();
     let (process_store, process_writer) = reflector::store::<Process>();
@@ -197,6 +206,13 @@ pub async fn run(
     let process_stream = watch_all::<Process>(&client, &config.namespaces, watch_config.clone())
         .default_backoff()
         .reflect(process_writer)
+        .inspect(move |event| {
+            if let Ok(watcher::Event::Delete(process)) = event
+                && gone_tx.try_send(process.clone()).is_err()
+            {
+                debug!(process = %process.name_any(), "the queue of gone processes is full; left to the sweep");
+            }
+        })
         .applied_objects()
         .predicate_filter(
             // Not on finalizers: deletion bumps `generation`, and the pass that adds
@@ -260,6 +276,7 @@ pub async fn run(
         session_trigger,
         pool_trigger,
         sandbox_trigger,
+        sweep_trigger,
         sleepers: Default::default(),
         heartbeats: Mutex::new(HashMap::new()),
         sandbox_followers: Followers::default(),
@@ -270,6 +287,8 @@ pub async fn run(
     if let Some(url) = config.egress_proxy.as_ref().and_then(|e| e.counts.clone()) {
         tokio::spawn(egress_counts::follow_counts(client.clone(), url, sandbox_store.clone(), shutdown.clone()));
     }
+
+    tokio::spawn(clean_up_after_processes(Arc::clone(&ctx), gone_rx, sweep_rx));
 
     let controller_config = ControllerConfig::default().concurrency(config.concurrency);
     let stop = shutdown.clone();
@@ -345,6 +364,45 @@ pub async fn run(
     let _ = sandbox_task.await;
     ctx.stop_followers();
     Ok(())
+}
+
+/// Stops the runs of gone Processes: those the watch saw go (`gone`), and on the node
+/// agents of the sandboxes in `sweeps` and, every `SWEEP_EVERY`, of every sandbox (see
+/// `process`). Ends at shutdown: a replica that lost the lease sweeps no more.
+async fn clean_up_after_processes(ctx: Arc<Context>, gone: mpsc::Receiver<Process>, sweeps: mpsc::Receiver<String>) {
+    /// Deleted Processes stopped at once.
+    const AT_ONCE: usize = 16;
+    let stopped = ReceiverStream::new(gone).for_each_concurrent(AT_ONCE, |process| {
+        let ctx = Arc::clone(&ctx);
+        async move { ctx.process_gone(process).await }
+    });
+    let swept = async {
+        let mut sweeps = sweeps;
+        let mut every = tokio::time::interval(process::SWEEP_EVERY);
+        every.tick().await;
+        loop {
+            let keys = tokio::select! {
+                _ = ctx.shutdown.cancelled() => return,
+                key = sweeps.recv() => match key {
+                    Some(key) => vec![key],
+                    None => return,
+                },
+                _ = every.tick() => ctx
+                    .sandbox_store
+                    .state()
+                    .iter()
+                    .map(|s| ctx.sandboxes.key(s.metadata.namespace.as_deref(), &s.name_any()))
+                    .collect(),
+            };
+            for key in keys {
+                ctx.sweep(&key).await;
+            }
+        }
+    };
+    tokio::select! {
+        _ = async { tokio::join!(stopped, swept) } => {}
+        _ = ctx.shutdown.cancelled() => {}
+    }
 }
 
 /// `Store::wait_until_ready` from a second task: the store's readiness is a oneshot

@@ -1,6 +1,18 @@
-//! Processes on a cluster: the reconcile core's Process reconcile under the cleanup
-//! finalizer, the sandbox it is placed on (a claimed one from its template, or its
-//! Session's), its status written back and an Event on each turn of its life.
+//! Processes on a cluster: the reconcile core's Process reconcile, the sandbox it is
+//! placed on (a claimed one from its template, or its Session's), its status written
+//! back and an Event on each turn of its life.
+//!
+//! What a deleted Process leaves behind is cleaned in one of two ways:
+//! - A Process whose deletion must change other objects (it holds a sandbox claimed
+//!   from its template, or lends credentials to its Sandbox) carries the cleanup
+//!   finalizer, and `kubectl delete` returns once its run is stopped and those are
+//!   given back.
+//! - Any other Process (most of them) carries none: the API server is spared a write
+//!   per Process. Its run is stopped when the watch sees it go (`gone`), and a sweep of
+//!   each ready sandbox's node agent (`sweep`) stops any run whose Process the
+//!   controller no longer has: one deleted while no controller ran, or while the watch
+//!   was broken. The sweep runs whenever the controller (re)connects to a node agent's
+//!   events, and every `SWEEP_EVERY`.
 
 use std::sync::Arc;
 
@@ -11,6 +23,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::EventType as KubeEventType;
 use kube::runtime::finalizer::Event as Finalizer;
 use kube::runtime::reflector::ObjectRef;
+use tracing::{debug, info};
 
 use super::error::Result;
 use super::{Context, FINALIZER, Metrics, ReconcileError, env, finalize, lend, pools, requeue};
@@ -27,7 +40,8 @@ pub(super) async fn reconcile_process(
     // The status this controller wrote last, which the cache may not have yet.
     let process = ctx.written.freshest(process);
     let uid = process.metadata.uid.clone();
-    let result = finalize::finalized(&api, FINALIZER, process, |event| async {
+    let needed = needs_finalizer(&process);
+    let result = finalize::finalized(&api, FINALIZER, needed, process, |event| async {
         match event {
             Finalizer::Apply(process) => ctx.apply_process(&api, &process).await,
             Finalizer::Cleanup(process) => {
@@ -57,7 +71,55 @@ pub(super) async fn reconcile_process(
     result.map_err(|e| ReconcileError::Finalizer(Box::new(e)))
 }
 
+/// How often every ready sandbox's node agent is swept besides on (re)connection.
+pub(super) const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// Whether deleting `process` must change other objects before it goes: a sandbox
+/// claimed from its template is marked finished, credentials lent to its Sandbox are
+/// taken back. Its run alone needs no finalizer (see the module's doc).
+fn needs_finalizer(process: &Process) -> bool {
+    process.spec.sandbox_template.is_some() || !process.spec.credentials.is_empty()
+}
+
 impl Context {
+    /// `process` was deleted (its last state, as the watch saw it go). One that carried
+    /// the finalizer was cleaned under it; any other has its run stopped here. A failure
+    /// is left to the sweep.
+    pub(super) async fn process_gone(&self, process: Process) {
+        let uid = process.metadata.uid.clone();
+        self.written.forget(uid.as_deref());
+        if process.finalizers().iter().any(|f| f == FINALIZER) {
+            return;
+        }
+        let mut placed = process.clone();
+        if let Some(sandbox) = process.status.as_ref().and_then(|s| s.sandbox.clone()) {
+            placed.spec.sandbox = sandbox;
+        }
+        match self.processes.cleanup(&placed).await {
+            Ok(()) => self.event(&process, KubeEventType::Normal, "Stopped", "Delete", "stopped on its node agent"),
+            Err(e) => {
+                debug!(process = %process.name_any(), error = %e, "cannot stop a deleted process yet; the sweep will")
+            }
+        }
+    }
+
+    /// Stops each run on sandbox `key`'s node agent whose Process this controller does
+    /// not have (see `ProcessReconciler::sweep`), once the Process cache is filled.
+    pub(super) async fn sweep(&self, key: &str) {
+        if super::store_ready(&self.process_store).await.is_err() {
+            return;
+        }
+        let Ok(sandbox) = self.sandboxes.get(key) else { return };
+        let live = || self.process_store.state().iter().filter_map(|p| p.metadata.uid.clone()).collect();
+        let namespaces = &self.config.namespaces;
+        let watched = |namespace: &str| namespaces.is_empty() || namespaces.iter().any(|n| n == namespace);
+        match self.processes.sweep(sandbox.node.as_ref(), live, watched).await {
+            Ok(0) => {}
+            Ok(stopped) => info!(sandbox = key, stopped, "stopped runs whose Process is gone"),
+            Err(e) => debug!(sandbox = key, error = %e, "cannot sweep the node agent yet"),
+        }
+    }
+
     async fn apply_process(&self, api: &Api<Process>, process: &Process) -> Result<Action> {
         let namespace = process.namespace().unwrap_or_default();
         let env = env::resolve(&self.client, &namespace, &process.spec.env, &process.spec.env_from)

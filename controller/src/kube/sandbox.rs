@@ -200,6 +200,7 @@ impl Context {
 
     pub(super) fn follow_sandbox(&self, key: &str, namespace: &str, name: &str, node: Arc<dyn NodeAgent>) {
         let (store, trigger) = (self.process_store.clone(), self.process_trigger.clone());
+        let (sweep, swept) = (self.sweep_trigger.clone(), key.to_string());
         let (namespace, name, shutdown) = (namespace.to_string(), name.to_string(), self.shutdown.clone());
         self.sandbox_followers.follow(key.to_string(), None, move || {
             Some(async move {
@@ -208,6 +209,11 @@ impl Context {
                 crate::follow::follow_lifecycle(node, shutdown, move |seen| {
                     let (store, trigger, namespace, name) =
                         (store.clone(), trigger.clone(), namespace.clone(), name.clone());
+                    // Connected (again): whatever went meanwhile is looked for. A full
+                    // queue leaves it to the next sweep.
+                    if matches!(seen, Seen::Everything) {
+                        let _ = sweep.try_send(swept.clone());
+                    }
                     async move {
                         match seen {
                             Seen::Everything => {

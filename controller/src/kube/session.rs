@@ -28,7 +28,7 @@ pub(super) async fn reconcile_session(
     // The status this controller wrote last, which the cache may not have yet.
     let session = ctx.written.freshest(session);
     let uid = session.metadata.uid.clone();
-    let result = finalize::finalized(&api, FINALIZER, session, |event| async {
+    let result = finalize::finalized(&api, FINALIZER, true, session, |event| async {
         match event {
             Finalizer::Apply(session) => ctx.apply_session(&api, &session).await,
             Finalizer::Cleanup(session) => {

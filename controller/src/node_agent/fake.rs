@@ -295,6 +295,11 @@ impl NodeAgent for FakeNodeAgent {
         Box::pin(async move { answer })
     }
 
+    fn list_processes(&self) -> Call<'_, Vec<ProcessInfo>> {
+        let answer = self.call("list_processes", "").map(|state| state.processes.values().cloned().collect());
+        Box::pin(async move { answer })
+    }
+
     fn delete_process<'a>(&'a self, id: &'a str, query: &'a DeleteProcessQuery) -> Call<'a, ProcessInfo> {
         let answer = self.call("delete_process", id).and_then(|mut state| {
             let mut info = state.processes.get(id).cloned().ok_or_else(|| problem(ProblemCode::ProcessNotFound, id))?;

@@ -10,7 +10,7 @@ use std::fmt;
 use agentplane_node_agent::client::{Client, ClientError, SessionStreamItem, SseMessage};
 use agentplane_node_agent::model::{
     ConnectQuery, ConversationStaged, CreateProcessRequest, CreateSessionRequest, DeleteProcessQuery, Health,
-    InstallRequest, InstallResult, ProcessInfo, PtySize, SessionInfo,
+    InstallRequest, InstallResult, ListProcessesQuery, ProcessInfo, PtySize, SessionInfo,
 };
 use agentplane_node_agent::universal::PermissionReply;
 use futures_util::future::BoxFuture;
@@ -28,6 +28,8 @@ pub trait NodeAgent: Send + Sync + fmt::Debug {
 
     fn create_process<'a>(&'a self, request: &'a CreateProcessRequest) -> Call<'a, ProcessInfo>;
     fn get_process<'a>(&'a self, id: &'a str) -> Call<'a, ProcessInfo>;
+    /// Every process the node agent has, running or exited.
+    fn list_processes(&self) -> Call<'_, Vec<ProcessInfo>>;
     fn delete_process<'a>(&'a self, id: &'a str, query: &'a DeleteProcessQuery) -> Call<'a, ProcessInfo>;
     fn resize<'a>(&'a self, id: &'a str, size: PtySize) -> Call<'a, ProcessInfo>;
     /// Where a client attaches to a process's terminal (said in its status).
@@ -80,6 +82,10 @@ impl NodeAgent for Client {
 
     fn get_process<'a>(&'a self, id: &'a str) -> Call<'a, ProcessInfo> {
         Box::pin(Client::get_process(self, id))
+    }
+
+    fn list_processes(&self) -> Call<'_, Vec<ProcessInfo>> {
+        Box::pin(async move { Client::list_processes(self, &ListProcessesQuery::default()).await })
     }
 
     fn delete_process<'a>(&'a self, id: &'a str, query: &'a DeleteProcessQuery) -> Call<'a, ProcessInfo> {

@@ -82,6 +82,31 @@ pub fn node_process_id(uid: &str) -> String {
     format!("proc-{uid}")
 }
 
+/// The runs in `runs` that a store started for a Process it no longer has: the id is
+/// the one it gives (`node_process_id`) and agrees with the run's annotations, the
+/// annotations name a Process of a namespace the store looks after (`watched`), and
+/// that Process's uid is not in `live`. A run anyone else made (the API, an SDK, a
+/// Session's agent, another namespace's controller) is never one.
+///
+/// `live` must be read after `runs` was listed: a run listed for a Process made since
+/// then has its uid in `live`, and a run started after the list is not in `runs`.
+pub fn orphans<'a>(
+    runs: &'a [ProcessInfo],
+    live: &std::collections::HashSet<String>,
+    watched: impl Fn(&str) -> bool,
+) -> Vec<&'a ProcessInfo> {
+    runs.iter()
+        .filter(|run| {
+            let Some(uid) = run.annotations.get(annotations::UID) else { return false };
+            let resource =
+                run.annotations.get(annotations::RESOURCE).and_then(|k| k.parse::<agentplane_crds::Key>().ok());
+            resource.is_some_and(|key| key.kind == agentplane_crds::Kind::Process && watched(&key.namespace))
+                && run.id == node_process_id(uid)
+                && !live.contains(uid)
+        })
+        .collect()
+}
+
 /// What a store hands the reconcile besides the resource itself.
 pub struct ProcessInput<'a> {
     pub process: &'a Process,
@@ -547,6 +572,28 @@ impl ProcessReconciler {
             }
             Err(e) => step.unreachable(&spec.sandbox, &e),
         }
+    }
+
+    /// Stops and forgets each run on `node` whose Process is gone (see `orphans`),
+    /// with the default signal and grace; says how many it stopped.
+    pub async fn sweep(
+        &self,
+        node: &dyn NodeAgent,
+        live: impl FnOnce() -> std::collections::HashSet<String>,
+        watched: impl Fn(&str) -> bool,
+    ) -> std::result::Result<usize, ClientError> {
+        let runs = node.list_processes().await?;
+        let live = live();
+        let mut stopped = 0;
+        for run in orphans(&runs, &live, watched) {
+            let query = DeleteProcessQuery { purge: true, ..Default::default() };
+            match node.delete_process(&run.id, &query).await {
+                Ok(_) => stopped += 1,
+                Err(e) if not_found(&e) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(stopped)
     }
 
     /// Stops and forgets the resource's process. Idempotent; nothing to do is success.

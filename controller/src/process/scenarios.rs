@@ -238,6 +238,56 @@ async fn deletion_stops_what_runs_and_is_done_when_nothing_is_left_or_nothing_wa
     scene.reconciler.cleanup(&scene.process).await.unwrap();
 }
 
+#[tokio::test]
+async fn a_sweep_stops_only_the_runs_this_store_started_for_processes_it_no_longer_has() {
+    let mut scene = Scene::new("{command: sleep, args: ['100']}");
+    scene.pass().await;
+    // Runs it must leave alone, beside the Process's own.
+    let run = |id: &str, resource: Option<&str>, uid: &str| {
+        let mut annotations = BTreeMap::new();
+        if let Some(resource) = resource {
+            annotations.insert(crate::annotations::RESOURCE.to_string(), resource.to_string());
+            annotations.insert(crate::annotations::UID.to_string(), uid.to_string());
+        }
+        let request = agentplane_node_agent::model::CreateProcessRequest {
+            id: Some(id.into()),
+            command: "sleep".into(),
+            annotations,
+            ..Default::default()
+        };
+        let fake = Arc::clone(&scene.fake);
+        async move { fake.create_process(&request).await.unwrap() }
+    };
+    run("by-hand", None, "").await;
+    run("proc-u2", Some("Process/elsewhere/x"), "u2").await;
+    run("named-otherwise", Some("Process/default/y"), "u3").await;
+    run("proc-u4", Some("Session/default/s"), "u4").await;
+    run("proc-u5", Some("not a key"), "u5").await;
+    let all = ["by-hand", "proc-u2", "named-otherwise", "proc-u4", "proc-u5"];
+    let watched = |namespace: &str| namespace == "default";
+    let node = Arc::clone(&scene.fake) as Arc<dyn NodeAgent>;
+    let sweep = |live: &[&str]| {
+        let live: std::collections::HashSet<String> = live.iter().map(|s| s.to_string()).collect();
+        let (reconciler, node) = (&scene.reconciler, Arc::clone(&node));
+        async move { reconciler.sweep(node.as_ref(), || live, watched).await.unwrap() }
+    };
+
+    // Its Process is there: nothing stopped.
+    assert_eq!(sweep(&[UID]).await, 0);
+    assert!(scene.fake.process(&scene.id()).is_some());
+    // Its Process is gone: its run is stopped and forgotten, and only it.
+    scene.fake.take_calls();
+    assert_eq!(sweep(&[]).await, 1);
+    assert!(scene.fake.process(&scene.id()).is_none(), "the gone Process's run outlived it");
+    for id in all {
+        assert!(scene.fake.process(id).is_some(), "{id} was not this store's to stop");
+    }
+    assert_eq!(scene.fake.take_calls(), ["list_processes ".to_string(), format!("delete_process {}", scene.id())]);
+    // Its node agent unreachable: said, and nothing assumed.
+    scene.fake.set_unreachable(true);
+    assert!(scene.reconciler.sweep(node.as_ref(), Default::default, watched).await.is_err());
+}
+
 #[test]
 fn the_policy_names_are_those_of_the_crd() {
     // The scenarios above write policies as YAML: they must parse as the CRD's.
