@@ -366,8 +366,8 @@ fn aside_path(path: &Path) -> PathBuf {
 /// mid-write, sees the old or the new version whole), without making and deleting an
 /// inode per write: the new version is written into the record's spare (`.<file>.tmp`,
 /// the previous version), which then trades places with the record in one
-/// `renameat2(RENAME_EXCHANGE)`. The record is rewritten at least twice on its way to
-/// running (recorded before its start, then its status); a rename over it deletes an
+/// `renameat2(RENAME_EXCHANGE)`. A record is rewritten on every status change (and,
+/// off the embedded node agent, written before its start); a rename over it deletes an
 /// inode each time, and on ext4 every inode deleted in the last few seconds (minutes,
 /// while its table block is dirty) is skipped, one by one, by each later allocation
 /// in its group: 1,000 records dropped at once spent a second there. Where the file

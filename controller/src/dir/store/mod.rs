@@ -116,9 +116,10 @@ struct Entry {
     problem: Option<String>,
     /// Since when no file declares it (see `DELETE_GRACE`).
     missing_since: Option<std::time::Instant>,
-    /// Whether the state directory has a record of it (with its uid). A new resource is
-    /// recorded by the worker that first takes it, before anything is started for it
-    /// (see `Inner::record_new`), not by the rescan that found it.
+    /// Whether the state directory has an up-to-date record of it (with its uid). A new
+    /// resource is recorded by the worker that first takes it, before anything is
+    /// started for it (see `Inner::record_new`), or on the embedded node agent with its
+    /// first status; never by the rescan that found it. False again after a failed write.
     recorded: bool,
 }
 

@@ -78,7 +78,8 @@ impl Inner {
         let mut claimed = None;
         let (object, problem, session) = {
             let mut index = self.lock();
-            if !self.record_new(&mut index, key) {
+            let embedded = index.resources.get(key).is_some_and(|e| on_embedded_node_agent(&index, &e.object));
+            if !embedded && !self.record_new(&mut index, key) {
                 return None;
             }
             let template = match &index.resources.get(key)?.object {
@@ -193,7 +194,8 @@ impl Inner {
     /// Records a resource the rescan found new (with its uid) before anything is started
     /// for it, so an `up` killed right after starting it adopts it after a restart. Says
     /// whether it is recorded; one that cannot be is not started, the reason is shown
-    /// where the CLI lists file errors, and it is tried again shortly.
+    /// where the CLI lists file errors, and it is tried again shortly. Not for one that
+    /// runs on the embedded node agent (see `on_embedded_node_agent`).
     fn record_new(&self, index: &mut Index, key: &Key) -> bool {
         let Some(entry) = index.resources.get_mut(key) else { return false };
         if entry.recorded {
@@ -252,6 +254,28 @@ impl Inner {
     }
 }
 
+/// Whether `object` is a Process or Session that runs on the embedded node agent (the
+/// `local` sandbox, in `up`'s own process): its run cannot outlive `up`, so there is
+/// nothing a restarted `up` could adopt, and a record written before its start would
+/// buy nothing. Its first record is written with its first status, which saves a
+/// write (and an inode) per new resource. One that names a template, feeds a Session
+/// (which may run elsewhere) or is being deleted is not.
+fn on_embedded_node_agent(index: &Index, object: &Object) -> bool {
+    let sandbox = match object {
+        _ if object.meta().deletion_timestamp.is_some() => return false,
+        Object::Process(p) if p.spec.sandbox_template.is_none() && p.spec.session_ref.is_none() => &p.spec.sandbox,
+        Object::Session(s) if s.spec.sandbox_template.is_none() => &s.spec.sandbox,
+        _ => return false,
+    };
+    // A declared Sandbox of that name is not the embedded one (Sandboxes sort first).
+    sandbox == agentplane_crds::LOCAL_SANDBOX
+        && !index
+            .resources
+            .keys()
+            .take_while(|key| key.kind == Kind::Sandbox)
+            .any(|key| key.name == agentplane_crds::LOCAL_SANDBOX)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -295,12 +319,16 @@ mod tests {
     #[tokio::test]
     async fn a_new_resource_that_cannot_be_recorded_is_not_started_and_says_why_until_it_can_be() {
         let tmp = tempfile::tempdir().unwrap();
-        fs::write(tmp.path().join("web.yaml"), WEB).unwrap();
+        // On a node agent of its own, whose runs outlive `up`: only a record of its uid
+        // lets a restarted `up` adopt the run rather than start it twice.
+        fs::write(tmp.path().join("web.yaml"), WEB.replace("args: ['1000']", "args: ['1000'], sandbox: remote"))
+            .unwrap();
         // A file where the folder of Process records must be: no record can be written.
         let blocker = tmp.path().join(".agentplane/resources/processes");
         fs::create_dir_all(blocker.parent().unwrap()).unwrap();
         fs::write(&blocker, "").unwrap();
         let (store, fake) = store(tmp.path());
+        store.inner.sandboxes.insert_node("remote", Arc::clone(&fake) as Arc<dyn NodeAgent>, None);
         let inner = &store.inner;
         let key = scan_web(inner).await;
 
@@ -319,6 +347,37 @@ mod tests {
         inner.reconcile(&key).await;
         assert_eq!(fake.count("create_process"), 1);
         assert!(inner.state.read(&key).is_some());
+        assert!(inner.lock().unrecorded.is_empty());
+    }
+
+    #[tokio::test]
+    async fn on_the_embedded_node_agent_a_new_resource_is_first_recorded_with_its_status() {
+        let tmp = tempfile::tempdir().unwrap();
+        fs::write(tmp.path().join("web.yaml"), WEB).unwrap();
+        let blocker = tmp.path().join(".agentplane/resources/processes");
+        fs::create_dir_all(blocker.parent().unwrap()).unwrap();
+        fs::write(&blocker, "").unwrap();
+        let (store, fake) = store(tmp.path());
+        let inner = &store.inner;
+        let key = scan_web(inner).await;
+
+        // Its run ends with `up`: started without a record first, and the status that
+        // cannot be written is said.
+        inner.reconcile(&key).await;
+        assert_eq!(fake.count("create_process"), 1);
+        let errors = inner.state.read_errors();
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(errors[0].message.contains("its status cannot be written to the state directory"), "{errors:?}");
+
+        // Once it can be, the next pass (queued by the failure) writes its record, uid
+        // and status together, though the status did not change.
+        fs::remove_file(&blocker).unwrap();
+        fake.take_calls();
+        inner.reconcile(&key).await;
+        assert_eq!(fake.count("create_process"), 0, "adopted, not started again");
+        let Some(Ok(Object::Process(record))) = inner.state.read(&key) else { panic!("a record") };
+        assert_eq!(record.metadata.uid, inner.lock().resources[&key].object.meta().uid);
+        assert_eq!(record.status.and_then(|s| s.phase), Some(agentplane_crds::ProcessPhase::Running));
         assert!(inner.lock().unrecorded.is_empty());
     }
 }

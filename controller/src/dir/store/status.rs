@@ -4,6 +4,8 @@
 
 use super::*;
 
+/// How soon a resource whose status could not be written is looked at again.
+const STATUS_RETRY: Duration = Duration::from_secs(5);
 /// How soon a failed cleanup is tried again.
 const CLEANUP_RETRY: Duration = Duration::from_secs(5);
 
@@ -23,7 +25,9 @@ impl Inner {
             if entry.object.meta().uid != uid {
                 return;
             }
-            if !update(&mut entry.object) {
+            // Written when it changed, and when the record is behind (its first write, or
+            // one that failed before).
+            if !update(&mut entry.object) && entry.recorded {
                 return;
             }
             match this.state.write(&entry.object) {
@@ -37,6 +41,9 @@ impl Inner {
                 }
                 Err(e) => {
                     warn!(resource = %key, error = %e, "cannot write the status");
+                    // The record is behind: written again by a pass shortly.
+                    entry.recorded = false;
+                    this.queue.add_after(key.clone(), STATUS_RETRY);
                     let what = "its status cannot be written to the state directory";
                     let error = unrecorded(&key, entry.source_file().unwrap_or_default(), None, what, &e);
                     index.unrecorded.insert(key.clone(), error.clone());
