@@ -166,8 +166,9 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     let ready_state = state.root().to_path_buf();
     tokio::spawn(async move {
         if first_pass.wait_for(|done| *done).await.is_ok() {
-            eprintln!("agentplane up: ready; status in {}", ready_state.display());
-            eprintln!("  inspector: {inspector}");
+            // One write, so that a reader of the log never sees the first line alone.
+            let said = format!("agentplane up: ready; status in {}\n  inspector: {inspector}\n", ready_state.display());
+            eprint!("{said}");
         }
     });
     let server_task = tokio::spawn(server.run());

@@ -787,9 +787,10 @@ fn the_examples_converge_as_the_readme_says() {
     assert!(up.state().read_errors().is_empty(), "every example file parses");
     // Once every resource was taken once, the link is said again, after what starting
     // them logged.
-    let log = up.wait("up to say it is ready", || {
+    let log = up.wait("up to say it is ready, with the link", || {
         let log = fs::read_to_string(&up.log).ok()?;
-        log.contains("agentplane up: ready").then_some(log)
+        let ready = log.find("agentplane up: ready")?;
+        log[ready..].contains('\n').then_some(log)
     });
     let ready = log.find("agentplane up: ready").unwrap();
     assert!(log[ready..].contains("  inspector: http://"), "{log}");
