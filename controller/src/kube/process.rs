@@ -82,13 +82,14 @@ fn needs_finalizer(process: &Process) -> bool {
 }
 
 impl Context {
-    /// `process` was deleted (its last state, as the watch saw it go). One that carried
-    /// the finalizer was cleaned under it; any other has its run stopped here. A failure
-    /// is left to the sweep.
+    /// `process` was deleted (its last state, as the watch saw it go). One that needed
+    /// the finalizer was cleaned under it (its last state may no longer show it: the
+    /// removal came first); any other has its run stopped here. A failure is left to
+    /// the sweep.
     pub(super) async fn process_gone(&self, process: Process) {
         let uid = process.metadata.uid.clone();
         self.written.forget(uid.as_deref());
-        if process.finalizers().iter().any(|f| f == FINALIZER) {
+        if needs_finalizer(&process) || process.finalizers().iter().any(|f| f == FINALIZER) {
             return;
         }
         let mut placed = process.clone();
