@@ -339,8 +339,13 @@ fn record_file_name(name: &str) -> String {
 
 /// How many times a record that does not parse is read again: a reader that opened it
 /// just before two rewrites in a row can see its spare being rewritten (see
-/// `write_by_exchange`); the next open finds the current one.
-const RECORD_READS: usize = 3;
+/// `write_by_exchange`); the next open finds the current one. After the first few
+/// tries, each waits a little, so a writer rewriting the same record back to back
+/// (three tries were not always enough for one in a loop beside other work) is given
+/// time to finish: at most about 20 ms in all, and only for a record that does not
+/// parse.
+const RECORD_READS: usize = 24;
+const QUICK_READS: usize = 4;
 
 fn read_record(path: &Path) -> std::result::Result<Object, RecordError> {
     let path_buf = || path.to_path_buf();
@@ -349,7 +354,12 @@ fn read_record(path: &Path) -> std::result::Result<Object, RecordError> {
         let bytes = fs::read(path).map_err(|source| RecordError::Read { path: path_buf(), source })?;
         match serde_json::from_slice(&bytes) {
             Ok(value) => break value,
-            Err(_) if tries < RECORD_READS => tries += 1,
+            Err(_) if tries < RECORD_READS => {
+                if tries >= QUICK_READS {
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+                tries += 1;
+            }
             Err(source) => return Err(RecordError::Json { path: path_buf(), source }),
         }
     };
