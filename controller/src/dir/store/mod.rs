@@ -147,6 +147,19 @@ struct Index {
     unrecorded: BTreeMap<Key, FileError>,
 }
 
+impl Index {
+    /// The Sandbox declared under `name`, if one is (Sandboxes sort first, and are known
+    /// by name alone in this store).
+    fn declared_sandbox(&self, name: &str) -> Option<&agentplane_crds::Sandbox> {
+        self.resources.iter().take_while(|(key, _)| key.kind == Kind::Sandbox).find_map(|(key, entry)| {
+            match &entry.object {
+                Object::Sandbox(sandbox) if key.name == name => Some(sandbox),
+                _ => None,
+            }
+        })
+    }
+}
+
 /// A failed write of a resource's record, as a file error of the file that declares it.
 fn unrecorded(key: &Key, file: &str, line: Option<usize>, what: &str, error: &crate::Error) -> FileError {
     FileError { file: file.to_string(), line, column: None, message: format!("{key}: {what}: {error}") }

@@ -9,14 +9,7 @@ impl Inner {
     /// embedded one (`local`) or a managed sandbox's. An external one lives on its own.
     fn runs_on_own_node_agent(&self, process: &agentplane_crds::Process) -> bool {
         let name = process.placed_sandbox();
-        let index = self.lock();
-        // Sandboxes sort first, and are known by name alone in this store.
-        let declared = index.resources.iter().take_while(|(key, _)| key.kind == Kind::Sandbox).find_map(
-            |(key, entry)| match &entry.object {
-                Object::Sandbox(sandbox) if key.name == name => Some(sandbox.spec.is_managed()),
-                _ => None,
-            },
-        );
+        let declared = self.lock().declared_sandbox(name).map(|sandbox| sandbox.spec.is_managed());
         match declared {
             Some(managed) => managed && self.managed.get().is_some(),
             None => name == agentplane_crds::LOCAL_SANDBOX,

@@ -267,13 +267,8 @@ fn on_embedded_node_agent(index: &Index, object: &Object) -> bool {
         Object::Session(s) if s.spec.sandbox_template.is_none() => &s.spec.sandbox,
         _ => return false,
     };
-    // A declared Sandbox of that name is not the embedded one (Sandboxes sort first).
-    sandbox == agentplane_crds::LOCAL_SANDBOX
-        && !index
-            .resources
-            .keys()
-            .take_while(|key| key.kind == Kind::Sandbox)
-            .any(|key| key.name == agentplane_crds::LOCAL_SANDBOX)
+    // A declared Sandbox of that name is not the embedded one.
+    sandbox == agentplane_crds::LOCAL_SANDBOX && index.declared_sandbox(sandbox).is_none()
 }
 
 #[cfg(test)]
