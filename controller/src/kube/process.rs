@@ -45,12 +45,7 @@ pub(super) async fn reconcile_process(
         match event {
             Finalizer::Apply(process) => ctx.apply_process(&api, &process).await,
             Finalizer::Cleanup(process) => {
-                // Stopped where it ran: the sandbox it was placed on, when not its spec's.
-                let mut placed = (*process).clone();
-                if let Some(sandbox) = process.status.as_ref().and_then(|s| s.sandbox.clone()) {
-                    placed.spec.sandbox = sandbox;
-                }
-                ctx.processes.cleanup(&placed).await?;
+                ctx.stop_where_placed(&process).await?;
                 ctx.take_back(&namespace, &lend::owner("Process", &namespace, &process.name_any()), None).await?;
                 if process.spec.sandbox_template.is_some() {
                     ctx.finish_claims(&namespace, process.uid().as_deref()).await?;
@@ -92,16 +87,22 @@ impl Context {
         if needs_finalizer(&process) || process.finalizers().iter().any(|f| f == FINALIZER) {
             return;
         }
-        let mut placed = process.clone();
-        if let Some(sandbox) = process.status.as_ref().and_then(|s| s.sandbox.clone()) {
-            placed.spec.sandbox = sandbox;
-        }
-        match self.processes.cleanup(&placed).await {
+        match self.stop_where_placed(&process).await {
             Ok(()) => self.event(&process, KubeEventType::Normal, "Stopped", "Delete", "stopped on its node agent"),
             Err(e) => {
                 debug!(process = %process.name_any(), error = %e, "cannot stop a deleted process yet; the sweep will")
             }
         }
+    }
+
+    /// Stops and forgets `process`'s run where it ran: the sandbox it was placed on, when
+    /// not its spec's.
+    async fn stop_where_placed(&self, process: &Process) -> crate::Result<()> {
+        let mut placed = process.clone();
+        if let Some(sandbox) = process.status.as_ref().and_then(|s| s.sandbox.clone()) {
+            placed.spec.sandbox = sandbox;
+        }
+        self.processes.cleanup(&placed).await
     }
 
     /// Stops each run on sandbox `key`'s node agent whose Process this controller does
