@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use agentplane_controller::dir::state::{StateDir, UpInfo};
 use agentplane_controller::dir::store::{DirStore, DirStoreConfig};
+use agentplane_controller::node_agent::embedded::Embedded;
 use agentplane_controller::sandboxes::Sandboxes;
 use agentplane_node_agent::client::Client;
 use agentplane_node_agent::{Config, Limits, Server, SessionOptions};
@@ -132,7 +133,9 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         masked: vec![dir.clone(), state.root().canonicalize().unwrap_or_else(|_| state.root().to_path_buf())],
     });
     let sandboxes = Arc::new(Sandboxes::new());
-    sandboxes.insert(agentplane_crds::LOCAL_SANDBOX, Client::new(&url, token.clone())?);
+    // Its Processes' calls are made in process; the rest over its API.
+    let embedded = Embedded::new(server.in_process(), Client::new(&url, token.clone())?);
+    sandboxes.insert_node(agentplane_crds::LOCAL_SANDBOX, Arc::new(embedded), None);
     let store = DirStore::open(store_config, sandboxes)?;
     // The embedded node agent serves the store's resources (`/v1/resources`) to the inspector.
     server.set_resources(Arc::new(store.clone()));

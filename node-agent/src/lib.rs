@@ -12,6 +12,7 @@ pub mod driver;
 pub mod error;
 pub mod events;
 pub mod fs;
+pub mod in_process;
 pub mod leftovers;
 pub mod metrics;
 pub mod model;

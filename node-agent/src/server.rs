@@ -179,6 +179,12 @@ impl Server {
         self.state.sessions.clone()
     }
 
+    /// The process calls of this node agent's API, made without HTTP: for the program
+    /// that runs it (`agentplane up`'s store, on sandbox `local`).
+    pub fn in_process(&self) -> crate::in_process::InProcess {
+        crate::in_process::InProcess { processes: self.state.processes.clone(), sessions: self.state.sessions.clone() }
+    }
+
     /// Serves `/v1/resources` and `/v1/resources/sse` from `source` (what `agentplane
     /// up` does with its store); without it they answer `not_found`.
     pub fn set_resources(&mut self, source: Arc<dyn ResourceSource>) {

@@ -171,5 +171,6 @@ impl NodeAgent for Client {
     }
 }
 
+pub mod embedded;
 #[cfg(test)]
 pub mod fake;

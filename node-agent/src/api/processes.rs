@@ -82,28 +82,22 @@ async fn create_process(
     State(state): State<AppState>,
     Json(request): Json<CreateProcessRequest>,
 ) -> Result<(StatusCode, Json<ProcessInfo>)> {
-    let process = state.sessions.spawn_process(&state.processes, request).await?;
-    Ok((StatusCode::CREATED, Json(process.info())))
+    let info = crate::in_process::create_process(&state.processes, &state.sessions, request).await?;
+    Ok((StatusCode::CREATED, Json(info)))
 }
 
 /// Processes in the order they were created.
 #[utoipa::path(get, path = "/v1/processes", tag = "processes", params(ListProcessesQuery),
     responses((status = 200, body = ProcessList)))]
 async fn list_processes(State(state): State<AppState>, Query(query): Query<ListProcessesQuery>) -> Json<ProcessList> {
-    let processes = state
-        .processes
-        .list_for(query.tag.as_deref(), query.pty, query.session.as_deref())
-        .iter()
-        .map(|p| p.info())
-        .collect();
-    Json(ProcessList { processes })
+    Json(ProcessList { processes: crate::in_process::list_processes(&state.processes, &query) })
 }
 
 /// One process, by id or else by tag (the newest with it).
 #[utoipa::path(get, path = "/v1/processes/{id}", tag = "processes", params(("id" = String, Path, description = "Process id or tag")),
     responses((status = 200, body = ProcessInfo), (status = 404, body = Problem, content_type = "application/problem+json")))]
 async fn get_process(State(state): State<AppState>, PathId(id): PathId) -> Result<Json<ProcessInfo>> {
-    Ok(Json(state.processes.get(&id)?.info()))
+    Ok(Json(crate::in_process::get_process(&state.processes, &id)?))
 }
 
 /// Stops a process: the stop signal to its whole group, SIGKILL after the timeout.
@@ -115,20 +109,7 @@ async fn delete_process(
     PathId(id): PathId,
     Query(query): Query<DeleteProcessQuery>,
 ) -> Result<Json<ProcessInfo>> {
-    let process = state.processes.get(&id)?;
-    // A terminal closing means SIGHUP to its programs (interactive shells ignore SIGTERM).
-    let default_signal = if process.is_pty() { "SIGHUP" } else { "SIGTERM" };
-    let signal = parse_signal(query.signal.as_deref().unwrap_or(default_signal)).map_err(Error::InvalidRequest)?;
-    let timeout = match query.timeout {
-        Some(t) if t.is_finite() && (0.0..=3600.0).contains(&t) => Duration::from_secs_f64(t),
-        Some(t) => return Err(Error::InvalidRequest(format!("timeout {t} must be between 0 and 3600 seconds"))),
-        None => state.processes.limits().stop_timeout,
-    };
-    let info = state.processes.stop(&process, signal, timeout).await?;
-    if query.purge {
-        state.processes.purge(&process)?;
-    }
-    Ok(Json(info))
+    Ok(Json(crate::in_process::delete_process(&state.processes, &id, &query).await?))
 }
 
 /// Sends a signal to the process group (or the terminal's foreground group).
