@@ -50,6 +50,11 @@ impl Writable {
         self.granted.iter().find(|g| real.starts_with(&g.path))
     }
 
+    /// Whether no folder is given to any sandbox (then nothing is covered, whatever its path).
+    pub fn is_empty(&self) -> bool {
+        self.granted.is_empty()
+    }
+
     /// Whether something owned by `uid` was written by a sandbox.
     pub fn owned_by_sandbox(uid: u32) -> bool {
         super::managed::identity::is_sandbox_uid(uid)

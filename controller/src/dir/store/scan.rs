@@ -87,16 +87,27 @@ impl Inner {
             .into_iter()
             .filter(|(_, (path, _))| {
                 use std::os::unix::fs::MetadataExt;
-                let real = fs::canonicalize(path);
-                let meta = fs::metadata(path);
-                match (real, meta) {
-                    (Ok(real), Ok(meta)) => {
-                        writes.covering(&real, None).is_none() && !Writable::owned_by_sandbox(meta.uid())
-                    }
-                    _ => true,
+                let Ok(meta) = fs::metadata(path) else { return true };
+                if Writable::owned_by_sandbox(meta.uid()) {
+                    return false;
                 }
+                // With no folder given to a sandbox, no path is covered: the path is
+                // resolved (a syscall per component) only when one is.
+                writes.is_empty() || fs::canonicalize(path).map_or(true, |real| writes.covering(&real, None).is_none())
             })
             .collect();
+        // The files new or changed since they were read, read and parsed before the
+        // index is locked (the workers need it meanwhile), on several threads when
+        // there are many. Only a scan changes `index.files`, and scans take turns.
+        let stale: Vec<(&String, &PathBuf, Stamp)> = {
+            let index = self.lock();
+            found
+                .iter()
+                .filter(|(relative, (_, stamp))| index.files.get(*relative).is_none_or(|f| f.stamp != *stamp))
+                .map(|(relative, (path, stamp))| (relative, path, *stamp))
+                .collect()
+        };
+        let read = read_files(&stale);
         let mut index = self.lock();
         let index = &mut *index;
         {
@@ -113,27 +124,7 @@ impl Inner {
             }
         }
         index.files.retain(|path, _| found.contains_key(path));
-        for (relative, (path, stamp)) in &found {
-            if index.files.get(relative).is_some_and(|f| f.stamp == *stamp) {
-                continue;
-            }
-            let parsed = if stamp.len > MAX_FILE_BYTES {
-                Err(FileError {
-                    file: relative.clone(),
-                    line: None,
-                    column: None,
-                    message: format!("{} bytes is more than a resource file may hold ({MAX_FILE_BYTES})", stamp.len),
-                })
-            } else {
-                match read_resource_file(path) {
-                    Ok(text) => parse_file(relative, &text),
-                    Err(e) => {
-                        Err(FileError { file: relative.clone(), line: None, column: None, message: e.to_string() })
-                    }
-                }
-            };
-            index.files.insert(relative.clone(), FileEntry { stamp: *stamp, parsed });
-        }
+        index.files.extend(read);
 
         // Who declares what.
         let mut claims: BTreeMap<Key, Vec<(&str, &Declared)>> = BTreeMap::new();
@@ -304,5 +295,45 @@ impl Inner {
             });
         }
         changed
+    }
+}
+
+/// Below this many files to read, one thread reads them all.
+const FILES_PER_THREAD: usize = 64;
+/// The most threads a rescan reads with.
+const MAX_READ_THREADS: usize = 4;
+
+/// `files` read and parsed, by relative path: on one thread for a few, spread over up
+/// to [`MAX_READ_THREADS`] (as many as there are CPUs) for many (1,000 files dropped at
+/// once are waited on before anything starts).
+fn read_files(files: &[(&String, &PathBuf, Stamp)]) -> Vec<(String, FileEntry)> {
+    let read_one = |(relative, path, stamp): &(&String, &PathBuf, Stamp)| {
+        ((*relative).clone(), FileEntry { stamp: *stamp, parsed: read_file(relative, path, stamp) })
+    };
+    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+    let threads = (files.len() / FILES_PER_THREAD).clamp(1, cpus.min(MAX_READ_THREADS));
+    if threads == 1 {
+        return files.iter().map(read_one).collect();
+    }
+    let chunk = files.len().div_ceil(threads);
+    std::thread::scope(|scope| {
+        let readers: Vec<_> = files
+            .chunks(chunk)
+            .map(|chunk| scope.spawn(move || chunk.iter().map(read_one).collect::<Vec<_>>()))
+            .collect();
+        // A reader's panic (parsing never should) is the rescan's, as on one thread.
+        readers.into_iter().flat_map(|reader| reader.join().unwrap_or_else(|p| std::panic::resume_unwind(p))).collect()
+    })
+}
+
+/// One resource file read and parsed: what it declares, or why it is not taken.
+fn read_file(relative: &str, path: &Path, stamp: &Stamp) -> std::result::Result<Vec<Declared>, FileError> {
+    let error = |message: String| FileError { file: relative.to_string(), line: None, column: None, message };
+    if stamp.len > MAX_FILE_BYTES {
+        return Err(error(format!("{} bytes is more than a resource file may hold ({MAX_FILE_BYTES})", stamp.len)));
+    }
+    match read_resource_file(path) {
+        Ok(text) => parse_file(relative, &text),
+        Err(e) => Err(error(e.to_string())),
     }
 }
