@@ -299,6 +299,8 @@ impl DirStore {
         let inner = &self.inner;
         let mut wake_rx = inner.wake_rx.lock().unwrap_or_else(|e| e.into_inner()).take().expect("run is called once");
         let mut watcher = super::watch::DirWatcher::new(inner.wake.clone(), env_file_events(inner))?;
+        // Not awaited: a walk that finds files before it is done waits for it.
+        tokio::task::spawn_blocking(crate::dir::parse::compile_schemas);
         // The top is watched before the first walk, so nothing changed during it is missed.
         if let Ok(meta) = fs::metadata(&inner.dir) {
             use std::os::unix::fs::MetadataExt;
