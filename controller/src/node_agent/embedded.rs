@@ -34,10 +34,11 @@ impl Embedded {
     }
 }
 
-/// A node agent's error as its route would have answered it, and the client read it:
-/// callers look at the problem's code (`process_not_found`, `process_already_exists`).
+/// A node agent's error as its route would have answered it, and the client read it
+/// (its texts cut to the same size): callers look at the problem's code
+/// (`process_not_found`, `process_already_exists`), and status messages quote it.
 fn answered<T>(result: agentplane_node_agent::Result<T>) -> Result<T, ClientError> {
-    result.map_err(|e| ClientError::Problem(e.to_problem()))
+    result.map_err(|e| ClientError::from_problem(e.to_problem()))
 }
 
 impl NodeAgent for Embedded {
@@ -206,6 +207,14 @@ mod tests {
             ProcessStatus::Running,
             "a refused stop stops nothing"
         );
+
+        // Its texts are cut as the client cuts a node agent's: a command that cannot
+        // start is quoted in the detail, which a status message carries.
+        let long = CreateProcessRequest { command: "x".repeat(8 * 1024), ..sleeper("long") };
+        let failed = node.create_process(&long).await.unwrap_err();
+        assert_eq!(failed.code(), Some(ProblemCode::SpawnFailed), "{failed}");
+        let ClientError::Problem(problem) = &failed else { unreachable!() };
+        assert!(problem.detail.len() < 2 * agentplane_node_agent::client::MAX_QUOTED_BYTES, "{}", problem.detail.len());
 
         // Stopped in process with the route's default signal (SIGTERM, not a terminal).
         let stopped = node.delete_process("web", &DeleteProcessQuery::default()).await.unwrap();

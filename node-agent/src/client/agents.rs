@@ -4,7 +4,7 @@
 use futures_util::StreamExt;
 use reqwest::Method;
 
-use super::error::{bounded, quote};
+use super::error::quote;
 use super::{Client, ClientError, ClientResult, INSTALL_ALLOWANCE, MAX_ANSWER_BYTES};
 use crate::model::*;
 
@@ -48,7 +48,7 @@ impl Client {
                 Some("install.completed") => return serde_json::from_str(&message.data).map_err(parse_error),
                 Some("install.failed") => {
                     let problem = serde_json::from_str(&message.data).map_err(parse_error)?;
-                    return Err(ClientError::Problem(bounded(problem)));
+                    return Err(ClientError::from_problem(problem));
                 }
                 _ => {}
             }

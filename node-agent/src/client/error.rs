@@ -40,6 +40,13 @@ pub enum ClientError {
 }
 
 impl ClientError {
+    /// A node agent's problem document as an error, its texts cut to size (see
+    /// [`bounded`]): what every call answers when the node agent refused, whether the
+    /// problem came over HTTP or from a node agent in the same process.
+    pub fn from_problem(problem: Problem) -> ClientError {
+        ClientError::Problem(bounded(problem))
+    }
+
     /// The problem's code (`process_not_found`, ...), when the server sent one.
     pub fn problem_code(&self) -> Option<&str> {
         match self {
@@ -89,7 +96,7 @@ pub(super) fn quote(text: &str) -> String {
 
 /// A problem document with its texts cut to size: it ends up in errors, logs and
 /// status messages.
-pub(super) fn bounded(problem: Problem) -> Problem {
+fn bounded(problem: Problem) -> Problem {
     let whole = |text: &str| Length::Exactly(text.len() as u64);
     Problem {
         kind: cut(&problem.kind, MAX_TITLE_BYTES, whole(&problem.kind)),

@@ -38,7 +38,7 @@ mod sse;
 mod tests;
 
 pub use error::{ClientError, ClientResult};
-use error::{Length, bounded, cut, quote, transport};
+use error::{Length, cut, quote, transport};
 pub use processes::TerminalSocket;
 pub use sessions::SessionStreamItem;
 pub use sse::SseMessage;
@@ -286,7 +286,7 @@ impl Client {
             Err(_) => return ClientError::TimedOut { url, what: "no answer", after: answer },
         };
         if whole && let Ok(problem) = serde_json::from_slice::<Problem>(&bytes) {
-            return ClientError::Problem(bounded(problem));
+            return ClientError::from_problem(problem);
         }
         let length = match (whole, declared) {
             (true, _) => Length::Exactly(bytes.len() as u64),

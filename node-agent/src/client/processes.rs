@@ -10,7 +10,7 @@ use tokio_tungstenite::tungstenite::http::HeaderValue;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
-use super::error::{bounded, quote};
+use super::error::quote;
 use super::{
     Client, ClientError, ClientResult, DEFAULT_STOP_ALLOWANCE, MAX_ANSWER_BYTES, MAX_LONG_POLL, MAX_STOP_TIMEOUT,
     MAX_TERMINAL_MESSAGE_BYTES,
@@ -116,7 +116,7 @@ impl Client {
             Ok(Err(tokio_tungstenite::tungstenite::Error::Http(response))) => {
                 let body = response.body().as_deref().unwrap_or_default();
                 match serde_json::from_slice::<Problem>(body) {
-                    Ok(problem) => Err(ClientError::Problem(bounded(problem))),
+                    Ok(problem) => Err(ClientError::from_problem(problem)),
                     Err(_) => Err(ClientError::Unexpected {
                         url: url.to_string(),
                         status: response.status().as_u16(),
