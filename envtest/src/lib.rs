@@ -35,6 +35,22 @@ pub const NODE_AGENT_SERVICE_ACCOUNT: &str = "agentplane-node-agent";
 /// How long a cold API server may take to answer `/readyz`.
 const START_PATIENCE: Duration = Duration::from_secs(90);
 
+/// How many times a start whose programs exit early is tried.
+const START_ATTEMPTS: usize = 3;
+
+/// Why a start failed: a program exited before the API server was ready (worth
+/// another try on other ports), or anything else.
+enum Start {
+    Exited(String),
+    Failed(String),
+}
+
+impl From<String> for Start {
+    fn from(why: String) -> Start {
+        Start::Failed(why)
+    }
+}
+
 /// A running etcd + kube-apiserver pair.
 pub struct ApiServer {
     /// `https://127.0.0.1:PORT`.
@@ -59,7 +75,8 @@ struct Tether {
     name: &'static str,
     child: Child,
     stdin: Option<ChildStdin>,
-    log: PathBuf,
+    /// The program's output, open for reading: readable after its file is removed.
+    log: std::fs::File,
 }
 
 impl Tether {
@@ -74,10 +91,20 @@ impl Tether {
     ) -> Result<Tether, String> {
         let log = dir.join(format!("{name}.log"));
         let out = std::fs::File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
+        let reader = std::fs::File::open(&log).map_err(|e| format!("{}: {e}", log.display()))?;
         let err = out.try_clone().map_err(|e| e.to_string())?;
-        // The program runs in the background of a shell that waits for its stdin to
-        // close, then stops the program.
-        let script = r#""$@" & child=$!; read -r _; kill "$child" 2>/dev/null; wait "$child"; [ -z "$CLEANUP" ] || rm -rf "$CLEANUP""#;
+        // The shell runs the program and ends when it ends, so that a program that
+        // dies at start (a port taken since `free_ports`) is seen at once; beside it, a
+        // watcher stops the program when the shell's stdin closes (a background list's
+        // stdin is /dev/null unless redirected, hence fd 3). The log stays readable
+        // through `log` after `cleanup` has removed it.
+        let script = r#"exec 3<&0
+"$@" 3<&- & child=$!
+{ read -r _ <&3; kill "$child" 2>/dev/null; } & watcher=$!
+wait "$child"; status=$?
+kill "$watcher" 2>/dev/null
+[ -z "$CLEANUP" ] || rm -rf "$CLEANUP"
+exit "$status""#;
         let child = Command::new("sh")
             .env("CLEANUP", cleanup.map(Path::as_os_str).unwrap_or_default())
             .arg("-c")
@@ -90,7 +117,7 @@ impl Tether {
             .stderr(err)
             .spawn()
             .map_err(|e| format!("cannot start {}: {e}", program.display()))?;
-        let mut tether = Tether { name, child, stdin: None, log };
+        let mut tether = Tether { name, child, stdin: None, log: reader };
         tether.stdin = tether.child.stdin.take();
         Ok(tether)
     }
@@ -103,7 +130,11 @@ impl Tether {
     }
 
     fn tail(&self) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        use std::io::{Read, Seek};
+        let mut bytes = Vec::new();
+        let mut log = &self.log;
+        let _ = log.seek(std::io::SeekFrom::Start(0)).and_then(|_| log.read_to_end(&mut bytes));
+        let text = String::from_utf8_lossy(&bytes);
         let lines: Vec<&str> = text.lines().collect();
         lines[lines.len().saturating_sub(30)..].join("\n")
     }
@@ -118,9 +149,17 @@ impl Drop for Tether {
     }
 }
 
-fn free_port() -> Result<u16, String> {
-    let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
-    Ok(listener.local_addr().map_err(|e| e.to_string())?.port())
+/// `N` loopback ports free now and distinct (each listener is held until all are
+/// chosen). Another process may still bind one before its program does: `start`
+/// tries again then.
+fn free_ports<const N: usize>() -> Result<[u16; N], String> {
+    let listeners = (0..N).map(|_| TcpListener::bind("127.0.0.1:0")).collect::<Result<Vec<_>, _>>();
+    let listeners = listeners.map_err(|e| e.to_string())?;
+    let mut ports = [0; N];
+    for (port, listener) in ports.iter_mut().zip(&listeners) {
+        *port = listener.local_addr().map_err(|e| e.to_string())?.port();
+    }
+    Ok(ports)
 }
 
 fn token() -> String {
@@ -177,8 +216,25 @@ impl ApiServer {
     }
 
     /// Starts etcd and kube-apiserver on free loopback ports and waits until the API
-    /// server is ready and has its `default` namespace.
+    /// server is ready and has its `default` namespace. A start where either exits
+    /// before that (most likely a port that something else bound between `free_ports`
+    /// and the program's own bind) is tried again on other ports, up to three times.
     pub fn start() -> Result<ApiServer, String> {
+        let mut exits = Vec::new();
+        while exits.len() < START_ATTEMPTS {
+            match ApiServer::start_once() {
+                Ok(server) => return Ok(server),
+                Err(Start::Exited(why)) => {
+                    eprintln!("envtest: a start failed, trying again on other ports: {why}");
+                    exits.push(why);
+                }
+                Err(Start::Failed(why)) => return Err(why),
+            }
+        }
+        Err(format!("{START_ATTEMPTS} starts failed:\n{}", exits.join("\n---\n")))
+    }
+
+    fn start_once() -> Result<ApiServer, Start> {
         static COUNT: AtomicU32 = AtomicU32::new(0);
         let assets = assets()?;
         let base = if Path::new("/dev/shm").is_dir() { PathBuf::from("/dev/shm") } else { std::env::temp_dir() };
@@ -206,7 +262,7 @@ impl ApiServer {
         );
         std::fs::write(dir.join("tokens.csv"), tokens).map_err(|e| e.to_string())?;
 
-        let (etcd_port, peer_port, api_port) = (free_port()?, free_port()?, free_port()?);
+        let [etcd_port, peer_port, api_port] = free_ports()?;
         let etcd_url = format!("http://127.0.0.1:{etcd_port}");
         let mut tethers = Vec::new();
         tethers.push(Tether::spawn(
@@ -270,12 +326,12 @@ impl ApiServer {
         Ok(server)
     }
 
-    fn wait_ready(&mut self) -> Result<(), String> {
+    fn wait_ready(&mut self) -> Result<(), Start> {
         let deadline = Instant::now() + START_PATIENCE;
         loop {
             for tether in &mut self.tethers {
                 if let Some(why) = tether.exited() {
-                    return Err(why);
+                    return Err(Start::Exited(why));
                 }
             }
             let ready = run(self.kubectl().args(["get", "--raw", "/readyz"]))
@@ -286,7 +342,7 @@ impl ApiServer {
             };
             if Instant::now() > deadline {
                 let logs: Vec<String> = self.tethers.iter().map(|t| format!("{}:\n{}", t.name, t.tail())).collect();
-                return Err(format!("not ready after {START_PATIENCE:?}: {last}\n{}", logs.join("\n")));
+                return Err(Start::Failed(format!("not ready after {START_PATIENCE:?}: {last}\n{}", logs.join("\n"))));
             }
             std::thread::sleep(Duration::from_millis(200));
         }
@@ -389,5 +445,69 @@ impl Drop for ApiServer {
             drop(tether);
         }
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("agentplane-envtest-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    fn sh(script: &str) -> (PathBuf, Vec<String>) {
+        (PathBuf::from("/bin/sh"), vec!["-c".into(), script.into()])
+    }
+
+    /// A program that dies at start is seen while the tether still holds it: the
+    /// shell ends with it instead of waiting for its stdin. Its log is quoted though
+    /// the directory holding it was cleaned up as it ended.
+    #[test]
+    fn a_program_that_exits_is_seen_while_tethered() {
+        let dir = scratch("exits");
+        let (program, args) = sh("echo bind: address already in use; exit 3");
+        let mut tether = Tether::spawn("early", &program, &args, &dir, Some(&dir)).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let why = loop {
+            if let Some(why) = tether.exited() {
+                break why;
+            }
+            assert!(Instant::now() < deadline, "the exit was not seen");
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        assert!(why.contains("exit status: 3"), "{why}");
+        assert!(why.contains("address already in use"), "the log's tail is quoted: {why}");
+        assert!(!dir.exists(), "cleaned up when the program ended");
+        drop(tether);
+    }
+
+    /// Dropping the tether still stops a program that runs on, then removes what it
+    /// was given to clean.
+    #[test]
+    fn dropping_the_tether_stops_the_program_and_cleans_up() {
+        let dir = scratch("drop");
+        let data = dir.join("data");
+        std::fs::create_dir_all(&data).unwrap();
+        let pid_file = dir.join("pid");
+        let (program, args) = sh(&format!("echo $$ > {}.tmp && mv {0}.tmp {0} && exec sleep 1000", pid_file.display()));
+        let mut tether = Tether::spawn("long", &program, &args, &dir, Some(&data)).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let pid = loop {
+            if let Ok(pid) = std::fs::read_to_string(&pid_file) {
+                break pid.trim().to_string();
+            }
+            assert!(tether.exited().is_none(), "the program runs on");
+            assert!(Instant::now() < deadline, "the program did not start");
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        assert!(Path::new(&format!("/proc/{pid}")).exists());
+        drop(tether);
+        assert!(!Path::new(&format!("/proc/{pid}")).exists(), "the program is stopped and reaped");
+        assert!(!data.exists(), "its directory is removed");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
