@@ -11,6 +11,8 @@
 //!    every record says `Running`: seconds, and the RSS of `up` holding them.
 //!    Baseline: the same 1,000 processes created through the API of a plain
 //!    `agentplane node-agent`, 32 requests in flight.
+//! 3. **Delete of the 1,000** through that API, 32 in flight (each stopped, then
+//!    forgotten), against their creates; none may be left.
 //!
 //! ```text
 //! cargo bench -p agentplane --bench up_converge
@@ -28,7 +30,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use agentplane_node_agent::client::Client;
-use agentplane_node_agent::model::{CreateProcessRequest, ListProcessesQuery, ProcessStatus};
+use agentplane_node_agent::model::{CreateProcessRequest, DeleteProcessQuery, ListProcessesQuery, ProcessStatus};
 use anyhow::{Context, bail, ensure};
 use futures_util::StreamExt;
 use notify::Watcher;
@@ -278,6 +280,31 @@ async fn run() -> anyhow::Result<()> {
         result?;
     }
     ensure!(running_count(&client).await? == files, "the baseline started them all");
+
+    // The way back: the same processes deleted (each stopped, then forgotten), as a
+    // `kubectl delete` of them all or a removed folder does, against their creates.
+    settle();
+    let started = Instant::now();
+    let results: Vec<_> = futures_util::stream::iter(0..files)
+        .map(|n| {
+            let client = client.clone();
+            async move {
+                client
+                    .delete_process(&format!("p{n:04}"), &DeleteProcessQuery { purge: true, ..Default::default() })
+                    .await
+            }
+        })
+        .buffer_unordered(32)
+        .collect()
+        .await;
+    let deleted = started.elapsed();
+    for result in results {
+        result?;
+    }
+    ensure!(
+        client.list_processes(&ListProcessesQuery::default()).await?.is_empty(),
+        "every process is gone after its delete"
+    );
     drop(node);
 
     println!();
@@ -326,6 +353,15 @@ async fn run() -> anyhow::Result<()> {
         &format!("node agent API, 32 in flight: {:.2} s", baseline.as_secs_f64()),
         "<= 1.2x the API",
         Verdict::Target(ratio <= 1.2),
+    );
+    let ratio = deleted.as_secs_f64() / baseline.as_secs_f64();
+    report::figure(
+        "up_converge",
+        &format!("{files} processes deleted through the API"),
+        &format!("{:.2} s, {ratio:.2}x the creates", deleted.as_secs_f64()),
+        &format!("the same {files} created, 32 in flight: {:.2} s", baseline.as_secs_f64()),
+        "<= the creates",
+        Verdict::Target(ratio <= 1.0),
     );
     Ok(())
 }
