@@ -161,6 +161,23 @@ fn settle() {
     nix::unistd::sync();
 }
 
+/// `call(0..count)` through the API, 32 in flight, after [`settle`]: how long they all
+/// took, or the first one's error.
+async fn timed_calls<T, E, F>(count: usize, call: impl Fn(usize) -> F) -> anyhow::Result<Duration>
+where
+    F: std::future::Future<Output = Result<T, E>>,
+    E: std::error::Error + Send + Sync + 'static,
+{
+    settle();
+    let started = Instant::now();
+    let results: Vec<_> = futures_util::stream::iter(0..count).map(call).buffer_unordered(32).collect().await;
+    let took = started.elapsed();
+    for result in results {
+        result?;
+    }
+    Ok(took)
+}
+
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     sorted[index.min(sorted.len() - 1)]
@@ -257,50 +274,31 @@ async fn run() -> anyhow::Result<()> {
         url
     };
     let client = Client::new(&url, None)?;
-    settle();
-    let started = Instant::now();
-    let results: Vec<_> = futures_util::stream::iter(0..files)
-        .map(|n| {
-            let client = client.clone();
-            async move {
-                let request = CreateProcessRequest {
-                    id: Some(format!("p{n:04}")),
-                    command: "sleep".into(),
-                    args: vec!["100000".into()],
-                    ..Default::default()
-                };
-                client.create_process(&request).await
-            }
-        })
-        .buffer_unordered(32)
-        .collect()
-        .await;
-    let baseline = started.elapsed();
-    for result in results {
-        result?;
-    }
+    let baseline = timed_calls(files, |n| {
+        let client = client.clone();
+        async move {
+            let request = CreateProcessRequest {
+                id: Some(format!("p{n:04}")),
+                command: "sleep".into(),
+                args: vec!["100000".into()],
+                ..Default::default()
+            };
+            client.create_process(&request).await
+        }
+    })
+    .await?;
     ensure!(running_count(&client).await? == files, "the baseline started them all");
 
     // The way back: the same processes deleted (each stopped, then forgotten), as a
     // `kubectl delete` of them all or a removed folder does, against their creates.
-    settle();
-    let started = Instant::now();
-    let results: Vec<_> = futures_util::stream::iter(0..files)
-        .map(|n| {
-            let client = client.clone();
-            async move {
-                client
-                    .delete_process(&format!("p{n:04}"), &DeleteProcessQuery { purge: true, ..Default::default() })
-                    .await
-            }
-        })
-        .buffer_unordered(32)
-        .collect()
-        .await;
-    let deleted = started.elapsed();
-    for result in results {
-        result?;
-    }
+    let deleted = timed_calls(files, |n| {
+        let client = client.clone();
+        async move {
+            let purge = DeleteProcessQuery { purge: true, ..Default::default() };
+            client.delete_process(&format!("p{n:04}"), &purge).await
+        }
+    })
+    .await?;
     ensure!(
         client.list_processes(&ListProcessesQuery::default()).await?.is_empty(),
         "every process is gone after its delete"
