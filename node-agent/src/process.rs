@@ -313,14 +313,15 @@ pub(crate) enum Scope {
 /// asked of the kernel (`kill(-group, 0)`): no process has it (`ESRCH`), the usual end
 /// of a stop, costs one call, where reading /proc costs a read of every process's
 /// `stat`, and stopping each of 1,000 processes that way read /proc a thousand times.
-/// Only when the group still has a member, which may be a zombie, is /proc read.
-fn members_left(scope: Scope) -> Vec<(i32, i32)> {
+/// Only when the group still has a member, which may be a zombie, is /proc read (off
+/// the async runtime).
+async fn members_left(scope: Scope) -> Vec<(i32, i32)> {
     if let Scope::Group(group) = scope
         && killpg(Pid::from_raw(group), None) == Err(Errno::ESRCH)
     {
         return Vec::new();
     }
-    live_members(scope)
+    tokio::task::spawn_blocking(move || live_members(scope)).await.unwrap_or_default()
 }
 
 /// Live (not zombie) processes in a scope, as (pid, process group), read from /proc.
@@ -687,7 +688,7 @@ impl ProcessManager {
         let mut delay = Duration::from_millis(2);
         let mut killed_at: Option<tokio::time::Instant> = None;
         loop {
-            let left = tokio::task::spawn_blocking(move || members_left(scope)).await.unwrap_or_default();
+            let left = members_left(scope).await;
             if left.is_empty() {
                 break;
             }
@@ -985,20 +986,20 @@ mod tests {
     /// What is left of a process group: its live member; then nothing once that member
     /// is a zombie (which the kernel still counts in the group, so /proc is read); then
     /// nothing once it is reaped (which the kernel answers alone).
-    #[test]
-    fn a_group_is_left_while_a_member_lives_and_not_once_it_is_a_zombie_or_gone() {
+    #[tokio::test]
+    async fn a_group_is_left_while_a_member_lives_and_not_once_it_is_a_zombie_or_gone() {
         let mut child = std::process::Command::new("sleep").arg("60").process_group(0).spawn().expect("sleep");
         let group = child.id() as i32;
-        assert_eq!(members_left(Scope::Group(group)), vec![(group, group)]);
+        assert_eq!(members_left(Scope::Group(group)).await, vec![(group, group)]);
 
         killpg(Pid::from_raw(group), Signal::SIGKILL).expect("kill");
         // Waits for its exit without reaping it: a zombie from here on.
         waitid(Id::Pid(Pid::from_raw(group)), WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT).expect("waitid");
         assert_eq!(killpg(Pid::from_raw(group), None), Ok(()), "the kernel still counts the zombie");
-        assert_eq!(members_left(Scope::Group(group)), vec![]);
+        assert_eq!(members_left(Scope::Group(group)).await, vec![]);
 
         child.wait().expect("reaped");
         assert_eq!(killpg(Pid::from_raw(group), None), Err(Errno::ESRCH));
-        assert_eq!(members_left(Scope::Group(group)), vec![]);
+        assert_eq!(members_left(Scope::Group(group)).await, vec![]);
     }
 }
