@@ -58,7 +58,8 @@ pub fn start() {
                 }
             }
             let scan = tokio::task::spawn_blocking(move || {
-                let (alive, zombies) = processes();
+                let claimed = OURS.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                let (alive, zombies) = processes(&claimed);
                 let reap = {
                     let mut ours = OURS.lock().unwrap_or_else(|e| e.into_inner());
                     // Forgotten once gone: its spawner waited for it.
@@ -95,14 +96,17 @@ pub fn to_reap(zombies: &[u32], ours: &HashSet<u32>, first_seen: &mut HashMap<u3
 }
 
 /// Every pid in `/proc`, and those of this process's children that are zombies
-/// (`/proc/PID/stat`: state `Z`, this process its parent).
-fn processes() -> (HashSet<u32>, Vec<u32>) {
+/// (`/proc/PID/stat`: state `Z`, this process its parent). A pid in `claimed` is never
+/// reaped here, so its `stat` is not read: with 1,000 processes running, each one's
+/// exit (a `SIGCHLD`) read all 1,000.
+fn processes(claimed: &HashSet<u32>) -> (HashSet<u32>, Vec<u32>) {
     let me = std::process::id().to_string();
     let Ok(entries) = std::fs::read_dir("/proc") else { return Default::default() };
     let alive: HashSet<u32> = entries.flatten().filter_map(|e| e.file_name().to_str()?.parse().ok()).collect();
     let zombies = alive
         .iter()
         .copied()
+        .filter(|pid| !claimed.contains(pid))
         .filter(|pid| {
             let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
             // `pid (comm) state ppid ...`: comm may hold spaces and parentheses.
@@ -133,5 +137,27 @@ mod tests {
         assert!(to_reap(&[], &ours, &mut seen, start + GRACE * 6).is_empty());
         assert!(to_reap(&[11], &ours, &mut seen, start + GRACE * 7).is_empty());
         assert_eq!(to_reap(&[11], &ours, &mut seen, start + GRACE * 8), vec![11]);
+    }
+
+    /// A zombie child is found in /proc, unless a spawner claimed it; either way its pid
+    /// is among the living (it still has an entry).
+    #[test]
+    fn a_zombie_child_is_found_unless_it_is_claimed() {
+        use nix::sys::wait::{Id, waitid};
+        let mut child = std::process::Command::new("true").spawn().expect("true");
+        let pid = child.id();
+        // Waits for its exit without reaping it: a zombie from here on.
+        waitid(Id::Pid(Pid::from_raw(pid as i32)), WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT).expect("waitid");
+
+        let (alive, zombies) = processes(&HashSet::new());
+        assert!(alive.contains(&pid));
+        assert!(zombies.contains(&pid), "{pid} is a zombie child: {zombies:?}");
+        let (alive, zombies) = processes(&HashSet::from([pid]));
+        assert!(alive.contains(&pid));
+        assert!(!zombies.contains(&pid), "{pid} was claimed");
+
+        child.wait().expect("reaped");
+        let (alive, zombies) = processes(&HashSet::new());
+        assert!(!alive.contains(&pid) && !zombies.contains(&pid));
     }
 }
