@@ -148,7 +148,8 @@ async fn run() -> anyhow::Result<()> {
         ensure!(entry.size == size, "the node agent reports {} bytes written, not {size}", entry.size);
         pairs.push((cp_synced, put));
     }
-    pairs.sort_by(|a, b| (a.0.as_secs_f64() / a.1.as_secs_f64()).total_cmp(&(b.0.as_secs_f64() / b.1.as_secs_f64())));
+    let ratio = |floor: Duration, ours: Duration| floor.as_secs_f64() / ours.as_secs_f64();
+    pairs.sort_by(|a, b| ratio(a.0, a.1).total_cmp(&ratio(b.0, b.1)));
     let (cp_synced, put) = pairs[pairs.len() / 2];
     let put_range = (pairs[0], pairs[pairs.len() - 1]);
 
@@ -191,7 +192,6 @@ async fn run() -> anyhow::Result<()> {
     let read_ok = received == size && sha256(&downloaded)? == digest;
 
     let speed = |d: Duration| mib as f64 / d.as_secs_f64();
-    let ratio = |floor: Duration, ours: Duration| floor.as_secs_f64() / ours.as_secs_f64();
     let (put_ratio, get_ratio) = (ratio(cp_synced, put), ratio(cp_plain, curl_get));
     let peak = sampled_peak.max(hwm);
     println!();
