@@ -137,6 +137,28 @@ async fn create_all(api: &Api<Process>, count: usize) -> anyhow::Result<Duration
     Ok(started.elapsed())
 }
 
+/// The API server's requests so far (`apiserver_request_total`), summed by verb and
+/// the resource they were made on (with its subresource).
+async fn requests(client: &kube::Client) -> anyhow::Result<std::collections::BTreeMap<String, f64>> {
+    let request = axum::http::Request::get("/metrics").body(Vec::new())?;
+    let text = client.request_text(request).await.context("reading the API server's /metrics")?;
+    let mut counts = std::collections::BTreeMap::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("apiserver_request_total{") else { continue };
+        let Some((labels, value)) = rest.rsplit_once("} ") else { continue };
+        let label = |name: &str| {
+            labels.split(',').find_map(|l| l.strip_prefix(&format!("{name}=\"")).map(|v| v.trim_end_matches('"')))
+        };
+        let (Some(verb), Some(resource)) = (label("verb"), label("resource")) else { continue };
+        let resource = match label("subresource").filter(|s| !s.is_empty()) {
+            Some(sub) => format!("{resource}/{sub}"),
+            None => resource.to_string(),
+        };
+        *counts.entry(format!("{verb} {resource}")).or_insert(0.0) += value.trim().parse::<f64>().unwrap_or(0.0);
+    }
+    Ok(counts)
+}
+
 fn is_ready(p: &Process) -> bool {
     p.status.as_ref().is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
@@ -226,6 +248,7 @@ async fn main() -> anyhow::Result<()> {
             }
         }
     });
+    let before = requests(&client).await?;
     let started = Instant::now();
     let create_time = create_all(&api, count).await?;
     let all_ready = tokio::time::timeout(PATIENCE, ready_rx.recv())
@@ -235,6 +258,7 @@ async fn main() -> anyhow::Result<()> {
     let converge = all_ready - started;
     let rss = rss_kib(controller_pid);
     watch.abort();
+    let after = requests(&client).await?;
 
     // Exactly one run per resource on the node agent.
     let node = agentplane_node_agent::client::Client::new(&format!("http://127.0.0.1:{port}"), Some(TOKEN.into()))?;
@@ -268,6 +292,30 @@ async fn main() -> anyhow::Result<()> {
         converge.as_secs_f64() / bare_time.as_secs_f64()
     );
     println!("  controller RSS holding {count}: {} MiB", rss / 1024);
+    // What the API server was asked while they converged, the benchmark's creates and
+    // watch included: the writes and reads each Process cost.
+    let asked: Vec<String> = after
+        .iter()
+        .map(|(what, n)| (what, n - before.get(what).copied().unwrap_or(0.0)))
+        .filter(|(_, n)| *n >= 1.0)
+        .map(|(what, n)| match n / count as f64 {
+            each if each >= 0.01 => format!("{what} {n:.0} ({each:.2} a Process)"),
+            _ => format!("{what} {n:.0}"),
+        })
+        .collect();
+    println!("  the API server was asked, until all were Ready: {}", asked.join(", "));
+    let asked_of = |verbs: &[&str]| {
+        let n: f64 = after
+            .iter()
+            .filter(|(what, _)| {
+                what.split_once(' ').is_some_and(|(verb, resource)| {
+                    verbs.contains(&verb) && resource.split('/').next() == Some("processes")
+                })
+            })
+            .map(|(what, n)| n - before.get(what).copied().unwrap_or(0.0))
+            .sum();
+        n / count as f64
+    };
     let ratio = converge.as_secs_f64() / bare_time.as_secs_f64();
     report::figure(
         "kube_converge",
@@ -276,6 +324,18 @@ async fn main() -> anyhow::Result<()> {
         &format!("bare creates, {IN_FLIGHT} in flight, warm: {:.2} s", bare_time.as_secs_f64()),
         "<= 3x bare creates",
         Verdict::Target(ratio <= 3.0),
+    );
+    report::figure(
+        "kube_converge",
+        "Process requests until Ready, each",
+        &format!(
+            "{:.2} writes, {:.2} reads",
+            asked_of(&["POST", "PUT", "PATCH", "APPLY", "DELETE"]),
+            asked_of(&["GET", "LIST"])
+        ),
+        "the create and its status: 2 writes",
+        "none (no write or read beyond those)",
+        Verdict::Info,
     );
     report::figure(
         "kube_converge",
