@@ -294,27 +294,27 @@ async fn main() -> anyhow::Result<()> {
     println!("  controller RSS holding {count}: {} MiB", rss / 1024);
     // What the API server was asked while they converged, the benchmark's creates and
     // watch included: the writes and reads each Process cost.
-    let asked: Vec<String> = after
+    let asked: Vec<(&String, f64)> = after
         .iter()
         .map(|(what, n)| (what, n - before.get(what).copied().unwrap_or(0.0)))
         .filter(|(_, n)| *n >= 1.0)
+        .collect();
+    let listed: Vec<String> = asked
+        .iter()
         .map(|(what, n)| match n / count as f64 {
             each if each >= 0.01 => format!("{what} {n:.0} ({each:.2} a Process)"),
             _ => format!("{what} {n:.0}"),
         })
         .collect();
-    println!("  the API server was asked, until all were Ready: {}", asked.join(", "));
+    println!("  the API server was asked, until all were Ready: {}", listed.join(", "));
+    // Of those, the requests on Processes (or their status) with one of `verbs`, per Process.
     let asked_of = |verbs: &[&str]| {
-        let n: f64 = after
-            .iter()
-            .filter(|(what, _)| {
-                what.split_once(' ').is_some_and(|(verb, resource)| {
-                    verbs.contains(&verb) && resource.split('/').next() == Some("processes")
-                })
+        let on_processes = |what: &str| {
+            what.split_once(' ').is_some_and(|(verb, resource)| {
+                verbs.contains(&verb) && resource.split('/').next() == Some("processes")
             })
-            .map(|(what, n)| n - before.get(what).copied().unwrap_or(0.0))
-            .sum();
-        n / count as f64
+        };
+        asked.iter().filter(|(what, _)| on_processes(what)).map(|(_, n)| n).sum::<f64>() / count as f64
     };
     let ratio = converge.as_secs_f64() / bare_time.as_secs_f64();
     report::figure(
